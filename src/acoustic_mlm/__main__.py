@@ -1,0 +1,3 @@
+from acoustic_mlm.cli import main
+
+raise SystemExit(main())

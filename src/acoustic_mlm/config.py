@@ -1,0 +1,211 @@
+"""Configuration: one YAML file, validated before any work, read into typed dataclasses.
+
+The same file is Snakemake's configfile and DVC's params file. Validation has two layers:
+the JSON schema next to this module (types, ranges, unknown keys) and the cross-field rules
+below (DeepNorm needs Post-Norm, the conv stack must stride 320, ...). Every failure is one
+line that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
+ENCODEC_HOP = 320  # samples per EnCodec frame at 24 kHz (75 Hz)
+RUN_NAMES = ("prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1")
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the acoustic MLM: the `model:` section plus one arm's stability settings."""
+
+    conv_layers: tuple[tuple[int, int, int], ...]  # (channels, kernel, stride) per conv layer
+    dim: int  # transformer width
+    layers: int  # transformer blocks
+    heads: int  # attention heads
+    ffn_dim: int  # feed-forward hidden size
+    dropout: float  # residual dropout
+    attention_dropout: float  # dropout on attention probabilities
+    pos_conv_kernel: int  # convolutional positional embedding kernel
+    pos_conv_groups: int  # ... and groups
+    final_dim: int  # per-codebook projection size for cosine logits
+    logit_temp: float  # cosine logits / logit_temp
+    relax_alpha: float  # PB-Relax alpha (used only when attn_relax)
+    feature_penalty: float  # weight of the L2 penalty on conv features
+    mask_prob: float  # fairseq span-mask probability
+    mask_length: int  # span length in frames
+    mask_min_masks: int  # minimum spans per sequence
+    codebooks: int  # codebooks predicted
+    codebook_size: int  # codes per codebook
+    norm: str = "pre"  # "pre": x + F(LN(x)); "post": LN(x + F(x))
+    deepnorm: bool = False  # post only: LN(alpha*x + F(x)), beta-scaled init
+    attn_relax: bool = False  # PB-Relax attention
+
+    @property
+    def stride(self) -> int:
+        return math.prod(s for _, _, s in self.conv_layers)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The `train:` section plus one arm's gradient clip and seed."""
+
+    device: str
+    precision: str
+    steps: int
+    batch_size: int
+    crop_seconds: float
+    lr: float
+    warmup_steps: int
+    end_lr: float
+    lr_power: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    log_interval: int
+    valid_crops: int
+    threads: int
+    clip: float = 0.0  # max total gradient norm; 0 disables clipping
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One arm of the ablation."""
+
+    name: str
+    label: str
+    norm: str
+    deepnorm: bool
+    attn_relax: bool
+    clip: float
+    seed: int
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _key_path(error) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "<top level>"
+
+
+def validate(cfg: Any, source: str = "config") -> dict:
+    """Check a configuration mapping; raise ConfigError (one line) on the first problem."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        err = errors[0]
+        where = _key_path(err)
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            key = f"{where}.{extra[0]}" if where != "<top level>" else extra[0]
+            raise ConfigError(f"{source}: unknown key '{key}'")
+        if err.validator == "required":
+            missing = [k for k in err.validator_value if k not in err.instance]
+            key = f"{where}.{missing[0]}" if where != "<top level>" else missing[0]
+            raise ConfigError(f"{source}: missing key '{key}'")
+        raise ConfigError(f"{source}: '{where}': {err.message}")
+
+    for name, run in cfg["runs"].items():
+        if run["deepnorm"] and run["norm"] != "post":
+            raise ConfigError(
+                f"{source}: 'runs.{name}.deepnorm' is true but 'runs.{name}.norm' is "
+                f"'{run['norm']}': DeepNorm is a Post-Norm scheme, set norm: post"
+            )
+    labels = [r["label"] for r in cfg["runs"].values()]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{source}: 'runs': two arms share a label; legend labels must be unique")
+    m = cfg["model"]
+    stride = math.prod(s for _, _, s in m["conv_layers"])
+    if stride != ENCODEC_HOP:
+        raise ConfigError(
+            f"{source}: 'model.conv_layers' strides multiply to {stride}; they must multiply to "
+            f"{ENCODEC_HOP} so that features align with EnCodec's 75 Hz frames"
+        )
+    if m["dim"] % m["heads"]:
+        raise ConfigError(f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.heads' ({m['heads']})")
+    if m["dim"] % m["pos_conv_groups"]:
+        raise ConfigError(
+            f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.pos_conv_groups' ({m['pos_conv_groups']})"
+        )
+    t = cfg["train"]
+    if t["warmup_steps"] >= t["steps"]:
+        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below 'train.steps' ({t['steps']})")
+    if int(t["crop_seconds"] * cfg["data"]["sample_rate"]) // ENCODEC_HOP < 2 * m["mask_length"]:
+        raise ConfigError(f"{source}: 'train.crop_seconds' is too short for 'model.mask_length' spans")
+    if cfg["tokenizer"]["mode"] == "calibrated" and cfg["tokenizer"]["calibration_frames"] < m["codebook_size"]:
+        raise ConfigError(
+            f"{source}: 'tokenizer.calibration_frames' must be at least 'model.codebook_size' ({m['codebook_size']})"
+        )
+    f = cfg["figure"]
+    if f["y_min"] is not None and f["y_max"] is not None and f["y_min"] >= f["y_max"]:
+        raise ConfigError(f"{source}: 'figure.y_min' must be below 'figure.y_max'")
+    return cfg
+
+
+def load(path: str | Path) -> dict:
+    """Read and validate a YAML configuration file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found")
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return validate(cfg, source=str(path))
+
+
+def run_config(cfg: dict, run: str) -> RunConfig:
+    if run not in cfg["runs"]:
+        raise ConfigError(f"config: no run '{run}' under 'runs' (have: {', '.join(cfg['runs'])})")
+    return RunConfig(name=run, **cfg["runs"][run])
+
+
+def model_config(cfg: dict, run: str | None = None) -> ModelConfig:
+    """The `model:` section with one arm's norm / deepnorm / attn_relax applied."""
+    m = dict(cfg["model"])
+    m["conv_layers"] = tuple(tuple(layer) for layer in m["conv_layers"])
+    if run is not None:
+        r = run_config(cfg, run)
+        m.update(norm=r.norm, deepnorm=r.deepnorm, attn_relax=r.attn_relax)
+    return ModelConfig(**m)
+
+
+def train_config(cfg: dict, run: str | None = None) -> TrainConfig:
+    t = dict(cfg["train"])
+    t["betas"] = tuple(t["betas"])
+    if run is not None:
+        r = run_config(cfg, run)
+        t.update(clip=r.clip, seed=r.seed)
+    return TrainConfig(**t)
+
+
+def to_dict(dc) -> dict:
+    """A dataclass as a plain, JSON-able dict (saved inside checkpoints and metadata)."""
+    return json.loads(json.dumps(asdict(dc)))
+
+
+def from_dict(cls, d: dict):
+    names = {f.name for f in fields(cls)}
+    d = {k: v for k, v in d.items() if k in names}
+    if "conv_layers" in d:
+        d["conv_layers"] = tuple(tuple(x) for x in d["conv_layers"])
+    if "betas" in d:
+        d["betas"] = tuple(d["betas"])
+    return cls(**d)

@@ -1,0 +1,129 @@
+"""Small shared helpers: atomic outputs, logging, progress reporting, torch threads."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+log = logging.getLogger("acoustic_mlm")
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | Path) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces `final` in one rename.
+
+    Nothing half-written ever sits at `final`: a crash leaves only a `.tmp-*` folder behind.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final) if final.is_dir() else final.unlink()
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | Path) -> Iterator[Path]:
+    """Yield a temporary sibling file name; on success it is renamed onto `final`."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", suffix=final.suffix, dir=final.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def set_threads(threads: int) -> None:
+    """Use exactly `threads` CPU threads in torch (Snakemake's `threads:` value)."""
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    with contextlib.suppress(RuntimeError):  # may only be set once per process
+        torch.set_num_interop_threads(max(1, int(threads)))
+
+
+class Progress:
+    """A tqdm bar on a terminal; plain periodic log lines otherwise (CI, Snakemake logs).
+
+    `update(n, **postfix)` advances by n; postfix values (e.g. loss) are shown in both modes.
+    """
+
+    def __init__(self, total: int, desc: str, unit: str = "it", every_s: float = 10.0, stream=None):
+        self.total, self.desc, self.unit, self.every_s = total, desc, unit, every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.n = 0
+        self.t0 = self._last = time.monotonic()
+        self.postfix: dict = {}
+        self.bar = None
+        if getattr(self.stream, "isatty", lambda: False)():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True)
+
+    def update(self, n: int = 1, **postfix) -> None:
+        self.n += n
+        self.postfix.update(postfix)
+        if self.bar is not None:
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(n)
+            return
+        now = time.monotonic()
+        if now - self._last >= self.every_s or self.n >= self.total:
+            self._last = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        elapsed = now - self.t0
+        rate = self.n / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.n) / rate if rate > 0 else float("nan")
+        extra = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.postfix.items())
+        pct = 100.0 * self.n / self.total if self.total else 100.0
+        print(
+            f"{self.desc}: {self.n}/{self.total} ({pct:.0f}%) {rate:.3g} {self.unit}/s "
+            f"elapsed {elapsed:.0f}s eta {eta:.0f}s {extra}".rstrip(),
+            file=self.stream,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
