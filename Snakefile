@@ -1,0 +1,25 @@
+# Reproduce MERT's "Acoustic MLM Loss on Codebook-0 vs Training Steps" figure.
+#   snakemake --cores all                                  offline CPU default (config/config.yaml)
+#   snakemake --cores all --configfile config/smoke.yaml   the 3-minute smoke preset
+#   snakemake --cores all --use-conda                      each job in workflow/envs/amlm.yaml
+# Every rule is a thin call of the package's CLI (`python -m acoustic_mlm <stage>`).
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/figure.smk"
+
+
+rule all:
+    input:
+        "results/loss_curves.csv",
+        expand("results/figures/acoustic_mlm_loss_codebook0.{ext}", ext=FIGURE_FORMATS),
+    default_target: True

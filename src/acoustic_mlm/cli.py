@@ -1,0 +1,130 @@
+"""`amlm`: one subcommand per pipeline stage. Snakemake rules and DVC stages call these.
+
+    amlm fetch      make or download the raw audio            -> data/raw/
+    amlm prepare    decode, mono, 24 kHz, split, manifest      -> data/prepared/
+    amlm tokenize   EnCodec codes (8 x 1024 at 75 Hz)          -> data/codes/
+    amlm train      one arm of the ablation                    -> results/runs/{run}/
+    amlm aggregate  every arm's metrics as one tidy CSV        -> results/loss_curves.csv
+    amlm figure     the loss-vs-steps chart (png, pdf, svg)    -> results/figures/
+    amlm validate   check a configuration file and exit
+
+Every subcommand reads and validates `--config` before doing any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import __version__
+from . import config as C
+from .utils import setup_logging
+
+DEFAULT_CONFIG = "config/config.yaml"
+
+
+def _stage_parser(sub, name: str, help_: str, description: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_, description=description)
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration YAML (default: {DEFAULT_CONFIG})")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: train.threads)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="amlm",
+        description="Reproduce MERT's acoustic-MLM stability figure: codebook-0 loss vs training steps.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n")[1],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")
+
+    p = _stage_parser(sub, "fetch", "make or download the raw audio",
+                      "Write the corpus chosen by data.source into --out (synthetic: procedurally generated music).")
+    p.add_argument("--out", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
+
+    p = _stage_parser(sub, "prepare", "decode, mix to mono, resample to 24 kHz, split",
+                      "Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to "
+                      "whole EnCodec frames, split train/valid deterministically; write audio.npy + manifest.csv.")
+    p.add_argument("--raw", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
+    p.add_argument("--out", type=Path, default=Path("data/prepared"), help="output folder (default: data/prepared)")
+
+    p = _stage_parser(sub, "tokenize", "EnCodec 24 kHz codes, frame-aligned with the audio",
+                      "Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of "
+                      "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ); write codes.npy + tokenizer.json.")
+    p.add_argument("--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)")
+    p.add_argument("--out", type=Path, default=Path("data/codes"), help="output folder (default: data/codes)")
+
+    p = _stage_parser(sub, "train", "train one arm of the ablation",
+                      "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
+                      "metrics.csv (losses in bits), summary.json and checkpoint.pt into --out.")
+    p.add_argument("--run", required=True, help="run name, a key of runs: in the config")
+    p.add_argument("--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)")
+    p.add_argument("--codes", type=Path, default=Path("data/codes"), help="codes folder (default: data/codes)")
+    p.add_argument("--out", type=Path, default=None, help="run folder (default: results/runs/<RUN>)")
+
+    p = _stage_parser(sub, "aggregate", "collect every arm's metrics into one tidy CSV",
+                      "Read results/runs/<run>/metrics.csv for every run in the config; write the tidy loss curves "
+                      "(run, label, seed, step, split, codebook, loss_bits).")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV")
+
+    p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
+                      "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
+    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
+
+    _stage_parser(sub, "validate", "check a configuration file", "Validate --config against the schema and rules; exit 0 if valid.")
+    return parser
+
+
+def dispatch(args: argparse.Namespace) -> None:
+    cfg = C.load(args.config)
+    threads = args.threads if args.threads is not None else cfg["train"]["threads"]
+    if args.command == "validate":
+        print(f"{args.config}: valid ({len(cfg['runs'])} runs: {', '.join(cfg['runs'])})")
+    elif args.command == "fetch":
+        from . import fetch
+
+        fetch.run(cfg, args.out)
+    elif args.command == "prepare":
+        from . import prepare
+
+        prepare.run(cfg, args.raw, args.out)
+    elif args.command == "tokenize":
+        from . import tokenizer
+
+        tokenizer.run(cfg, args.prepared, args.out, threads=threads)
+    elif args.command == "train":
+        from . import train
+
+        C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
+        out = args.out if args.out is not None else Path("results/runs") / args.run
+        train.run(cfg, args.run, args.prepared, args.codes, out, threads=threads)
+    elif args.command == "aggregate":
+        from . import aggregate
+
+        aggregate.run(cfg, args.runs_dir, args.out)
+    elif args.command == "figure":
+        from . import figure
+
+        figure.run(cfg, args.curves, args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(getattr(args, "verbose", False))
+    try:
+        dispatch(args)
+    except (C.ConfigError, ValueError, FileNotFoundError) as exc:
+        # Expected problems with inputs: one line, no traceback.
+        print(f"amlm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

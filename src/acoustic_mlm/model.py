@@ -1,0 +1,329 @@
+"""The acoustic-MLM backbone: waveform -> conv features -> transformer states.
+
+Reads top to bottom: formulas (receptive field, DeepNorm coefficients, PB-Relax attention),
+the conv front end, the positional convolution, attention, feed-forward, the block, the
+encoder stack and finally `AcousticEncoder`, the whole backbone. The masked-prediction
+objective (masks, cosine logits, loss in bits) lives apart, in `objective.py`.
+
+Architecture after MERT (Li et al. 2023, arXiv 2306.00107), itself HuBERT / wav2vec 2.0 in
+fairseq. Axes: B batch, L waveform samples, C conv channels, T frames, D width, H heads,
+hd head width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+
+# ---------------------------------------------------------------------------------------------
+# Pure functions: one per formula
+
+
+def receptive_field(conv_layers) -> int:
+    """Samples seen by one output frame of a stack of (channels, kernel, stride) convolutions.
+
+    r = 1 + sum_i (k_i - 1) * prod_{j<i} s_j. MERT's stack: 400 samples.
+    """
+    field, jump = 1, 1
+    for _, kernel, stride in conv_layers:
+        field += (kernel - 1) * jump
+        jump *= stride
+    return field
+
+
+def total_stride(conv_layers) -> int:
+    """Samples between consecutive output frames (the product of strides; 320 in every config)."""
+    return math.prod(stride for _, _, stride in conv_layers)
+
+
+def deepnorm_coefficients(n_layers: int) -> tuple[float, float]:
+    """DeepNorm's (alpha, beta) for an encoder-only stack of N layers.
+
+    Wang et al. 2022, "DeepNet", arXiv 2203.00555, Table 1 (encoder-only):
+    alpha = (2N)^(1/4) scales the residual, beta = (8N)^(-1/4) scales the init of the FFN and
+    attention value / output projections. N=12: (2.213, 0.3195); N=24: (2.632, 0.2686).
+    """
+    if n_layers < 1:
+        raise ValueError(f"deepnorm_coefficients needs n_layers >= 1, got {n_layers}")
+    return (2.0 * n_layers) ** 0.25, (8.0 * n_layers) ** -0.25
+
+
+def relaxed_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: float, dropout_p: float = 0.0, training: bool = False
+) -> torch.Tensor:
+    """Softmax attention with CogView's PB-Relax; q, k, v (B, H, T, hd) -> (B, H, T, hd).
+
+    Ding et al. 2021, "CogView", arXiv 2105.13290, Sec. 2.4:
+        softmax(Q K^T / sqrt(d)) = softmax((Q K^T / (alpha sqrt(d)) - rowmax) * alpha)
+    Equal in exact arithmetic (softmax is shift invariant). In float16 the left side overflows
+    once |Q K^T| > 65504; the right side divides Q by alpha*sqrt(d) before the matmul, so the
+    product stays alpha times smaller, and the softmax runs in float32 (float64 stays float64).
+    """
+    scale = 1.0 / (alpha * math.sqrt(q.size(-1)))
+    scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, T, T), alpha times below the usual logits
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # float16 -> float32: (x - max) * alpha may leave its range
+    scores = (scores - scores.amax(dim=-1, keepdim=True).detach()) * alpha  # (B, H, T, T), <= 0
+    probs = scores.softmax(dim=-1).to(v.dtype)  # (B, H, T, T)
+    probs = F.dropout(probs, p=dropout_p, training=training)
+    return probs @ v  # (B, H, T, hd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Front end: waveform -> frames
+
+
+class ConvFeatureExtractor(nn.Module):
+    """wav2vec 2.0 / HuBERT "default" conv feature extractor, (B, L) -> (B, C, T).
+
+    Conv1d without bias per (channels, kernel, stride); GroupNorm (one group per channel)
+    after the first conv only; GELU after each. Unlike fairseq, the waveform is padded
+    centrally by (receptive field - stride) samples, so T == L // stride exactly whenever L is
+    a multiple of the stride: every EnCodec frame gets one feature frame.
+    """
+
+    def __init__(self, conv_layers):
+        super().__init__()
+        self.conv_layers = tuple(tuple(layer) for layer in conv_layers)
+        self.stride = total_stride(self.conv_layers)
+        pad = receptive_field(self.conv_layers) - self.stride
+        if pad < 0:
+            raise ValueError("conv_layers: receptive field is smaller than the total stride")
+        self.pad = (pad // 2, pad - pad // 2)  # (left, right); MERT's stack: (40, 40)
+        blocks = []
+        in_ch = 1
+        for i, (channels, kernel, stride) in enumerate(self.conv_layers):
+            conv = nn.Conv1d(in_ch, channels, kernel, stride=stride, bias=False)
+            nn.init.kaiming_normal_(conv.weight)  # fairseq's init
+            norm = [nn.GroupNorm(channels, channels, affine=True)] if i == 0 else []
+            blocks.append(nn.Sequential(conv, *norm, nn.GELU()))
+            in_ch = channels
+        self.blocks = nn.ModuleList(blocks)
+        self.out_channels = in_ch
+
+    def forward(self, wav: torch.Tensor) -> torch.Tensor:
+        x = F.pad(wav.unsqueeze(1), self.pad)  # (B, 1, L + receptive_field - stride)
+        for block in self.blocks:
+            x = block(x)  # (B, C_i, T_i)
+        return x  # (B, C, T)
+
+
+class ConvPositionalEmbedding(nn.Module):
+    """wav2vec 2.0's relative positional embedding: a wide grouped conv over time, (B, T, D) -> (B, T, D).
+
+    Weight-normalised over the kernel axis (dim=2), init normal std sqrt(4 / (kernel * D)),
+    bias 0; an even kernel produces one frame too many, which is dropped (fairseq's SamePad).
+    Returns the embedding only; the caller adds it to its input.
+    """
+
+    def __init__(self, dim: int, kernel: int, groups: int):
+        super().__init__()
+        conv = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=groups)
+        nn.init.normal_(conv.weight, mean=0.0, std=math.sqrt(4.0 / (kernel * dim)))
+        nn.init.constant_(conv.bias, 0.0)
+        self.conv = nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+        self.remove = 1 if kernel % 2 == 0 else 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x.transpose(1, 2))  # (B, D, T + 1 - remove)
+        if self.remove:
+            y = y[:, :, : -self.remove]  # (B, D, T)
+        return F.gelu(y).transpose(1, 2)  # (B, T, D)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformer
+
+
+class MultiheadSelfAttention(nn.Module):
+    """Self-attention with separate q/k/v/out projections (DeepNorm scales v and out only).
+
+    relax_alpha None: PyTorch's fused scaled_dot_product_attention; a float: PB-Relax.
+    No padding mask: every crop in a batch has the same length.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, relax_alpha: float | None = None):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
+        self.heads = heads
+        self.dropout = dropout  # on attention probabilities
+        self.relax_alpha = relax_alpha
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+
+        def split(t):  # (B, T, D) -> (B, H, T, hd)
+            return t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))  # (B, H, T, hd)
+        p = self.dropout if self.training else 0.0
+        if self.relax_alpha is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, T, hd)
+        else:
+            y = relaxed_attention(q, k, v, self.relax_alpha, dropout_p=p, training=self.training)  # (B, H, T, hd)
+        y = y.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+        return self.out_proj(y)
+
+
+class FeedForward(nn.Module):
+    """fc1 -> GELU -> dropout -> fc2, (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, dim: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(F.gelu(self.fc1(x))))
+
+
+class EncoderBlock(nn.Module):
+    """One transformer layer, (B, T, D) -> (B, T, D).
+
+    norm "pre":  x = x + F(LN(x))                 (final LN after the stack, in the encoder)
+    norm "post": x = LN(alpha * x + F(x))         alpha = 1: Post-Norm (Vaswani et al. 2017)
+                                                  alpha = (2N)^(1/4): DeepNorm (arXiv 2203.00555)
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        ffn_dim: int,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        norm: str = "pre",
+        deepnorm_alpha: float = 1.0,
+        relax_alpha: float | None = None,
+    ):
+        super().__init__()
+        if norm not in ("pre", "post"):
+            raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+        if norm == "pre" and deepnorm_alpha != 1.0:
+            raise ValueError("deepnorm requires norm='post': a residual scale alpha != 1 is a Post-Norm scheme")
+        self.norm = norm
+        self.alpha = deepnorm_alpha
+        self.attn = MultiheadSelfAttention(dim, heads, attention_dropout, relax_alpha)
+        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        self.ln1 = nn.LayerNorm(dim, eps=1e-5)
+        self.ln2 = nn.LayerNorm(dim, eps=1e-5)
+        self.dropout = nn.Dropout(dropout)  # on each residual branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.norm == "pre":
+            x = x + self.dropout(self.attn(self.ln1(x)))
+            x = x + self.dropout(self.ffn(self.ln2(x)))
+        else:
+            x = self.ln1(self.alpha * x + self.dropout(self.attn(x)))
+            x = self.ln2(self.alpha * x + self.dropout(self.ffn(x)))
+        return x
+
+
+def init_bert_params(module: nn.Module) -> None:
+    """fairseq's init_bert_params: Linear weights N(0, 0.02), biases 0; LayerNorm 1 / 0."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+DEEPNORM_SCALED = ("ffn.fc1.weight", "ffn.fc2.weight", "attn.v_proj.weight", "attn.out_proj.weight")
+
+
+def deepnorm_scaled_parameters(model: nn.Module) -> list[str]:
+    """Names (as in model.named_parameters()) of the weights DeepNorm's init multiplies by beta.
+
+    Exactly fc1, fc2, v_proj and out_proj of every EncoderBlock; Q, K, biases and norms untouched.
+    """
+    names = []
+    for prefix, module in model.named_modules():
+        if isinstance(module, EncoderBlock):
+            names += [f"{prefix}.{suffix}" if prefix else suffix for suffix in DEEPNORM_SCALED]
+    return names
+
+
+class TransformerEncoder(nn.Module):
+    """Positional conv + N blocks, (B, T, D) -> (B, T, D); wav2vec 2.0's TransformerEncoder.
+
+    Post-Norm (and DeepNorm) normalise right after adding positions (fairseq
+    layer_norm_first=False); Pre-Norm normalises after the last block instead.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.deepnorm and cfg.norm != "post":
+            raise ValueError(f"deepnorm requires norm='post', got norm={cfg.norm!r}")
+        if cfg.norm not in ("pre", "post"):
+            raise ValueError(f"norm must be 'pre' or 'post', got {cfg.norm!r}")
+        self.norm = cfg.norm
+        alpha, beta = deepnorm_coefficients(cfg.layers) if cfg.deepnorm else (1.0, 1.0)
+        relax = cfg.relax_alpha if cfg.attn_relax else None
+        self.pos_conv = ConvPositionalEmbedding(cfg.dim, cfg.pos_conv_kernel, cfg.pos_conv_groups)
+        self.layer_norm = nn.LayerNorm(cfg.dim, eps=1e-5)  # after positions (post) or after the stack (pre)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.norm, alpha, relax)
+            for _ in range(cfg.layers)
+        )
+        self.apply(init_bert_params)  # Linear and LayerNorm only; the positional conv keeps its init
+        if cfg.deepnorm:
+            with torch.no_grad():
+                for name in deepnorm_scaled_parameters(self):
+                    self.get_parameter(name).mul_(beta)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.pos_conv(x)  # (B, T, D)
+        if self.norm == "post":
+            x = self.layer_norm(x)
+        x = self.dropout(x)
+        for block in self.blocks:
+            x = block(x)  # (B, T, D)
+        if self.norm == "pre":
+            x = self.layer_norm(x)
+        return x
+
+
+# ---------------------------------------------------------------------------------------------
+# The backbone
+
+
+class AcousticEncoder(nn.Module):
+    """MERT / HuBERT backbone: (B, L) waveform and (B, T) mask -> (B, T, D) states and feature penalty.
+
+    conv features -> L2 penalty -> LayerNorm -> Linear(C, D) -> masked frames replaced by a
+    learned embedding -> TransformerEncoder.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.feature_extractor = ConvFeatureExtractor(cfg.conv_layers)
+        channels = self.feature_extractor.out_channels
+        self.layer_norm = nn.LayerNorm(channels, eps=1e-5)
+        self.post_extract_proj = nn.Linear(channels, cfg.dim)  # PyTorch default init, as fairseq
+        self.mask_emb = nn.Parameter(torch.empty(cfg.dim).uniform_())  # U(0, 1), as fairseq
+        self.transformer = TransformerEncoder(cfg)
+
+    def forward(self, wav: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.feature_extractor(wav)  # (B, C, T)
+        # fairseq HuBERT takes the penalty before the LayerNorm (after it, it would only see LN's gain)
+        feature_penalty = features.float().pow(2).mean()  # scalar
+        x = self.layer_norm(features.transpose(1, 2))  # (B, T, C)
+        x = self.post_extract_proj(x)  # (B, T, D)
+        if mask is not None:
+            if mask.shape != x.shape[:2]:
+                raise ValueError(f"mask shape {tuple(mask.shape)} != (B, T) {tuple(x.shape[:2])}")
+            x = torch.where(mask.unsqueeze(-1), self.mask_emb.to(x.dtype), x)  # (B, T, D)
+        return self.transformer(x), feature_penalty

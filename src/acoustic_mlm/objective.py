@@ -1,0 +1,143 @@
+"""The acoustic masked-language-model objective (MERT / HuBERT), apart from the backbone.
+
+Span masks over frames, per-codebook cosine logits against learned codeword embeddings, and
+cross-entropy on masked frames only, reported in bits as fairseq logs it.
+
+Tensor axes, used throughout:
+    B batch, L waveform samples (L = 320 T), T frames (75 Hz), K codebooks, V codebook size,
+    D transformer width, F final (projection) width, N masked frames in the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .model import AcousticEncoder
+
+LN2 = math.log(2)  # nats per bit
+
+
+def nats_to_bits(x):
+    """Cross-entropy in nats -> bits (fairseq logs loss_m_k / ln 2)."""
+    return x / LN2
+
+
+def compute_mask_indices(
+    shape: tuple[int, int],
+    mask_prob: float,
+    mask_length: int,
+    min_masks: int,
+    rng: np.random.Generator,
+    require_same_masks: bool = True,
+) -> np.ndarray:
+    """Random span masks, a (B, T) bool array; True = masked frame.
+
+    A port of fairseq's `compute_mask_indices` (fairseq/data/data_utils.py, as HuBERT and
+    MERT call it) restricted to mask_type "static", no_overlap=False, no padding mask,
+    mask_dropout=0. Per row: num_mask = int(mask_prob * T / mask_length + U[0, 1)) span starts
+    (at least min_masks), drawn without replacement from range(T - mask_length) (or
+    range(num_mask + 1) when that is too short), each expanded to mask_length frames, clipped
+    at T, overlaps merged. With require_same_masks every row is then subsampled to the
+    smallest row's count, so each row masks the same number of frames.
+
+    Changed from fairseq: randomness comes from the `rng` argument (fairseq uses the global
+    np.random state or a per-row seeded generator), num_mask is drawn per row (fairseq's
+    num_mask_ver=2 default); a row with zero spans yields no mask instead of an error.
+    Because spans overlap, the masked fraction is below mask_prob: about
+    1 - (1 - mask_prob / mask_length) ** mask_length (0.58 for 0.8 / 5).
+    """
+    bsz, T = shape
+    rows = []
+    for _ in range(bsz):
+        num_mask = max(min_masks, int(mask_prob * T / float(mask_length) + rng.random()))
+        min_len = mask_length
+        if T - min_len <= num_mask:
+            min_len = T - num_mask - 1  # too many spans for the length: allow starts up to num_mask
+        starts = rng.choice(T - min_len, num_mask, replace=False)  # (num_mask,)
+        idx = (starts[:, None] + np.arange(mask_length)[None, :]).reshape(-1)  # (num_mask * mask_length,)
+        rows.append(np.unique(idx[idx < T]))
+    mask = np.zeros((bsz, T), dtype=bool)
+    target = min(len(r) for r in rows) if rows else 0
+    for i, idx in enumerate(rows):
+        if require_same_masks and len(idx) > target:
+            idx = rng.choice(idx, target, replace=False)
+        mask[i, idx] = True
+    return mask
+
+
+def cosine_logits(x: torch.Tensor, codewords: torch.Tensor, temp: float) -> torch.Tensor:
+    """cos(x_n, e_v) / temp, (N, F) x (V, F) -> (N, V), in float32 (as HuBERT's compute_nce).
+
+    A zero vector has cosine 0 with everything (its logits are all equal).
+    """
+    x = F.normalize(x.float(), dim=-1)  # (N, F)
+    e = F.normalize(codewords.float(), dim=-1)  # (V, F)
+    return x @ e.t() / temp  # (N, V)
+
+
+class CodebookHeads(nn.Module):
+    """One projection per codebook and its learned codeword embeddings (HuBERT's final_proj and
+    label_embs_concat): (N, D) states -> (N, K, V) cosine logits."""
+
+    def __init__(self, dim: int, final_dim: int, codebooks: int, codebook_size: int):
+        super().__init__()
+        self.codebooks = codebooks
+        self.proj = nn.Linear(dim, final_dim * codebooks)  # PyTorch default init, as fairseq
+        self.codewords = nn.Parameter(torch.empty(codebooks, codebook_size, final_dim).uniform_())  # (K, V, F)
+
+    def forward(self, h: torch.Tensor, temp: float) -> torch.Tensor:
+        z = self.proj(h).chunk(self.codebooks, dim=-1)  # K x (N, F)
+        logits = [cosine_logits(z[k], self.codewords[k], temp) for k in range(self.codebooks)]  # K x (N, V)
+        return torch.stack(logits, dim=1)  # (N, K, V)
+
+
+class MLMOutput(NamedTuple):
+    loss: torch.Tensor  # scalar to backprop: sum_k CE_k (nats) + feature_penalty_weight * penalty
+    bits: torch.Tensor  # (K,) detached: per-codebook mean masked cross-entropy in bits
+    feature_penalty: torch.Tensor  # detached scalar, unweighted
+    n_masked: int  # masked frames in the batch (N)
+
+
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-codebook mean cross-entropy in nats: logits (N, K, V), targets (N, K) -> (K,)."""
+    ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (N, K)
+    return ce.mean(dim=0)  # (K,)
+
+
+class AcousticMLM(nn.Module):
+    """MERT's acoustic MLM: backbone + per-codebook heads; forward returns the loss as MLMOutput.
+
+    forward(wav (B, L), codes (B, K, T) long, mask (B, T) bool). Logits are computed only at
+    masked frames; unmasked frames do not enter the loss.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = AcousticEncoder(cfg)
+        self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size)
+
+    def forward(self, wav: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor) -> MLMOutput:
+        B, K, T = codes.shape
+        if K != self.cfg.codebooks:
+            raise ValueError(f"codes have {K} codebooks, the model predicts {self.cfg.codebooks}")
+        stride = self.encoder.feature_extractor.stride
+        if wav.shape[-1] != stride * T:
+            raise ValueError(f"codes have T={T} frames but the waveform has {wav.shape[-1]} samples, not {stride} T")
+        h, penalty = self.encoder(wav, mask)  # (B, T, D), scalar
+        n_masked = int(mask.sum())
+        if n_masked == 0:
+            raise ValueError("mask selects no frames: the loss is undefined")
+        hm = h[mask]  # (N, D)
+        targets = codes.transpose(1, 2)[mask]  # (N, K)
+        logits = self.heads(hm, self.cfg.logit_temp)  # (N, K, V)
+        ce = masked_cross_entropy(logits, targets)  # (K,) nats
+        loss = ce.sum() + self.cfg.feature_penalty * penalty
+        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), n_masked)

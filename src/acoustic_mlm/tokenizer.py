@@ -1,0 +1,524 @@
+"""Tokenize stage: EnCodec 24 kHz codes (8 RVQ levels x 1024 codes at 75 Hz) for every clip.
+
+Two modes, one per `tokenizer.mode`:
+
+- `pretrained`: the official EnCodec weights (`encodec_24khz-d7cc33bc.th`, Defossez et al. 2022,
+  arXiv 2210.13438), as MERT used them. They cannot be downloaded on offline machines.
+- `calibrated` (offline default): an untrained EnCodec built under a fixed seed, whose residual
+  vector quantizer is fitted here by k-means, level by level on the residuals, on encoder
+  embeddings of the train split. Why not EnCodec as it comes: an untrained model's codebooks are
+  all zero until a training-mode forward runs its k-means init, so it emits **all-zero codes**;
+  and that k-means builds an (n, 1024, 128) tensor per iteration, far too slow on CPU.
+  After calibration the codes still come out of EnCodec's own `model.encode`.
+
+Files (written atomically into the stage's output folder):
+
+- `codes.npy`: int16, shape (K, total_frames) with total_frames = len(audio.npy) // 320.
+  Column t holds the codes of samples [320 t, 320 (t + 1)) of audio.npy, so clip i's codes are
+  columns offset_i // 320 ... + num_frames_i. Columns that belong to no clip hold -1.
+- `tokenizer.json`: mode, bandwidth, codebooks, frame rate, seed, calibration settings, codes
+  used and unigram entropy per level on the whole corpus, timings.
+- `tokenizer.pt` (calibrated mode only): the calibrated model's state_dict (torch.load with
+  weights_only=True; `load_calibrated` rebuilds the exact tokenizer from it).
+
+Tensor axes: K codebooks (RVQ levels), T frames, D = 128 embedding channels, N points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import re
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, log, set_threads, write_json
+
+SAMPLE_RATE = 24_000  # EnCodec 24 kHz
+FRAME_RATE = SAMPLE_RATE // ENCODEC_HOP  # 75 Hz
+OFFICIAL_URL = "https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th"
+OFFICIAL_SHA256_PREFIX = "d7cc33bc"  # EnCodec names its checkpoints <name>-<sha256 prefix>.th
+MANIFEST_COLUMNS = ("clip_id", "split", "offset", "num_samples", "num_frames")
+
+
+class TokenizerError(ValueError):
+    """An input or checkpoint problem; the message is one line naming the file."""
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def _bare_encodec():
+    from encodec import EncodecModel
+
+    with warnings.catch_warnings():  # encodec uses the deprecated torch.nn.utils.weight_norm
+        warnings.simplefilter("ignore", FutureWarning)
+        return EncodecModel.encodec_model_24khz(pretrained=False)
+
+
+def build_encodec(bandwidth: float = 6.0, seed: int = 0):
+    """An untrained EnCodec 24 kHz model, identical for a seed, in eval mode at `bandwidth` kbps.
+
+    Its codebooks are still zero (all-zero codes) until `calibrate` fits them.
+    """
+    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG untouched
+        torch.manual_seed(seed)
+        model = _bare_encodec()
+    model.set_target_bandwidth(float(bandwidth))
+    return model.eval()
+
+
+def n_codebooks(model) -> int:
+    """RVQ levels in use at the model's bandwidth (6 kbps: 8)."""
+    return model.quantizer.get_num_quantizers_for_bandwidth(model.frame_rate, model.bandwidth)
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _name_prefix(name: str) -> str | None:
+    """The sha256 prefix an EnCodec-style file name carries (`encodec_24khz-d7cc33bc.th`), if any."""
+    m = re.fullmatch(r".+-([0-9a-f]{8,64})", Path(name).stem)
+    return m.group(1) if m else None
+
+
+def _verify(path: Path, prefix: str) -> str:
+    digest = sha256_file(path)
+    if not digest.startswith(prefix.lower()):
+        raise TokenizerError(f"{path}: sha256 mismatch: expected a digest starting with {prefix}, got {digest}")
+    return digest
+
+
+def _download(url: str, dest: Path, prefix: str) -> None:
+    """Fetch `url` to a temporary name beside `dest`, check its sha256 prefix, then rename."""
+    log.info("downloading %s -> %s", url, dest)
+    try:
+        with atomic_path(dest) as tmp:
+            with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as f:
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    f.write(block)
+            digest = sha256_file(tmp)
+            if not digest.startswith(prefix):
+                raise TokenizerError(f"{url}: sha256 mismatch: expected a digest starting with {prefix}, got {digest}")
+    except OSError as exc:  # URLError, HTTPError, timeouts
+        raise TokenizerError(
+            f"{url}: download failed ({exc}); set tokenizer.checkpoint to a local copy of {dest.name}"
+        ) from None
+
+
+def _load_state(model, path: Path):
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    except Exception as exc:  # unpickling and key/shape errors are multi-line: keep one
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenizerError(f"{path}: not an EnCodec 24 kHz state_dict ({first})") from None
+    return model
+
+
+def load_pretrained(
+    checkpoint: str | Path | None = None,
+    bandwidth: float = 6.0,
+    *,
+    expected_prefix: str = OFFICIAL_SHA256_PREFIX,
+    url: str = OFFICIAL_URL,
+):
+    """EnCodec 24 kHz with the official weights, in eval mode at `bandwidth` kbps.
+
+    checkpoint: a local `encodec_24khz-d7cc33bc.th`; None downloads `url` into
+    torch.hub.get_dir()/checkpoints (once). The file's sha256 must start with the prefix its name
+    carries (`<name>-<prefix>.th`), or `expected_prefix` when the name carries none.
+    """
+    if checkpoint is None:
+        path = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+        prefix = _name_prefix(path.name) or expected_prefix
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _download(url, path, prefix)
+    else:
+        path = Path(checkpoint).expanduser()
+        if not path.is_file():
+            raise TokenizerError(f"{path}: EnCodec checkpoint not found (tokenizer.checkpoint)")
+        prefix = _name_prefix(path.name) or expected_prefix
+    _verify(path, prefix)
+    model = _load_state(_bare_encodec(), path)
+    model.set_target_bandwidth(float(bandwidth))
+    return model.eval()
+
+
+def load_calibrated(path: str | Path, bandwidth: float = 6.0):
+    """The exact calibrated tokenizer from a `tokenizer.pt` written by `run`."""
+    path = Path(path)
+    if not path.is_file():
+        raise TokenizerError(f"{path}: calibrated tokenizer not found")
+    model = _load_state(_bare_encodec(), path)
+    model.set_target_bandwidth(float(bandwidth))
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------- k-means
+
+
+def _sq_dists(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor) -> torch.Tensor:
+    # (n, k) squared distances, expanded as in EnCodec's EuclideanCodebook.quantize, so that
+    # k-means assigns points exactly as model.encode will
+    return x.pow(2).sum(1, keepdim=True) - 2 * x @ c.t() + c_sq
+
+
+def _assign(x: torch.Tensor, c: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centroid of every point and its squared distance, in chunks of `chunk` points."""
+    c_sq = c.pow(2).sum(1)[None]  # (1, k)
+    idx = torch.empty(len(x), dtype=torch.long)
+    d2 = torch.empty(len(x), dtype=x.dtype)
+    for s in range(0, len(x), chunk):
+        d = _sq_dists(x[s : s + chunk], c, c_sq)  # (chunk, k)
+        d2[s : s + chunk], idx[s : s + chunk] = d.min(dim=1)
+    return idx, d2.clamp_min_(0)
+
+
+def _init_plusplus(x: torch.Tensor, k: int, generator: torch.Generator, rounds: int, chunk: int) -> torch.Tensor:
+    """k-means++-lite: D^2 sampling (Arthur & Vassilvitskii 2007) in `rounds` batches, not k steps."""
+    n = len(x)
+    chosen = torch.zeros(n, dtype=torch.bool)
+    first = torch.randint(n, (1,), generator=generator)
+    chosen[first] = True
+    centroids = [x[first]]
+    d2 = (x - x[first]).pow(2).sum(1)
+    per_round = max(1, math.ceil((k - 1) / max(1, rounds)))
+    while sum(len(c) for c in centroids) < k:
+        b = min(per_round, k - sum(len(c) for c in centroids))
+        w = d2.clone()
+        w[chosen] = 0
+        if int((w > 0).sum()) < b:  # (near-)duplicate data: fall back to uniform over the rest
+            w = (~chosen).to(x.dtype)
+        pick = torch.multinomial(w, b, replacement=False, generator=generator)
+        chosen[pick] = True
+        centroids.append(x[pick])
+        new = x[pick]
+        for s in range(0, n, chunk):
+            dn = _sq_dists(x[s : s + chunk], new, new.pow(2).sum(1)[None]).min(dim=1).values
+            d2[s : s + chunk] = torch.minimum(d2[s : s + chunk], dn.clamp_min(0))
+    return torch.cat(centroids)
+
+
+def kmeans(
+    x: torch.Tensor,
+    k: int,
+    iters: int,
+    generator: torch.Generator,
+    *,
+    init: str = "plusplus",
+    chunk: int = 8192,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lloyd's k-means; returns centroids (k, D) and the number of points nearest each (k,).
+
+    init: "plusplus" (k-means++-lite, 32 batched rounds) or "random" (k distinct points).
+    A cluster left empty is re-seeded with the points farthest from their centroid, so with
+    N >= k distinct points no code is wasted. Deterministic for the generator's state.
+    """
+    x = torch.as_tensor(x, dtype=torch.float32)
+    n = len(x)
+    if x.dim() != 2 or n < k:
+        raise ValueError(f"kmeans needs an (N, D) array with N >= k={k}; got shape {tuple(x.shape)}")
+    if init == "plusplus":
+        c = _init_plusplus(x, k, generator, rounds=32, chunk=chunk)
+    elif init == "random":
+        c = x[torch.randperm(n, generator=generator)[:k]].clone()
+    else:
+        raise ValueError(f"kmeans: unknown init '{init}' (plusplus | random)")
+    prev = None
+    for _ in range(iters):
+        idx, d2 = _assign(x, c, chunk)
+        if prev is not None and torch.equal(idx, prev):
+            break  # converged: the update would reproduce c
+        prev = idx
+        counts = torch.bincount(idx, minlength=k)
+        sums = torch.zeros_like(c).index_add_(0, idx, x)
+        empty = counts == 0
+        c = torch.where(empty[:, None], c, sums / counts.clamp_min(1)[:, None].to(x.dtype))
+        if empty.any():  # re-seed from the worst-served points
+            far = torch.topk(d2, int(empty.sum())).indices
+            c[empty] = x[far]
+    idx, _ = _assign(x, c, chunk)
+    return c, torch.bincount(idx, minlength=k)
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+@torch.no_grad()
+def _embed_crops(model, chunks, windows, batch_size: int) -> torch.Tensor:
+    """Encoder embeddings (N, D) of the frames in `windows` = (chunk, start, ctx, keep) in frames."""
+    out = []
+    by_len: dict[int, list] = {}
+    for w in windows:
+        by_len.setdefault(w[2] + w[3], []).append(w)
+    total = sum(w[3] for w in windows)
+    with Progress(total, "calibrate: encoder", unit="frame") as bar:
+        for length in sorted(by_len):
+            group = by_len[length]
+            for s in range(0, len(group), batch_size):
+                batch = group[s : s + batch_size]
+                wav = np.stack(
+                    [np.asarray(chunks[ci][(st - ctx) * ENCODEC_HOP : (st + keep) * ENCODEC_HOP]) for ci, st, ctx, keep in batch]
+                )
+                emb = model.encoder(torch.from_numpy(wav.astype(np.float32, copy=False))[:, None])  # (B, D, T)
+                for b, (_, _, ctx, keep) in enumerate(batch):
+                    out.append(emb[b, :, ctx : ctx + keep].t())  # (keep, D)
+                bar.update(sum(w[3] for w in batch))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def calibrate(
+    model,
+    audio_chunks: Sequence[np.ndarray],
+    frames: int,
+    iters: int,
+    seed: int,
+    *,
+    crop_frames: int = 150,
+    context_frames: int = 16,
+    batch_size: int = 4,
+) -> dict:
+    """Fit the RVQ codebooks in use to the encoder's embeddings of `audio_chunks`, in place.
+
+    audio_chunks: 1-D float arrays at 24 kHz (the train clips). They are cut into crops of
+    `crop_frames` frames; a random subset covering `frames` frames is encoded (each crop with up
+    to `context_frames` frames of left context whose outputs are dropped, so crop starts are
+    not all zero-padded starts), and exactly `frames` embeddings are subsampled. Then, level by
+    level: k-means on the current residual, centroids loaded into the level's codebook, residual
+    minus its quantisation through the codebook's own encode/decode. Returns statistics.
+    """
+    t0 = time.perf_counter()
+    g = torch.Generator().manual_seed(seed)
+    windows = []  # (chunk index, start frame, context frames, frames kept)
+    for ci, chunk in enumerate(audio_chunks):
+        nf = len(chunk) // ENCODEC_HOP
+        for st in range(0, nf, crop_frames):
+            windows.append((ci, st, min(st, context_frames), min(crop_frames, nf - st)))
+    available = sum(w[3] for w in windows)
+    bins = model.quantizer.bins
+    if available < bins:
+        raise TokenizerError(f"calibration needs at least {bins} train frames; the train split has {available}")
+    if available < frames:
+        log.warning("calibration: %d frames requested, the train split has %d; using all", frames, available)
+    picked, have = [], 0
+    for i in torch.randperm(len(windows), generator=g).tolist():
+        if have >= frames:
+            break
+        picked.append(windows[i])
+        have += windows[i][3]
+    t_enc = time.perf_counter()
+    emb = _embed_crops(model, audio_chunks, picked, batch_size)  # (N, D)
+    t_enc = time.perf_counter() - t_enc
+    if len(emb) > frames:
+        emb = emb[torch.randperm(len(emb), generator=g)[:frames]]
+    emb = emb.contiguous()
+
+    n_q = n_codebooks(model)
+    residual = emb.clone()
+    energy0 = float(emb.pow(2).sum())
+    distinct, residual_energy = [], []
+    t_km = time.perf_counter()
+    for level, layer in enumerate(model.quantizer.vq.layers[:n_q]):
+        centroids, counts = kmeans(residual, bins, iters, g)
+        cb = layer._codebook
+        cb.embed.copy_(centroids)
+        cb.embed_avg.copy_(centroids)  # as EnCodec's own init_embed_ does
+        cb.cluster_size.copy_(counts.to(cb.cluster_size.dtype))
+        cb.inited.fill_(1.0)
+        codes = layer.encode(residual.t()[None])  # (1, N), EnCodec's own nearest-code rule
+        residual = residual - layer.decode(codes)[0].t()
+        distinct.append(int(codes.unique().numel()))
+        residual_energy.append(float(residual.pow(2).sum()) / max(energy0, 1e-30))
+        log.info(
+            "calibrate: level %d: %d/%d codes used, residual energy %.3f", level, distinct[-1], bins, residual_energy[-1]
+        )
+    t_km = time.perf_counter() - t_km
+    return {
+        "calibration_frames": int(len(emb)),
+        "calibration_crops": len(picked),
+        "calibration_encoder_seconds": round(t_enc, 3),
+        "calibration_kmeans_seconds": round(t_km, 3),
+        "calibration_seconds": round(time.perf_counter() - t0, 3),
+        "calibration_distinct_codes": distinct,
+        "calibration_residual_energy": [round(e, 5) for e in residual_energy],
+    }
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+@torch.no_grad()
+def encode_clips(model, audio: np.ndarray, manifest, *, batch_size: int = 1) -> np.ndarray:
+    """Codes of every clip through `model.encode`, aligned with `audio`: (K, len(audio) // 320) int16.
+
+    Clip i (manifest row i) fills columns offset_i // 320 ... + num_samples_i // 320, exactly;
+    columns of no clip hold -1. batch_size > 1 batches clips of equal length (on CPU one at a
+    time measured faster, and it is bit-identical to encoding each clip alone).
+    """
+    K = n_codebooks(model)
+    codes = np.full((K, len(audio) // ENCODEC_HOP), -1, dtype=np.int16)
+    rows = list(zip(manifest["offset"].astype(int), manifest["num_samples"].astype(int)))
+    groups: dict[int, list[int]] = {}
+    for o, s in rows:
+        groups.setdefault(s, []).append(o)
+    total = sum(s // ENCODEC_HOP for _, s in rows)
+    t0, done = time.perf_counter(), 0
+    with Progress(total, "tokenize", unit="frame") as bar:
+        for s, offsets in groups.items():
+            n = s // ENCODEC_HOP
+            for b in range(0, len(offsets), batch_size):
+                batch = offsets[b : b + batch_size]
+                wav = torch.from_numpy(np.stack([np.asarray(audio[o : o + s], dtype=np.float32) for o in batch]))
+                frames = model.encode(wav[:, None])  # [(codes (B, K, T), scale)], one segment
+                c = torch.cat([f[0] for f in frames], dim=-1)[..., :n]
+                assert c.shape[1:] == (K, n), f"EnCodec gave {tuple(c.shape)} codes for {s} samples, want ({K}, {n})"
+                for o, ci in zip(batch, c.numpy()):
+                    codes[:, o // ENCODEC_HOP : o // ENCODEC_HOP + n] = ci
+                done += n * len(batch)
+                bar.update(n * len(batch), x_real_time=done / FRAME_RATE / max(time.perf_counter() - t0, 1e-9))
+    return codes
+
+
+def unigram_entropy_bits(codes: np.ndarray, bins: int = 1024) -> float:
+    counts = np.bincount(codes[codes >= 0].astype(np.int64), minlength=bins)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+# ----------------------------------------------------------------------------- inputs and stage
+
+
+def read_prepared(prepared_dir: str | Path):
+    """audio.npy (memory-mapped, 1-D float32 at 24 kHz) and manifest.csv, checked against each other."""
+    import pandas as pd
+
+    prepared_dir = Path(prepared_dir)
+    audio_path, manifest_path = prepared_dir / "audio.npy", prepared_dir / "manifest.csv"
+    for p in (audio_path, manifest_path):
+        if not p.is_file():
+            raise TokenizerError(f"{p}: not found (run the prepare stage first)")
+    try:
+        audio = np.load(audio_path, mmap_mode="r")
+    except Exception as exc:
+        raise TokenizerError(f"{audio_path}: not a readable .npy array ({exc})") from None
+    if audio.ndim != 1 or audio.dtype != np.float32:
+        raise TokenizerError(f"{audio_path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+    try:
+        manifest = pd.read_csv(manifest_path)
+    except Exception as exc:
+        raise TokenizerError(f"{manifest_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in MANIFEST_COLUMNS if c not in manifest.columns]
+    if missing:
+        raise TokenizerError(f"{manifest_path}: missing column(s) {', '.join(missing)}")
+    if manifest.empty:
+        raise TokenizerError(f"{manifest_path}: no clips")
+    bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
+    if bad_split:
+        raise TokenizerError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
+    o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("offset", "num_samples", "num_frames"))
+    checks = [
+        ((s <= 0) | (s % ENCODEC_HOP != 0), f"num_samples is not a positive multiple of {ENCODEC_HOP}"),
+        (nf != s // ENCODEC_HOP, f"num_frames != num_samples // {ENCODEC_HOP}"),
+        ((o < 0) | (o % ENCODEC_HOP != 0), f"offset is not a non-negative multiple of {ENCODEC_HOP}"),
+        (o + s > len(audio), f"offset + num_samples exceeds the {len(audio)} samples of {audio_path.name}"),
+    ]
+    for bad, what in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise TokenizerError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
+    order = np.argsort(o, kind="stable")
+    overlap = o[order][1:] < (o + s)[order][:-1]
+    if overlap.any():
+        i = int(order[1:][overlap][0])
+        raise TokenizerError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
+    return audio, manifest
+
+
+def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
+    """The tokenize stage: prepared_dir/{audio.npy, manifest.csv} -> out_dir/{codes.npy, tokenizer.json[, tokenizer.pt]}."""
+    set_threads(threads)
+    tc = cfg["tokenizer"]
+    sr = cfg.get("data", {}).get("sample_rate", SAMPLE_RATE)
+    if sr != SAMPLE_RATE:
+        raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {SAMPLE_RATE}")
+    audio, manifest = read_prepared(prepared_dir)
+    mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
+    calib: dict = {}
+    checkpoint = None
+    if mode == "calibrated":
+        model = build_encodec(bandwidth, seed)
+        train = manifest[manifest["split"] == "train"]
+        if train.empty:
+            raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
+        chunks = [audio[o : o + s] for o, s in zip(train["offset"].astype(int), train["num_samples"].astype(int))]
+        calib = calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed)
+    elif mode == "pretrained":
+        model = load_pretrained(tc["checkpoint"], bandwidth)
+        path = Path(tc["checkpoint"]) if tc["checkpoint"] else Path(torch.hub.get_dir()) / "checkpoints" / OFFICIAL_URL.rsplit("/", 1)[-1]
+        checkpoint = {"path": str(path), "sha256": sha256_file(path)}
+    else:
+        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {mode!r}")
+
+    t0 = time.perf_counter()
+    codes = encode_clips(model, audio, manifest)
+    encode_s = time.perf_counter() - t0
+    covered = codes[0] >= 0
+    audio_s = int(covered.sum()) / FRAME_RATE
+    bins = model.quantizer.bins
+    meta = {
+        "mode": mode,
+        "bandwidth": bandwidth,
+        "n_codebooks": int(codes.shape[0]),
+        "codebook_size": int(bins),
+        "frame_rate": FRAME_RATE,
+        "hop_length": ENCODEC_HOP,
+        "sample_rate": SAMPLE_RATE,
+        "seed": seed,
+        "calibration_frames_requested": int(tc["calibration_frames"]) if mode == "calibrated" else None,
+        "calibration_iters": int(tc["calibration_iters"]) if mode == "calibrated" else None,
+        **calib,
+        "checkpoint": checkpoint,
+        "clips": int(len(manifest)),
+        "total_frames": int(codes.shape[1]),
+        "audio_seconds": round(audio_s, 3),
+        "distinct_codes": [int(np.unique(c[covered]).size) for c in codes],
+        "unigram_entropy_bits": [round(unigram_entropy_bits(c[covered], bins), 4) for c in codes],
+        "encode_seconds": round(encode_s, 3),
+        "real_time_factor": round(encode_s / max(audio_s, 1e-9), 5),  # encode seconds per audio second
+        "x_real_time": round(audio_s / max(encode_s, 1e-9), 2),  # audio seconds per encode second
+        "threads": int(threads),
+        "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
+    }
+    log.info(
+        "tokenize: %d clips, %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
+        meta["clips"], audio_s, encode_s, meta["x_real_time"], meta["distinct_codes"],
+    )
+    with atomic_dir(out_dir) as tmp:
+        np.save(tmp / "codes.npy", codes)
+        if mode == "calibrated":
+            torch.save(model.state_dict(), tmp / "tokenizer.pt")
+        write_json(tmp / "tokenizer.json", meta)
+
+
+def _encodec_version() -> str | None:
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        return version("encodec")
+    return None

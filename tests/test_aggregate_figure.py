@@ -1,0 +1,82 @@
+"""Aggregation to tidy curves and the figure, on metrics made up in the test."""
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_hex
+
+from acoustic_mlm import aggregate, figure
+from acoustic_mlm import config as C
+
+
+def fake_metrics(steps, start=10.0, end=6.0, k=2):
+    s = np.asarray(steps, dtype=float)
+    curve = end + (start - end) * np.exp(-s / 20)
+    row = {"step": steps}
+    for cb in range(k):
+        row[f"train_loss_cb{cb}"] = curve + cb
+        row[f"valid_loss_cb{cb}"] = curve + cb + 0.1
+    row["lr"] = 1e-3
+    return pd.DataFrame(row)
+
+
+@pytest.fixture()
+def runs_dir(tmp_path, smoke_cfg):
+    for i, name in enumerate(smoke_cfg["runs"]):
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        fake_metrics([1, 2, 4, 8, 16, 20, 32, 40], end=6.0 - 0.1 * i).to_csv(d / "metrics.csv", index=False)
+    return tmp_path / "runs"
+
+
+def test_aggregate_tidy(runs_dir, tmp_path, smoke_cfg):
+    out = tmp_path / "curves.csv"
+    curves = aggregate.run(smoke_cfg, runs_dir, out)
+    on_disk = pd.read_csv(out)
+    assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
+    assert len(on_disk) == 4 * 8 * 2 * 2  # runs x steps x splits x codebooks
+    assert list(dict.fromkeys(on_disk["run"])) == list(smoke_cfg["runs"])  # config order
+    row = on_disk[(on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid") & (on_disk.codebook == 1)]
+    expected = 6.0 - 0.1 + (10.0 - 5.9) * np.exp(-1 / 20) + 1 + 0.1
+    assert row["loss_bits"].item() == pytest.approx(expected)
+    assert row["label"].item() == "Pre-Norm | Gradient Clip=1 | Run 2"
+    assert len(curves) == len(on_disk)
+
+
+def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
+    (runs_dir / "prenorm_clip1" / "metrics.csv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"prenorm_clip1/metrics.csv"):
+        aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv")
+    assert not (tmp_path / "c.csv").exists()
+
+
+def test_step_labels():
+    assert [figure.step_label(x) for x in (1, 10, 100, 1000, 10_000, 100_000, 2500)] == [
+        "1", "10", "100", "1K", "10K", "100K", "2.5K"]
+
+
+def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
+    curves_path = tmp_path / "curves.csv"
+    aggregate.run(smoke_cfg, runs_dir, curves_path)
+    written = figure.run(smoke_cfg, curves_path, tmp_path / "fig")
+    assert [p.name for p in written] == [f"acoustic_mlm_loss_codebook0.{e}" for e in ("png", "pdf", "svg")]
+    assert all(p.stat().st_size > 1000 for p in written)
+    assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    labels = [r["label"] for r in smoke_cfg["runs"].values()]
+    fig, ax = figure.draw(pd.read_csv(curves_path), labels, {"x_max": 100_000, "y_min": 5.0, "y_max": 10.0, "split": "train"})
+    assert ax.get_title() == "Acoustic MLM Loss on Codebook-0 vs Training Steps"
+    assert ax.get_xlabel() == "Training Step" and ax.get_ylabel() == "Acoustic MLM Loss on Codebook-0"
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
+    assert ax.get_xlim()[1] == 100_000 and ax.get_ylim() == (5.0, 10.0)
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == labels
+    assert legend._loc in (1, "upper right")  # matplotlib stores 'upper right' as code 1
+    lines = ax.get_lines()[: len(labels)]
+    assert [to_hex(l.get_color()) for l in lines] == ["#1f77b4", "#ff7f0e", "#2ca02c", "#e377c2"]
+    assert [l.get_marker() for l in lines] == ["o", "^", "^", "^"]
+    # codebook 0 only: the first arm's line ends at its codebook-0 value
+    y = lines[0].get_ydata()
+    assert y[-1] == pytest.approx(6.0 + 4.0 * np.exp(-40 / 20))
+    matplotlib.pyplot.close(fig)

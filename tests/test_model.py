@@ -1,0 +1,287 @@
+"""The backbone: parity with torch.nn.TransformerEncoderLayer, DeepNorm, PB-Relax, conv front end."""
+
+from __future__ import annotations
+
+import math
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import acoustic_mlm.model as model_module
+from acoustic_mlm.config import ModelConfig
+from acoustic_mlm.model import (
+    AcousticEncoder,
+    ConvFeatureExtractor,
+    ConvPositionalEmbedding,
+    EncoderBlock,
+    MultiheadSelfAttention,
+    TransformerEncoder,
+    deepnorm_coefficients,
+    deepnorm_scaled_parameters,
+    receptive_field,
+    relaxed_attention,
+    total_stride,
+)
+
+MERT_CONV = ((512, 10, 5),) + ((512, 3, 2),) * 4 + ((512, 2, 2),) * 2
+NARROW_CONV = ((8, 10, 5), (8, 8, 4), (8, 4, 4), (8, 2, 2), (8, 2, 2))  # stride 320, receptive field 345
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    base = dict(
+        conv_layers=NARROW_CONV, dim=32, layers=2, heads=4, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
+        pos_conv_kernel=4, pos_conv_groups=4, final_dim=16, logit_temp=0.1, relax_alpha=32.0,
+        feature_penalty=10.0, mask_prob=0.8, mask_length=5, mask_min_masks=2, codebooks=2, codebook_size=32,
+    )  # fmt: skip
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+# --- formulas ---------------------------------------------------------------------------------
+
+
+def test_receptive_field_and_stride_of_mert_stack():
+    assert receptive_field(MERT_CONV) == 400
+    assert total_stride(MERT_CONV) == 320
+    assert receptive_field(NARROW_CONV) == 345
+    assert total_stride(NARROW_CONV) == 320
+
+
+@pytest.mark.parametrize("n, alpha, beta", [(12, 2.2134, 0.3195), (24, 2.6321, 0.2686)])
+def test_deepnorm_coefficients(n, alpha, beta):
+    a, b = deepnorm_coefficients(n)
+    assert a == pytest.approx(alpha, abs=1e-4)
+    assert b == pytest.approx(beta, abs=1e-4)
+    assert a == pytest.approx((2 * n) ** 0.25) and b == pytest.approx((8 * n) ** -0.25)
+
+
+# --- conv front end ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("conv_layers", [MERT_CONV, NARROW_CONV], ids=["mert", "narrow"])
+@pytest.mark.parametrize("frames", [1, 3, 10])
+def test_feature_extractor_gives_one_frame_per_320_samples(conv_layers, frames):
+    torch.manual_seed(0)
+    fe = ConvFeatureExtractor(conv_layers)
+    out = fe(torch.randn(2, 320 * frames))
+    assert out.shape == (2, conv_layers[-1][0], frames)
+
+
+def test_feature_extractor_layout():
+    fe = ConvFeatureExtractor(MERT_CONV)
+    assert fe.pad == (40, 40)
+    assert ConvFeatureExtractor(NARROW_CONV).pad == (12, 13)  # odd total padding: the extra sample on the right
+    convs = [m for m in fe.modules() if isinstance(m, nn.Conv1d)]
+    assert len(convs) == 7 and all(c.bias is None for c in convs)
+    norms = [m for m in fe.modules() if isinstance(m, nn.GroupNorm)]
+    assert len(norms) == 1 and norms[0].num_groups == 512 and norms[0].affine
+    assert isinstance(fe.blocks[0][1], nn.GroupNorm)
+
+
+@pytest.mark.parametrize("kernel", [4, 5])
+def test_positional_conv_keeps_length(kernel):
+    torch.manual_seed(0)
+    pos = ConvPositionalEmbedding(dim=16, kernel=kernel, groups=4)
+    assert hasattr(pos.conv, "parametrizations")  # weight norm
+    assert pos.conv.parametrizations.weight.original0.shape == (1, 1, kernel)  # g over dim=2
+    assert torch.all(pos.conv.bias == 0)
+    y = pos(torch.randn(2, 9, 16))
+    assert y.shape == (2, 9, 16)
+
+
+# --- attention --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_relaxed_attention_equals_softmax_attention(dtype, atol):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (3 * torch.randn(2, 3, 7, 8, generator=g, dtype=dtype) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q, k, v)
+    out = relaxed_attention(q, k, v, alpha=32.0)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, ref, atol=atol, rtol=0)
+
+
+def test_relaxed_attention_stays_finite_in_float16_where_plain_overflows():
+    g = torch.Generator().manual_seed(0)
+    d = 16
+    q, k = (300 + 30 * torch.randn(1, 2, 6, d, generator=g) for _ in range(2))  # logits ~ 9e4 > 65504
+    v = torch.randn(1, 2, 6, d, generator=g)
+    q16, k16, v16 = q.half(), k.half(), v.half()
+    naive = torch.softmax(q16 @ k16.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v16
+    assert not torch.isfinite(naive).all()
+    relaxed = relaxed_attention(q16, k16, v16, alpha=32.0)
+    assert relaxed.dtype == torch.float16
+    assert torch.isfinite(relaxed).all()
+    ref = F.scaled_dot_product_attention(q16.double(), k16.double(), v16.double())
+    torch.testing.assert_close(relaxed.double(), ref, atol=2e-2, rtol=0)
+
+
+def test_attention_uses_fused_kernel_unless_relaxed():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    plain = MultiheadSelfAttention(16, 4, relax_alpha=None)
+    relax = MultiheadSelfAttention(16, 4, relax_alpha=32.0)
+    relax.load_state_dict(plain.state_dict())
+    sdpa = F.scaled_dot_product_attention
+    with mock.patch.object(F, "scaled_dot_product_attention", wraps=sdpa) as spy_sdpa, mock.patch.object(
+        model_module, "relaxed_attention", wraps=model_module.relaxed_attention
+    ) as spy_relax:
+        y_plain = plain(x)
+        assert spy_sdpa.call_count == 1 and spy_relax.call_count == 0
+        y_relax = relax(x)
+        assert spy_sdpa.call_count == 1 and spy_relax.call_count == 1
+    torch.testing.assert_close(y_relax, y_plain, atol=1e-5, rtol=0)
+
+
+# --- the block against PyTorch's reference layer ------------------------------------------------
+
+
+def _copy_from_torch_layer(block: EncoderBlock, ref: nn.TransformerEncoderLayer) -> None:
+    D = ref.self_attn.embed_dim
+    wq, wk, wv = ref.self_attn.in_proj_weight.split(D)
+    bq, bk, bv = ref.self_attn.in_proj_bias.split(D)
+    pairs = [
+        (block.attn.q_proj, wq, bq), (block.attn.k_proj, wk, bk), (block.attn.v_proj, wv, bv),
+        (block.attn.out_proj, ref.self_attn.out_proj.weight, ref.self_attn.out_proj.bias),
+        (block.ffn.fc1, ref.linear1.weight, ref.linear1.bias), (block.ffn.fc2, ref.linear2.weight, ref.linear2.bias),
+        (block.ln1, ref.norm1.weight, ref.norm1.bias), (block.ln2, ref.norm2.weight, ref.norm2.bias),
+    ]  # fmt: skip
+    with torch.no_grad():
+        for mod, w, b in pairs:
+            mod.weight.copy_(w)
+            mod.bias.copy_(b)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_block_matches_torch_transformer_encoder_layer(norm):
+    torch.manual_seed(0)
+    D, H, FF = 16, 4, 32
+    ref = nn.TransformerEncoderLayer(
+        D, H, FF, dropout=0.0, activation="gelu", batch_first=True, norm_first=(norm == "pre"), dtype=torch.float64
+    )
+    with torch.no_grad():  # random biases and norm gains, so that every copied tensor matters
+        for p in ref.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    block = EncoderBlock(D, H, FF, norm=norm).double()
+    _copy_from_torch_layer(block, ref)
+    ref.eval(), block.eval()
+    x = torch.randn(3, 7, D, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(block(x), ref(x), atol=1e-10, rtol=1e-10)
+
+
+def test_deepnorm_residual_is_scaled_by_alpha():
+    torch.manual_seed(0)
+    D, H, FF, a = 16, 4, 32, 2.5
+    block = EncoderBlock(D, H, FF, norm="post", deepnorm_alpha=a).double().eval()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+
+    def lin(m, t):
+        return t @ m.weight.T + m.bias
+
+    def attn(t):  # by hand: (B, T, D) -> (B, H, T, hd) -> softmax -> (B, T, D)
+        B, T, _ = t.shape
+        q, k, v = (lin(m, t).view(B, T, H, D // H).transpose(1, 2) for m in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D // H), dim=-1)
+        return lin(block.attn.out_proj, (w @ v).transpose(1, 2).reshape(B, T, D))
+
+    def ln(m, t):
+        return F.layer_norm(t, (D,), m.weight, m.bias, 1e-5)
+
+    y = ln(block.ln1, a * x + attn(x))
+    expected = ln(block.ln2, a * y + lin(block.ffn.fc2, F.gelu(lin(block.ffn.fc1, y))))
+    with torch.no_grad():
+        torch.testing.assert_close(block(x), expected, atol=1e-12, rtol=0)
+
+
+# --- the encoder: init and DeepNorm -----------------------------------------------------------
+
+
+def test_deepnorm_scales_exactly_v_out_fc1_fc2_by_beta():
+    cfg = tiny_config(norm="post", layers=3)
+    torch.manual_seed(0)
+    plain = TransformerEncoder(cfg)
+    torch.manual_seed(0)
+    deep = TransformerEncoder(tiny_config(norm="post", layers=3, deepnorm=True))
+    alpha, beta = deepnorm_coefficients(3)
+    scaled = deepnorm_scaled_parameters(deep)
+    expected = {
+        f"blocks.{i}.{s}" for i in range(3) for s in ("ffn.fc1.weight", "ffn.fc2.weight", "attn.v_proj.weight", "attn.out_proj.weight")
+    }
+    assert set(scaled) == expected and len(scaled) == 12
+    plain_params = dict(plain.named_parameters())
+    for name, p in deep.named_parameters():
+        if name in expected:
+            assert torch.equal(p, plain_params[name] * beta), name
+        else:
+            assert torch.equal(p, plain_params[name]), name
+    assert all(b.alpha == pytest.approx(alpha) for b in deep.blocks)
+    assert all(b.alpha == 1.0 for b in plain.blocks)
+
+
+def test_bert_init():
+    torch.manual_seed(0)
+    enc = TransformerEncoder(tiny_config(dim=64, ffn_dim=256))
+    w = enc.blocks[0].ffn.fc1.weight
+    assert w.std().item() == pytest.approx(0.02, rel=0.05)
+    assert torch.all(enc.blocks[0].attn.q_proj.bias == 0)
+    assert torch.all(enc.blocks[0].ln1.weight == 1) and torch.all(enc.layer_norm.bias == 0)
+
+
+def test_deepnorm_with_prenorm_is_refused():
+    with pytest.raises(ValueError, match="deepnorm requires norm='post'"):
+        TransformerEncoder(tiny_config(norm="pre", deepnorm=True))
+    with pytest.raises(ValueError, match="deepnorm requires norm='post'"):
+        EncoderBlock(16, 4, 32, norm="pre", deepnorm_alpha=2.0)
+    with pytest.raises(ValueError, match="norm must be"):
+        EncoderBlock(16, 4, 32, norm="sandwich")
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_encoder_final_norm_placement(norm):
+    """Pre-Norm ends on a LayerNorm; Post-Norm normalises the input of the first block."""
+    torch.manual_seed(0)
+    enc = TransformerEncoder(tiny_config(norm=norm, layers=1)).eval()
+    seen = {}
+    enc.blocks[0].register_forward_pre_hook(lambda m, args: seen.__setitem__("in", args[0]))
+    out = enc(5 * torch.randn(2, 6, 32) + 3)
+    rms_in = seen["in"].pow(2).mean(-1)
+    rms_out = out.pow(2).mean(-1)
+    if norm == "post":
+        torch.testing.assert_close(rms_in, torch.ones_like(rms_in), atol=1e-3, rtol=0)
+    else:
+        torch.testing.assert_close(rms_out, torch.ones_like(rms_out), atol=1e-3, rtol=0)
+
+
+# --- the backbone -----------------------------------------------------------------------------
+
+
+def test_acoustic_encoder_shapes_mask_and_penalty():
+    torch.manual_seed(0)
+    enc = AcousticEncoder(tiny_config()).eval()
+    wav = torch.randn(2, 320 * 12)
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[:, 3:8] = True
+    h, pen = enc(wav, mask)
+    assert h.shape == (2, 12, 32)
+    assert pen.ndim == 0 and pen.dtype == torch.float32 and pen.item() > 0
+    features = enc.feature_extractor(wav)
+    assert pen.item() == pytest.approx(features.pow(2).mean().item())
+    # masked frames see the mask embedding only: changing the audio under them leaves their input unchanged
+    captured = []
+    enc.transformer.register_forward_pre_hook(lambda m, args: captured.append(args[0]))
+    enc(wav, mask)
+    wav2 = wav.clone()
+    wav2[:, 320 * 5 : 320 * 6] += 1.0
+    enc(wav2, mask)
+    torch.testing.assert_close(captured[0][:, 5], captured[1][:, 5], atol=0, rtol=0)
+    torch.testing.assert_close(captured[0][:, 5], enc.mask_emb.expand(2, -1), atol=0, rtol=0)
+    h_nomask, _ = enc(wav, None)
+    assert not torch.allclose(h_nomask, h)

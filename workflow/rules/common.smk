@@ -1,0 +1,46 @@
+# Shared definitions: the config file the CLI reads, the CLI invocation, the arms.
+import os
+
+import yaml
+from pathlib import Path
+
+from snakemake.utils import validate
+
+
+# The package's own schema: the same file the CLI validates against, so both engines agree.
+validate(config, str(Path(workflow.basedir) / "src/acoustic_mlm/config.schema.json"))
+
+# The CLI reads the configuration from a file, so the file must be the whole truth:
+# the last --configfile, or the default. `--config key=value` overrides would be lost.
+CONFIGFILE = (
+    os.path.relpath(workflow.overwrite_configfiles[-1])
+    if workflow.overwrite_configfiles
+    else "config/config.yaml"
+)
+with open(CONFIGFILE) as _fh:
+    if yaml.safe_load(_fh) != config:
+        raise ValueError(
+            f"the merged Snakemake config differs from {CONFIGFILE}: put every setting in one "
+            "config file (--configfile FILE); --config overrides are not supported"
+        )
+
+# Snakemake strips PYTHONPATH inside conda jobs and the conda env does not install this
+# package, so every job points Python at the source tree explicitly.
+# The path is relative to the working directory (the repository root), so that moving the
+# checkout does not change rule parameters and trigger reruns.
+SRC = os.path.relpath(Path(workflow.basedir) / "src")
+AMLM = f'PYTHONPATH="{SRC}" python -m acoustic_mlm'
+ENV = "../envs/amlm.yaml"
+
+RUNS = list(config["runs"])
+FIGURE_FORMATS = ["png", "pdf", "svg"]
+USE_GPU = config["train"]["device"] == "cuda"
+
+
+wildcard_constraints:
+    run="|".join(RUNS),
+
+
+def without(section, *keys):
+    """A config section minus keys that do not change results (rerun triggers use params)."""
+    return {k: v for k, v in config[section].items() if k not in keys}

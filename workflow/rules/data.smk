@@ -1,0 +1,53 @@
+# Audio in, EnCodec codes out: fetch -> prepare -> tokenize.
+
+
+rule fetch:
+    output:
+        directory("data/raw"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        data=config["data"],
+    log:
+        "results/logs/fetch.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} fetch --config {params.config} --out {output} > {log} 2>&1"
+
+
+rule prepare:
+    input:
+        "data/raw",
+    output:
+        directory("data/prepared"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        data=config["data"],
+    log:
+        "results/logs/prepare.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} prepare --config {params.config} --threads {threads} --raw {input} --out {output} > {log} 2>&1"
+
+
+rule tokenize:
+    input:
+        "data/prepared",
+    output:
+        directory("data/codes"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        tokenizer=config["tokenizer"],
+    log:
+        "results/logs/tokenize.log",
+    threads: 2
+    conda:
+        ENV
+    shell:
+        "{params.cli} tokenize --config {params.config} --threads {threads} --prepared {input} --out {output} > {log} 2>&1"

@@ -1,0 +1,28 @@
+# One training job per arm; they share data and differ only in runs.<run>.
+
+
+rule train:
+    input:
+        prepared="data/prepared",
+        codes="data/codes",
+    output:
+        metrics="results/runs/{run}/metrics.csv",
+        summary="results/runs/{run}/summary.json",
+        checkpoint="results/runs/{run}/checkpoint.pt",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        arm=lambda wildcards: config["runs"][wildcards.run],
+        model=config["model"],
+        train=without("train", "threads"),
+        out=lambda wildcards: f"results/runs/{wildcards.run}",
+    log:
+        "results/logs/train/{run}.log",
+    threads: config["train"]["threads"]
+    resources:
+        gpu=1 if USE_GPU else 0,
+    conda:
+        ENV
+    shell:
+        "{params.cli} train --config {params.config} --threads {threads} --run {wildcards.run} "
+        "--prepared {input.prepared} --codes {input.codes} --out {params.out} > {log} 2>&1"
