@@ -104,5 +104,5 @@ def test_dvc_stages_call_the_same_commands_as_the_rules(root):
     for name, stage in stages.items():
         cmd = (stage.get("do") or stage)["cmd"]
         sub = cmd.split()[1]
-        assert cmd.startswith("amlm ") and f"{{AMLM}} {sub} " in rules, name
+        assert cmd.startswith("amlm ") and f"{{params.cli}} {sub} " in rules, name
     assert stages["train"]["foreach"] == "${runs}"
