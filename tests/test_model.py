@@ -188,7 +188,8 @@ def test_deepnorm_residual_is_scaled_by_alpha():
 
     def attn(t):  # by hand: (B, T, D) -> (B, H, T, hd) -> softmax -> (B, T, D)
         B, T, _ = t.shape
-        q, k, v = (lin(m, t).view(B, T, H, D // H).transpose(1, 2) for m in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
+        a_ = block.attn
+        q, k, v = (lin(m, t).view(B, T, H, D // H).transpose(1, 2) for m in (a_.q_proj, a_.k_proj, a_.v_proj))
         w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D // H), dim=-1)
         return lin(block.attn.out_proj, (w @ v).transpose(1, 2).reshape(B, T, D))
 
@@ -212,9 +213,8 @@ def test_deepnorm_scales_exactly_v_out_fc1_fc2_by_beta():
     deep = TransformerEncoder(tiny_config(norm="post", layers=3, deepnorm=True))
     alpha, beta = deepnorm_coefficients(3)
     scaled = deepnorm_scaled_parameters(deep)
-    expected = {
-        f"blocks.{i}.{s}" for i in range(3) for s in ("ffn.fc1.weight", "ffn.fc2.weight", "attn.v_proj.weight", "attn.out_proj.weight")
-    }
+    suffixes = ("ffn.fc1.weight", "ffn.fc2.weight", "attn.v_proj.weight", "attn.out_proj.weight")
+    expected = {f"blocks.{i}.{s}" for i in range(3) for s in suffixes}
     assert set(scaled) == expected and len(scaled) == 12
     plain_params = dict(plain.named_parameters())
     for name, p in deep.named_parameters():

@@ -66,7 +66,8 @@ def relaxed_attention(
     """
     scale = 1.0 / (alpha * math.sqrt(q.size(-1)))
     scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, T, T), alpha times below the usual logits
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # float16 -> float32: (x - max) * alpha may leave its range
+    # float16 -> float32 (float64 stays): (x - max) * alpha may leave float16's range
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
     scores = (scores - scores.amax(dim=-1, keepdim=True).detach()) * alpha  # (B, H, T, T), <= 0
     probs = scores.softmax(dim=-1).to(v.dtype)  # (B, H, T, T)
     probs = F.dropout(probs, p=dropout_p, training=training)

@@ -1,0 +1,188 @@
+"""Fetch (synthetic) and prepare: 24 kHz mono, whole EnCodec frames, a stable split."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+import soundfile as sf
+
+from acoustic_mlm import fetch, prepare
+from acoustic_mlm.config import ENCODEC_HOP
+
+SR = 24000
+
+
+def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0) -> dict:
+    return {"data": {
+        "source": "synthetic", "sample_rate": SR, "valid_fraction": valid_fraction, "split_seed": split_seed,
+        "synthetic": {"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
+    }}
+
+
+def sine(hz: float, seconds: float, sr: int, amp: float = 0.5) -> np.ndarray:
+    return (amp * np.sin(2 * np.pi * hz * np.arange(int(seconds * sr)) / sr)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    cfg = make_cfg()
+    fetch.run(cfg, root / "raw")
+    prepare.run(cfg, root / "raw", root / "prepared")
+    return cfg, root
+
+
+def test_fetch_writes_flac_and_source_json(prepared):
+    _, root = prepared
+    names = sorted(p.name for p in (root / "raw").iterdir())
+    assert names == ["SOURCE.json"] + [f"synth_{i:05d}.flac" for i in range(4)]
+    source = json.loads((root / "raw" / "SOURCE.json").read_text())
+    assert source["source"] == "synthetic" and source["files"] == 4
+    assert source["params"] == {"n_clips": 4, "clip_seconds": 1.1, "sample_rate": 32000, "seed": 0}
+    assert source["total_seconds"] == pytest.approx(4.4)
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no temporary folders left
+
+
+def test_fetch_rejects_an_unknown_source(tmp_path):
+    cfg = make_cfg()
+    cfg["data"]["source"] = "cassette"
+    with pytest.raises(ValueError, match=r"^data\.source: unknown source 'cassette'") as err:
+        fetch.run(cfg, tmp_path / "raw")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_prepared_audio_is_24khz_mono_in_whole_frames(prepared):
+    _, root = prepared
+    audio, manifest = prepare.load_prepared(root / "prepared")
+    assert isinstance(audio, np.memmap) and audio.dtype == np.float32 and audio.ndim == 1
+    assert list(manifest.columns) == list(prepare.MANIFEST_COLUMNS)
+    assert manifest["clip_id"].tolist() == [f"synth_{i:05d}" for i in range(4)]
+    assert manifest["path"].tolist() == [f"synth_{i:05d}.flac" for i in range(4)]
+    # 1.1 s at 32 kHz -> 26400 samples at 24 kHz -> 82 frames of 320
+    assert (manifest["num_samples"] == 82 * ENCODEC_HOP).all()
+    assert (manifest["num_frames"] == manifest["num_samples"] // ENCODEC_HOP).all()
+    assert (manifest["orig_sample_rate"] == 32000).all()
+    assert set(manifest["orig_channels"]) <= {1, 2}
+    assert np.allclose(manifest["duration_s"], manifest["num_samples"] / SR)
+    ends = (manifest["offset"] + manifest["num_samples"]).to_numpy()
+    assert manifest["offset"].iloc[0] == 0 and (manifest["offset"].to_numpy()[1:] == ends[:-1]).all()
+    assert ends[-1] == len(audio)
+    assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
+    for _, row in manifest.iterrows():  # every clip carries sound
+        assert np.abs(audio[row.offset : row.offset + row.num_samples]).max() > 0.05
+
+
+def test_prepare_summary_and_both_splits(prepared):
+    _, root = prepared
+    _, manifest = prepare.load_prepared(root / "prepared")
+    summary = json.loads((root / "prepared" / "prepare.json").read_text())
+    assert summary["sample_rate"] == SR and summary["hop"] == ENCODEC_HOP
+    counts = manifest["split"].value_counts()
+    assert counts["train"] >= 1 and counts["valid"] >= 1
+    assert summary["clips"] == {"train": int(counts["train"]), "valid": int(counts["valid"])}
+    assert sum(summary["seconds"].values()) == pytest.approx(manifest["duration_s"].sum(), abs=1e-3)
+    assert summary["skipped"] == []
+
+
+def test_prepare_is_deterministic(prepared, tmp_path):
+    cfg, root = prepared
+    prepare.run(cfg, root / "raw", tmp_path / "again")
+    for name in ("audio.npy", "manifest.csv", "prepare.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (root / "prepared" / name).read_bytes()
+
+
+def test_split_is_a_function_of_seed_and_clip_id():
+    ids = [f"clip_{i:04d}" for i in range(1000)]
+    split = dict(zip(ids, prepare.assign_splits(ids, 0.1, split_seed=0)))
+    assert 0.07 < sum(s == "valid" for s in split.values()) / len(ids) < 0.13
+    shuffled = list(np.random.default_rng(0).permutation(ids))
+    assert dict(zip(shuffled, prepare.assign_splits(shuffled, 0.1, split_seed=0))) == split  # order-free
+    subset = ids[::7]
+    assert prepare.assign_splits(subset, 0.1, 0) == [split[i] for i in subset]  # others don't matter
+    assert prepare.assign_splits(ids, 0.1, split_seed=1) != [split[i] for i in ids]  # the seed does
+
+
+@pytest.mark.parametrize("fraction", [1e-12, 1 - 1e-12])
+def test_neither_split_is_ever_empty(fraction):
+    for n in (2, 3, 5):
+        ids = [f"x{i}" for i in range(n)]
+        split = prepare.assign_splits(ids, fraction, 0)
+        assert {"train", "valid"} <= set(split)
+        assert prepare.assign_splits(ids[::-1], fraction, 0) == split[::-1]
+
+
+def test_one_clip_cannot_be_split():
+    with pytest.raises(ValueError, match="at least 2"):
+        prepare.assign_splits(["only"], 0.1, 0)
+
+
+def test_empty_folder_is_a_one_line_error(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "notes.txt").write_text("not audio")
+    with pytest.raises(FileNotFoundError, match="no audio files") as err:
+        prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
+    assert str(tmp_path / "raw") in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    left = sine(440.0, 0.5, 44100, amp=0.5)
+    sf.write(raw / "tone.wav", np.stack([left, np.zeros_like(left)], axis=1), 44100)  # right channel silent
+    sf.write(raw / "other.wav", sine(220.0, 0.5, 44100)[:, None], 44100)
+    prepare.run(make_cfg(), raw, tmp_path / "prepared")
+    audio, manifest = prepare.load_prepared(tmp_path / "prepared")
+    row = manifest.set_index("clip_id").loc["tone"]
+    assert (row.orig_sample_rate, row.orig_channels) == (44100, 2)
+    assert row.num_samples == (int(0.5 * SR) // ENCODEC_HOP) * ENCODEC_HOP == 11840
+    x = np.asarray(audio[row.offset : row.offset + row.num_samples], dtype=np.float64)
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    peak_hz = np.fft.rfftfreq(len(x), 1 / SR)[np.argmax(spectrum)]
+    assert abs(peak_hz - 440.0) < 3.0  # bin width 2 Hz
+    middle = x[1000:-1000]
+    assert np.abs(middle).max() == pytest.approx(0.25, abs=0.01)  # mean of 0.5 and 0
+
+
+def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
+    raw = tmp_path / "raw"
+    (raw / "a").mkdir(parents=True)
+    (raw / "b").mkdir()
+    (raw / ".hidden").mkdir()
+    sf.write(raw / "a" / "song.wav", sine(330, 0.3, 16000)[:, None], 16000)
+    sf.write(raw / "b" / "song.flac", sine(330, 0.3, SR)[:, None], SR)
+    sf.write(raw / "007.ogg", sine(330, 0.3, 22050)[:, None], 22050, format="OGG", subtype="VORBIS")
+    sf.write(raw / "b" / "take.mp3", sine(330, 0.5, 48000)[:, None], 48000, format="MP3", subtype="MPEG_LAYER_III")
+    sf.write(raw / "tiny.WAV", sine(330, 0.005, SR)[:, None], SR)  # 120 samples < one frame
+    sf.write(raw / ".hidden" / "x.wav", sine(330, 0.3, SR)[:, None], SR)
+    with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
+        prepare.run(make_cfg(), raw, tmp_path / "prepared")
+    assert any("tiny.WAV" in r.getMessage() for r in caplog.records)
+    audio, manifest = prepare.load_prepared(tmp_path / "prepared")
+    assert manifest["path"].tolist() == ["007.ogg", "a/song.wav", "b/song.flac", "b/take.mp3"]
+    assert manifest["clip_id"].tolist() == ["007", "a/song", "b/song", "take"]  # "007" stays a string
+    assert (manifest["num_samples"] % ENCODEC_HOP == 0).all() and (manifest["num_samples"] > 0).all()
+    assert manifest["orig_sample_rate"].tolist() == [22050, 16000, SR, 48000]
+    summary = json.loads((tmp_path / "prepared" / "prepare.json").read_text())
+    assert summary["skipped"] == ["tiny.WAV"]
+
+
+def test_clip_ids_fall_back_to_full_relative_paths():
+    assert prepare.clip_ids(["x/a.wav", "x/a.flac", "y/a.wav", "b.mp3"]) == ["x/a.wav", "x/a.flac", "y/a", "b"]
+
+
+def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
+    _, root = prepared
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    audio, manifest = prepare.load_prepared(root / "prepared")
+    np.save(bad / "audio.npy", np.asarray(audio[:-ENCODEC_HOP]))
+    manifest.to_csv(bad / "manifest.csv", index=False)
+    with pytest.raises(ValueError, match="does not match"):
+        prepare.load_prepared(bad)
+    assert isinstance(manifest, pd.DataFrame)
