@@ -64,7 +64,8 @@ class TrainConfig:
     device: str
     precision: str
     steps: int
-    batch_size: int
+    batch_size: int  # crops per micro-batch
+    accum_steps: int  # micro-batches per optimizer update (effective batch = batch_size * accum_steps)
     crop_seconds: float
     lr: float
     warmup_steps: int
@@ -76,6 +77,8 @@ class TrainConfig:
     log_interval: int
     valid_crops: int
     threads: int
+    workers: int  # data-loader worker processes (0: load in the training process)
+    compile: bool  # torch.compile the model
     clip: float = 0.0  # max total gradient norm; 0 disables clipping
     seed: int = 0
 

@@ -10,7 +10,8 @@ steps, and at the last step:
   valid_loss_cb{k} (bits, fixed held-out crops and masks), lr, grad_norm (total norm before
   clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
   clip_frac (since previous row), feature_penalty, nonfinite (cumulative count of skipped
-  non-finite steps), wall_time (s since start).
+  non-finite steps), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
+  wall_time (s since start).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,49 +62,69 @@ def log_steps(steps: int, interval: int) -> list[int]:
 # ----------------------------------------------------------------------------- data
 
 
-@dataclass
-class CropSampler:
-    """Random crops aligned to EnCodec frames: (wav (B, T*320), codes (B, K, T))."""
+class CropData(torch.utils.data.Dataset):
+    """Training batches indexed by micro-batch number: item i is (wav, codes, mask) for micro-batch i.
 
-    audio: np.ndarray  # (samples,) float32, memory-mapped
-    codes: np.ndarray  # (K_all, frames) int16, memory-mapped
-    starts: np.ndarray  # (clips,) first frame of each clip
-    frames: np.ndarray  # (clips,) frames per clip
-    crop_frames: int
-    codebooks: int
+    Item i depends only on (seed, i), never on which worker made it or what came before, so a
+    run is identical with any number of loader workers and can restart at any step. Audio and
+    codes are memory-mapped lazily in each worker (a memmap must not be pickled to workers).
+    Crops start on EnCodec frame boundaries: wav (B, T*320), codes (B, K, T), mask (B, T).
+    """
 
-    @classmethod
-    def from_split(cls, audio, codes, manifest: pd.DataFrame, split: str, crop_frames: int, codebooks: int):
-        m = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
-        if m.empty:
+    def __init__(self, prepared_dir: Path, codes_path: Path, split: str, crop_frames: int, batch: int,
+                 m: C.ModelConfig, seed: int):
+        _, manifest = load_prepared(prepared_dir)
+        rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
+        if rows.empty:
             raise ValueError(
                 f"no {split} clip holds {crop_frames} frames ({crop_frames / 75:.2f} s): "
                 "lower 'train.crop_seconds' or use longer clips"
             )
-        return cls(
-            audio,
-            codes,
-            (m["offset"].to_numpy() // C.ENCODEC_HOP).astype(np.int64),
-            m["num_frames"].to_numpy().astype(np.int64),
-            crop_frames,
-            codebooks,
-        )
-
-    def sample(self, rng: np.random.Generator, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.prepared_dir, self.codes_path = Path(prepared_dir), Path(codes_path)
+        self.starts = (rows["offset"].to_numpy() // C.ENCODEC_HOP).astype(np.int64)  # first frame per clip
+        self.frames = rows["num_frames"].to_numpy().astype(np.int64)
         # Clips are drawn in proportion to the crops they hold, so every frame is equally likely.
-        weights = (self.frames - self.crop_frames + 1).astype(np.float64)
-        clips = rng.choice(len(self.starts), size=batch, p=weights / weights.sum())
-        offsets = rng.integers(0, self.frames[clips] - self.crop_frames + 1)
-        return self.gather(self.starts[clips] + offsets)
+        weights = (self.frames - crop_frames + 1).astype(np.float64)
+        self.p = weights / weights.sum()
+        self.crop_frames, self.batch, self.m, self.seed = crop_frames, batch, m, seed
+        self._audio = self._codes = None
+
+    def __len__(self) -> int:
+        return 2**62  # indexed by micro-batch number; the sampler decides how many
+
+    def _open(self):
+        if self._audio is None:
+            self._audio = np.load(self.prepared_dir / "audio.npy", mmap_mode="r")
+            self._codes = np.load(self.codes_path, mmap_mode="r")
+
+    def __getitem__(self, i: int):
+        rng = np.random.default_rng([self.seed, int(i)])
+        clips = rng.choice(len(self.starts), size=self.batch, p=self.p)
+        first = self.starts[clips] + rng.integers(0, self.frames[clips] - self.crop_frames + 1)
+        wav, codes = self.gather(first)
+        m = self.m
+        mask = compute_mask_indices((self.batch, self.crop_frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng)
+        return wav, codes, torch.from_numpy(mask)
 
     def gather(self, first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        T, hop = self.crop_frames, C.ENCODEC_HOP
-        wav = np.stack([self.audio[f * hop : (f + T) * hop] for f in first_frames])  # (B, T*hop)
-        codes = np.stack([self.codes[: self.codebooks, f : f + T] for f in first_frames])  # (B, K, T)
+        self._open()
+        T, hop, K = self.crop_frames, C.ENCODEC_HOP, self.m.codebooks
+        wav = np.stack([self._audio[f * hop : (f + T) * hop] for f in first_frames])  # (B, T*hop)
+        codes = np.stack([self._codes[:K, f : f + T] for f in first_frames])  # (B, K, T)
         return torch.from_numpy(wav.astype(np.float32)), torch.from_numpy(codes.astype(np.int64))
 
-    def fixed_set(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.sample(np.random.default_rng(seed), n)
+
+def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
+    """Micro-batches first..last-1 in order, made by `workers` processes (0: in this process)."""
+    return torch.utils.data.DataLoader(
+        data,
+        batch_size=None,  # items are whole batches
+        sampler=range(first, last),
+        num_workers=workers,
+        pin_memory=pin,
+        prefetch_factor=4 if workers else None,
+        persistent_workers=False,
+    )
 
 
 # ----------------------------------------------------------------------------- device, precision
@@ -128,13 +148,8 @@ def autocast(device: torch.device, precision: str):
 # ----------------------------------------------------------------------------- the run
 
 
-def masks_for(rng: np.random.Generator, batch: int, frames: int, m: C.ModelConfig) -> torch.Tensor:
-    mask = compute_mask_indices((batch, frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng)
-    return torch.from_numpy(mask)
-
-
 @torch.no_grad()
-def evaluate(model: AcousticMLM, wav, codes, mask, device, precision, chunk: int = 16) -> np.ndarray:
+def evaluate(model, wav, codes, mask, device, precision, chunk: int = 16) -> np.ndarray:
     """Per-codebook masked loss in bits on a fixed set, weighted by masked frames."""
     model.eval()
     total, count = None, 0
@@ -148,6 +163,33 @@ def evaluate(model: AcousticMLM, wav, codes, mask, device, precision, chunk: int
     return total / count
 
 
+def optimizer_step(model: torch.nn.Module, opt, scaler, clip: float) -> tuple[float, bool, bool]:
+    """Clip the total gradient norm to `clip` (0: no clipping) and step; gradients must be in place.
+
+    Returns (norm before clipping, whether clipping changed the gradients, whether the fp16 loss
+    scaler skipped the update because gradients overflowed).
+    """
+    max_norm = clip if clip > 0 else math.inf  # the norm is measured even when clipping is off
+    scaler.unscale_(opt)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    clipped = math.isfinite(grad_norm) and grad_norm > max_norm
+    scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+    scaler.step(opt)  # skips the update itself when fp16 gradients overflowed
+    scaler.update()
+    skipped = scaler.is_enabled() and scaler.get_scale() < scale_before
+    return grad_norm, clipped, skipped
+
+
+def check_codes(codes_path: Path, m: C.ModelConfig) -> None:
+    if not codes_path.is_file():
+        raise FileNotFoundError(f"{codes_path}: codes not found; run the tokenize stage first")
+    codes = np.load(codes_path, mmap_mode="r")
+    if codes.ndim != 2 or codes.shape[0] < m.codebooks:
+        raise ValueError(f"{codes_path}: shape {codes.shape}, 'model.codebooks' asks for {m.codebooks} rows")
+    if int(codes.max()) >= m.codebook_size:
+        raise ValueError(f"{codes_path}: codes exceed 'model.codebook_size' ({m.codebook_size})")
+
+
 def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None) -> dict:
     """Train one arm; write metrics.csv, checkpoint.pt and summary.json into out_dir."""
     rc = C.run_config(cfg, run_name)
@@ -157,71 +199,61 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     device = pick_device(t.device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    audio, manifest = load_prepared(prepared_dir)
     codes_path = Path(codes_dir) / "codes.npy"
-    if not codes_path.is_file():
-        raise FileNotFoundError(f"{codes_path}: codes not found; run the tokenize stage first")
-    codes = np.load(codes_path, mmap_mode="r")
-    if codes.shape[0] < m.codebooks:
-        raise ValueError(f"{codes_path}: holds {codes.shape[0]} codebooks, 'model.codebooks' asks for {m.codebooks}")
-    if int(codes.max()) >= m.codebook_size:  # cheap on a memmap of int16 at this scale
-        raise ValueError(f"{codes_path}: codes exceed 'model.codebook_size' ({m.codebook_size})")
+    check_codes(codes_path, m)
 
     crop_frames = int(round(t.crop_seconds * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
-    train_data = CropSampler.from_split(audio, codes, manifest, "train", crop_frames, m.codebooks)
-    valid_data = CropSampler.from_split(audio, codes, manifest, "valid", crop_frames, m.codebooks)
-    v_wav, v_codes = valid_data.fixed_set(t.valid_crops, VALID_SEED)
-    v_mask = masks_for(np.random.default_rng(VALID_SEED + 1), t.valid_crops, crop_frames, m)
+    train_data = CropData(prepared_dir, codes_path, "train", crop_frames, t.batch_size, m, t.seed)
+    # The validation set is fixed (crops and masks) and shared by every arm.
+    v_wav, v_codes, v_mask = CropData(prepared_dir, codes_path, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
     torch.manual_seed(t.seed)
     model = AcousticMLM(m).to(device)
+    step_model = torch.compile(model) if t.compile else model  # same parameters, compiled forward
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
-    rng = np.random.default_rng(t.seed)
-    max_norm = t.clip if t.clip > 0 else math.inf  # clip 0 disables clipping; the norm is still measured
 
     rows_at = set(log_steps(t.steps, t.log_interval))
     rows: list[dict] = []
     acc = _Accumulator(m.codebooks)
-    nonfinite = 0
+    nonfinite = overflow = 0
     t0 = time.monotonic()
     log.info(
-        "train %s: %s, %d params, %d steps of %d x %d frames on %s (%s)",
-        run_name, rc.label, sum(p.numel() for p in model.parameters()), t.steps, t.batch_size,
-        crop_frames, device, t.precision,
+        "train %s: %s, %d params, %d steps of %d x %d x %d frames on %s (%s)",
+        run_name, rc.label, sum(p.numel() for p in model.parameters()), t.steps, t.accum_steps,
+        t.batch_size, crop_frames, device, t.precision,
     )
     partial = out_dir / "metrics.partial.csv"
+    loader = iter(batches(train_data, 0, t.steps * t.accum_steps, t.workers, pin=device.type == "cuda"))
     with Progress(t.steps, f"train {run_name}", unit="step") as bar:
         for step in range(1, t.steps + 1):
             lr = lr_at(step, t)
             for group in opt.param_groups:
                 group["lr"] = lr
-            wav, tgt = train_data.sample(rng, t.batch_size)
-            mask = masks_for(rng, t.batch_size, crop_frames, m)
-            with autocast(device, t.precision):
-                out = model(wav.to(device), tgt.to(device), mask.to(device))
             opt.zero_grad(set_to_none=True)
-            if not torch.isfinite(out.loss):
+            outs, finite = [], True
+            for _ in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
+                wav, tgt, mask = (x.to(device, non_blocking=True) for x in next(loader))
+                with autocast(device, t.precision):
+                    out = step_model(wav, tgt, mask)
+                outs.append(out)
+                if not torch.isfinite(out.loss):
+                    finite = False
+                    break
+                scaler.scale(out.loss / t.accum_steps).backward()
+            if not finite:
                 nonfinite += 1  # skipped: no update from a non-finite loss
                 grad_norm, clipped = float("nan"), False
             else:
-                scaler.scale(out.loss).backward()
-                scaler.unscale_(opt)
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-                clipped = math.isfinite(grad_norm) and grad_norm > max_norm
-                scale_before = scaler.get_scale()
-                scaler.step(opt)  # skips the update itself when fp16 gradients overflowed
-                scaler.update()
-                if scaler.is_enabled() and scaler.get_scale() < scale_before:
-                    nonfinite += 1
-                acc.add(out, grad_norm, clipped)
-            bar.update(1, cb0=float(out.bits[0]))
+                grad_norm, clipped, skipped = optimizer_step(model, opt, scaler, t.clip)
+                overflow += skipped
+                acc.add(outs, grad_norm, clipped)
+            bar.update(1, cb0=float(outs[-1].bits[0]))
             if step in rows_at:
                 v_bits = evaluate(model, v_wav, v_codes, v_mask, device, t.precision)
                 row = {"step": step, **acc.flush(), "lr": lr, "grad_norm": grad_norm, "clipped": int(clipped)}
                 row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
-                row.update(nonfinite=nonfinite, wall_time=time.monotonic() - t0)
+                row.update(nonfinite=nonfinite, overflow_skips=overflow, wall_time=time.monotonic() - t0)
                 rows.append(row)
                 pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
 
@@ -256,11 +288,11 @@ class _Accumulator:
     def reset(self):
         self.n, self.bits, self.loss, self.pen, self.clipped, self.gmax = 0, np.zeros(self.k), 0.0, 0.0, 0, 0.0
 
-    def add(self, out, grad_norm: float, clipped: bool):
+    def add(self, outs: list, grad_norm: float, clipped: bool):
         self.n += 1
-        self.bits += out.bits.float().cpu().numpy()
-        self.loss += float(out.loss)
-        self.pen += float(out.feature_penalty)
+        self.bits += np.mean([o.bits.float().cpu().numpy() for o in outs], axis=0)
+        self.loss += float(np.mean([float(o.loss.detach()) for o in outs]))
+        self.pen += float(np.mean([float(o.feature_penalty) for o in outs]))
         self.clipped += int(clipped)
         self.gmax = max(self.gmax, grad_norm) if math.isfinite(grad_norm) else self.gmax
 
@@ -295,5 +327,6 @@ def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
         "max_grad_norm": float(metrics["grad_norm_max"].max()),
         "clipped_frac": float((metrics["clip_frac"] * steps_per_row).sum() / steps_per_row.sum()),
         "nonfinite_steps": int(metrics["nonfinite"].iloc[-1]),
+        "overflow_skips": int(metrics["overflow_skips"].iloc[-1]),
         "wall_time_s": float(metrics["wall_time"].iloc[-1]),
     }

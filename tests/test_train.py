@@ -1,0 +1,164 @@
+"""The train stage: schedule, metrics rows, clipping, data determinism, precision, a tiny run."""
+
+import copy
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from acoustic_mlm import config as C
+from acoustic_mlm import train
+from acoustic_mlm.prepare import MANIFEST_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory):
+    """A tiny prepared corpus (6 clips of 2 s) with skewed, learnable codes."""
+    root = tmp_path_factory.mktemp("data")
+    prepared, codes_dir = root / "prepared", root / "codes"
+    prepared.mkdir()
+    codes_dir.mkdir()
+    rng = np.random.default_rng(0)
+    frames = 150
+    clips = []
+    for i in range(6):
+        clips.append({
+            "clip_id": f"c{i}", "path": f"c{i}.flac", "split": "valid" if i == 5 else "train",
+            "offset": i * frames * 320, "num_samples": frames * 320, "num_frames": frames,
+            "orig_sample_rate": 24000, "orig_channels": 1, "duration_s": frames * 320 / 24000,
+        })
+    audio = (0.1 * rng.standard_normal(6 * frames * 320)).astype(np.float32)
+    np.save(prepared / "audio.npy", audio)
+    pd.DataFrame(clips)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
+    codes = rng.choice(16, size=(8, 6 * frames), p=np.arange(16, 0, -1) / 136).astype(np.int16)
+    np.save(codes_dir / "codes.npy", codes)
+    return prepared, codes_dir
+
+
+@pytest.fixture()
+def tiny_cfg(smoke_cfg):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["train"].update(steps=12, warmup_steps=2, log_interval=5, batch_size=2, valid_crops=3, crop_seconds=0.4)
+    return cfg
+
+
+def test_lr_schedule_warmup_then_polynomial_decay(smoke_cfg):
+    t = C.train_config(smoke_cfg, "prenorm_clip1")
+    t = type(t)(**{**t.__dict__, "steps": 100, "warmup_steps": 10, "lr": 1e-3, "end_lr": 1e-4, "lr_power": 2.0})
+    assert train.lr_at(1, t) == pytest.approx(1e-4)
+    assert train.lr_at(5, t) == pytest.approx(5e-4)
+    assert train.lr_at(10, t) == pytest.approx(1e-3)
+    assert train.lr_at(55, t) == pytest.approx(1e-4 + 9e-4 * 0.5**2)
+    assert train.lr_at(100, t) == pytest.approx(1e-4)
+
+
+def test_log_steps():
+    assert train.log_steps(20, 5) == [1, 2, 4, 5, 8, 10, 15, 16, 20]
+    assert train.log_steps(7, 100) == [1, 2, 4, 7]
+
+
+def _model_with_grads(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 3)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 2.0)  # total norm = 2 * sqrt(15)
+    return model
+
+
+@pytest.mark.parametrize("clip, expect_clipped", [(1.0, True), (100.0, False), (0.0, False)])
+def test_clipping_logs_the_norm_before_clipping_and_bounds_the_update(clip, expect_clipped):
+    model = _model_with_grads()
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)  # update = -grad, so its norm is the clipped norm
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    norm, clipped, skipped = train.optimizer_step(model, opt, scaler, clip)
+    full = 2.0 * math.sqrt(15)
+    assert norm == pytest.approx(full)  # logged before clipping
+    assert clipped is expect_clipped and skipped is False
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    expected = min(full, clip) if clip > 0 else full  # clip 0 disables clipping
+    assert float((after - before).norm()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_fp16_scaler_skips_overflowing_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    scaler = torch.amp.GradScaler("cpu", enabled=True, init_scale=1.0)
+    scaler.scale(model(torch.ones(2, 4)).sum()).backward()
+    for p in model.parameters():
+        p.grad[0] = float("inf")  # as an fp16 overflow leaves them
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    norm, clipped, skipped = train.optimizer_step(model, opt, scaler, 1.0)
+    assert skipped and not clipped and not math.isfinite(norm)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update
+
+
+def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
+    prepared, codes = data_dirs
+    m = C.model_config(tiny_cfg, "prenorm_clip1")
+    data = train.CropData(prepared, codes / "codes.npy", "train", 30, 2, m, seed=3)
+    in_process = [tuple(x.clone() for x in b) for b in train.batches(data, 4, 8, workers=0, pin=False)]
+    two_workers = list(train.batches(data, 4, 8, workers=2, pin=False))
+    direct = data[6]
+    for a, b in zip(in_process, two_workers):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(in_process[2], direct))
+    wav, codes_b, mask = direct
+    assert wav.shape == (2, 30 * 320) and codes_b.shape == (2, 8, 30) and mask.shape == (2, 30)
+    # crops start on frame boundaries: the codes are the clip's codes at the same frames
+    all_codes = np.load(codes / "codes.npy")
+    audio = np.load(prepared / "audio.npy")
+    first = int(np.flatnonzero(audio[::320] == wav[0, 0].item())[0])  # the crop's first frame
+    assert np.array_equal(all_codes[:, first : first + 30], codes_b[0].numpy())
+
+
+def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_path):
+    prepared, codes = data_dirs
+    summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    metrics = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    assert metrics["step"].tolist() == [1, 2, 4, 5, 8, 10, 12]
+    for col in ["train_loss_cb0", "train_loss_cb7", "valid_loss_cb0", "lr", "grad_norm", "grad_norm_max",
+                "clipped", "clip_frac", "nonfinite", "overflow_skips", "wall_time"]:
+        assert col in metrics.columns
+    assert metrics["lr"].iloc[0] == pytest.approx(tiny_cfg["train"]["lr"] / 2)
+    assert (metrics["grad_norm"] > 0).all()
+    assert not (tmp_path / "run" / "metrics.partial.csv").exists()
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["status"] == "completed" and on_disk["steps"] == 12 and on_disk == summary
+    ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert ckpt["run"]["deepnorm"] and ckpt["model_config"]["norm"] == "post" and ckpt["step"] == 12
+    assert ckpt["train_config"]["clip"] == 1.0
+
+
+@pytest.mark.parametrize("run", list(C.RUN_NAMES))
+def test_each_arm_lowers_the_loss(data_dirs, tiny_cfg, tmp_path, run):
+    prepared, codes = data_dirs
+    tiny_cfg["train"].update(steps=30, warmup_steps=3, log_interval=10, lr=3e-3)
+    train.run(tiny_cfg, run, prepared, codes, tmp_path / run, threads=1)
+    m = pd.read_csv(tmp_path / run / "metrics.csv")
+    assert m["valid_loss_cb0"].iloc[-1] < m["valid_loss_cb0"].iloc[0] - 1.0, m[["step", "valid_loss_cb0"]]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_on_cpu(data_dirs, tiny_cfg, tmp_path, precision):
+    prepared, codes = data_dirs
+    tiny_cfg["train"].update(precision=precision, steps=4, accum_steps=2)
+    summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
+    assert summary["status"] == "completed" and math.isfinite(summary["final_train_loss_cb0"])
+
+
+def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
+    prepared, _ = data_dirs
+    with pytest.raises(FileNotFoundError, match="codes.npy: codes not found"):
+        train.run(tiny_cfg, "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
+
+
+def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):
+    prepared, codes = data_dirs
+    tiny_cfg["train"]["crop_seconds"] = 3.0
+    with pytest.raises(ValueError, match="crop_seconds"):
+        train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r")
