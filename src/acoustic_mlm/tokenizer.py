@@ -9,7 +9,10 @@ Two modes, one per `tokenizer.mode`:
   embeddings of the train split. Why not EnCodec as it comes: an untrained model's codebooks are
   all zero until a training-mode forward runs its k-means init, so it emits **all-zero codes**;
   and that k-means builds an (n, 1024, 128) tensor per iteration, far too slow on CPU.
-  After calibration the codes still come out of EnCodec's own `model.encode`.
+  After calibration the codes still come out of EnCodec's own `model.encode`. The fit centres
+  the encoder's output (its last bias absorbs the mean), and runs on a fixed thread count, so
+  `tokenizer.pt` is identical for any --threads; the codes then differ between thread counts
+  only at float near-ties (measured: under 0.05% of codes).
 
 Files (written atomically into the stage's output folder):
 
@@ -47,6 +50,11 @@ FRAME_RATE = SAMPLE_RATE // ENCODEC_HOP  # 75 Hz
 OFFICIAL_URL = "https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th"
 OFFICIAL_SHA256_PREFIX = "d7cc33bc"  # EnCodec names its checkpoints <name>-<sha256 prefix>.th
 MANIFEST_COLUMNS = ("clip_id", "split", "offset", "num_samples", "num_frames")
+# Calibration always runs on this many torch threads. Float results depend on the thread count
+# (work partitioning), and k-means amplifies last-bit differences in its input into different
+# codebooks (measured: 1 vs 2 threads left 91% of level-0 codes and <25% of deeper ones equal).
+# Fixed, the codebooks do not depend on the stage's --threads.
+CALIBRATION_THREADS = 2
 
 
 class TokenizerError(ValueError):
@@ -129,6 +137,11 @@ def _load_state(model, path: Path):
     return model
 
 
+def hub_checkpoint_path(url: str = OFFICIAL_URL) -> Path:
+    """Where a downloaded checkpoint lives: torch.hub.get_dir()/checkpoints/<file name>."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+
+
 def load_pretrained(
     checkpoint: str | Path | None = None,
     bandwidth: float = 6.0,
@@ -143,7 +156,7 @@ def load_pretrained(
     carries (`<name>-<prefix>.th`), or `expected_prefix` when the name carries none.
     """
     if checkpoint is None:
-        path = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+        path = hub_checkpoint_path(url)
         prefix = _name_prefix(path.name) or expected_prefix
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -272,14 +285,23 @@ def _embed_crops(model, chunks, windows, batch_size: int) -> torch.Tensor:
             group = by_len[length]
             for s in range(0, len(group), batch_size):
                 batch = group[s : s + batch_size]
-                wav = np.stack(
-                    [np.asarray(chunks[ci][(st - ctx) * ENCODEC_HOP : (st + keep) * ENCODEC_HOP]) for ci, st, ctx, keep in batch]
-                )
+                hop = ENCODEC_HOP
+                wav = np.stack([np.asarray(chunks[ci][(st - ctx) * hop : (st + keep) * hop]) for ci, st, ctx, keep in batch])
                 emb = model.encoder(torch.from_numpy(wav.astype(np.float32, copy=False))[:, None])  # (B, D, T)
                 for b, (_, _, ctx, keep) in enumerate(batch):
                     out.append(emb[b, :, ctx : ctx + keep].t())  # (keep, D)
                 bar.update(sum(w[3] for w in batch))
     return torch.cat(out)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @torch.no_grad()
@@ -301,9 +323,23 @@ def calibrate(
     to `context_frames` frames of left context whose outputs are dropped, so crop starts are
     not all zero-padded starts), and exactly `frames` embeddings are subsampled. Then, level by
     level: k-means on the current residual, centroids loaded into the level's codebook, residual
-    minus its quantisation through the codebook's own encode/decode. Returns statistics.
+    minus its quantisation through the codebook's own encode/decode (leave-one-out for frames
+    alone in their cluster, see below). The encoder's output is centred first (its last bias
+    absorbs the mean), so the model changes in the encoder's last bias and in the codebooks.
+    Runs on CALIBRATION_THREADS torch threads whatever the caller's setting, so that the result
+    depends only on the inputs and the seed.
+    Returns statistics; the residual variance reported per level is that of the residual
+    carried to the next level, relative to the embeddings' variance.
     """
+    with _torch_threads(CALIBRATION_THREADS):
+        return _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_frames, batch_size)
+
+
+def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_frames, batch_size) -> dict:
     t0 = time.perf_counter()
+    bins = model.quantizer.bins
+    if frames < bins:
+        raise ValueError(f"calibrate: frames ({frames}) must be at least the codebook size ({bins})")
     g = torch.Generator().manual_seed(seed)
     windows = []  # (chunk index, start frame, context frames, frames kept)
     for ci, chunk in enumerate(audio_chunks):
@@ -311,7 +347,6 @@ def calibrate(
         for st in range(0, nf, crop_frames):
             windows.append((ci, st, min(st, context_frames), min(crop_frames, nf - st)))
     available = sum(w[3] for w in windows)
-    bins = model.quantizer.bins
     if available < bins:
         raise TokenizerError(f"calibration needs at least {bins} train frames; the train split has {available}")
     if available < frames:
@@ -327,7 +362,14 @@ def calibrate(
     t_enc = time.perf_counter() - t_enc
     if len(emb) > frames:
         emb = emb[torch.randperm(len(emb), generator=g)[:frames]]
-    emb = emb.contiguous()
+    # Centre the encoder's output by folding its mean into the last conv's bias. The untrained
+    # encoder emits a large constant offset (norm ~0.34) with tiny variation (~0.0045), so the
+    # float32 distances of EnCodec's quantize (|x|^2 - 2 x.c + |c|^2) cancel catastrophically:
+    # measured, 4% of codes changed with the thread count. Centred, under 0.05% do.
+    offset = emb.mean(0)
+    head = model.encoder.model[-1].conv.conv  # SConv1d -> NormConv1d -> Conv1d (128 out)
+    head.bias.sub_(offset)
+    emb = (emb - offset).contiguous()
 
     n_q = n_codebooks(model)
     residual = emb.clone()
@@ -341,22 +383,35 @@ def calibrate(
         cb.embed_avg.copy_(centroids)  # as EnCodec's own init_embed_ does
         cb.cluster_size.copy_(counts.to(cb.cluster_size.dtype))
         cb.inited.fill_(1.0)
-        codes = layer.encode(residual.t()[None])  # (1, N), EnCodec's own nearest-code rule
-        residual = residual - layer.decode(codes)[0].t()
+        codes = layer.encode(residual.t()[None])[0]  # (N,), EnCodec's own nearest-code rule
+        quantized = layer.decode(codes[None])[0].t()  # (N, D)
+        # Leave-one-out for singletons: a frame alone in its cluster is its own centroid, so its
+        # residual is exactly zero, unlike that of any frame not in the calibration set. Carry
+        # its residual against the next-nearest centroid instead. Without this, few frames per
+        # code collapse the deeper levels (measured: 1,500 frames leave levels 2-7 with 1 code).
+        single = torch.bincount(codes, minlength=bins)[codes] == 1
+        if single.any():
+            r = residual[single]
+            second = _sq_dists(r, centroids, centroids.pow(2).sum(1)[None]).topk(2, largest=False).indices[:, 1]
+            quantized[single] = centroids[second]
+        residual = residual - quantized
         distinct.append(int(codes.unique().numel()))
         residual_energy.append(float(residual.pow(2).sum()) / max(energy0, 1e-30))
         log.info(
-            "calibrate: level %d: %d/%d codes used, residual energy %.3f", level, distinct[-1], bins, residual_energy[-1]
+            "calibrate: level %d: %d/%d codes used, residual variance %.3f",
+            level, distinct[-1], bins, residual_energy[-1],
         )
     t_km = time.perf_counter() - t_km
     return {
         "calibration_frames": int(len(emb)),
+        "calibration_threads": CALIBRATION_THREADS,
+        "calibration_encoder_offset_norm": round(float(offset.norm()), 6),
         "calibration_crops": len(picked),
         "calibration_encoder_seconds": round(t_enc, 3),
         "calibration_kmeans_seconds": round(t_km, 3),
         "calibration_seconds": round(time.perf_counter() - t0, 3),
         "calibration_distinct_codes": distinct,
-        "calibration_residual_energy": [round(e, 5) for e in residual_energy],
+        "calibration_residual_variance": [round(e, 5) for e in residual_energy],
     }
 
 
@@ -364,15 +419,25 @@ def calibrate(
 
 
 @torch.no_grad()
-def encode_clips(model, audio: np.ndarray, manifest, *, batch_size: int = 1) -> np.ndarray:
+def encode_clips(
+    model, audio: np.ndarray, manifest, *, out: np.ndarray | None = None, batch_size: int = 1
+) -> np.ndarray:
     """Codes of every clip through `model.encode`, aligned with `audio`: (K, len(audio) // 320) int16.
 
     Clip i (manifest row i) fills columns offset_i // 320 ... + num_samples_i // 320, exactly;
-    columns of no clip hold -1. batch_size > 1 batches clips of equal length (on CPU one at a
-    time measured faster, and it is bit-identical to encoding each clip alone).
+    columns of no clip hold -1. batch_size 1 (default) is bit-identical to `model.encode` of each
+    clip alone; batch_size > 1 batches clips of equal length, which measured slower on CPU and
+    may flip rare near-tie frames (float summation order differs). `out`: an int16 array of that
+    shape to fill (e.g. a memory-mapped .npy, for corpora whose codes should not sit in memory).
     """
     K = n_codebooks(model)
-    codes = np.full((K, len(audio) // ENCODEC_HOP), -1, dtype=np.int16)
+    shape = (K, len(audio) // ENCODEC_HOP)
+    if out is None:
+        out = np.empty(shape, dtype=np.int16)
+    if out.shape != shape or out.dtype != np.int16:
+        raise ValueError(f"encode_clips: out must be int16 {shape}, got {out.dtype} {out.shape}")
+    codes = out
+    codes[:] = -1
     rows = list(zip(manifest["offset"].astype(int), manifest["num_samples"].astype(int)))
     groups: dict[int, list[int]] = {}
     for o, s in rows:
@@ -446,12 +511,13 @@ def read_prepared(prepared_dir: str | Path):
     overlap = o[order][1:] < (o + s)[order][:-1]
     if overlap.any():
         i = int(order[1:][overlap][0])
-        raise TokenizerError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
+        clip = manifest["clip_id"].iloc[i]
+        raise TokenizerError(f"{manifest_path}: clip {clip!r} (row {i + 2}) overlaps another clip")
     return audio, manifest
 
 
 def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
-    """The tokenize stage: prepared_dir/{audio.npy, manifest.csv} -> out_dir/{codes.npy, tokenizer.json[, tokenizer.pt]}."""
+    """The stage: prepared_dir/{audio.npy, manifest.csv} -> out_dir/{codes.npy, tokenizer.json[, tokenizer.pt]}."""
     set_threads(threads)
     tc = cfg["tokenizer"]
     sr = cfg.get("data", {}).get("sample_rate", SAMPLE_RATE)
@@ -470,15 +536,33 @@ def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
         calib = calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed)
     elif mode == "pretrained":
         model = load_pretrained(tc["checkpoint"], bandwidth)
-        path = Path(tc["checkpoint"]) if tc["checkpoint"] else Path(torch.hub.get_dir()) / "checkpoints" / OFFICIAL_URL.rsplit("/", 1)[-1]
+        path = Path(tc["checkpoint"]).expanduser() if tc["checkpoint"] else hub_checkpoint_path()
         checkpoint = {"path": str(path), "sha256": sha256_file(path)}
     else:
         raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {mode!r}")
 
-    t0 = time.perf_counter()
-    codes = encode_clips(model, audio, manifest)
-    encode_s = time.perf_counter() - t0
-    covered = codes[0] >= 0
+    with atomic_dir(out_dir) as tmp:
+        shape = (n_codebooks(model), len(audio) // ENCODEC_HOP)  # (K, total_frames)
+        codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=np.int16, shape=shape)
+        t0 = time.perf_counter()
+        encode_clips(model, audio, manifest, out=codes)
+        encode_s = time.perf_counter() - t0
+        codes.flush()
+        meta = _summary(codes, model, tc, calib, checkpoint, len(manifest), encode_s, threads)
+        if mode == "calibrated":
+            torch.save(model.state_dict(), tmp / "tokenizer.pt")
+        write_json(tmp / "tokenizer.json", meta)
+        del codes  # close the memory map before the folder is renamed into place
+    log.info(
+        "tokenize: %d clips, %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
+        meta["clips"], meta["audio_seconds"], meta["encode_seconds"], meta["x_real_time"], meta["distinct_codes"],
+    )
+
+
+def _summary(codes, model, tc: dict, calib: dict, checkpoint, clips: int, encode_s: float, threads: int) -> dict:
+    """The contents of tokenizer.json."""
+    mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
+    covered = np.asarray(codes[0]) >= 0
     audio_s = int(covered.sum()) / FRAME_RATE
     bins = model.quantizer.bins
     meta = {
@@ -494,26 +578,18 @@ def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
         "calibration_iters": int(tc["calibration_iters"]) if mode == "calibrated" else None,
         **calib,
         "checkpoint": checkpoint,
-        "clips": int(len(manifest)),
+        "clips": int(clips),
         "total_frames": int(codes.shape[1]),
         "audio_seconds": round(audio_s, 3),
-        "distinct_codes": [int(np.unique(c[covered]).size) for c in codes],
-        "unigram_entropy_bits": [round(unigram_entropy_bits(c[covered], bins), 4) for c in codes],
+        "distinct_codes": [int(np.unique(np.asarray(c)[covered]).size) for c in codes],
+        "unigram_entropy_bits": [round(unigram_entropy_bits(np.asarray(c)[covered], bins), 4) for c in codes],
         "encode_seconds": round(encode_s, 3),
         "real_time_factor": round(encode_s / max(audio_s, 1e-9), 5),  # encode seconds per audio second
         "x_real_time": round(audio_s / max(encode_s, 1e-9), 2),  # audio seconds per encode second
         "threads": int(threads),
         "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
     }
-    log.info(
-        "tokenize: %d clips, %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
-        meta["clips"], audio_s, encode_s, meta["x_real_time"], meta["distinct_codes"],
-    )
-    with atomic_dir(out_dir) as tmp:
-        np.save(tmp / "codes.npy", codes)
-        if mode == "calibrated":
-            torch.save(model.state_dict(), tmp / "tokenizer.pt")
-        write_json(tmp / "tokenizer.json", meta)
+    return meta
 
 
 def _encodec_version() -> str | None:

@@ -34,6 +34,7 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; outputs get the usual permissions
     try:
         yield tmp
         if final.exists():
@@ -52,12 +53,19 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", suffix=final.suffix, dir=final.parent)
     os.close(fd)
     tmp = Path(name)
+    tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600
     try:
         yield tmp
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | Path, obj) -> None:

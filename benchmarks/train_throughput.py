@@ -1,0 +1,379 @@
+"""Training-step throughput of the four arms against a `torch.nn.TransformerEncoder` baseline.
+
+One step is what `acoustic_mlm.train` does per update: forward (autocast for bf16 / fp16),
+backward (through the fp16 loss scaler when fp16), `clip_grad_norm_`, `AdamW.step`. Every
+model trains on the same fixed batch: random audio, random codes and one fairseq span mask,
+at the configuration's width, depth, batch size and crop length.
+
+The baseline is the Pre-Norm arm with its transformer blocks swapped for
+`nn.TransformerEncoder(nn.TransformerEncoderLayer(..., activation="gelu", batch_first=True,
+norm_first=True))`: front end (conv features, feature LayerNorm and penalty, projection, mask
+embedding, conv positional embedding), final LayerNorm and codebook heads are the package's
+own, so the ratio isolates the blocks. The arms are timed in the same process, repetitions
+interleaved (baseline, arm 1, ..., arm 4, baseline, arm 1, ...); each ratio is the median of
+the per-repetition ratios arm_fps / baseline_fps, so slow drift in a shared machine cancels.
+
+Model FLOPs are counted analytically (`model_flops`: matmuls and convolutions, forward and
+backward, the same count for every arm whatever kernel runs it); MFU divides the achieved
+rate by `--peak-tflops` (default 989, an H200's dense bf16 peak, on CUDA; none on CPU).
+
+    python benchmarks/train_throughput.py --config config/config.yaml --threads 1
+    python benchmarks/train_throughput.py --config config/paper.yaml --device cuda --precision fp32,bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from acoustic_mlm import config as C
+from acoustic_mlm.model import init_bert_params
+from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
+from acoustic_mlm.train import autocast, pick_device
+from acoustic_mlm.utils import set_threads
+
+BASELINE = "baseline"
+H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H200 (SXM) dense bf16 tensor-core peak
+PRECISIONS = ("fp32", "bf16", "fp16")
+BENCH_SEED = 0  # weights, audio, codes and mask are identical on every run of the benchmark
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def build_arm(cfg: dict, run: str) -> AcousticMLM:
+    """One arm exactly as `acoustic_mlm.train` builds it."""
+    torch.manual_seed(BENCH_SEED)
+    return AcousticMLM(C.model_config(cfg, run))
+
+
+def build_baseline(cfg: dict) -> AcousticMLM:
+    """The Pre-Norm model with its blocks replaced by one `nn.TransformerEncoder` of the same size.
+
+    `TransformerEncoder.forward` (the package's) still adds the conv positional embedding first
+    and applies the final LayerNorm after the stack (Pre-Norm), so only the blocks differ.
+    PyTorch's layer has a single dropout for attention probabilities and residuals: it takes
+    `model.dropout` (every preset sets attention_dropout equal to it).
+    """
+    m = C.model_config(cfg)  # no arm: norm "pre", no DeepNorm, plain attention
+    torch.manual_seed(BENCH_SEED)
+    model = AcousticMLM(m)
+    layer = nn.TransformerEncoderLayer(
+        m.dim, m.heads, m.ffn_dim, m.dropout, activation="gelu", batch_first=True, norm_first=True
+    )
+    stack = nn.TransformerEncoder(layer, m.layers, enable_nested_tensor=False)  # deep-copies the layer
+    stack.apply(init_bert_params)  # the arms' init (fused in_proj keeps PyTorch's xavier init)
+    model.encoder.transformer.blocks = nn.ModuleList([stack])  # iterated once: x = stack(x)
+    return model
+
+
+def model_flops(m: C.ModelConfig, batch: int, frames: int, n_masked: int) -> int:
+    """Matmul and convolution FLOPs of one training step (forward + backward), all arms alike.
+
+    A matmul of an (n x a) input by an (a x b) weight costs 2nab forward and 4nab backward
+    (gradients of input and weight): 6nab. The first convolution needs no input gradient
+    (the waveform is data): 4x its forward cost. Attention: QK^T and PV, 4 T^2 D per layer and
+    sequence forward, 12 T^2 D with backward. Heads run on the N masked frames only. Norms,
+    activations, softmax and the optimizer are not counted (MFU convention).
+    (torch.utils.flop_counter agrees exactly for ungrouped convolutions; it ignores `groups` in
+    the backward of the grouped positional conv and overcounts it.)
+    """
+    tokens = batch * frames
+    conv, t_out, c_in = 0, frames, 1
+    lengths = []  # each conv layer's output length, computed back from the last (= frames)
+    for _, kernel, stride in reversed(m.conv_layers):
+        lengths.append(t_out)
+        t_out = (t_out - 1) * stride + kernel
+    lengths.reverse()
+    for i, ((channels, kernel, _), t) in enumerate(zip(m.conv_layers, lengths)):
+        fwd = 2 * c_in * channels * kernel * t * batch
+        conv += (2 if i == 0 else 3) * fwd
+        c_in = channels
+    pos_frames = frames + 1 - m.pos_conv_kernel % 2  # an even kernel yields one frame more, then dropped
+    pos_conv = 6 * (m.dim // m.pos_conv_groups) * m.dim * m.pos_conv_kernel * pos_frames * batch
+    proj = 6 * c_in * m.dim * tokens
+    block_params = 4 * m.dim * m.dim + 2 * m.dim * m.ffn_dim  # q, k, v, out, fc1, fc2
+    blocks = m.layers * (6 * block_params * tokens + 12 * frames * frames * m.dim * batch)
+    heads = 6 * n_masked * m.codebooks * m.final_dim * (m.dim + m.codebook_size)  # proj_k and cos logits
+    return conv + pos_conv + proj + blocks + heads
+
+
+# ----------------------------------------------------------------------------- one step
+
+
+@dataclass
+class Trainee:
+    """A model with its optimizer, as one arm of `acoustic_mlm.train` holds them."""
+
+    name: str  # run name, or "baseline"
+    label: str  # legend label
+    model: AcousticMLM
+    clip: float  # 0 disables clipping (the norm is still computed, as in training)
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    opt: torch.optim.Optimizer = field(init=False)
+    scalers: dict = field(init=False, default_factory=dict)
+    last_loss: float = float("nan")
+
+    def __post_init__(self):
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay
+        )
+
+    def step(self, batch, device: torch.device, precision: str) -> torch.Tensor:
+        """One update, as in train.run without its logging; returns the detached loss."""
+        if precision not in self.scalers:
+            self.scalers[precision] = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        scaler = self.scalers[precision]
+        wav, codes, mask = batch
+        self.opt.zero_grad(set_to_none=True)
+        with autocast(device, precision):
+            out = self.model(wav, codes, mask)
+        scaler.scale(out.loss).backward()
+        scaler.unscale_(self.opt)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip if self.clip > 0 else float("inf"))
+        scaler.step(self.opt)
+        scaler.update()
+        return out.loss.detach()
+
+
+def trainees(cfg: dict, device: torch.device) -> list[Trainee]:
+    """The baseline first, then the arms in the configuration's order.
+
+    The baseline clips at 1; the clip value costs nothing: clip_grad_norm_ always computes the
+    total norm and rescales every gradient by min(1, clip / norm).
+    """
+    t = C.train_config(cfg)
+    common = dict(lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    out = [Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)", build_baseline(cfg).to(device), 1.0, **common)]
+    for run in cfg["runs"]:
+        rc = C.run_config(cfg, run)
+        out.append(Trainee(run, rc.label, build_arm(cfg, run).to(device), rc.clip, **common))
+    return out
+
+
+def fixed_batch(cfg: dict, device: torch.device):
+    """Random audio (B, 320 T), random codes (B, K, T) and one fairseq span mask (B, T)."""
+    m, t = C.model_config(cfg), C.train_config(cfg)
+    frames = crop_frames(cfg)
+    g = torch.Generator().manual_seed(BENCH_SEED)
+    wav = 0.1 * torch.randn(t.batch_size, frames * C.ENCODEC_HOP, generator=g)
+    codes = torch.randint(m.codebook_size, (t.batch_size, m.codebooks, frames), generator=g)
+    mask = compute_mask_indices(
+        (t.batch_size, frames), m.mask_prob, m.mask_length, m.mask_min_masks, np.random.default_rng(BENCH_SEED)
+    )
+    return wav.to(device), codes.to(device), torch.from_numpy(mask).to(device)
+
+
+def crop_frames(cfg: dict) -> int:
+    """Frames per crop, as acoustic_mlm.train computes them."""
+    return int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(tr: Trainee, batch, device, precision: str, steps: int) -> float:
+    """Milliseconds per step over `steps` consecutive steps."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = tr.step(batch, device, precision)
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    tr.last_loss = float(loss)
+    return 1000.0 * elapsed / steps
+
+
+def benchmark(models: list[Trainee], batch, device, precision: str, steps: int, warmup: int, repeats: int) -> dict:
+    """{name: [ms/step per repetition]}, repetitions interleaved across models."""
+    for tr in models:
+        for _ in range(warmup):
+            tr.step(batch, device, precision)
+        tr.opt.zero_grad(set_to_none=True)
+    times: dict[str, list[float]] = {tr.name: [] for tr in models}
+    for r in range(repeats):
+        for tr in models:
+            times[tr.name].append(time_steps(tr, batch, device, precision, steps))
+            tr.opt.zero_grad(set_to_none=True)  # free gradients before the next model runs
+        print(
+            f"  {precision} repeat {r + 1}/{repeats}: "
+            + " ".join(f"{name}={ms[-1]:.1f}ms" for name, ms in times.items()),
+            file=sys.stderr,
+            flush=True,
+        )
+    return times
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return float(np.quantile(np.asarray(xs), q))
+
+
+def summarize(models, times: dict, precision: str, frames_per_step: int, flops: int, peak_tflops) -> list[dict]:
+    base = times[BASELINE]
+    rows = []
+    for tr in models:
+        ms = times[tr.name]
+        ratios = [b / a for a, b in zip(ms, base)]  # arm_fps / baseline_fps, paired per repetition
+        med = statistics.median(ms)
+        tflops = flops / (med / 1000.0) / 1e12
+        rows.append(
+            {
+                "model": tr.name,
+                "label": tr.label,
+                "precision": precision,
+                "ms_per_step": med,
+                "frames_per_s": frames_per_step / (med / 1000.0),
+                "ratio_to_baseline": statistics.median(ratios),
+                "ratio_q25": _quantile(ratios, 0.25),
+                "ratio_q75": _quantile(ratios, 0.75),
+                "ms_per_step_all": ms,
+                "model_flops_per_step": flops,
+                "tflops": tflops,
+                "mfu": tflops / peak_tflops if peak_tflops else None,
+                "final_loss": tr.last_loss,
+            }
+        )
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | precision | ms/step | frames/s | ratio to baseline | ratio IQR | TFLOP/s | MFU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
+        lines.append(
+            f"| {r['model']} | {r['precision']} | {r['ms_per_step']:.1f} | {r['frames_per_s']:.0f} | "
+            f"{r['ratio_to_baseline']:.3f} | {r['ratio_q25']:.3f}-{r['ratio_q75']:.3f} | "
+            f"{r['tflops']:.3g} | {mfu} |"
+        )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="config/config.yaml", help="preset to measure (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="cpu | cuda | auto (default: %(default)s)")
+    p.add_argument(
+        "--precision",
+        default=None,
+        help="comma-separated list of fp32, bf16, fp16 (default: fp32 on CPU, fp32,bf16 on CUDA)",
+    )
+    p.add_argument("--steps", type=int, default=10, help="timed steps per model per repetition (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's train.threads)")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help=f"peak for MFU; default {H200_BF16_DENSE_TFLOPS:g} (H200 dense bf16) on CUDA, none on CPU",
+    )
+    p.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results here")
+    args = p.parse_args(argv)
+    for name in ("steps", "repeats"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    if args.warmup < 0:
+        p.error("--warmup must be at least 0")
+    return args
+
+
+def machine(device: torch.device) -> dict:
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+    }
+    if hasattr(os, "getloadavg"):
+        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    cfg = C.load(args.config)
+    set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
+    device = pick_device(args.device)
+    precisions = (args.precision or ("fp32,bf16" if device.type == "cuda" else "fp32")).split(",")
+    for prec in precisions:
+        if prec not in PRECISIONS:
+            raise SystemExit(f"--precision: unknown '{prec}' (choose from {', '.join(PRECISIONS)})")
+    peak = args.peak_tflops if args.peak_tflops is not None else (H200_BF16_DENSE_TFLOPS if device.type == "cuda" else None)
+
+    m, t = C.model_config(cfg), C.train_config(cfg)
+    frames = crop_frames(cfg)
+    batch = fixed_batch(cfg, device)
+    n_masked = int(batch[2].sum())
+    flops = model_flops(m, t.batch_size, frames, n_masked)
+    models = trainees(cfg, device)
+    info = machine(device)
+    print(
+        f"# {args.config}: batch {t.batch_size} x {frames} frames = {t.batch_size * frames} frames/step "
+        f"({n_masked} masked); width {m.dim}, {m.layers} layers, {m.heads} heads; "
+        f"{sum(p.numel() for p in models[1].model.parameters()):,} params; "
+        f"{flops / 1e9:.3g} model GFLOP/step",
+        file=sys.stderr,
+    )
+    print(f"# {info}", file=sys.stderr, flush=True)
+
+    rows = []
+    for prec in precisions:
+        times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)
+        rows += summarize(models, times, prec, t.batch_size * frames, flops, peak)
+    table = markdown_table(rows)
+    print(table)
+    nonfinite = [r["model"] for r in rows if not np.isfinite(r["final_loss"])]
+    if nonfinite:
+        print(f"warning: non-finite loss after timing in {', '.join(nonfinite)}", file=sys.stderr)
+
+    result = {
+        "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
+        "config": str(args.config),
+        "machine": info,
+        "batch_size": t.batch_size,
+        "crop_frames": frames,
+        "frames_per_step": t.batch_size * frames,
+        "masked_frames": n_masked,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "peak_tflops": peak,
+        "rows": rows,
+    }
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""Tokenize stage: calibrated EnCodec codes, alignment with audio.npy, checkpoint loading, errors."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import http.server
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from acoustic_mlm import config, tokenizer
+from acoustic_mlm.tokenizer import TokenizerError
+
+ROOT = Path(__file__).resolve().parents[1]
+SR, HOP = 24_000, 320
+CLIP_SECONDS = [4.0, 5.0, 3.2, 6.0, 4.48, 5.0, 2.56] * 2  # about 60 s; clips 3 and 10 are valid
+CALIB_FRAMES, CALIB_ITERS = 3000, 6
+MIN_DISTINCT = 200  # measured on this corpus: 1024, 613, 460, 405, 350, 321, 316, 314
+MIN_ENTROPY_BITS = 3.0  # measured: 7.7, 6.2, 5.4, 5.2, 4.7, 4.7, 4.8, 4.5
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def synth_clip(rng: np.random.Generator, seconds: float) -> np.ndarray:
+    """Chords of decaying harmonic tones, with noise-burst 'drums', as a 24 kHz float32 clip."""
+    n = int(round(seconds * SR)) // HOP * HOP
+    y, pos = np.zeros(n), 0
+    while pos < n:
+        seg_t = np.arange(min(int(rng.uniform(0.2, 0.6) * SR), n - pos)) / SR
+        seg = np.zeros(len(seg_t))
+        root = rng.integers(40, 70)
+        for midi in root + np.array([0, rng.choice([3, 4]), 7, rng.choice([10, 11, 12])]):
+            f = 440.0 * 2 ** ((midi - 69) / 12)
+            for h in (1, 2, 3):
+                seg += np.sin(2 * np.pi * f * h * seg_t + rng.uniform(0, 2 * np.pi)) / (4 * h)
+        seg *= np.exp(-seg_t * rng.uniform(1, 6))
+        if rng.random() < 0.5:
+            seg += rng.normal(0, 0.3, len(seg)) * np.exp(-seg_t * 40)
+        y[pos : pos + len(seg)] = seg
+        pos += len(seg)
+    y += rng.normal(0, 0.01, n)
+    return (0.3 * y / np.abs(y).max()).astype(np.float32)
+
+
+def make_prepared(folder: Path, seconds=CLIP_SECONDS, seed: int = 0) -> Path:
+    """A prepared folder as the prepare stage writes it: audio.npy + manifest.csv."""
+    rng = np.random.default_rng(seed)
+    clips = [synth_clip(rng, s) for s in seconds]
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in clips])[:-1]])
+    manifest = pd.DataFrame(
+        {
+            "clip_id": [f"clip{i:02d}" for i in range(len(clips))],
+            "path": [f"synthetic/clip{i:02d}.wav" for i in range(len(clips))],
+            "split": ["valid" if i % 7 == 3 else "train" for i in range(len(clips))],
+            "offset": offsets,
+            "num_samples": [len(c) for c in clips],
+            "num_frames": [len(c) // HOP for c in clips],
+            "seconds": [len(c) / SR for c in clips],
+        }
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "audio.npy", np.concatenate(clips))
+    manifest.to_csv(folder / "manifest.csv", index=False)
+    return folder
+
+
+def tok_cfg(**tokenizer_keys) -> dict:
+    cfg = copy.deepcopy(config.load(ROOT / "config" / "config.yaml"))
+    cfg["tokenizer"].update(calibration_frames=CALIB_FRAMES, calibration_iters=CALIB_ITERS, **tokenizer_keys)
+    return config.validate(cfg)
+
+
+@pytest.fixture(autouse=True)
+def two_torch_threads():
+    """Codes depend on the thread count at float near-ties: compare them at the fixture's 2 threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    return make_prepared(tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.fixture(scope="module")
+def calibrated(prepared, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tok") / "tokenized"
+    tokenizer.run(tok_cfg(), prepared, out, threads=2)
+    return out
+
+
+def saved_checkpoint(state: dict, folder: Path) -> Path:
+    """Save, hash, rename to encodec_24khz-<first 8 hex of sha256>.th, as EnCodec names its files."""
+    tmp = folder / "state.th"
+    torch.save(state, tmp)
+    prefix = hashlib.sha256(tmp.read_bytes()).hexdigest()[:8]
+    return tmp.rename(folder / f"encodec_24khz-{prefix}.th")
+
+
+# ----------------------------------------------------------------------------- k-means and models
+
+
+def test_kmeans_deterministic_no_empty_clusters():
+    g = torch.Generator().manual_seed(0)
+    centers = torch.randn(40, 8, generator=g) * 5
+    x = centers[torch.randint(40, (3000,), generator=g)] + 0.1 * torch.randn(3000, 8, generator=g)
+    for init in ("plusplus", "random"):
+        c1, n1 = tokenizer.kmeans(x, 64, 10, torch.Generator().manual_seed(1), init=init)
+        c2, n2 = tokenizer.kmeans(x, 64, 10, torch.Generator().manual_seed(1), init=init)
+        assert torch.equal(c1, c2) and torch.equal(n1, n2)
+        assert c1.shape == (64, 8) and int(n1.sum()) == 3000 and bool((n1 > 0).all())
+        if init == "plusplus":  # D^2 seeding finds every blob: no point is far from its centroid
+            idx = torch.cdist(x, c1).argmin(1)
+            assert float((x - c1[idx]).norm(dim=1).max()) < 1.0
+    with pytest.raises(ValueError, match="N >= k"):
+        tokenizer.kmeans(x[:10], 64, 3, torch.Generator())
+
+
+def test_build_encodec_seeded_and_leaves_rng_alone():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a, b, c = tokenizer.build_encodec(6.0, 0), tokenizer.build_encodec(6.0, 0), tokenizer.build_encodec(6.0, 1)
+    assert torch.equal(torch.rand(1), before)  # the caller's RNG stream is untouched
+    w = "encoder.model.0.conv.conv.weight_v"
+    assert torch.equal(a.state_dict()[w], b.state_dict()[w]) and not torch.equal(a.state_dict()[w], c.state_dict()[w])
+    assert tokenizer.n_codebooks(a) == 8 and not a.training
+
+
+def test_untrained_encodec_emits_all_zero_codes():
+    """The trap this module exists for: EnCodec's codebooks are zero until a training-mode init."""
+    model = tokenizer.build_encodec(6.0, 0)
+    wav = torch.from_numpy(synth_clip(np.random.default_rng(1), 1.0))[None, None]
+    with torch.no_grad():
+        codes = model.encode(wav)[0][0]
+    assert codes.shape == (1, 8, 75) and int(codes.abs().max()) == 0
+
+
+# ----------------------------------------------------------------------------- the calibrated stage
+
+
+def test_calibrated_stage_outputs(calibrated, prepared):
+    audio = np.load(prepared / "audio.npy")
+    codes = np.load(calibrated / "codes.npy")
+    assert codes.dtype == np.int16 and codes.shape == (8, len(audio) // HOP)
+    assert codes.min() >= 0 and codes.max() < 1024  # every column belongs to a clip here
+    meta = json.loads((calibrated / "tokenizer.json").read_text())
+    assert meta["mode"] == "calibrated" and meta["n_codebooks"] == 8 and meta["frame_rate"] == 75
+    assert meta["calibration_frames"] == CALIB_FRAMES and meta["calibration_iters"] == CALIB_ITERS
+    assert meta["distinct_codes"] == [len(np.unique(c)) for c in codes]
+    assert min(meta["distinct_codes"]) > MIN_DISTINCT, meta["distinct_codes"]
+    assert all(MIN_ENTROPY_BITS < h <= 10.0 for h in meta["unigram_entropy_bits"]), meta["unigram_entropy_bits"]
+    assert meta["encode_seconds"] > 0 and meta["real_time_factor"] > 0
+    assert sorted(p.name for p in calibrated.iterdir()) == ["codes.npy", "tokenizer.json", "tokenizer.pt"]
+
+
+def test_codes_aligned_and_equal_to_encodec_encode(calibrated, prepared):
+    """tokenizer.pt rebuilds the exact tokenizer; EnCodec's own encode gives the written codes."""
+    audio = np.load(prepared / "audio.npy")
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    codes = np.load(calibrated / "codes.npy")
+    model = tokenizer.load_calibrated(calibrated / "tokenizer.pt")
+    torch.load(calibrated / "tokenizer.pt", weights_only=True)  # loads without unpickling code
+    for row in manifest.itertuples():
+        wav = torch.from_numpy(audio[row.offset : row.offset + row.num_samples].copy())[None, None]
+        with torch.no_grad():
+            own = model.encode(wav)[0][0][0].numpy()  # (K, T)
+        assert own.shape == (8, row.num_samples // HOP)
+        start = row.offset // HOP
+        np.testing.assert_array_equal(codes[:, start : start + row.num_frames], own)
+
+
+def test_tokenizer_deterministic_for_seed_whatever_the_threads(calibrated, prepared, tmp_path):
+    """Same seed, other --threads: the identical tokenizer; codes equal up to float near-ties."""
+    again = tmp_path / "again"
+    tokenizer.run(tok_cfg(), prepared, again, threads=1)
+    first, second = (torch.load(d / "tokenizer.pt", weights_only=True) for d in (calibrated, again))
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    same = (np.load(again / "codes.npy") == np.load(calibrated / "codes.npy")).mean(axis=1)
+    assert same.min() > 0.995, same  # measured: 1.0 on level 0, >= 0.9995 on the others
+
+
+def test_clipless_columns_are_minus_one(calibrated, prepared):
+    audio = np.load(prepared / "audio.npy", mmap_mode="r")
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    model = tokenizer.load_calibrated(calibrated / "tokenizer.pt")
+    codes = tokenizer.encode_clips(model, audio, manifest.drop(index=2).iloc[::-1])  # any order
+    gap = slice(manifest.offset[2] // HOP, manifest.offset[2] // HOP + manifest.num_frames[2])
+    assert (codes[:, gap] == -1).all()
+    full = np.load(calibrated / "codes.npy")
+    full[:, gap] = -1
+    np.testing.assert_array_equal(codes, full)
+
+
+# ----------------------------------------------------------------------------- pretrained weights
+
+
+def test_load_pretrained_checks_sha256(tmp_path):
+    state = tokenizer.build_encodec(6.0, 3).state_dict()
+    good = saved_checkpoint(state, tmp_path)
+    model = tokenizer.load_pretrained(good, 6.0)
+    assert torch.equal(model.state_dict()["decoder.model.0.conv.conv.bias"], state["decoder.model.0.conv.conv.bias"])
+    assert tokenizer.n_codebooks(model) == 8 and not model.training
+
+    wrong = tmp_path / "encodec_24khz-00000000.th"
+    shutil.copy(good, wrong)
+    with pytest.raises(TokenizerError) as err:
+        tokenizer.load_pretrained(wrong, 6.0)
+    msg = str(err.value)
+    assert "\n" not in msg and str(wrong) in msg and "00000000" in msg and tokenizer.sha256_file(wrong) in msg
+
+    plain = tmp_path / "weights.th"  # no prefix in the name: checked against expected_prefix
+    shutil.copy(good, plain)
+    with pytest.raises(TokenizerError, match=f"starting with {tokenizer.OFFICIAL_SHA256_PREFIX}"):
+        tokenizer.load_pretrained(plain, 6.0)
+    tokenizer.load_pretrained(plain, 6.0, expected_prefix=good.stem.split("-")[1])
+
+    junk = tmp_path / "junk.th"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(TokenizerError, match="not an EnCodec 24 kHz state_dict") as err:
+        tokenizer.load_pretrained(junk, 6.0, expected_prefix=tokenizer.sha256_file(junk)[:8])
+    assert "\n" not in str(err.value)
+    with pytest.raises(TokenizerError, match="checkpoint not found"):
+        tokenizer.load_pretrained(tmp_path / "absent.th", 6.0)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_load_pretrained_downloads_into_hub_cache(tmp_path, monkeypatch):
+    served = tmp_path / "served"
+    served.mkdir()
+    good = saved_checkpoint(tokenizer.build_encodec(6.0, 4).state_dict(), served)
+    shutil.copy(good, served / "encodec_24khz-00000000.th")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    cache = Path(torch.hub.get_dir()) / "checkpoints"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(TokenizerError, match="sha256 mismatch"):
+            tokenizer.load_pretrained(None, 6.0, url=f"{base}/encodec_24khz-00000000.th")
+        assert not cache.exists() or list(cache.iterdir()) == []  # nothing half-written is left
+        with pytest.raises(TokenizerError, match="download failed"):
+            tokenizer.load_pretrained(None, 6.0, url=f"{base}/encodec_24khz-12345678.th")
+        tokenizer.load_pretrained(None, 6.0, url=f"{base}/{good.name}")
+    finally:
+        server.shutdown()
+    assert sorted(p.name for p in cache.iterdir()) == [good.name]
+    tokenizer.load_pretrained(None, 6.0, url=f"{base}/{good.name}")  # server gone: the cache is used
+
+
+def test_pretrained_mode_reproduces_calibrated_codes(calibrated, prepared, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    path = saved_checkpoint(torch.load(calibrated / "tokenizer.pt", weights_only=True), ckpt)
+    out = tmp_path / "pretrained"
+    tokenizer.run(tok_cfg(mode="pretrained", checkpoint=str(path)), prepared, out, threads=2)
+    np.testing.assert_array_equal(np.load(out / "codes.npy"), np.load(calibrated / "codes.npy"))
+    meta = json.loads((out / "tokenizer.json").read_text())
+    assert meta["mode"] == "pretrained" and meta["checkpoint"]["sha256"].startswith(path.stem.split("-")[1])
+    assert meta["calibration_frames_requested"] is None
+    assert not (out / "tokenizer.pt").exists()
+
+
+# ----------------------------------------------------------------------------- input errors
+
+
+@pytest.mark.parametrize(
+    "breakage, needle",
+    [
+        ("no_audio", "audio.npy: not found"),
+        ("no_manifest", "manifest.csv: not found"),
+        ("int_audio", "audio.npy: expected a 1-D float32 array"),
+        ("no_column", "manifest.csv: missing column(s) num_frames"),
+        ("past_end", "manifest.csv: clip 'clip06' (row 8): offset + num_samples exceeds"),
+        ("frames", "manifest.csv: clip 'clip01' (row 3): num_frames != num_samples // 320"),
+        ("ragged", "manifest.csv: clip 'clip00' (row 2): num_samples is not a positive multiple of 320"),
+        ("overlap", "manifest.csv: clip 'clip02' (row 4) overlaps another clip"),
+        ("no_train", "manifest.csv: no train clips to calibrate on"),
+    ],
+)
+def test_bad_inputs_fail_in_one_line_naming_the_file(breakage, needle, tmp_path):
+    prep = make_prepared(tmp_path / "prep", seconds=[2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0])
+    m = pd.read_csv(prep / "manifest.csv")
+    if breakage == "no_audio":
+        (prep / "audio.npy").unlink()
+    elif breakage == "no_manifest":
+        (prep / "manifest.csv").unlink()
+    elif breakage == "int_audio":
+        np.save(prep / "audio.npy", np.zeros(10, dtype=np.int16))
+    elif breakage == "no_column":
+        m.drop(columns="num_frames").to_csv(prep / "manifest.csv", index=False)
+    elif breakage == "past_end":
+        m.loc[6, "offset"] += HOP
+    elif breakage == "frames":
+        m.loc[1, "num_frames"] += 1
+    elif breakage == "ragged":
+        m.loc[0, "num_samples"] -= 1
+    elif breakage == "overlap":
+        m.loc[2, "offset"] -= HOP
+    elif breakage == "no_train":
+        m["split"] = "valid"
+    if breakage in ("past_end", "frames", "ragged", "overlap", "no_train"):
+        m.to_csv(prep / "manifest.csv", index=False)
+    with pytest.raises(TokenizerError) as err:
+        tokenizer.run(tok_cfg(), prep, tmp_path / "out")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert str(prep) in str(err.value)
+    assert not (tmp_path / "out").exists()
