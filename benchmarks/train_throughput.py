@@ -255,6 +255,28 @@ def summarize(models, times: dict, precision: str, frames_per_step: int, flops: 
     return rows
 
 
+def relax_twins(cfg: dict) -> dict[str, str]:
+    """{attn-relax arm: the arm identical to it but for plain (fused) attention}, where one exists."""
+    runs = cfg["runs"]
+    twins = {}
+    for name, r in runs.items():
+        if r["attn_relax"]:
+            same = [o for o, x in runs.items() if not x["attn_relax"] and (x["norm"], x["deepnorm"]) == (r["norm"], r["deepnorm"])]
+            same.sort(key=lambda o: runs[o]["clip"] != r["clip"])  # same clip first (it costs nothing anyway)
+            if same:
+                twins[name] = same[0]
+    return twins
+
+
+def add_relax_cost(rows: list[dict], times: dict, twins: dict[str, str]) -> None:
+    """Per relax arm: fps relative to its plain twin (median of paired per-repetition ratios)."""
+    for row in rows:
+        twin = twins.get(row["model"])
+        if twin is not None:
+            ratios = [b / a for a, b in zip(times[row["model"]], times[twin])]
+            row.update(twin=twin, ratio_to_twin=statistics.median(ratios))
+
+
 def markdown_table(rows: list[dict]) -> str:
     lines = [
         "| model | precision | ms/step | frames/s | ratio to baseline | ratio IQR | TFLOP/s | MFU |",
@@ -348,9 +370,16 @@ def main(argv=None) -> dict:
     rows = []
     for prec in precisions:
         times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)
-        rows += summarize(models, times, prec, t.batch_size * frames, flops, peak)
-    table = markdown_table(rows)
-    print(table)
+        prec_rows = summarize(models, times, prec, t.batch_size * frames, flops, peak)
+        add_relax_cost(prec_rows, times, relax_twins(cfg))
+        rows += prec_rows
+    print(markdown_table(rows))
+    for r in rows:
+        if "ratio_to_twin" in r:
+            print(
+                f"\n{r['model']} ({r['precision']}): {r['ratio_to_twin']:.3f} x the frames/s of {r['twin']} "
+                "(PB-Relax attention against the fused kernel)"
+            )
     nonfinite = [r["model"] for r in rows if not np.isfinite(r["final_loss"])]
     if nonfinite:
         print(f"warning: non-finite loss after timing in {', '.join(nonfinite)}", file=sys.stderr)

@@ -125,6 +125,11 @@ def validate(cfg: Any, source: str = "config") -> dict:
             raise ConfigError(f"{source}: missing key '{key}'")
         raise ConfigError(f"{source}: '{where}': {err.message}")
 
+    d = cfg["data"]
+    if d["source"] == "url" and not (d["url"] and d["known_hash"]):
+        raise ConfigError(f"{source}: 'data.source' is url: set 'data.url' and 'data.known_hash' (sha256:<hex>)")
+    if d["source"] == "folder" and not d["folder"]:
+        raise ConfigError(f"{source}: 'data.source' is folder: set 'data.folder'")
     for name, run in cfg["runs"].items():
         if run["deepnorm"] and run["norm"] != "post":
             raise ConfigError(
