@@ -22,4 +22,7 @@ rule all:
     input:
         "results/loss_curves.csv",
         expand("results/figures/acoustic_mlm_loss_codebook0.{ext}", ext=FIGURE_FORMATS),
+        "results/figures/paper_vs_reproduction.png",
+        "results/claims.json",
+        "results/claims.md",
     default_target: True

@@ -78,7 +78,7 @@ def build_baseline(cfg: dict) -> AcousticMLM:
     return model
 
 
-def model_flops(m: C.ModelConfig, batch: int, frames: int, n_masked: int) -> int:
+def model_flops(m: C.ModelConfig, batch: int, frames: int, n_masked: int, scope: str = "step") -> int:
     """Matmul and convolution FLOPs of one training step (forward + backward), all arms alike.
 
     A matmul of an (n x a) input by an (a x b) weight costs 2nab forward and 4nab backward
@@ -87,7 +87,8 @@ def model_flops(m: C.ModelConfig, batch: int, frames: int, n_masked: int) -> int
     sequence forward, 12 T^2 D with backward. Heads run on the N masked frames only. Norms,
     activations, softmax and the optimizer are not counted (MFU convention).
     (torch.utils.flop_counter agrees exactly for ungrouped convolutions; it ignores `groups` in
-    the backward of the grouped positional conv and overcounts it.)
+    the backward of the grouped positional conv and overcounts it.) scope "transformer": the
+    positional conv and the blocks only.
     """
     tokens = batch * frames
     conv, t_out, c_in = 0, frames, 1
@@ -106,6 +107,8 @@ def model_flops(m: C.ModelConfig, batch: int, frames: int, n_masked: int) -> int
     block_params = 4 * m.dim * m.dim + 2 * m.dim * m.ffn_dim  # q, k, v, out, fc1, fc2
     blocks = m.layers * (6 * block_params * tokens + 12 * frames * frames * m.dim * batch)
     heads = 6 * n_masked * m.codebooks * m.final_dim * (m.dim + m.codebook_size)  # proj_k and cos logits
+    if scope == "transformer":
+        return pos_conv + blocks
     return conv + pos_conv + proj + blocks + heads
 
 
@@ -134,20 +137,27 @@ class Trainee:
         )
 
     def step(self, batch, device: torch.device, precision: str) -> torch.Tensor:
-        """One update, as in train.run without its logging; returns the detached loss."""
+        """One update, as in train.run without its logging; returns the detached loss.
+
+        `batch` (wav, codes, mask): the whole MLM. (x,): scope "transformer", the encoder's
+        transformer alone (positional conv, blocks, final norm) on x (B, T, D), loss mean(y^2);
+        the other parameters get no gradient and AdamW skips them.
+        """
         if precision not in self.scalers:
             self.scalers[precision] = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         scaler = self.scalers[precision]
-        wav, codes, mask = batch
         self.opt.zero_grad(set_to_none=True)
         with autocast(device, precision):
-            out = self.model(wav, codes, mask)
-        scaler.scale(out.loss).backward()
+            if len(batch) == 1:
+                loss = self.model.encoder.transformer(batch[0]).float().square().mean()
+            else:
+                loss = self.model(*batch).loss
+        scaler.scale(loss).backward()
         scaler.unscale_(self.opt)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip if self.clip > 0 else float("inf"))
         scaler.step(self.opt)
         scaler.update()
-        return out.loss.detach()
+        return loss.detach()
 
 
 def trainees(cfg: dict, device: torch.device) -> list[Trainee]:
@@ -165,11 +175,14 @@ def trainees(cfg: dict, device: torch.device) -> list[Trainee]:
     return out
 
 
-def fixed_batch(cfg: dict, device: torch.device):
-    """Random audio (B, 320 T), random codes (B, K, T) and one fairseq span mask (B, T)."""
+def fixed_batch(cfg: dict, device: torch.device, scope: str = "step"):
+    """Random audio (B, 320 T), random codes (B, K, T) and one fairseq span mask (B, T);
+    scope "transformer": random states (B, T, D) only."""
     m, t = C.model_config(cfg), C.train_config(cfg)
     frames = crop_frames(cfg)
     g = torch.Generator().manual_seed(BENCH_SEED)
+    if scope == "transformer":
+        return (torch.randn(t.batch_size, frames, m.dim, generator=g).to(device),)
     wav = 0.1 * torch.randn(t.batch_size, frames * C.ENCODEC_HOP, generator=g)
     codes = torch.randint(m.codebook_size, (t.batch_size, m.codebooks, frames), generator=g)
     mask = compute_mask_indices(
@@ -309,6 +322,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's train.threads)")
     p.add_argument(
+        "--scope",
+        choices=("step", "transformer"),
+        default="step",
+        help="step: the whole MLM training step; transformer: positional conv + blocks + final norm "
+        "only, to resolve differences the front end and heads dilute (default: %(default)s)",
+    )
+    p.add_argument("--batch-size", type=int, default=None, help="override train.batch_size")
+    p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds")
+    p.add_argument(
         "--peak-tflops",
         type=float,
         default=None,
@@ -343,6 +365,10 @@ def machine(device: torch.device) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     cfg = C.load(args.config)
+    for key in ("batch_size", "crop_seconds"):
+        if getattr(args, key) is not None:
+            cfg["train"][key] = getattr(args, key)
+    C.validate(cfg, source=f"{args.config} with overrides")
     set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
     device = pick_device(args.device)
     precisions = (args.precision or ("fp32,bf16" if device.type == "cuda" else "fp32")).split(",")
@@ -353,13 +379,13 @@ def main(argv=None) -> dict:
 
     m, t = C.model_config(cfg), C.train_config(cfg)
     frames = crop_frames(cfg)
-    batch = fixed_batch(cfg, device)
-    n_masked = int(batch[2].sum())
-    flops = model_flops(m, t.batch_size, frames, n_masked)
+    n_masked = int(fixed_batch(cfg, torch.device("cpu"))[2].sum())
+    batch = fixed_batch(cfg, device, args.scope)
+    flops = model_flops(m, t.batch_size, frames, n_masked, args.scope)
     models = trainees(cfg, device)
     info = machine(device)
     print(
-        f"# {args.config}: batch {t.batch_size} x {frames} frames = {t.batch_size * frames} frames/step "
+        f"# {args.config}, scope {args.scope}: batch {t.batch_size} x {frames} frames = {t.batch_size * frames} frames/step "
         f"({n_masked} masked); width {m.dim}, {m.layers} layers, {m.heads} heads; "
         f"{sum(p.numel() for p in models[1].model.parameters()):,} params; "
         f"{flops / 1e9:.3g} model GFLOP/step",
@@ -387,6 +413,7 @@ def main(argv=None) -> dict:
     result = {
         "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
         "config": str(args.config),
+        "scope": args.scope,
         "machine": info,
         "batch_size": t.batch_size,
         "crop_frames": frames,

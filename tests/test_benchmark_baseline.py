@@ -104,7 +104,7 @@ def test_model_flops_match_torch_flop_counter(tiny_cfg):
 
 def test_main_reports_one_row_per_arm_and_the_baseline(tiny_cfg, tmp_path, capsys):
     cfg_path, out = tmp_path / "tiny.yaml", tmp_path / "bench.json"
-    cfg_path.write_text(yaml.safe_dump(tiny_cfg))
+    cfg_path.write_text(yaml.safe_dump(tiny_cfg, sort_keys=False))
     result = bench.main(
         ["--config", str(cfg_path), "--device", "cpu", "--steps", "2", "--repeats", "1", "--warmup", "0",
          "--threads", "1", "--json", str(out)]

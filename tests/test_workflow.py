@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import copy_repo
 
 from acoustic_mlm import config as C
 
@@ -35,7 +36,7 @@ def test_conda_env_names_the_same_dependencies_as_pyproject(root):
 def test_every_rule_has_log_threads_and_conda(root):
     text = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     rules = re.split(r"^rule ", text, flags=re.M)[1:]
-    assert {r.split(":")[0] for r in rules} == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure"}
+    assert {r.split(":")[0] for r in rules} == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "compare"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -48,17 +49,10 @@ def test_jobs_run_the_package_from_source_with_pythonpath(root):
     assert 'PYTHONPATH="{SRC}" python -m acoustic_mlm' in common
 
 
-def _copy_repo(root: Path, dest: Path) -> Path:
-    ignore = shutil.ignore_patterns(".git", ".snakemake", "data", "results", ".dvc", "*.egg-info", "__pycache__", ".pytest_cache")
-    shutil.copytree(root, dest, ignore=ignore)
-    for d in ("data", "results"):
-        (dest / d).mkdir()
-        shutil.copy(root / d / "README.md", dest / d / "README.md")
-    return dest
 
 
 def test_snakemake_lint(root, tmp_path):
-    repo = _copy_repo(root, tmp_path / "repo")
+    repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
@@ -66,7 +60,7 @@ def test_snakemake_lint(root, tmp_path):
 
 @pytest.mark.parametrize("preset, gpu", [("smoke.yaml", 0), ("paper.yaml", 1)])
 def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
-    repo = _copy_repo(root, tmp_path / "repo")
+    repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(
         SNAKEMAKE + ["-n", "--cores", "2", "--configfile", f"config/{preset}", "--printshellcmds"],
         cwd=repo, capture_output=True, text=True,
@@ -80,14 +74,14 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
 
 
 def test_snakemake_refuses_command_line_overrides(root, tmp_path):
-    repo = _copy_repo(root, tmp_path / "repo")
+    repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--config", "figure={split: valid}"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "--config overrides are not supported" in proc.stdout + proc.stderr
 
 
 def test_snakemake_refuses_invalid_config(root, tmp_path):
-    repo = _copy_repo(root, tmp_path / "repo")
+    repo = copy_repo(root, tmp_path / "repo")
     cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     cfg["train"]["stepz"] = 1
     (repo / "config" / "bad.yaml").write_text(yaml.safe_dump(cfg))
@@ -100,7 +94,7 @@ def test_dvc_stages_call_the_same_commands_as_the_rules(root):
     dvc = yaml.safe_load((root / "dvc.yaml").read_text())
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     stages = dvc["stages"]
-    assert set(stages) == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure"}
+    assert set(stages) == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "compare"}
     for name, stage in stages.items():
         cmd = (stage.get("do") or stage)["cmd"]
         sub = cmd.split()[1]

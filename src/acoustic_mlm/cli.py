@@ -6,6 +6,8 @@
     amlm train      one arm of the ablation                    -> results/runs/{run}/
     amlm aggregate  every arm's metrics as one tidy CSV        -> results/loss_curves.csv
     amlm figure     the loss-vs-steps chart (png, pdf, svg)    -> results/figures/
+    amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
+    amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
     amlm validate   check a configuration file and exit
 
 Every subcommand reads and validates `--config` before doing any work.
@@ -77,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
+    p = _stage_parser(sub, "claims", "check the figure's claims on the reproduced curves",
+                      "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
+                      "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a verdict.")
+    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
+    p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
+    p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as a markdown table")
+
+    p = _stage_parser(sub, "compare", "draw the paper's curves beside the reproduction",
+                      "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 curves.")
+    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
+    p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
+
     _stage_parser(sub, "validate", "check a configuration file", "Validate --config against the schema and rules; exit 0 if valid.")
     return parser
 
@@ -112,6 +128,15 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import figure
 
         figure.run(cfg, args.curves, args.out)
+    elif args.command == "claims":
+        from . import claims
+
+        claims.run(cfg["claims"], args.curves, args.out_json, args.out_md,
+                   split=cfg["figure"]["split"], reference_path=args.reference)
+    elif args.command == "compare":
+        from . import reference
+
+        reference.run(cfg, args.curves, args.out, reference_path=args.reference)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,6 +161,12 @@ def validate(cfg: Any, source: str = "config") -> dict:
         raise ConfigError(
             f"{source}: 'tokenizer.calibration_frames' must be at least 'model.codebook_size' ({m['codebook_size']})"
         )
+    from .claims import ClaimThresholds  # the claims module owns the cross-field rules of its thresholds
+
+    try:
+        ClaimThresholds.from_dict(cfg["claims"])
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     f = cfg["figure"]
     if f["y_min"] is not None and f["y_max"] is not None and f["y_min"] >= f["y_max"]:
         raise ConfigError(f"{source}: 'figure.y_min' must be below 'figure.y_max'")

@@ -98,7 +98,11 @@ def run(cfg: dict, curves_path: Path, out_dir: Path) -> list[Path]:
         raise FileNotFoundError(f"{curves_path}: loss curves not found; run the aggregate stage first")
     curves = pd.read_csv(curves_path)
     labels = [r["label"] for r in cfg["runs"].values()]
-    fig, _ = draw(curves, labels, cfg["figure"])
+    fig, ax = draw(curves, labels, cfg["figure"])
+    if cfg["figure"].get("overlay_paper"):
+        from . import reference
+
+        reference.overlay(ax, reference.load_reference(), labels, runs=list(cfg["runs"]))
     out_dir = Path(out_dir)
     written = []
     for fmt in FORMATS:

@@ -36,3 +36,46 @@ rule figure:
         ENV
     shell:
         "{params.cli} figure --config {params.config} --curves {input} --out results/figures > {log} 2>&1"
+
+
+rule claims:
+    input:
+        curves="results/loss_curves.csv",
+        reference="data/reference/paper_curves.csv",
+    output:
+        json="results/claims.json",
+        md="results/claims.md",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        claims=config["claims"],
+        split=config["figure"]["split"],
+    log:
+        "results/logs/claims.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} claims --config {params.config} --curves {input.curves} --reference {input.reference} "
+        "--out-json {output.json} --out-md {output.md} > {log} 2>&1"
+
+
+rule compare:
+    input:
+        curves="results/loss_curves.csv",
+        reference="data/reference/paper_curves.csv",
+    output:
+        "results/figures/paper_vs_reproduction.png",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        figure=config["figure"],
+        runs=config["runs"],
+    log:
+        "results/logs/compare.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} compare --config {params.config} --curves {input.curves} --reference {input.reference} "
+        "--out {output} > {log} 2>&1"

@@ -1,0 +1,23 @@
+"""Shared test helpers (imported by test modules; pytest puts tests/ on sys.path)."""
+
+import shutil
+from pathlib import Path
+
+# Generated or local-only paths that a fresh clone does not have.
+_IGNORE = shutil.ignore_patterns(
+    ".git", ".snakemake", ".dvc", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", ".tmp-*"
+)
+_GENERATED = ("data/raw", "data/prepared", "data/codes", "data/downloads", "results/runs", "results/logs",
+              "results/figures", "results/loss_curves.csv", "results/claims.json", "results/claims.md")
+
+
+def copy_repo(root: Path, dest: Path) -> Path:
+    """The repository as a fresh clone would have it: tracked sources, no generated outputs."""
+    shutil.copytree(root, dest, ignore=_IGNORE)
+    for rel in _GENERATED:
+        p = dest / rel
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    return dest
