@@ -74,6 +74,9 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
     again = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert "Nothing to be done" in again, again
+    _run([sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"], repo)
+    html = (repo / "results" / "report.html").read_text(errors="replace")
+    assert "paper_vs_reproduction.png" in html and "claims.md" in html and "metrics.csv" in html
 
 
 def test_dvc_repro_smoke_end_to_end(root, tmp_path):
@@ -82,7 +85,6 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "init"], repo)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], repo)
     _run([sys.executable, "-m", "dvc", "repro"], repo)
     _check_outputs(repo)
     again = _run([sys.executable, "-m", "dvc", "repro"], repo)
@@ -91,3 +93,5 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     assert "up to date" in status, status
     metrics = _run([sys.executable, "-m", "dvc", "metrics", "show"], repo)
     assert "final_train_loss_cb0" in metrics
+    plots = _run([sys.executable, "-m", "dvc", "plots", "show", "--show-vega", "results/runs/prenorm_clip1/metrics.csv"], repo)
+    assert '"type": "log"' in plots  # the log-x template

@@ -23,7 +23,13 @@ rule figure:
     input:
         "results/loss_curves.csv",
     output:
-        expand("results/figures/acoustic_mlm_loss_codebook0.{ext}", ext=FIGURE_FORMATS),
+        png=report(
+            "results/figures/acoustic_mlm_loss_codebook0.png",
+            caption="../report/figure.rst",
+            category="1. Figure",
+        ),
+        pdf="results/figures/acoustic_mlm_loss_codebook0.pdf",
+        svg="results/figures/acoustic_mlm_loss_codebook0.svg",
     params:
         cli=AMLM,
         config=CONFIGFILE,
@@ -44,7 +50,7 @@ rule claims:
         reference="data/reference/paper_curves.csv",
     output:
         json="results/claims.json",
-        md="results/claims.md",
+        md=report("results/claims.md", caption="../report/claims.rst", category="2. Findings"),
     params:
         cli=AMLM,
         config=CONFIGFILE,
@@ -65,7 +71,11 @@ rule compare:
         curves="results/loss_curves.csv",
         reference="data/reference/paper_curves.csv",
     output:
-        "results/figures/paper_vs_reproduction.png",
+        report(
+            "results/figures/paper_vs_reproduction.png",
+            caption="../report/compare.rst",
+            category="1. Figure",
+        ),
     params:
         cli=AMLM,
         config=CONFIGFILE,

@@ -6,7 +6,12 @@ rule train:
         prepared="data/prepared",
         codes="data/codes",
     output:
-        metrics="results/runs/{run}/metrics.csv",
+        metrics=report(
+            "results/runs/{run}/metrics.csv",
+            caption="../report/metrics.rst",
+            category="3. Runs",
+            subcategory="{run}",
+        ),
         summary="results/runs/{run}/summary.json",
         checkpoint="results/runs/{run}/checkpoint.pt",
     params:
