@@ -1,26 +1,165 @@
 """Fetch stage: put raw audio files into one folder (`data/raw` by default).
 
-One function per `data.source`; each fills a temporary folder and returns what it made, which
-lands in `SOURCE.json` next to the audio. The folder appears at `out_dir` only when complete.
+One function per kind of `data.source`; each fills a temporary folder and returns what it made,
+which lands in `SOURCE.json` next to the audio. The folder appears at `out_dir` only when
+complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or nothing.
+
+- `synthetic`: procedural music (acoustic_mlm.synth), offline.
+- `fma_*`, `librispeech-*`, `url`: an archive (sources.py says where, with which hash) is
+  downloaded through pooch into the downloads folder (`data/downloads/` by default, next to
+  `out_dir`, so that DVC can version it), checked against its hash, and kept: a later fetch
+  re-checks the hash and reuses it. Downloads retry (pooch's `retry_if_failed`) and resume a
+  broken transfer with HTTP Range requests (`ResumableHTTPDownloader`). Extraction
+  (archive.extract) checks every member first and writes only audio files (wav, flac, ogg,
+  mp3); FMA's known-corrupt tracks are never extracted.
+- `folder`: every audio file under `data.folder` (recursive, hidden files and folders left
+  out) appears in `out_dir` at the same relative path, as a hard link when the folder is on the
+  same filesystem (no second copy of a large corpus; nothing in the pipeline writes to these
+  files, and replacing `out_dir` only removes the links) and as a copy otherwise. A real folder
+  rather than symlinks: DVC caches file contents, and a symlinked corpus would change under it.
+
+Decoding is prepare's job: fetch never opens the audio, so a bad file travels on to prepare,
+which lists it in rejects.csv with its reason.
 """
 
 from __future__ import annotations
 
+import ftplib
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 import soundfile as sf
 
-from acoustic_mlm import __version__, synth
-from acoustic_mlm.utils import atomic_dir, log, write_json
+from acoustic_mlm import __version__, archive, sources, synth
+from acoustic_mlm.prepare import AUDIO_SUFFIXES, find_audio
+from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
+
+DEFAULT_RETRIES = 3  # further attempts after a failed or corrupted download (pooch retry_if_failed)
+DEFAULT_TIMEOUT_S = 60.0  # seconds to connect, and between two received chunks
 
 
-def _fetch_synthetic(cfg: dict, out_dir: Path) -> dict:
+class DownloadError(ValueError):
+    """A download that failed for good (network, HTTP status, hash mismatch); one line."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a source function may use besides the config."""
+
+    out_dir: Path  # the final raw folder (sources write into a temporary sibling)
+    downloads_dir: Path  # where archives are downloaded and kept
+    retries: int = DEFAULT_RETRIES
+    timeout: float = DEFAULT_TIMEOUT_S
+
+
+# ------------------------------------------------------------------------------------------
+# Downloading
+
+
+class ResumableHTTPDownloader:
+    """A pooch downloader (`downloader=`) for http(s) that resumes partial downloads.
+
+    Bytes go to `part` (`<archive>.part` in the downloads folder). When a transfer breaks, the
+    part stays; the next attempt (pooch's retry, or the next `amlm fetch`) asks only for the
+    rest with `Range: bytes=<have>-`. A server that ignores Range (status 200) restarts the
+    file; a 416 (the part is as long as the file or longer) starts over too. A short transfer
+    raises a requests exception, which pooch retries. When complete, the part is moved onto
+    pooch's temporary file, which pooch hash-checks and renames onto the archive or deletes:
+    a corrupted part is therefore never resumed twice.
+    """
+
+    def __init__(self, part: Path, timeout: float = DEFAULT_TIMEOUT_S, chunk_size: int = 1 << 20):
+        self.part, self.timeout, self.chunk_size = Path(part), timeout, chunk_size
+
+    def __call__(self, url: str, output_file, pooch, check_only: bool = False):
+        import requests
+
+        if check_only:
+            response = requests.head(url, timeout=self.timeout, allow_redirects=True)
+            return response.status_code == 200
+        have = self.part.stat().st_size if self.part.exists() else 0
+        response = self._get(url, have)
+        if have and response.status_code == 416:  # nothing left to ask for: start over
+            response.close()
+            have = 0
+            response = self._get(url, 0)
+        with response:
+            response.raise_for_status()
+            resumed = have > 0 and response.status_code == 206 and _range_start(response) == have
+            if not resumed:
+                have = 0
+            length = response.headers.get("Content-Length")
+            expected = have + int(length) if length is not None else None
+            if resumed:
+                log.info("fetch: resuming %s at %.1f MB", self.part.name, have / 1e6)
+            with open(self.part, "ab" if resumed else "wb") as out, \
+                    Progress(int(length or 0), f"download {self.part.stem}", unit="B") as bar:
+                for chunk in response.iter_content(chunk_size=self.chunk_size):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+        got = self.part.stat().st_size
+        if expected is not None and got != expected:
+            raise requests.exceptions.ConnectionError(f"{url}: transfer ended at byte {got} of {expected}")
+        os.replace(self.part, output_file)
+
+    def _get(self, url: str, start: int):
+        import requests
+
+        # identity: byte offsets must be those of the file, not of a compressed transfer
+        headers = {"Accept-Encoding": "identity"}
+        if start:
+            headers["Range"] = f"bytes={start}-"
+        return requests.get(url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=True)
+
+
+def _range_start(response) -> int | None:
+    """The first byte of a 206 response (`Content-Range: bytes <start>-<end>/<total>`)."""
+    value = response.headers.get("Content-Range", "")
+    try:
+        return int(value.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEFAULT_RETRIES,
+             timeout: float = DEFAULT_TIMEOUT_S) -> Path:
+    """The archive `src` in `downloads_dir`: reused when its hash matches, else downloaded and checked."""
+    import pooch
+    import requests
+
+    downloads_dir = Path(downloads_dir)
+    store = pooch.create(path=downloads_dir, base_url="", registry={src.filename: src.known_hash},
+                         urls={src.filename: src.url}, retry_if_failed=retries)
+    http = urlsplit(src.url).scheme.lower() in ("http", "https")
+    downloader = ResumableHTTPDownloader(downloads_dir / f"{src.filename}.part", timeout) if http else None
+    attempts = f"{retries + 1} attempt{'s' if retries else ''}"
+    try:
+        return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
+    except (requests.RequestException, *ftplib.all_errors) as exc:
+        raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {_one_line(exc)}") from None
+    except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
+        hint = "; check data.known_hash" if src.name == "url" else ""
+        raise DownloadError(f"fetch: {src.url}: {_one_line(exc)}{hint}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# ------------------------------------------------------------------------------------------
+# Sources
+
+
+def _fetch_synthetic(cfg: dict, out: Path, ctx: Context) -> dict:
     """Procedural music (acoustic_mlm.synth): offline, identical for a seed."""
     p = cfg["data"]["synthetic"]
     log.info("fetch: generating %d synthetic clips of %.1f s at %d Hz (seed %d)",
              p["n_clips"], p["clip_seconds"], p["sample_rate"], p["seed"])
-    paths = synth.generate_corpus(out_dir, p["n_clips"], p["clip_seconds"], p["sample_rate"], p["seed"])
+    paths = synth.generate_corpus(out, p["n_clips"], p["clip_seconds"], p["sample_rate"], p["seed"])
     return {
         "params": {k: p[k] for k in ("n_clips", "clip_seconds", "sample_rate", "seed")},
         "format": "FLAC PCM_16",
@@ -30,20 +169,107 @@ def _fetch_synthetic(cfg: dict, out_dir: Path) -> dict:
     }
 
 
-# data.source -> function(cfg, tmp_dir) -> description; later sources (url, folder, fma,
-# librispeech) are one more entry here and one more enum value in config.schema.json.
-SOURCES: dict[str, Callable[[dict, Path], dict]] = {
+def _is_audio(rel: str) -> bool:
+    return Path(rel).suffix.lower() in AUDIO_SUFFIXES
+
+
+def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
+    """fma_*, librispeech-*, url: download (or reuse) the archive, extract its audio files."""
+    src = sources.archive_for(cfg["data"])
+    path = download(src, ctx.downloads_dir, ctx.retries, ctx.timeout)
+    log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
+    done = archive.extract(path, out, keep=lambda rel: _is_audio(rel) and not src.excluded(rel))
+    excluded = sorted(r for r in done.not_kept if _is_audio(r))
+    if not done.files:
+        raise ValueError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
+                         + (f" besides {len(excluded)} known-corrupt ones" if excluded else ""))
+    off_layout = [f for f in done.files if not src.expects(f)]
+    if src.layout is not None and len(off_layout) == len(done.files):
+        raise ValueError(f"fetch: {path.name} does not look like {src.name}: no audio member matches "
+                         f"{src.layout!r} (first: {off_layout[0]!r})")
+    if off_layout:
+        log.warning("fetch: %d audio files in %s do not match %s's layout (first: %s); kept",
+                    len(off_layout), path.name, src.name, off_layout[0])
+    if excluded:
+        log.info("fetch: left out %d known-corrupt tracks: %s", len(excluded), ", ".join(excluded))
+    return {
+        "url": src.url,
+        "known_hash": src.known_hash,
+        "archive": path.name,
+        "archive_bytes": path.stat().st_size,
+        "files": len(done.files),
+        "bytes": done.bytes,
+        "excluded_known_corrupt": excluded,
+        "other_files_skipped": len(done.not_kept) - len(excluded),  # non-audio members
+        "links_skipped": done.links_skipped,
+        "off_layout": len(off_layout),
+    }
+
+
+def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
+    """A local folder: its audio files hard-linked (same filesystem) or copied, paths kept."""
+    folder = Path(cfg["data"]["folder"]).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"data.folder: {folder} is not a folder")
+    folder, final = folder.resolve(), ctx.out_dir.resolve()
+    if folder == final or final in folder.parents or folder in final.parents:
+        raise ValueError(f"data.folder: {folder} and the output folder {final} must not contain each other")
+    files = find_audio(folder)
+    if not files:
+        raise FileNotFoundError(f"data.folder: no audio files ({', '.join(AUDIO_SUFFIXES)}) under {folder}")
+    linked = copied = size = 0
+    with Progress(len(files), "fetch", unit="file") as bar:
+        for src in files:
+            rel = src.relative_to(folder)
+            dest = out / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src.resolve(), dest)
+                linked += 1
+            except OSError:  # another filesystem, or links not allowed
+                shutil.copy2(src, dest)
+                copied += 1
+            size += dest.stat().st_size
+            bar.update(1)
+    hidden = sum(1 for p in folder.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()) - len(files)
+    if hidden:
+        log.info("fetch: left out %d audio files in hidden files or folders under %s", hidden, folder)
+    return {"folder": str(folder), "files": len(files), "bytes": size, "hard_linked": linked, "copied": copied,
+            "hidden_skipped": hidden}
+
+
+# data.source -> function(cfg, temporary out folder, context) -> description for SOURCE.json
+SOURCES: dict[str, Callable[[dict, Path, Context], dict]] = {
     "synthetic": _fetch_synthetic,
+    "folder": _fetch_folder,
+    "url": _fetch_archive,
+    **{name: _fetch_archive for name in sources.ARCHIVES},
 }
 
 
-def run(cfg: dict, out_dir: Path) -> None:
-    """Fill `out_dir` with the raw audio of `data.source`, plus `SOURCE.json` describing it."""
+def run(cfg: dict, out_dir: Path, downloads_dir: Path | None = None, *, retries: int = DEFAULT_RETRIES,
+        timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """Fill `out_dir` with the raw audio of `data.source`, plus `SOURCE.json` describing it.
+
+    Archives are downloaded into and kept in `downloads_dir` (default: `out_dir.parent /
+    "downloads"`, i.e. data/downloads), which exists after every successful fetch.
+    """
     source = cfg["data"]["source"]
     if source not in SOURCES:
         raise ValueError(f"data.source: unknown source '{source}' (known: {', '.join(SOURCES)})")
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir) as tmp:
-        info = SOURCES[source](cfg, tmp)
-        write_json(tmp / "SOURCE.json", {"source": source, **info})
-    log.info("fetch: %s: %d files, %.1f s of audio in %s", source, info["files"], info["total_seconds"], out_dir)
+    downloads_dir = Path(downloads_dir) if downloads_dir is not None else out_dir.parent / "downloads"
+    ctx = Context(out_dir=out_dir, downloads_dir=downloads_dir, retries=retries, timeout=timeout)
+    made_downloads = not downloads_dir.exists()
+    try:
+        downloads_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_dir(out_dir) as tmp:
+            info = SOURCES[source](cfg, tmp, ctx)
+            write_json(tmp / "SOURCE.json", {"source": source, **info})
+    except BaseException:
+        if made_downloads and downloads_dir.is_dir() and not any(downloads_dir.iterdir()):
+            downloads_dir.rmdir()  # leave no trace of a failed first fetch
+        raise
+    amount = (f"{info['total_seconds']:.1f} s of audio" if "total_seconds" in info
+              else f"{info['bytes'] / 1e6:.1f} MB")
+    log.info("fetch: %s: %d files, %s in %s", source, info["files"], amount, out_dir)
