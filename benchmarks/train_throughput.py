@@ -1,7 +1,8 @@
 """Training-step throughput of the four arms against a `torch.nn.TransformerEncoder` baseline.
 
-One step is what `acoustic_mlm.train` does per update: forward (autocast for bf16 / fp16),
-backward (through the fp16 loss scaler when fp16), `clip_grad_norm_`, `AdamW.step`. Every
+One step is what `acoustic_mlm.train` does per update: forward (autocast for bf16 / fp16;
+compiled when the preset sets train.compile) and backward (through the fp16 loss scaler) per
+micro-batch (train.accum_steps), then its `optimizer_step`: `clip_grad_norm_`, `AdamW.step`. Every
 model trains on the same fixed batch: random audio, random codes and one fairseq span mask,
 at the configuration's width, depth, batch size and crop length.
 
@@ -40,7 +41,7 @@ import torch.nn as nn
 from acoustic_mlm import config as C
 from acoustic_mlm.model import init_bert_params
 from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
-from acoustic_mlm.train import autocast, pick_device
+from acoustic_mlm.train import autocast, optimizer_step, pick_device
 from acoustic_mlm.utils import set_threads
 
 BASELINE = "baseline"
@@ -127,7 +128,10 @@ class Trainee:
     betas: tuple[float, float]
     eps: float
     weight_decay: float
+    accum_steps: int = 1  # micro-batches per update (the fixed batch is reused for each)
+    compile: bool = False  # torch.compile the forward, as train.run does with train.compile
     opt: torch.optim.Optimizer = field(init=False)
+    step_model: nn.Module = field(init=False)
     scalers: dict = field(init=False, default_factory=dict)
     last_loss: float = float("nan")
 
@@ -135,28 +139,30 @@ class Trainee:
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay
         )
+        self.step_model = torch.compile(self.model) if self.compile else self.model
 
     def step(self, batch, device: torch.device, precision: str) -> torch.Tensor:
-        """One update, as in train.run without its logging; returns the detached loss.
+        """One update, as in train.run without its data loading, schedule and logging.
 
         `batch` (wav, codes, mask): the whole MLM. (x,): scope "transformer", the encoder's
-        transformer alone (positional conv, blocks, final norm) on x (B, T, D), loss mean(y^2);
-        the other parameters get no gradient and AdamW skips them.
+        transformer alone (positional conv, blocks, final norm; never compiled) on x (B, T, D),
+        loss mean(y^2); the other parameters get no gradient and AdamW skips them.
+        Returns the last micro-batch's detached loss.
         """
         if precision not in self.scalers:
             self.scalers[precision] = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         scaler = self.scalers[precision]
         self.opt.zero_grad(set_to_none=True)
-        with autocast(device, precision):
-            if len(batch) == 1:
-                loss = self.model.encoder.transformer(batch[0]).float().square().mean()
-            else:
-                loss = self.model(*batch).loss
-        scaler.scale(loss).backward()
-        scaler.unscale_(self.opt)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip if self.clip > 0 else float("inf"))
-        scaler.step(self.opt)
-        scaler.update()
+        for _ in range(self.accum_steps):
+            with autocast(device, precision):
+                if len(batch) == 1:
+                    loss = self.model.encoder.transformer(batch[0]).float().square().mean()
+                else:
+                    loss = self.step_model(*batch).loss
+            if not torch.isfinite(loss):  # train.run skips the update, so does the benchmark
+                return loss.detach()
+            scaler.scale(loss / self.accum_steps).backward()
+        optimizer_step(self.model, self.opt, scaler, self.clip)
         return loss.detach()
 
 
@@ -167,7 +173,9 @@ def trainees(cfg: dict, device: torch.device) -> list[Trainee]:
     total norm and rescales every gradient by min(1, clip / norm).
     """
     t = C.train_config(cfg)
-    common = dict(lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    common = dict(
+        lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay, accum_steps=t.accum_steps, compile=t.compile
+    )
     out = [Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)", build_baseline(cfg).to(device), 1.0, **common)]
     for run in cfg["runs"]:
         rc = C.run_config(cfg, run)
@@ -274,7 +282,11 @@ def relax_twins(cfg: dict) -> dict[str, str]:
     twins = {}
     for name, r in runs.items():
         if r["attn_relax"]:
-            same = [o for o, x in runs.items() if not x["attn_relax"] and (x["norm"], x["deepnorm"]) == (r["norm"], r["deepnorm"])]
+            same = [
+                o
+                for o, x in runs.items()
+                if not x["attn_relax"] and (x["norm"], x["deepnorm"]) == (r["norm"], r["deepnorm"])
+            ]
             same.sort(key=lambda o: runs[o]["clip"] != r["clip"])  # same clip first (it costs nothing anyway)
             if same:
                 twins[name] = same[0]
@@ -343,6 +355,9 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--{name} must be at least 1")
     if args.warmup < 0:
         p.error("--warmup must be at least 0")
+    for prec in (args.precision or "").split(","):
+        if prec and prec not in PRECISIONS:
+            p.error(f"--precision: unknown '{prec}' (choose from {', '.join(PRECISIONS)})")
     return args
 
 
@@ -372,20 +387,21 @@ def main(argv=None) -> dict:
     set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
     device = pick_device(args.device)
     precisions = (args.precision or ("fp32,bf16" if device.type == "cuda" else "fp32")).split(",")
-    for prec in precisions:
-        if prec not in PRECISIONS:
-            raise SystemExit(f"--precision: unknown '{prec}' (choose from {', '.join(PRECISIONS)})")
-    peak = args.peak_tflops if args.peak_tflops is not None else (H200_BF16_DENSE_TFLOPS if device.type == "cuda" else None)
+    peak = args.peak_tflops
+    if peak is None and device.type == "cuda":
+        peak = H200_BF16_DENSE_TFLOPS
 
     m, t = C.model_config(cfg), C.train_config(cfg)
     frames = crop_frames(cfg)
     n_masked = int(fixed_batch(cfg, torch.device("cpu"))[2].sum())
     batch = fixed_batch(cfg, device, args.scope)
-    flops = model_flops(m, t.batch_size, frames, n_masked, args.scope)
+    frames_per_step = t.accum_steps * t.batch_size * frames
+    flops = t.accum_steps * model_flops(m, t.batch_size, frames, n_masked, args.scope)
     models = trainees(cfg, device)
     info = machine(device)
     print(
-        f"# {args.config}, scope {args.scope}: batch {t.batch_size} x {frames} frames = {t.batch_size * frames} frames/step "
+        f"# {args.config}, scope {args.scope}: {t.accum_steps} x batch {t.batch_size} x {frames} frames = "
+        f"{frames_per_step} frames/step{' (compiled)' if t.compile else ''} "
         f"({n_masked} masked); width {m.dim}, {m.layers} layers, {m.heads} heads; "
         f"{sum(p.numel() for p in models[1].model.parameters()):,} params; "
         f"{flops / 1e9:.3g} model GFLOP/step",
@@ -396,16 +412,18 @@ def main(argv=None) -> dict:
     rows = []
     for prec in precisions:
         times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)
-        prec_rows = summarize(models, times, prec, t.batch_size * frames, flops, peak)
+        prec_rows = summarize(models, times, prec, frames_per_step, flops, peak)
         add_relax_cost(prec_rows, times, relax_twins(cfg))
         rows += prec_rows
     print(markdown_table(rows))
-    for r in rows:
-        if "ratio_to_twin" in r:
-            print(
-                f"\n{r['model']} ({r['precision']}): {r['ratio_to_twin']:.3f} x the frames/s of {r['twin']} "
-                "(PB-Relax attention against the fused kernel)"
-            )
+    relax_lines = [
+        f"{r['model']} ({r['precision']}): {r['ratio_to_twin']:.3f} x the frames/s of {r['twin']} "
+        "(PB-Relax attention against the fused kernel)"
+        for r in rows
+        if "ratio_to_twin" in r
+    ]
+    if relax_lines:
+        print("\n" + "\n".join(relax_lines))
     nonfinite = [r["model"] for r in rows if not np.isfinite(r["final_loss"])]
     if nonfinite:
         print(f"warning: non-finite loss after timing in {', '.join(nonfinite)}", file=sys.stderr)
@@ -416,8 +434,10 @@ def main(argv=None) -> dict:
         "scope": args.scope,
         "machine": info,
         "batch_size": t.batch_size,
+        "accum_steps": t.accum_steps,
+        "compile": t.compile,
         "crop_frames": frames,
-        "frames_per_step": t.batch_size * frames,
+        "frames_per_step": frames_per_step,
         "masked_frames": n_masked,
         "steps": args.steps,
         "warmup": args.warmup,

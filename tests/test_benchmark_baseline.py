@@ -103,12 +103,14 @@ def test_model_flops_match_torch_flop_counter(tiny_cfg):
 
 
 def test_main_reports_one_row_per_arm_and_the_baseline(tiny_cfg, tmp_path, capsys):
+    tiny_cfg["train"]["accum_steps"] = 2  # an update is two micro-batches, as in train.run
     cfg_path, out = tmp_path / "tiny.yaml", tmp_path / "bench.json"
     cfg_path.write_text(yaml.safe_dump(tiny_cfg, sort_keys=False))
     result = bench.main(
         ["--config", str(cfg_path), "--device", "cpu", "--steps", "2", "--repeats", "1", "--warmup", "0",
          "--threads", "1", "--json", str(out)]
     )  # fmt: skip
+    assert result["frames_per_step"] == 2 * 2 * 15
     names = [r["model"] for r in result["rows"]]
     assert names == [bench.BASELINE, *RUNS]
     assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(result["rows"]))

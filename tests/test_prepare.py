@@ -16,11 +16,15 @@ from acoustic_mlm.config import ENCODEC_HOP
 SR = 24000
 
 
-def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0) -> dict:
-    return {"data": {
-        "source": "synthetic", "sample_rate": SR, "valid_fraction": valid_fraction, "split_seed": split_seed,
-        "synthetic": {"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
-    }}
+def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0,
+             crop_seconds: float = 0.1) -> dict:
+    return {
+        "data": {
+            "source": "synthetic", "sample_rate": SR, "valid_fraction": valid_fraction, "split_seed": split_seed,
+            "synthetic": {"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
+        },
+        "train": {"crop_seconds": crop_seconds},  # clips shorter than one crop are rejected
+    }
 
 
 def sine(hz: float, seconds: float, sr: int, amp: float = 0.5) -> np.ndarray:
@@ -86,13 +90,14 @@ def test_prepare_summary_and_both_splits(prepared):
     assert counts["train"] >= 1 and counts["valid"] >= 1
     assert summary["clips"] == {"train": int(counts["train"]), "valid": int(counts["valid"])}
     assert sum(summary["seconds"].values()) == pytest.approx(manifest["duration_s"].sum(), abs=1e-3)
-    assert summary["skipped"] == []
+    assert (summary["kept"], summary["rejected"], summary["rejected_by_reason"]) == (4, 0, {})
+    assert (root / "prepared" / "rejects.csv").read_text() == "path,reason\n"
 
 
 def test_prepare_is_deterministic(prepared, tmp_path):
     cfg, root = prepared
     prepare.run(cfg, root / "raw", tmp_path / "again")
-    for name in ("audio.npy", "manifest.csv", "prepare.json"):
+    for name in ("audio.npy", "manifest.csv", "rejects.csv", "prepare.json"):
         assert (tmp_path / "again" / name).read_bytes() == (root / "prepared" / name).read_bytes()
 
 
@@ -168,8 +173,10 @@ def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
     assert manifest["clip_id"].tolist() == ["007", "a/song", "b/song", "take"]  # "007" stays a string
     assert (manifest["num_samples"] % ENCODEC_HOP == 0).all() and (manifest["num_samples"] > 0).all()
     assert manifest["orig_sample_rate"].tolist() == [22050, 16000, SR, 48000]
-    summary = json.loads((tmp_path / "prepared" / "prepare.json").read_text())
-    assert summary["skipped"] == ["tiny.WAV"]
+    rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv")
+    assert rejects["path"].tolist() == [".hidden/x.wav", "tiny.WAV"]
+    assert rejects["reason"].tolist()[0] == "hidden file or folder"
+    assert rejects["reason"].tolist()[1].startswith("shorter than one training crop (0.005 s < 0.093 s)")
 
 
 def test_clip_ids_fall_back_to_full_relative_paths():
@@ -186,3 +193,174 @@ def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
     with pytest.raises(ValueError, match="does not match"):
         prepare.load_prepared(bad)
     assert isinstance(manifest, pd.DataFrame)
+
+
+# ------------------------------------------------------------------------------------------
+# Robust decoding: every audio-named file ends in the manifest or in rejects.csv
+
+
+def _write(path, x: np.ndarray, sr: int, **kw) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, x, sr, **kw)
+    return path.read_bytes()
+
+
+def _scramble(data: bytes, start: float, stop: float) -> bytes:
+    b = bytearray(data)
+    for i in range(int(len(b) * start), int(len(b) * stop)):
+        b[i] = (b[i] * 7 + 13) % 256
+    return bytes(b)
+
+
+def make_messy_folder(folder) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
+    """Good files of many shapes next to bad files of every kind.
+
+    Returns ({good path: (orig rate, orig channels)}, {bad path: expected reason kind}).
+    """
+    one = sine(440.0, 1.0, SR)
+    good = {
+        "good/mono_24k.wav": (SR, 1),
+        "good/stereo_48k.flac": (48000, 2),
+        "good/six_channels_8k.wav": (8000, 6),
+        "good/vorbis_22k.ogg": (22050, 1),
+        "good/lame_44k.mp3": (44100, 1),
+        "good/float_96k.wav": (96000, 1),
+        "good/odd_rate_44101.wav": (44101, 1),  # resampled as 44100 Hz: exact would take minutes
+    }
+    _write(folder / "good/mono_24k.wav", one, SR)
+    _write(folder / "good/stereo_48k.flac", np.stack([sine(440, 1.0, 48000), sine(660, 1.0, 48000)], 1), 48000)
+    _write(folder / "good/six_channels_8k.wav", np.stack([sine(200 + 50 * c, 1.0, 8000) for c in range(6)], 1), 8000)
+    _write(folder / "good/vorbis_22k.ogg", sine(440, 1.0, 22050), 22050, format="OGG", subtype="VORBIS")
+    mp3 = _write(folder / "good/lame_44k.mp3", sine(440, 1.0, 44100), 44100, format="MP3")
+    _write(folder / "good/float_96k.wav", sine(440, 1.0, 96000), 96000, subtype="FLOAT")
+    _write(folder / "good/odd_rate_44101.wav", sine(440, 1.0, 44101), 44101)
+
+    bad_dir = folder / "bad"
+    bad_dir.mkdir()
+    flac = _write(bad_dir / "corrupt.flac", sine(440, 1.0, SR), SR)
+    (bad_dir / "corrupt.flac").write_bytes(_scramble(flac, 0.3, 0.5))
+    (bad_dir / "truncated.flac").write_bytes(flac[: len(flac) // 2])
+    (bad_dir / "truncated.mp3").write_bytes(mp3[: len(mp3) // 2])
+    (bad_dir / "corrupt.mp3").write_bytes(_scramble(mp3, 0.2, 0.6))
+    (bad_dir / "empty.wav").write_bytes(b"")
+    (bad_dir / "notes.wav").write_text("these are lecture notes, not audio\n" * 20)
+    (bad_dir / "cover.mp3").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + bytes(range(256)) * 4)  # a JPEG
+    (bad_dir / "html.ogg").write_text("<html><body>404 Not Found</body></html>")
+    x = one.copy()
+    x[100] = np.nan
+    _write(bad_dir / "nan.wav", x, SR, subtype="FLOAT")
+    x = one.copy()
+    x[200] = np.inf
+    _write(bad_dir / "inf.wav", x, SR, subtype="FLOAT")
+    _write(bad_dir / "silence.flac", np.zeros(SR, np.float32), SR)
+    _write(bad_dir / "cancelling_stereo.wav", np.stack([one, -one], 1), SR)  # mono mix is silent
+    _write(bad_dir / "short.wav", sine(440, 0.3, SR), SR)  # shorter than one 0.5 s crop
+    bad = {
+        "bad/corrupt.flac": "not decodable",  # libsndfile: "flac decoder lost sync"
+        "bad/truncated.flac": "not decodable",
+        "bad/truncated.mp3": "truncated or corrupt",  # mpg123 decodes what is there: fewer frames than declared
+        "bad/corrupt.mp3": ("truncated or corrupt", "not decodable"),  # depends on where mpg123 resyncs
+        "bad/empty.wav": "empty file",
+        "bad/notes.wav": "not decodable",
+        "bad/cover.mp3": "not decodable",
+        "bad/html.ogg": "not decodable",
+        "bad/nan.wav": "non-finite samples",
+        "bad/inf.wav": "non-finite samples",
+        "bad/silence.flac": "digital silence",
+        "bad/cancelling_stereo.wav": "digital silence",
+        "bad/short.wav": "shorter than one training crop",
+    }
+    return good, bad
+
+
+def test_folder_with_good_and_bad_files(tmp_path, caplog):
+    good, bad = make_messy_folder(tmp_path / "music")
+    cfg = make_cfg(crop_seconds=0.5)
+    cfg["data"].update(source="folder", folder=str(tmp_path / "music"))
+    fetch.run(cfg, tmp_path / "data" / "raw")
+    with caplog.at_level(logging.INFO, logger="acoustic_mlm"):
+        prepare.run(cfg, tmp_path / "data" / "raw", tmp_path / "data" / "prepared")
+    audio, manifest = prepare.load_prepared(tmp_path / "data" / "prepared")
+    assert sorted(manifest["path"]) == sorted(good)
+    for _, row in manifest.iterrows():
+        assert (row.orig_sample_rate, row.orig_channels) == good[row.path], row.path
+        assert row.num_samples == 75 * ENCODEC_HOP or row.path.endswith(".mp3"), row  # 1 s = 75 frames
+        assert abs(row.duration_s - 1.0) < 0.06, row
+    assert np.isfinite(audio).all()
+
+    rejects = pd.read_csv(tmp_path / "data" / "prepared" / "rejects.csv", keep_default_na=False)
+    assert list(rejects.columns) == ["path", "reason"]
+    got = dict(zip(rejects["path"], rejects["reason"]))
+    assert sorted(got) == sorted(bad)
+    for path, kind in bad.items():
+        assert prepare.reason_kind(got[path]) in ((kind,) if isinstance(kind, str) else kind), (path, got[path])
+        assert "\n" not in got[path]
+    summary = json.loads((tmp_path / "data" / "prepared" / "prepare.json").read_text())
+    assert (summary["kept"], summary["rejected"]) == (len(good), len(bad))
+    assert sum(summary["rejected_by_reason"].values()) == len(bad)
+    assert f"kept {len(good)} files, rejected {len(bad)}" in caplog.text
+
+
+def test_odd_sample_rate_is_resampled_quickly_and_nearly_exactly(tmp_path):
+    x = sine(441.0, 2.0, 44101)
+    (tmp_path / "raw").mkdir()
+    sf.write(tmp_path / "raw" / "a.wav", x, 44101)
+    sf.write(tmp_path / "raw" / "b.wav", x, 44101)
+    prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
+    audio, manifest = prepare.load_prepared(tmp_path / "prepared")
+    assert manifest["orig_sample_rate"].tolist() == [44101, 44101]
+    y = np.asarray(audio[: manifest.num_samples[0]], dtype=np.float64)
+    peak_hz = np.fft.rfftfreq(len(y), 1 / SR)[np.argmax(np.abs(np.fft.rfft(y * np.hanning(len(y)))))]
+    assert abs(peak_hz - 441.0) < 1.0
+
+
+def test_hidden_and_broken_audio_paths_are_listed_not_lost(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / ".trash").mkdir(parents=True)
+    for name in ("a.wav", "b.wav", ".trash/c.wav", "._a.wav"):
+        sf.write(raw / name, sine(440, 0.5, SR), SR)
+    (raw / "gone.flac").symlink_to(raw / "nowhere.flac")
+    (raw / "folder.wav").mkdir()  # a folder with an audio name is a folder
+    prepare.run(make_cfg(), raw, tmp_path / "prepared")
+    rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv")
+    assert dict(zip(rejects["path"], rejects["reason"])) == {
+        "._a.wav": "hidden file or folder", ".trash/c.wav": "hidden file or folder", "gone.flac": "not a regular file"}
+
+
+def test_only_bad_files_is_a_one_line_error(tmp_path):
+    _, bad = make_messy_folder(tmp_path / "music")
+    shutil_rmtree(tmp_path / "music" / "good")
+    with pytest.raises(ValueError, match=rf"^prepare: no usable audio under .*: all {len(bad)} audio files rejected \(") as err:
+        prepare.run(make_cfg(crop_seconds=0.5), tmp_path / "music", tmp_path / "prepared")
+    assert "\n" not in str(err.value) and "digital silence" in str(err.value)
+    assert not (tmp_path / "prepared").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_one_usable_file_cannot_be_split(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    sf.write(raw / "a.wav", sine(440, 0.5, SR), SR)
+    (raw / "b.wav").write_bytes(b"")
+    with pytest.raises(ValueError, match="1 usable clip"):
+        prepare.run(make_cfg(), raw, tmp_path / "prepared")
+
+
+def test_npy_writer_matches_np_save(tmp_path):
+    clips = [np.random.default_rng(i).standard_normal(n).astype(np.float32) for i, n in enumerate((5, 0, 1000, 17))]
+    with prepare.NpyWriter(tmp_path / "w.npy") as w:
+        offsets = [w.append(c) for c in clips]
+    np.save(tmp_path / "s.npy", np.concatenate(clips))
+    assert (tmp_path / "w.npy").read_bytes() == (tmp_path / "s.npy").read_bytes()
+    assert offsets == [0, 5, 5, 1005]
+
+
+def test_missing_raw_folder_is_a_one_line_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run fetch first"):
+        prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
+
+
+def shutil_rmtree(path):
+    import shutil
+
+    shutil.rmtree(path)

@@ -24,6 +24,7 @@ which lists it in rejects.csv with its reason.
 
 from __future__ import annotations
 
+import contextlib
 import ftplib
 import os
 import shutil
@@ -44,6 +45,10 @@ DEFAULT_TIMEOUT_S = 60.0  # seconds to connect, and between two received chunks
 
 class DownloadError(ValueError):
     """A download that failed for good (network, HTTP status, hash mismatch); one line."""
+
+
+class PermanentHTTPError(Exception):
+    """An HTTP client error (404, 403, ...): not a ValueError or a requests exception, so pooch does not retry it."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class ResumableHTTPDownloader:
     file; a 416 (the part is as long as the file or longer) starts over too. A short transfer
     raises a requests exception, which pooch retries. When complete, the part is moved onto
     pooch's temporary file, which pooch hash-checks and renames onto the archive or deletes:
-    a corrupted part is therefore never resumed twice.
+    a corrupted part is therefore never resumed twice. Client errors (404, 403) are not retried.
     """
 
     def __init__(self, part: Path, timeout: float = DEFAULT_TIMEOUT_S, chunk_size: int = 1 << 20):
@@ -88,6 +93,8 @@ class ResumableHTTPDownloader:
             have = 0
             response = self._get(url, 0)
         with response:
+            if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+                raise PermanentHTTPError(f"HTTP {response.status_code} {response.reason} for {url}")
             response.raise_for_status()
             resumed = have > 0 and response.status_code == 206 and _range_start(response) == have
             if not resumed:
@@ -98,13 +105,29 @@ class ResumableHTTPDownloader:
                 log.info("fetch: resuming %s at %.1f MB", self.part.name, have / 1e6)
             with open(self.part, "ab" if resumed else "wb") as out, \
                     Progress(int(length or 0), f"download {self.part.stem}", unit="B") as bar:
-                for chunk in response.iter_content(chunk_size=self.chunk_size):
+                for chunk in self._chunks(response):
                     out.write(chunk)
                     bar.update(len(chunk))
         got = self.part.stat().st_size
         if expected is not None and got != expected:
             raise requests.exceptions.ConnectionError(f"{url}: transfer ended at byte {got} of {expected}")
         os.replace(self.part, output_file)
+
+    def _chunks(self, response):
+        """The body as it arrives: read1 returns what the socket has, so a broken connection
+        loses no received byte (iter_content would drop a partly filled chunk)."""
+        import requests
+        import urllib3
+
+        raw = response.raw
+        try:
+            if hasattr(raw, "read1"):  # urllib3 >= 2
+                while chunk := raw.read1(self.chunk_size):
+                    yield chunk
+            else:
+                yield from response.iter_content(chunk_size=self.chunk_size)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # a requests exception: pooch retries it
+            raise requests.exceptions.ConnectionError(f"{response.url}: {exc}") from exc
 
     def _get(self, url: str, start: int):
         import requests
@@ -139,7 +162,7 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
     attempts = f"{retries + 1} attempt{'s' if retries else ''}"
     try:
         return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
-    except (requests.RequestException, *ftplib.all_errors) as exc:
+    except (requests.RequestException, PermanentHTTPError, *ftplib.all_errors) as exc:
         raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {_one_line(exc)}") from None
     except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
         hint = "; check data.known_hash" if src.name == "url" else ""
@@ -260,15 +283,17 @@ def run(cfg: dict, out_dir: Path, downloads_dir: Path | None = None, *, retries:
     out_dir = Path(out_dir)
     downloads_dir = Path(downloads_dir) if downloads_dir is not None else out_dir.parent / "downloads"
     ctx = Context(out_dir=out_dir, downloads_dir=downloads_dir, retries=retries, timeout=timeout)
-    made_downloads = not downloads_dir.exists()
+    # folders this call creates (downloads, data/): removed again if the fetch fails and they are empty
+    created = {p for d in (downloads_dir, out_dir.parent) for p in (d, *d.parents) if not p.exists()}
     try:
         downloads_dir.mkdir(parents=True, exist_ok=True)
         with atomic_dir(out_dir) as tmp:
             info = SOURCES[source](cfg, tmp, ctx)
             write_json(tmp / "SOURCE.json", {"source": source, **info})
     except BaseException:
-        if made_downloads and downloads_dir.is_dir() and not any(downloads_dir.iterdir()):
-            downloads_dir.rmdir()  # leave no trace of a failed first fetch
+        for folder in sorted(created, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty: a kept .part or archive stays
         raise
     amount = (f"{info['total_seconds']:.1f} s of audio" if "total_seconds" in info
               else f"{info['bytes'] / 1e6:.1f} MB")

@@ -109,9 +109,13 @@ def _mono_blocks(path: Path, block: int = 1 << 20) -> tuple[np.ndarray, int, int
 
     Returns (mono float32, sample rate, channels, frames the header declares).
     """
-    with sf.SoundFile(str(path)) as f:
+    parts = []
+    with sf.SoundFile(str(path)) as f, np.errstate(invalid="ignore"):  # inf - inf: NaN, caught by the caller
         sr, channels, declared = int(f.samplerate), int(f.channels), int(f.frames)
-        parts = [b.mean(axis=1, dtype=np.float32) for b in f.blocks(blocksize=block, dtype="float32", always_2d=True)]
+        # f.read, not f.blocks: blocks() yields its whole buffer even when the decoder stops
+        # early, so a truncated file would come back padded with uninitialised memory.
+        while len(b := f.read(block, dtype="float32", always_2d=True)):
+            parts.append(b.mean(axis=1, dtype=np.float32))
     mono = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     return mono, sr, channels, declared
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -190,6 +191,56 @@ def check_codes(codes_path: Path, m: C.ModelConfig) -> None:
         raise ValueError(f"{codes_path}: codes exceed 'model.codebook_size' ({m.codebook_size})")
 
 
+# ----------------------------------------------------------------------------- resumable state
+
+STATE_DIR = "state"  # inside the run folder; not a pipeline output, so no engine deletes it
+KEEP_STATES = 2  # the latest and the one before it, in case the latest is damaged
+
+
+def _state_path(out_dir: Path, step: int) -> Path:
+    return out_dir / STATE_DIR / f"step-{step:09d}.pt"
+
+
+def save_state(out_dir: Path, step: int, state: dict) -> None:
+    """Write the resumable state atomically, then drop all but the newest KEEP_STATES."""
+    path = _state_path(out_dir, step)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    for old in sorted(path.parent.glob("step-*.pt"))[:-KEEP_STATES]:
+        old.unlink()
+
+
+def load_latest_state(out_dir: Path, fingerprint: dict) -> dict | None:
+    """The newest readable state in out_dir/state, or None. A truncated or corrupt file (a kill
+    during a write cannot make one, but a full disk or a bad copy can) is skipped with a warning
+    and the previous one is used."""
+    for path in sorted((out_dir / STATE_DIR).glob("step-*.pt"), reverse=True):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file means: try the previous one
+            log.warning("resume: %s is unreadable (%s); trying the previous state", path, str(exc).splitlines()[0])
+            continue
+        if state.get("fingerprint") != fingerprint:
+            raise ValueError(
+                f"{path}: resumable state of a run with other settings; delete {path.parent} to start afresh"
+            )
+        return state
+    return None
+
+
+def _rng_state(device: torch.device) -> dict:
+    st = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        st["cuda"] = torch.cuda.get_rng_state(device)
+    return st
+
+
+def _set_rng_state(st: dict, device: torch.device) -> None:
+    torch.set_rng_state(st["cpu"])
+    if device.type == "cuda" and "cuda" in st:
+        torch.cuda.set_rng_state(st["cuda"], device)
+
+
 def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None) -> dict:
     """Train one arm; write metrics.csv, checkpoint.pt and summary.json into out_dir."""
     rc = C.run_config(cfg, run_name)
@@ -217,16 +268,32 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     rows: list[dict] = []
     acc = _Accumulator(m.codebooks)
     nonfinite = overflow = 0
-    t0 = time.monotonic()
+    start, elapsed_before = 1, 0.0
+    # Everything that shapes the numbers; a state written under other settings is refused.
+    fingerprint = {"model": C.to_dict(m), "train": {**C.to_dict(t), "threads": None, "workers": None},
+                   "run": C.to_dict(rc), "data": cfg["data"]}
+    state = load_latest_state(out_dir, fingerprint) if t.checkpoint_interval else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"], device)
+        rows, nonfinite, overflow = list(state["rows"]), state["nonfinite"], state["overflow"]
+        acc.load(state["accumulator"])
+        start, elapsed_before = state["step"] + 1, state["elapsed"]
+        log.info("train %s: resuming after step %d from %s", run_name, state["step"], out_dir / STATE_DIR)
+    t0 = time.monotonic() - elapsed_before
     log.info(
         "train %s: %s, %d params, %d steps of %d x %d x %d frames on %s (%s)",
         run_name, rc.label, sum(p.numel() for p in model.parameters()), t.steps, t.accum_steps,
         t.batch_size, crop_frames, device, t.precision,
     )
     partial = out_dir / "metrics.partial.csv"
-    loader = iter(batches(train_data, 0, t.steps * t.accum_steps, t.workers, pin=device.type == "cuda"))
+    loader = iter(batches(train_data, (start - 1) * t.accum_steps, t.steps * t.accum_steps, t.workers,
+                          pin=device.type == "cuda"))
     with Progress(t.steps, f"train {run_name}", unit="step") as bar:
-        for step in range(1, t.steps + 1):
+        bar.update(start - 1)
+        for step in range(start, t.steps + 1):
             lr = lr_at(step, t)
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -256,6 +323,13 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
                 row.update(nonfinite=nonfinite, overflow_skips=overflow, wall_time=time.monotonic() - t0)
                 rows.append(row)
                 pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
+            if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps:
+                save_state(out_dir, step, {
+                    "fingerprint": fingerprint, "step": step, "elapsed": time.monotonic() - t0,
+                    "model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
+                    "rng": _rng_state(device), "rows": rows, "accumulator": acc.state(),
+                    "nonfinite": nonfinite, "overflow": overflow,
+                })
 
     metrics = pd.DataFrame(rows)
     with atomic_path(out_dir / "checkpoint.pt") as tmp:
@@ -274,6 +348,7 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     with atomic_path(out_dir / "metrics.csv") as tmp:
         metrics.to_csv(tmp, index=False)
     partial.unlink(missing_ok=True)
+    shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # the run is complete: nothing to resume
     log.info("train %s: done in %.0f s, final codebook-0 loss %.3f bits", run_name, summary["wall_time_s"], summary["final_train_loss_cb0"])
     return summary
 
@@ -296,10 +371,18 @@ class _Accumulator:
         self.clipped += int(clipped)
         self.gmax = max(self.gmax, grad_norm) if math.isfinite(grad_norm) else self.gmax
 
+    def state(self) -> dict:
+        return {"n": self.n, "bits": torch.from_numpy(self.bits.copy()), "loss": self.loss, "pen": self.pen,
+                "clipped": self.clipped, "gmax": self.gmax}
+
+    def load(self, st: dict) -> None:
+        self.n, self.loss, self.pen, self.clipped, self.gmax = st["n"], st["loss"], st["pen"], st["clipped"], st["gmax"]
+        self.bits = st["bits"].numpy().copy()
+
     def flush(self) -> dict:
         n = max(self.n, 1)
         nan = float("nan")
-        row = {f"train_loss_cb{k}": (self.bits[k] / n if self.n else nan) for k in range(self.k)}
+        row = {f"train_loss_cb{k}": (float(self.bits[k] / n) if self.n else nan) for k in range(self.k)}
         row.update(
             train_loss=self.loss / n if self.n else nan,
             feature_penalty=self.pen / n if self.n else nan,

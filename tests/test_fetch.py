@@ -1,0 +1,571 @@
+"""Fetch: downloads from a local HTTP server (hash, retry, resume), safe extraction, named corpora.
+
+Every download is served by `Server`, an http.server on 127.0.0.1 in a thread that the tests
+start themselves; nothing here reaches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import stat
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import yaml
+
+from acoustic_mlm import archive, fetch, prepare, sources
+from acoustic_mlm.config import SCHEMA_PATH
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SR = 24000
+
+
+# ------------------------------------------------------------------------------------------
+# A local HTTP server with Range support and scripted failures
+
+
+class Server:
+    """Serves `files[path] = bytes`; can cut the first response short or ignore Range."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.truncate_once: set[str] = set()  # first GET: full Content-Length, half the bytes, then close
+        self.ignore_range: set[str] = set()  # answer Range requests with the whole file (200)
+        self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                path, rng = self.path, self.headers.get("Range")
+                server.requests.append((path, rng))
+                if path not in server.files:
+                    self.send_error(404)
+                    return
+                data = server.files[path]
+                start = 0
+                if rng and path not in server.ignore_range:
+                    start = int(rng.removeprefix("bytes=").split("-")[0])
+                    if start >= len(data):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                body = data[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                if path in server.truncate_once:
+                    server.truncate_once.discard(path)
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_port}{path}"
+
+    def serve(self, path: str, data: bytes) -> str:
+        self.files[path] = data
+        return self.url(path)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    s.thread.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+    s.thread.join(timeout=5)
+
+
+@pytest.fixture(autouse=True)
+def no_retry_sleep(monkeypatch):
+    """pooch sleeps 1 s, 2 s, ... between attempts; the local server needs no pause."""
+    import pooch.core
+
+    monkeypatch.setattr(pooch.core.time, "sleep", lambda s: None)
+
+
+# ------------------------------------------------------------------------------------------
+# Archives built by the tests
+
+
+def tone_bytes(fmt: str, seconds: float = 1.0, hz: float = 440.0, sr: int = SR, channels: int = 1) -> bytes:
+    t = np.arange(int(seconds * sr)) / sr
+    x = (0.5 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+    x = np.stack([x] * channels, axis=1)
+    buf = io.BytesIO()
+    sf.write(buf, x, sr, format=fmt.upper())
+    return buf.getvalue()
+
+
+def corpus() -> dict[str, bytes]:
+    """A few audio files in folders, and a text file that is not audio."""
+    return {
+        "corpus/a/one.wav": tone_bytes("wav", hz=330),
+        "corpus/a/two.flac": tone_bytes("flac", hz=440, sr=16000, channels=2),
+        "corpus/b/three.wav": tone_bytes("wav", hz=550, sr=44100),
+        "corpus/README.txt": b"not audio\n",
+    }
+
+
+def make_zip(members: dict[str, bytes], symlinks: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            zf.writestr(info, data)
+        for name, target in (symlinks or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, target)
+    return buf.getvalue()
+
+
+def make_tar(members: dict[str, bytes], symlinks: dict[str, str] | None = None,
+             hardlinks: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for kind, links in ((tarfile.SYMTYPE, symlinks or {}), (tarfile.LNKTYPE, hardlinks or {})):
+            for name, target in links.items():
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = kind, target
+                tf.addfile(info)
+    return buf.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def url_cfg(url: str, known_hash: str) -> dict:
+    return {"data": {"source": "url", "url": url, "known_hash": known_hash, "folder": None, "sample_rate": SR}}
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+# ------------------------------------------------------------------------------------------
+# url source: the right files arrive
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+def test_archive_from_url_arrives_intact(server, tmp_path, kind):
+    members = corpus()
+    blob = make_zip(members) if kind == "zip" else make_tar(members)
+    url = server.serve(f"/good/corpus.{kind}", blob)
+    data = tmp_path / "data"
+    fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=0, timeout=10)
+
+    audio = {k: v for k, v in members.items() if not k.endswith(".txt")}
+    assert files_under(data / "raw") == sorted(["SOURCE.json", *audio])
+    for name, payload in audio.items():
+        assert (data / "raw" / name).read_bytes() == payload
+    assert (data / "downloads" / f"corpus.{kind}").read_bytes() == blob  # kept for DVC
+    assert files_under(data / "downloads") == [f"corpus.{kind}"]  # no .part left
+    info = json.loads((data / "raw" / "SOURCE.json").read_text())
+    assert info["source"] == "url" and info["url"] == url and info["known_hash"] == sha256(blob)
+    assert info["files"] == 3 and info["other_files_skipped"] == 1 and info["archive"] == f"corpus.{kind}"
+    assert not [p for p in data.iterdir() if p.name.startswith(".")]  # no temporary folders
+
+    # A second fetch reuses the archive (its hash matches): no new request.
+    before = len(server.requests)
+    fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=0, timeout=10)
+    assert len(server.requests) == before
+    assert files_under(data / "raw") == sorted(["SOURCE.json", *audio])
+
+
+def test_downloads_folder_is_configurable(server, tmp_path):
+    blob = make_zip(corpus())
+    url = server.serve("/good/elsewhere.zip", blob)
+    fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", tmp_path / "cache", retries=0, timeout=10)
+    assert (tmp_path / "cache" / "elsewhere.zip").is_file()
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["raw"]
+
+
+def test_hash_prefixes_sha1_and_md5_and_upper_case(server, tmp_path):
+    blob = make_tar(corpus())
+    url = server.serve("/good/hashes.tar.gz", blob)
+    for i, known in enumerate(["sha1:" + hashlib.sha1(blob).hexdigest().upper(), "MD5:" + hashlib.md5(blob).hexdigest()]):
+        fetch.run(url_cfg(url, known), tmp_path / f"d{i}" / "raw", retries=0, timeout=10)
+        assert (tmp_path / f"d{i}" / "raw" / "corpus" / "a" / "one.wav").is_file()
+
+
+# ------------------------------------------------------------------------------------------
+# Failures: wrong hash, broken transfers, missing files
+
+
+def test_wrong_hash_is_a_one_line_error_and_writes_nothing(server, tmp_path):
+    blob = make_zip(corpus())
+    url = server.serve("/bad/hash.zip", blob)
+    data = tmp_path / "data"
+    with pytest.raises(fetch.DownloadError, match=r"SHA256 hash of downloaded file .* does not match") as err:
+        fetch.run(url_cfg(url, "sha256:" + "0" * 64), data / "raw", retries=1, timeout=10)
+    assert "\n" not in str(err.value) and "data.known_hash" in str(err.value)
+    assert not data.exists()  # no raw folder, no downloads folder, no partial file
+
+
+def test_truncated_download_is_resumed_with_a_range_request(server, tmp_path):
+    blob = make_tar(corpus()) + b"\0" * 50_000  # long enough to cut in two
+    url = server.serve("/flaky/corpus.tar.gz", blob)
+    server.truncate_once.add("/flaky/corpus.tar.gz")
+    data = tmp_path / "data"
+    fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=2, timeout=10)
+    asked = [r for p, r in server.requests if p == "/flaky/corpus.tar.gz"]
+    assert asked[0] is None and asked[1] == f"bytes={(len(blob)) // 2}-"  # the second asks for the rest only
+    assert len(asked) == 2
+    assert (data / "downloads" / "corpus.tar.gz").read_bytes() == blob
+    assert (data / "raw" / "corpus" / "a" / "one.wav").read_bytes() == corpus()["corpus/a/one.wav"]
+
+
+def test_broken_download_fails_cleanly_then_resumes_on_the_next_fetch(server, tmp_path):
+    blob = make_zip(corpus()) + b"\0" * 50_000
+    url = server.serve("/flaky/again.zip", blob)
+    server.truncate_once.add("/flaky/again.zip")
+    data = tmp_path / "data"
+    with pytest.raises(fetch.DownloadError, match=r"failed after 1 attempt: .*") as err:
+        fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=0, timeout=10)
+    assert "\n" not in str(err.value)
+    assert not (data / "raw").exists()
+    assert files_under(data) == ["downloads/again.zip.part"]  # kept to resume
+    fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=0, timeout=10)
+    assert [r for p, r in server.requests if p == "/flaky/again.zip"][-1] == f"bytes={len(blob) // 2}-"
+    assert files_under(data / "downloads") == ["again.zip"]
+    assert (data / "raw" / "corpus" / "b" / "three.wav").is_file()
+
+
+def test_server_that_ignores_range_restarts_the_file(server, tmp_path):
+    blob = make_zip(corpus()) + b"\0" * 50_000
+    path = "/norange/corpus.zip"
+    url = server.serve(path, blob)
+    server.truncate_once.add(path)
+    server.ignore_range.add(path)
+    fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=1, timeout=10)
+    assert (tmp_path / "data" / "downloads" / "corpus.zip").read_bytes() == blob
+
+
+def test_stale_part_longer_than_the_file_starts_over(server, tmp_path):
+    blob = make_zip(corpus())
+    url = server.serve("/stale/corpus.zip", blob)
+    (tmp_path / "data" / "downloads").mkdir(parents=True)
+    (tmp_path / "data" / "downloads" / "corpus.zip.part").write_bytes(b"x" * (len(blob) + 10))  # 416
+    fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=0, timeout=10)
+    assert (tmp_path / "data" / "downloads" / "corpus.zip").read_bytes() == blob
+
+
+def test_corrupt_partial_download_is_discarded_by_the_hash_check(server, tmp_path):
+    blob = make_zip(corpus())
+    url = server.serve("/stale/corrupt.zip", blob)
+    (tmp_path / "data" / "downloads").mkdir(parents=True)
+    (tmp_path / "data" / "downloads" / "corrupt.zip.part").write_bytes(b"garbage!")  # resumed, wrong bytes
+    fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=1, timeout=10)
+    assert (tmp_path / "data" / "downloads" / "corrupt.zip").read_bytes() == blob
+
+
+def test_missing_file_is_a_one_line_error_without_retries(server, tmp_path):
+    with pytest.raises(fetch.DownloadError, match=r"404") as err:
+        fetch.run(url_cfg(server.url("/nowhere.zip"), "sha256:" + "1" * 64), tmp_path / "data" / "raw",
+                  retries=3, timeout=10)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "data").exists()
+    assert [p for p, _ in server.requests].count("/nowhere.zip") == 1  # a client error is not worth retrying
+
+
+def test_not_an_archive_is_a_one_line_error(server, tmp_path):
+    blob = b"<html>a login page, not the archive</html>"
+    url = server.serve("/html/corpus.zip", blob)
+    with pytest.raises(archive.ArchiveError, match="neither a zip nor a tar"):
+        fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=0, timeout=10)
+    assert not (tmp_path / "data" / "raw").exists()
+
+
+def test_archive_without_audio_is_an_error(server, tmp_path):
+    blob = make_zip({"docs/README.txt": b"text only"})
+    url = server.serve("/noaudio.zip", blob)
+    with pytest.raises(ValueError, match="holds no audio files"):
+        fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=0, timeout=10)
+    assert not (tmp_path / "data" / "raw").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# Unsafe archives: refused before anything is written, the member named
+
+
+def _unsafe_archives(outside: Path) -> dict[str, tuple[str, bytes, str]]:
+    """case -> (file name, archive bytes, the member the error must name)."""
+    good = {"corpus/ok.wav": tone_bytes("wav")}  # listed first: nothing may be written before the check
+    wav = tone_bytes("wav", seconds=0.1)
+    absolute = str(outside / "abs_evil.wav")
+    return {
+        "zip-parent": ("p.zip", make_zip({**good, "corpus/../../evil.wav": wav}), "corpus/../../evil.wav"),
+        "zip-absolute": ("a.zip", make_zip({**good, absolute: wav}), absolute),
+        "zip-symlink": ("s.zip", make_zip(good, symlinks={"corpus/link.wav": "../../../outside.wav"}), "corpus/link.wav"),
+        "zip-backslash": ("b.zip", make_zip({**good, "..\\evil.wav": wav}), "..\\evil.wav"),
+        "tar-parent": ("p.tar.gz", make_tar({**good, "../evil.wav": wav}), "../evil.wav"),
+        "tar-absolute": ("a.tar.gz", make_tar({**good, absolute: wav}), absolute),
+        "tar-symlink": ("s.tar.gz", make_tar(good, symlinks={"corpus/passwd.wav": "/etc/passwd"}), "corpus/passwd.wav"),
+        "tar-symlink-up": ("u.tar.gz", make_tar(good, symlinks={"corpus/up": "../.."}), "corpus/up"),
+        "tar-hardlink": ("h.tar.gz", make_tar(good, hardlinks={"corpus/hard.wav": "../outside.wav"}), "corpus/hard.wav"),
+    }
+
+
+@pytest.mark.parametrize("case", ["zip-parent", "zip-absolute", "zip-symlink", "zip-backslash", "tar-parent",
+                                  "tar-absolute", "tar-symlink", "tar-symlink-up", "tar-hardlink"])
+def test_unsafe_archive_is_refused_naming_the_member(server, tmp_path, case):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    name, blob, member = _unsafe_archives(outside)[case]
+    url = server.serve(f"/unsafe/{case}/{name}", blob)
+    data = tmp_path / "project" / "data"
+    with pytest.raises(archive.UnsafeArchiveError) as err:
+        fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=0, timeout=10)
+    msg = str(err.value)
+    assert repr(member) in msg and name in msg and "nothing was extracted" in msg and "\n" not in msg
+    assert not (data / "raw").exists()
+    assert files_under(tmp_path) == [f"project/data/downloads/{name}"]  # nothing else, anywhere
+
+
+def test_links_inside_the_archive_are_skipped_not_followed(tmp_path):
+    blob = make_tar({"c/a.wav": tone_bytes("wav")}, symlinks={"c/alias.wav": "a.wav", "c/d/up.wav": "../a.wav"},
+                    hardlinks={"c/hard.wav": "c/a.wav"})
+    (tmp_path / "x.tar.gz").write_bytes(blob)
+    done = archive.extract(tmp_path / "x.tar.gz", tmp_path / "out")
+    assert done.files == ["c/a.wav"] and done.links_skipped == 3
+    assert files_under(tmp_path / "out") == ["c/a.wav"] and not any(p.is_symlink() for p in (tmp_path / "out").rglob("*"))
+
+
+def test_member_checks():
+    ok, why = archive._relative("./a//b/./c.wav")
+    assert ok.as_posix() == "a/b/c.wav" and why is None
+    assert archive._relative("a/../../b")[1] and archive._relative("C:/x.wav")[1] and archive._relative("a\x00b")[1]
+    assert archive._relative("a/..b/c..wav")[1] is None  # dots inside names are fine
+    assert not archive._link_escapes(archive._relative("a/b/l")[0], "../c.wav", hard=False)
+    assert archive._link_escapes(archive._relative("a/l")[0], "../../c.wav", hard=False)
+    assert archive._link_escapes(archive._relative("a/l")[0], "../c.wav", hard=True)  # hard links: from the root
+
+
+# ------------------------------------------------------------------------------------------
+# Named corpora: FMA (Deflate64) and LibriSpeech, resolved without downloading
+
+
+def test_source_definitions_match_the_design_and_the_schema():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    enum = set(schema["properties"]["data"]["properties"]["source"]["enum"])
+    assert set(fetch.SOURCES) == enum
+    assert set(sources.ARCHIVES) == enum - {"synthetic", "folder", "url"}
+
+    sha1 = {"fma_small": "ade154f733639d52e35e32f5593efe5be76c6d70",  # DESIGN.md section 1
+            "fma_medium": "c67b69ea232021025fca9231fc1c7c1a063ab50b",
+            "fma_large": "497109f4dd721066b5ce5e5f250ec604dc78939e"}
+    for name, digest in sha1.items():
+        s = sources.ARCHIVES[name]
+        assert s.url == f"https://os.unil.cloud.switch.ch/fma/{name}.zip"
+        assert (s.algorithm, s.known_hash) == ("sha1", f"sha1:{digest}") and s.filename == f"{name}.zip"
+        assert s.expects(f"{name}/000/000002.mp3") and s.expects(f"{name}/155/155066.mp3")
+        assert not s.expects(f"{name}/README.txt") and not s.expects(f"fma_full/000/000002.mp3")
+        assert s.excluded(f"{name}/098/098565.mp3") and not s.excluded(f"{name}/000/000002.mp3")
+    assert sources.FMA_CORRUPT_TRACKS == {"098565", "098567", "098569", "099134", "108925", "133297"}
+
+    subsets = ["dev-clean", "dev-other", "test-clean", "test-other", "train-clean-100", "train-clean-360",
+               "train-other-500"]
+    for subset in subsets:
+        s = sources.ARCHIVES[f"librispeech-{subset}"]
+        assert s.url == f"https://www.openslr.org/resources/12/{subset}.tar.gz"
+        assert s.algorithm == "sha256" and len(s.known_hash) == len("sha256:") + 64
+        assert s.expects(f"LibriSpeech/{subset}/84/121123/84-121123-0000.flac")
+        assert not s.expects(f"LibriSpeech/{subset}/84/121123/84-121123.trans.txt") and not s.excluded("x/1-2-3.flac")
+    assert sources.ARCHIVES["librispeech-dev-clean"].known_hash.endswith("76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3")
+
+
+def test_librispeech_checksums_match_torchaudio():
+    """The table's provenance: torchaudio's own list, when torchaudio is installed."""
+    ls = pytest.importorskip("torchaudio.datasets.librispeech")
+    theirs = {url.rsplit("/", 1)[1].removesuffix(".tar.gz"): h for url, h in ls._CHECKSUMS.items()}
+    assert theirs == sources.LIBRISPEECH_SHA256
+
+
+def test_url_source_resolution():
+    s = sources.archive_for({"source": "url", "url": "https://example.org/path/My%20Corpus.tar.gz?x=1",
+                             "known_hash": "SHA256:" + "AB" * 32})
+    assert s.filename == "My_Corpus.tar.gz" and s.known_hash == "sha256:" + "ab" * 32 and s.layout is None
+    assert sources.filename_from_url("https://example.org/") == "download"
+    with pytest.raises(ValueError, match="has 64 hex digits"):
+        sources.archive_for({"source": "url", "url": "https://e.org/a.zip", "known_hash": "sha256:abc"})
+    with pytest.raises(ValueError, match="not an http"):
+        sources.archive_for({"source": "url", "url": "file:///tmp/a.zip", "known_hash": "md5:" + "0" * 32})
+
+
+def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeypatch):
+    blob = (FIXTURES / "fma_small_deflate64.zip").read_bytes()
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:  # the fixture really is Deflate64 (method 9)
+        assert {i.compress_type for i in zf.infolist() if not i.is_dir()} == {9}
+    real = sources.ARCHIVES["fma_small"]
+    url = server.serve("/fma/fma_small.zip", blob)
+    monkeypatch.setitem(sources.ARCHIVES, "fma_small",
+                        replace(real, url=url, known_hash="sha1:" + hashlib.sha1(blob).hexdigest()))
+    data = tmp_path / "data"
+    cfg = {"data": {"source": "fma_small", "url": None, "known_hash": None, "folder": None, "sample_rate": SR}}
+    fetch.run(cfg, data / "raw", retries=0, timeout=10)
+    assert files_under(data / "raw") == ["SOURCE.json", "fma_small/000/000002.mp3"]
+    info = json.loads((data / "raw" / "SOURCE.json").read_text())
+    assert info["excluded_known_corrupt"] == ["fma_small/098/098565.mp3"] and info["other_files_skipped"] == 1
+    assert info["off_layout"] == 0 and info["archive"] == "fma_small.zip"
+    x, sr = sf.read(data / "raw" / "fma_small" / "000" / "000002.mp3")
+    assert sr == SR and len(x) == SR and np.abs(x).max() > 0.2  # the Deflate64 member decompressed intact
+
+
+def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypatch):
+    blob = make_zip({"music/song.mp3": tone_bytes("mp3")})
+    url = server.serve("/fma/wrong.zip", blob)
+    monkeypatch.setitem(sources.ARCHIVES, "fma_medium", replace(sources.ARCHIVES["fma_medium"], url=url,
+                                                                known_hash=sha256(blob)))
+    cfg = {"data": {"source": "fma_medium", "url": None, "known_hash": None, "folder": None, "sample_rate": SR}}
+    with pytest.raises(ValueError, match=r"does not look like fma_medium.*'music/song.mp3'"):
+        fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
+
+
+def test_librispeech_like_tar_gz(server, tmp_path, monkeypatch):
+    flac = tone_bytes("flac", sr=16000)
+    blob = make_tar({"LibriSpeech/dev-clean/84/121123/84-121123-0000.flac": flac,
+                     "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac": flac,
+                     "LibriSpeech/dev-clean/84/121123/84-121123.trans.txt": b"84-121123-0000 HELLO\n",
+                     "LibriSpeech/LICENSE.TXT": b"CC BY 4.0\n"})
+    url = server.serve("/openslr/dev-clean.tar.gz", blob)
+    monkeypatch.setitem(sources.ARCHIVES, "librispeech-dev-clean",
+                        replace(sources.ARCHIVES["librispeech-dev-clean"], url=url, known_hash=sha256(blob)))
+    cfg = {"data": {"source": "librispeech-dev-clean", "url": None, "known_hash": None, "folder": None,
+                    "sample_rate": SR}}
+    fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
+    assert files_under(tmp_path / "data" / "raw") == [
+        "LibriSpeech/dev-clean/84/121123/84-121123-0000.flac", "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac",
+        "SOURCE.json"]
+    assert (tmp_path / "data" / "downloads" / "librispeech-dev-clean.tar.gz").is_file()
+
+
+# ------------------------------------------------------------------------------------------
+# folder source
+
+
+def test_folder_source_links_or_copies_audio_keeping_paths(tmp_path):
+    src = tmp_path / "music"
+    (src / "album" / "disc1").mkdir(parents=True)
+    (src / ".cache").mkdir()
+    (src / "album" / "disc1" / "01.flac").write_bytes(tone_bytes("flac"))
+    (src / "album" / "02.MP3").write_bytes(tone_bytes("mp3"))
+    (src / "cover.jpg").write_bytes(b"\xff\xd8 not audio")
+    (src / ".cache" / "x.wav").write_bytes(tone_bytes("wav"))
+    cfg = {"data": {"source": "folder", "folder": str(src), "url": None, "known_hash": None, "sample_rate": SR}}
+    out = tmp_path / "data" / "raw"
+    fetch.run(cfg, out)
+    assert files_under(out) == ["SOURCE.json", "album/02.MP3", "album/disc1/01.flac"]
+    assert (out / "album" / "02.MP3").read_bytes() == (src / "album" / "02.MP3").read_bytes()
+    info = json.loads((out / "SOURCE.json").read_text())
+    assert info["files"] == 2 and info["hard_linked"] + info["copied"] == 2 and info["hidden_skipped"] == 1
+    assert info["hard_linked"] == 2  # same filesystem (tmp_path)
+    fetch.run(cfg, out)  # again: replacing the links leaves the originals alone
+    assert (src / "album" / "disc1" / "01.flac").read_bytes() == (out / "album" / "disc1" / "01.flac").read_bytes()
+
+
+def test_folder_source_copies_across_filesystems(tmp_path, monkeypatch):
+    src = tmp_path / "music"
+    src.mkdir()
+    (src / "a.wav").write_bytes(tone_bytes("wav"))
+
+    def no_link(*a, **k):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(fetch.os, "link", no_link)
+    cfg = {"data": {"source": "folder", "folder": str(src), "url": None, "known_hash": None, "sample_rate": SR}}
+    fetch.run(cfg, tmp_path / "raw")
+    info = json.loads((tmp_path / "raw" / "SOURCE.json").read_text())
+    assert (info["copied"], info["hard_linked"]) == (1, 0)
+    assert (tmp_path / "raw" / "a.wav").stat().st_ino != (src / "a.wav").stat().st_ino
+
+
+def test_folder_source_errors(tmp_path):
+    def cfg(folder):
+        return {"data": {"source": "folder", "folder": str(folder), "url": None, "known_hash": None}}
+
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        fetch.run(cfg(tmp_path / "missing"), tmp_path / "data" / "raw")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="no audio files"):
+        fetch.run(cfg(tmp_path / "empty"), tmp_path / "data" / "raw")
+    with pytest.raises(ValueError, match="must not contain each other"):
+        fetch.run(cfg(tmp_path / "data"), tmp_path / "data" / "raw")
+    assert not (tmp_path / "data" / "raw").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# End to end through the CLI
+
+
+def _amlm(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "acoustic_mlm", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
+    members = {f"songs/s{i}.wav": tone_bytes("wav", seconds=1.0, hz=200 + 50 * i, sr=32000) for i in range(4)}
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(SR, np.float32), SR, format="WAV")
+    members["songs/silent.wav"] = buf.getvalue()
+    blob = make_tar(members)
+    url = server.serve("/e2e/songs.tar.gz", blob)
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    cfg["data"].update(source="url", url=url, known_hash=sha256(blob))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+    fetched = _amlm("fetch", "--config", "config.yaml", cwd=tmp_path)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / "data" / "downloads" / "songs.tar.gz").is_file()
+    prepared = _amlm("prepare", "--config", "config.yaml", cwd=tmp_path)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "kept 4 files, rejected 1" in prepared.stderr
+    audio, manifest = prepare.load_prepared(tmp_path / "data" / "prepared")
+    assert manifest["path"].tolist() == [f"songs/s{i}.wav" for i in range(4)]
+    rejects = (tmp_path / "data" / "prepared" / "rejects.csv").read_text().splitlines()
+    assert rejects[0] == "path,reason" and rejects[1].startswith("songs/silent.wav,digital silence")
+
+    cfg["data"]["url"] = server.url("/e2e/missing.tar.gz")
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    failed = _amlm("fetch", "--config", "bad.yaml", "--out", "data/raw2", cwd=tmp_path)
+    assert failed.returncode == 2
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("amlm fetch: error: fetch: downloading ") and "404" in last
+    assert not (tmp_path / "data" / "raw2").exists()
+    assert [p for p, _ in server.requests].count("/e2e/missing.tar.gz") == 1  # a 404 is not retried
