@@ -16,6 +16,18 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+
+
+# Light jobs stay on the submit host under a cluster executor (downloads need its network).
+localrules:
+    all,
+    fetch,
+    aggregate,
+    figure,
+    claims,
+    compare,
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/figure.smk"

@@ -42,6 +42,7 @@ class Server:
         self.files: dict[str, bytes] = {}
         self.truncate_once: set[str] = set()  # first GET: full Content-Length, half the bytes, then close
         self.ignore_range: set[str] = set()  # answer Range requests with the whole file (200)
+        self.range_from_zero: set[str] = set()  # answer Range requests with 206 from byte 0 (a broken server)
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
         server = self
 
@@ -57,7 +58,7 @@ class Server:
                 data = server.files[path]
                 start = 0
                 if rng and path not in server.ignore_range:
-                    start = int(rng.removeprefix("bytes=").split("-")[0])
+                    start = 0 if path in server.range_from_zero else int(rng.removeprefix("bytes=").split("-")[0])
                     if start >= len(data):
                         self.send_response(416)
                         self.send_header("Content-Range", f"bytes */{len(data)}")
@@ -275,6 +276,17 @@ def test_server_that_ignores_range_restarts_the_file(server, tmp_path):
     server.ignore_range.add(path)
     fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=1, timeout=10)
     assert (tmp_path / "data" / "downloads" / "corpus.zip").read_bytes() == blob
+
+
+def test_partial_content_from_the_wrong_offset_restarts_the_file(server, tmp_path):
+    blob = make_zip(corpus()) + b"\0" * 50_000
+    path = "/badrange/corpus.zip"
+    url = server.serve(path, blob)
+    server.truncate_once.add(path)
+    server.range_from_zero.add(path)
+    fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=1, timeout=10)
+    assert (tmp_path / "data" / "downloads" / "corpus.zip").read_bytes() == blob
+    assert [r for p, r in server.requests if p == path] == [None, f"bytes={len(blob) // 2}-", None]
 
 
 def test_stale_part_longer_than_the_file_starts_over(server, tmp_path):

@@ -100,3 +100,18 @@ def test_dvc_stages_call_the_same_commands_as_the_rules(root):
         sub = cmd.split()[1]
         assert cmd.startswith("amlm ") and f"{{params.cli}} {sub} " in rules, name
     assert stages["train"]["foreach"] == "${runs}"
+
+
+def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
+    repo = copy_repo(root, tmp_path / "repo")
+    proc = subprocess.run(
+        SNAKEMAKE + ["--profile", "profiles/slurm", "--configfile", "config/paper.yaml", "-n"],
+        cwd=repo, capture_output=True, text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
+    train_blocks = [b for b in blocks if re.match(r"(local)?rule train:", b.strip())]
+    assert len(train_blocks) == 4
+    assert all("gpu=1" in b and "runtime=2880" in b for b in train_blocks)
+    assert any(b.strip().startswith("localrule fetch:") for b in blocks)  # downloads stay on the submit host

@@ -88,17 +88,17 @@ class ResumableHTTPDownloader:
             return response.status_code == 200
         have = self.part.stat().st_size if self.part.exists() else 0
         response = self._get(url, have)
-        if have and response.status_code == 416:  # nothing left to ask for: start over
-            response.close()
+        if have and (response.status_code == 416 or (response.status_code == 206 and _range_start(response) != have)):
+            response.close()  # nothing left to ask for, or not the bytes asked for: start over
             have = 0
             response = self._get(url, 0)
         with response:
             if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
                 raise PermanentHTTPError(f"HTTP {response.status_code} {response.reason} for {url}")
             response.raise_for_status()
-            resumed = have > 0 and response.status_code == 206 and _range_start(response) == have
+            resumed = have > 0 and response.status_code == 206
             if not resumed:
-                have = 0
+                have = 0  # a 200: the server sends the whole file
             length = response.headers.get("Content-Length")
             expected = have + int(length) if length is not None else None
             if resumed:
@@ -162,7 +162,9 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
     attempts = f"{retries + 1} attempt{'s' if retries else ''}"
     try:
         return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
-    except (requests.RequestException, PermanentHTTPError, *ftplib.all_errors) as exc:
+    except PermanentHTTPError as exc:
+        raise DownloadError(f"fetch: downloading {src.url} failed: {exc}") from None
+    except (requests.RequestException, *ftplib.all_errors) as exc:
         raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {_one_line(exc)}") from None
     except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
         hint = "; check data.known_hash" if src.name == "url" else ""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     try:
         mono, sr, channels, declared = _mono_blocks(path)
     except Exception as exc:  # libsndfile: not audio, malformed, lost sync, ...
-        raise Unusable(f"not decodable: {_one_line(exc)}") from None
+        raise Unusable(f"not decodable: {_libsndfile_reason(exc)}") from None
     if declared > 0 and len(mono) < (1 - TRUNCATION_TOLERANCE) * declared:
         raise Unusable(f"truncated or corrupt: decoded {len(mono)} of the {declared} frames its header declares")
     if len(mono) == 0:
@@ -185,6 +186,15 @@ def load_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, int, int]:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _libsndfile_reason(exc: BaseException) -> str:
+    """libsndfile's message without the absolute path, and without its misleading MP3 wording."""
+    msg = re.sub(r"^Error opening .*?: ", "", _one_line(exc)).removeprefix("Error : ")
+    if msg.startswith("File does not exist or is not a regular file"):  # what it says of an unrecognised .mp3
+        return "format not recognised"
+    msg = msg.rstrip(".")
+    return msg[:1].lower() + msg[1:]
 
 
 def reason_kind(reason: str) -> str:

@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from . import config as C
+from .devices import claim_gpu
 from .objective import AcousticMLM, compute_mask_indices
 from .prepare import load_prepared
 from .utils import Progress, atomic_path, log, set_threads, write_json
@@ -131,12 +132,26 @@ def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
 # ----------------------------------------------------------------------------- device, precision
 
 
+_GPU_CLAIM = None  # held for the life of the process
+
+
 def pick_device(name: str) -> torch.device:
+    """cpu, or one GPU: with several visible, the first one no other job has claimed (devices.py)."""
+    global _GPU_CLAIM
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
         raise ValueError("'train.device' is cuda but torch sees no CUDA device")
-    return torch.device(name)
+    n = torch.cuda.device_count()
+    if n == 1:
+        return torch.device("cuda", 0)
+    if _GPU_CLAIM is None:
+        _GPU_CLAIM = claim_gpu(n)
+        log.info("claimed GPU %d of %d", _GPU_CLAIM.index, n)
+    torch.cuda.set_device(_GPU_CLAIM.index)
+    return torch.device("cuda", _GPU_CLAIM.index)
 
 
 def autocast(device: torch.device, precision: str):
