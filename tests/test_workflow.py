@@ -114,4 +114,3 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
     train_blocks = [b for b in blocks if re.match(r"(local)?rule train:", b.strip())]
     assert len(train_blocks) == 4
     assert all("gpu=1" in b and "runtime=2880" in b for b in train_blocks)
-    assert any(b.strip().startswith("localrule fetch:") for b in blocks)  # downloads stay on the submit host
