@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -329,7 +330,7 @@ def test_hidden_and_broken_audio_paths_are_listed_not_lost(tmp_path):
 
 def test_only_bad_files_is_a_one_line_error(tmp_path):
     _, bad = make_messy_folder(tmp_path / "music")
-    shutil_rmtree(tmp_path / "music" / "good")
+    shutil.rmtree(tmp_path / "music" / "good")
     with pytest.raises(ValueError, match=rf"^prepare: no usable audio under .*: all {len(bad)} audio files rejected \(") as err:
         prepare.run(make_cfg(crop_seconds=0.5), tmp_path / "music", tmp_path / "prepared")
     assert "\n" not in str(err.value) and "digital silence" in str(err.value)
@@ -358,9 +359,3 @@ def test_npy_writer_matches_np_save(tmp_path):
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="run fetch first"):
         prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
-
-
-def shutil_rmtree(path):
-    import shutil
-
-    shutil.rmtree(path)

@@ -39,7 +39,7 @@ def _kill_after_state(cmd, out, min_step: int) -> None:
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            states = sorted((out / "state").glob("step-*.pt"))
+            states = sorted((out / "state" / "seed1").glob("step-*.pt"))
             if states and int(states[-1].stem.split("-")[1]) >= min_step:
                 break
             assert proc.poll() is None, "training finished before it could be killed"
@@ -58,7 +58,7 @@ def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_p
     out = tmp_path / "killed"
     _kill_after_state(_cli(cfg_path, data_dirs, out), out, min_step=40)
     assert not (out / "metrics.csv").exists()  # nothing half-written looks complete
-    states = sorted((out / "state").glob("step-*.pt"))
+    states = sorted((out / "state" / "seed1").glob("step-*.pt"))
     assert 1 <= len(states) <= train.KEEP_STATES
 
     # the newest state is damaged (e.g. a bad copy): the previous one must be used
@@ -69,20 +69,34 @@ def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_p
     assert "resuming after step" in proc.stderr
     resumed = pd.read_csv(out / "metrics.csv").drop(columns=TIMING)
     pd.testing.assert_frame_equal(resumed, reference, check_exact=True)
-    ref_ckpt = torch.load(tmp_path / "ref" / "checkpoint.pt", weights_only=True)["model"]
-    new_ckpt = torch.load(out / "checkpoint.pt", weights_only=True)["model"]
+    ref_ckpt = torch.load(tmp_path / "ref" / "seeds" / "seed1" / "checkpoint.pt", weights_only=True)["model"]
+    new_ckpt = torch.load(out / "seeds" / "seed1" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(ref_ckpt[k], new_ckpt[k]) for k in ref_ckpt)
 
 
 def test_state_of_other_settings_is_refused(data_dirs, resume_cfg, tmp_path):
     cfg, _ = resume_cfg
     out = tmp_path / "run"
-    train.save_state(out, 10, {"fingerprint": {"other": 1}, "step": 10})
+    train.save_state(out / "state" / "seed1", 10, {"fingerprint": {"other": 1}, "step": 10})
     with pytest.raises(ValueError, match="resumable state of a run with other settings"):
         train.run(cfg, "prenorm_clip1", *data_dirs, out, threads=1)
 
 
 def test_only_unreadable_states_start_afresh(tmp_path):
-    (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "step-000000010.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "step-000000010.pt").write_bytes(b"not a checkpoint")
     assert train.load_latest_state(tmp_path, {"a": 1}) is None
+
+
+def test_a_completed_seed_is_not_trained_again(data_dirs, resume_cfg, tmp_path):
+    cfg, _ = resume_cfg
+    cfg["train"].update(steps=8, log_interval=4)
+    first = train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
+    ckpt = tmp_path / "run" / "seeds" / "seed1" / "checkpoint.pt"
+    mtime = ckpt.stat().st_mtime_ns
+    cfg["runs"]["prenorm_clip1"]["seeds"] = [1, 2]  # add a seed: only seed 2 trains
+    second = train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
+    assert ckpt.stat().st_mtime_ns == mtime
+    assert second["per_seed"]["1"] == first["per_seed"]["1"] and "2" in second["per_seed"]
+    cfg["runs"]["prenorm_clip1"]["clip"] = 5.0  # other settings: seed 1 is trained again
+    train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
+    assert ckpt.stat().st_mtime_ns != mtime

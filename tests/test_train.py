@@ -93,18 +93,25 @@ def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
 
 def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
+    tiny_cfg["runs"]["postnorm_deepnorm_clip1"]["seeds"] = [1, 2]
     summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "run", threads=1)
-    metrics = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    both = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    assert both["seed"].tolist() == [1] * 7 + [2] * 7
+    assert not both[both.seed == 1]["train_loss_cb0"].equals(both[both.seed == 2]["train_loss_cb0"].reset_index(drop=True))
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
+    assert summary["seeds"] == [1, 2] and set(summary["per_seed"]) == {"1", "2"}
+    seed_dir = tmp_path / "run" / "seeds" / "seed1"
+    metrics = pd.read_csv(seed_dir / "metrics.csv")
     assert metrics["step"].tolist() == [1, 2, 4, 5, 8, 10, 12]
     for col in ["train_loss_cb0", "train_loss_cb7", "valid_loss_cb0", "lr", "grad_norm", "grad_norm_max",
                 "clipped", "clip_frac", "nonfinite", "overflow_skips", "wall_time"]:
         assert col in metrics.columns
     assert metrics["lr"].iloc[0] == pytest.approx(tiny_cfg["train"]["lr"] / 2)
     assert (metrics["grad_norm"] > 0).all()
-    assert not (tmp_path / "run" / "metrics.partial.csv").exists()
-    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert on_disk["status"] == "completed" and on_disk["steps"] == 12 and on_disk == summary
-    ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert not (seed_dir / "metrics.partial.csv").exists() and not (tmp_path / "run" / "state").exists()
+    on_disk = json.loads((seed_dir / "summary.json").read_text())
+    assert on_disk["status"] == "completed" and on_disk["steps"] == 12 and on_disk["seed"] == 1
+    ckpt = torch.load(seed_dir / "checkpoint.pt", weights_only=True)
     assert ckpt["run"]["deepnorm"] and ckpt["model_config"]["norm"] == "post" and ckpt["step"] == 12
     assert ckpt["train_config"]["clip"] == 1.0
 
@@ -115,6 +122,7 @@ def test_each_arm_lowers_the_loss(data_dirs, tiny_cfg, tmp_path, run):
     tiny_cfg["train"].update(steps=30, warmup_steps=3, log_interval=10, lr=3e-3)
     train.run(tiny_cfg, run, prepared, codes, tmp_path / run, threads=1)
     m = pd.read_csv(tmp_path / run / "metrics.csv")
+    assert (m["seed"] == 1).all()
     assert m["valid_loss_cb0"].iloc[-1] < m["valid_loss_cb0"].iloc[0] - 1.0, m[["step", "valid_loss_cb0"]]
 
 

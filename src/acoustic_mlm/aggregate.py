@@ -23,10 +23,12 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     loss_cols = [c for c in metrics.columns if LOSS_COLUMN.match(c)]
     if "step" not in metrics.columns or not loss_cols:
         raise ValueError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
-    long = metrics.melt(id_vars=["step"], value_vars=loss_cols, var_name="column", value_name="loss_bits")
+    if "seed" not in metrics.columns:  # a single seed's own metrics file
+        metrics = metrics.assign(seed=run.seeds[0])
+    long = metrics.melt(id_vars=["seed", "step"], value_vars=loss_cols, var_name="column", value_name="loss_bits")
     parts = long["column"].str.extract(LOSS_COLUMN)
     long["split"], long["codebook"] = parts[0], parts[1].astype(int)
-    long["run"], long["label"], long["seed"] = run.name, run.label, run.seed
+    long["run"], long["label"] = run.name, run.label
     return long[COLUMNS]
 
 
@@ -38,7 +40,7 @@ def run(cfg: dict, runs_dir: Path, out_path: Path) -> pd.DataFrame:
             raise FileNotFoundError(f"{path}: metrics of run '{name}' not found; train it first")
         frames.append(tidy(pd.read_csv(path), C.run_config(cfg, name)))
     curves = pd.concat(frames, ignore_index=True)
-    curves = curves.sort_values(["run", "split", "codebook", "step"], key=_run_order(cfg), kind="stable")
+    curves = curves.sort_values(["run", "seed", "split", "codebook", "step"], key=_run_order(cfg), kind="stable")
     with atomic_path(out_path) as tmp:
         curves.to_csv(tmp, index=False)
     log.info("aggregate: %d rows from %d runs -> %s", len(curves), len(frames), out_path)

@@ -45,8 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")
 
     p = _stage_parser(sub, "fetch", "make or download the raw audio",
-                      "Write the corpus chosen by data.source into --out (synthetic: procedurally generated music).")
+                      "Write the corpus chosen by data.source into --out: synthetic (generated music, offline), "
+                      "folder (a local folder), url (a zip or tar(.gz) with its hash), fma_small/medium/large, "
+                      "librispeech-<subset>. Downloads are checksummed, resumable, kept in --downloads and "
+                      "extracted safely.")
     p.add_argument("--out", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
+    p.add_argument("--downloads", type=Path, default=Path("data/downloads"),
+                   help="where downloaded archives are kept (default: data/downloads)")
 
     p = _stage_parser(sub, "prepare", "decode, mix to mono, resample to 24 kHz, split",
                       "Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to "
@@ -105,7 +110,7 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "fetch":
         from . import fetch
 
-        fetch.run(cfg, args.out)
+        fetch.run(cfg, args.out, args.downloads)
     elif args.command == "prepare":
         from . import prepare
 

@@ -94,7 +94,7 @@ class RunConfig:
     deepnorm: bool
     attn_relax: bool
     clip: float
-    seed: int
+    seeds: tuple[int, ...]  # one training run per seed; the figure shows their mean and 95% interval
 
 
 @lru_cache(maxsize=1)
@@ -189,7 +189,9 @@ def load(path: str | Path) -> dict:
 def run_config(cfg: dict, run: str) -> RunConfig:
     if run not in cfg["runs"]:
         raise ConfigError(f"config: no run '{run}' under 'runs' (have: {', '.join(cfg['runs'])})")
-    return RunConfig(name=run, **cfg["runs"][run])
+    r = dict(cfg["runs"][run])
+    r["seeds"] = tuple(r["seeds"])
+    return RunConfig(name=run, **r)
 
 
 def model_config(cfg: dict, run: str | None = None) -> ModelConfig:
@@ -202,12 +204,15 @@ def model_config(cfg: dict, run: str | None = None) -> ModelConfig:
     return ModelConfig(**m)
 
 
-def train_config(cfg: dict, run: str | None = None) -> TrainConfig:
+def train_config(cfg: dict, run: str | None = None, seed: int | None = None) -> TrainConfig:
+    """The `train:` section with one arm's clip and one of its seeds (default: the first)."""
     t = dict(cfg["train"])
     t["betas"] = tuple(t["betas"])
     if run is not None:
         r = run_config(cfg, run)
-        t.update(clip=r.clip, seed=r.seed)
+        if seed is not None and seed not in r.seeds:
+            raise ConfigError(f"config: seed {seed} is not among 'runs.{run}.seeds' {list(r.seeds)}")
+        t.update(clip=r.clip, seed=r.seeds[0] if seed is None else seed)
     return TrainConfig(**t)
 
 

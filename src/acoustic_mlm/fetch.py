@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import soundfile as sf
 
 from acoustic_mlm import __version__, archive, sources, synth
-from acoustic_mlm.prepare import AUDIO_SUFFIXES, find_audio
+from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio
 from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
 
 DEFAULT_RETRIES = 3  # further attempts after a failed or corrupted download (pooch retry_if_failed)
@@ -160,6 +160,10 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
     http = urlsplit(src.url).scheme.lower() in ("http", "https")
     downloader = ResumableHTTPDownloader(downloads_dir / f"{src.filename}.part", timeout) if http else None
     attempts = f"{retries + 1} attempt{'s' if retries else ''}"
+    kept = downloads_dir / src.filename
+    if kept.is_file():  # pooch re-hashes it: minutes for the largest corpora
+        log.info("fetch: checking the %s of %s (%.1f MB) against %s", src.algorithm, kept.name,
+                 kept.stat().st_size / 1e6, src.known_hash)
     try:
         return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
     except PermanentHTTPError as exc:

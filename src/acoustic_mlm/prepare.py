@@ -32,26 +32,15 @@ import pandas as pd
 import soundfile as sf
 
 from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio  # noqa: F401  (re-exported: prepare.find_audio)
 from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 MANIFEST_COLUMNS = ("clip_id", "path", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
 REJECTS_COLUMNS = ("path", "reason")  # rejects.csv: audio-named files left out, and why
 _MANIFEST_DTYPES = {"clip_id": str, "path": str, "split": str, "offset": np.int64, "num_samples": np.int64,
                     "num_frames": np.int64, "orig_sample_rate": np.int64, "orig_channels": np.int64,
                     "duration_s": np.float64}
-
-
-def find_audio(raw_dir: Path) -> list[Path]:
-    """Audio files under raw_dir (recursive, hidden folders skipped), sorted by relative path."""
-    raw_dir = Path(raw_dir)
-    found = [
-        p for p in raw_dir.rglob("*")
-        if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()
-        and not any(part.startswith(".") for part in p.relative_to(raw_dir).parts)
-    ]
-    return sorted(found, key=lambda p: p.relative_to(raw_dir).as_posix())
 
 
 def clip_ids(rel_paths: list[str]) -> list[str]:

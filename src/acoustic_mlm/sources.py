@@ -10,13 +10,15 @@ Nothing here touches the network; `fetch` downloads and extracts what `archive_f
   FLAC speech, `LibriSpeech/<subset>/<speaker>/<chapter>/<speaker>-<chapter>-<utterance>.flac`.
   sha256 sums copied from torchaudio 2.9.1, `torchaudio/datasets/librispeech.py` (`_CHECKSUMS`).
 - `url`: any zip or tar(.gz, .bz2, .xz) at `data.url`, checked against `data.known_hash`.
+
+`AUDIO_SUFFIXES` and `find_audio` say what counts as audio, for fetch and prepare alike.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 FMA_URL = "https://os.unil.cloud.switch.ch/fma/{name}.zip"
@@ -41,6 +43,18 @@ LIBRISPEECH_SHA256 = {
     "train-other-500": "ddb22f27f96ec163645d53215559df6aa36515f26e01dd70798188350adcb6d2",
 }
 HASH_ALGORITHMS = ("sha256", "sha1", "md5")  # the prefixes data.known_hash may carry
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")  # what fetch extracts or links and prepare decodes
+
+
+def find_audio(folder: Path) -> list[Path]:
+    """Audio files under folder (recursive, hidden files and folders skipped), sorted by relative path."""
+    folder = Path(folder)
+    found = [
+        p for p in folder.rglob("*")
+        if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
+    return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ steps, and at the last step:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import shutil
 import time
@@ -208,28 +209,24 @@ def check_codes(codes_path: Path, m: C.ModelConfig) -> None:
 
 # ----------------------------------------------------------------------------- resumable state
 
-STATE_DIR = "state"  # inside the run folder; not a pipeline output, so no engine deletes it
+STATE_DIR = "state"  # <run>/state/seed<S>/: not a pipeline output, so no engine deletes it
 KEEP_STATES = 2  # the latest and the one before it, in case the latest is damaged
 
 
-def _state_path(out_dir: Path, step: int) -> Path:
-    return out_dir / STATE_DIR / f"step-{step:09d}.pt"
-
-
-def save_state(out_dir: Path, step: int, state: dict) -> None:
+def save_state(state_dir: Path, step: int, state: dict) -> None:
     """Write the resumable state atomically, then drop all but the newest KEEP_STATES."""
-    path = _state_path(out_dir, step)
+    path = Path(state_dir) / f"step-{step:09d}.pt"
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
     for old in sorted(path.parent.glob("step-*.pt"))[:-KEEP_STATES]:
         old.unlink()
 
 
-def load_latest_state(out_dir: Path, fingerprint: dict) -> dict | None:
-    """The newest readable state in out_dir/state, or None. A truncated or corrupt file (a kill
+def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
+    """The newest readable state in state_dir, or None. A truncated or corrupt file (a kill
     during a write cannot make one, but a full disk or a bad copy can) is skipped with a warning
     and the previous one is used."""
-    for path in sorted((out_dir / STATE_DIR).glob("step-*.pt"), reverse=True):
+    for path in sorted(Path(state_dir).glob("step-*.pt"), reverse=True):
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file means: try the previous one
@@ -257,16 +254,59 @@ def _set_rng_state(st: dict, device: torch.device) -> None:
 
 
 def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None) -> dict:
-    """Train one arm; write metrics.csv, checkpoint.pt and summary.json into out_dir."""
+    """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
+
+    Each seed's own metrics, summary and final checkpoint land in out_dir/seeds/seed<S>/, its
+    resumable state in out_dir/state/seed<S>/. A seed already completed with the same settings
+    is not trained again.
+    """
+    rc = C.run_config(cfg, run_name)
+    out_dir = Path(out_dir)
+    summaries, frames = [], []
+    for seed in rc.seeds:
+        summary = train_seed(cfg, run_name, seed, prepared_dir, codes_dir, out_dir / "seeds" / f"seed{seed}",
+                             out_dir / STATE_DIR / f"seed{seed}", threads)
+        summaries.append(summary)
+        frames.append(pd.read_csv(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed))
+    shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
+    metrics = pd.concat(frames, ignore_index=True)
+    metrics = metrics[["seed"] + [c for c in metrics.columns if c != "seed"]]
+    finals = [s["final_train_loss_cb0"] for s in summaries]
+    summary = {
+        "run": rc.name, "label": rc.label, "seeds": list(rc.seeds),
+        "status": "completed" if all(s["status"] == "completed" for s in summaries) else "diverged",
+        "final_train_loss_cb0": float(np.mean(finals)),
+        "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
+        "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
+        "per_seed": {str(s["seed"]): {k: v for k, v in s.items() if k != "fingerprint"} for s in summaries},
+    }
+    write_json(out_dir / "summary.json", summary)
+    with atomic_path(out_dir / "metrics.csv") as tmp:
+        metrics.to_csv(tmp, index=False)
+    return summary
+
+
+def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Path, out_dir: Path,
+               state_dir: Path, threads: int | None = None) -> dict:
+    """Train one arm with one seed; write metrics.csv, checkpoint.pt and summary.json into out_dir."""
     rc = C.run_config(cfg, run_name)
     m = C.model_config(cfg, run_name)
-    t = C.train_config(cfg, run_name)
+    t = C.train_config(cfg, run_name, seed)
     set_threads(threads if threads is not None else t.threads)
     device = pick_device(t.device)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir, state_dir = Path(out_dir), Path(state_dir)
     codes_path = Path(codes_dir) / "codes.npy"
     check_codes(codes_path, m)
+    # Everything that shapes the numbers; a state or result made under other settings is not reused.
+    fingerprint = {"model": C.to_dict(m), "train": {**C.to_dict(t), "threads": None, "workers": None},
+                   "label": rc.label, "data": cfg["data"], "tokenizer": cfg["tokenizer"]}
+    done = out_dir / "summary.json"
+    if done.is_file() and (out_dir / "metrics.csv").is_file() and (out_dir / "checkpoint.pt").is_file():
+        previous = json.loads(done.read_text())
+        if previous.get("fingerprint") == json.loads(json.dumps(fingerprint)):
+            log.info("train %s seed %d: already complete in %s", run_name, seed, out_dir)
+            return previous
+    out_dir.mkdir(parents=True, exist_ok=True)
 
     crop_frames = int(round(t.crop_seconds * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
     train_data = CropData(prepared_dir, codes_path, "train", crop_frames, t.batch_size, m, t.seed)
@@ -284,10 +324,7 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     acc = _Accumulator(m.codebooks)
     nonfinite = overflow = 0
     start, elapsed_before = 1, 0.0
-    # Everything that shapes the numbers; a state written under other settings is refused.
-    fingerprint = {"model": C.to_dict(m), "train": {**C.to_dict(t), "threads": None, "workers": None},
-                   "run": C.to_dict(rc), "data": cfg["data"]}
-    state = load_latest_state(out_dir, fingerprint) if t.checkpoint_interval else None
+    state = load_latest_state(state_dir, fingerprint) if t.checkpoint_interval else None
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -296,7 +333,7 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
         rows, nonfinite, overflow = list(state["rows"]), state["nonfinite"], state["overflow"]
         acc.load(state["accumulator"])
         start, elapsed_before = state["step"] + 1, state["elapsed"]
-        log.info("train %s: resuming after step %d from %s", run_name, state["step"], out_dir / STATE_DIR)
+        log.info("train %s seed %d: resuming after step %d from %s", run_name, seed, state["step"], state_dir)
     t0 = time.monotonic() - elapsed_before
     log.info(
         "train %s: %s, %d params, %d steps of %d x %d x %d frames on %s (%s)",
@@ -339,7 +376,7 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
                 rows.append(row)
                 pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
             if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps:
-                save_state(out_dir, step, {
+                save_state(state_dir, step, {
                     "fingerprint": fingerprint, "step": step, "elapsed": time.monotonic() - t0,
                     "model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
                     "rng": _rng_state(device), "rows": rows, "accumulator": acc.state(),
@@ -358,12 +395,12 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
             },
             tmp,
         )
-    summary = summarize(metrics, rc, t)
-    write_json(out_dir / "summary.json", summary)
+    summary = {**summarize(metrics, rc, t), "fingerprint": fingerprint}
     with atomic_path(out_dir / "metrics.csv") as tmp:
         metrics.to_csv(tmp, index=False)
+    write_json(out_dir / "summary.json", summary)  # last: its presence marks the seed complete
     partial.unlink(missing_ok=True)
-    shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # the run is complete: nothing to resume
+    shutil.rmtree(state_dir, ignore_errors=True)  # the seed is complete: nothing to resume
     log.info("train %s: done in %.0f s, final codebook-0 loss %.3f bits", run_name, summary["wall_time_s"], summary["final_train_loss_cb0"])
     return summary
 

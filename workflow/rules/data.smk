@@ -1,6 +1,9 @@
 # Audio in, EnCodec codes out: fetch -> prepare -> tokenize.
 
 
+# data/downloads/ (kept archives, reused by hash) is deliberately not an output: Snakemake
+# would delete it before each fetch. A `folder` source lies outside the DAG: after changing its
+# contents, rerun with --forcerun fetch.
 rule fetch:
     output:
         directory("data/raw"),
@@ -26,6 +29,7 @@ rule prepare:
         cli=AMLM,
         config=CONFIGFILE,
         data=config["data"],
+        crop=config["train"]["crop_seconds"],  # clips shorter than one crop are rejected
     log:
         "results/logs/prepare.log",
     threads: 1

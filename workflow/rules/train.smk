@@ -1,4 +1,6 @@
-# One training job per arm; they share data and differ only in runs.<run>.
+# One training job per arm (its seeds one after another); arms share data and differ only in runs.<run>.
+# Per-seed checkpoints land in results/runs/{run}/seeds/ and resumable state in results/runs/{run}/state/:
+# neither is a declared output, so Snakemake never deletes them when a killed job is rerun.
 
 
 rule train:
@@ -13,7 +15,6 @@ rule train:
             subcategory="{run}",
         ),
         summary="results/runs/{run}/summary.json",
-        checkpoint="results/runs/{run}/checkpoint.pt",
     params:
         cli=AMLM,
         config=CONFIGFILE,
