@@ -80,3 +80,24 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     y = lines[0].get_ydata()
     assert y[-1] == pytest.approx(6.0 + 4.0 * np.exp(-40 / 20))
     matplotlib.pyplot.close(fig)
+
+
+def test_several_seeds_draw_a_mean_with_a_band(tmp_path, smoke_cfg):
+    for name in smoke_cfg["runs"]:
+        smoke_cfg["runs"][name]["seeds"] = [1, 2]
+    runs = tmp_path / "runs"
+    for i, name in enumerate(smoke_cfg["runs"]):
+        d = runs / name
+        d.mkdir(parents=True)
+        both = pd.concat([fake_metrics([1, 2, 4, 8, 16, 32], end=6.0 + 0.2 * s).assign(seed=s) for s in (1, 2)])
+        both.to_csv(d / "metrics.csv", index=False)
+    curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
+    assert sorted(curves["seed"].unique()) == [1, 2]
+    labels = [r["label"] for r in smoke_cfg["runs"].values()]
+    fig, ax = figure.draw(curves, labels, smoke_cfg["figure"])
+    bands = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+    assert len(bands) == 4  # one 95 % band per arm
+    y = ax.get_lines()[0].get_ydata()
+    per_seed = [e + (10.0 - e) * np.exp(-32 / 20) for e in (6.2, 6.4)]
+    assert y[-1] == pytest.approx(np.mean(per_seed))  # the line is the mean over seeds
+    matplotlib.pyplot.close(fig)
