@@ -145,3 +145,37 @@ def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):
     tiny_cfg["train"]["crop_seconds"] = 3.0
     with pytest.raises(ValueError, match="crop_seconds"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r")
+
+
+def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monkeypatch):
+    """A loss that stays non-finite ends the seed as diverged; metrics, summary and figure still complete."""
+    from acoustic_mlm import aggregate, figure
+    from acoustic_mlm.objective import AcousticMLM
+
+    real_forward = AcousticMLM.forward
+    calls = {"n": 0}
+
+    def exploding(self, wav, codes, mask):
+        out = real_forward(self, wav, codes, mask)
+        calls["n"] += self.training  # count training steps, not validation passes
+        if self.training and calls["n"] > 6:  # from the 7th training step on
+            return out._replace(loss=out.loss * float("inf"))
+        return out
+
+    monkeypatch.setattr(AcousticMLM, "forward", exploding)
+    tiny_cfg["train"].update(steps=40, max_nonfinite=5)
+    prepared, codes = data_dirs
+    summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "runs" / "postnorm_deepnorm_clip1")
+    per_seed = summary["per_seed"]["1"]
+    assert summary["status"] == "diverged" and per_seed["diverged_at_step"] == 11  # steps 7..11: 5 in a row
+    m = pd.read_csv(tmp_path / "runs" / "postnorm_deepnorm_clip1" / "metrics.csv")
+    assert m["diverged"].tolist()[-1] == 1 and m["step"].iloc[-1] == 11 and m["nonfinite"].iloc[-1] == 5
+    assert math.isnan(m["train_loss_cb0"].iloc[-1])  # no finite step since the previous row
+    monkeypatch.setattr(AcousticMLM, "forward", real_forward)
+    for other in ["prenorm_clip10", "prenorm_clip1", "prenorm_attnrelax_clip1"]:
+        train.run(tiny_cfg, other, prepared, codes, tmp_path / "runs" / other, threads=1)
+    curves = aggregate.run(tiny_cfg, tmp_path / "runs", tmp_path / "curves.csv")
+    labels = [r["label"] for r in tiny_cfg["runs"].values()]
+    fig, ax = figure.draw(curves, labels, tiny_cfg["figure"])
+    assert any(t.get_text() == "diverged (seed 1)" for t in ax.texts)
+    assert any(line.get_marker() == "X" for line in ax.get_lines())

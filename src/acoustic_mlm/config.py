@@ -76,6 +76,7 @@ class TrainConfig:
     weight_decay: float
     log_interval: int
     valid_crops: int
+    max_nonfinite: int  # this many non-finite steps in a row end the run as diverged (0: never)
     checkpoint_interval: int  # steps between resumable states in <run>/state/ (0: none)
     threads: int
     workers: int  # data-loader worker processes (0: load in the training process)

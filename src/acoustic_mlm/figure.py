@@ -48,10 +48,28 @@ def arm_styles(labels: list[str]) -> tuple[dict, dict]:
     return palette, markers
 
 
+def mark_divergence(ax, selected: pd.DataFrame, labels: list[str], palette: dict) -> list[str]:
+    """An X and "diverged" at the last finite point of every run (seed) whose curve ends non-finite."""
+    marked = []
+    for (label, seed), g in selected.groupby(["label", "seed"], sort=False):
+        g = g.sort_values("step")
+        finite = g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))
+        if finite.all() or not finite.any() or label not in palette:
+            continue
+        last = g[finite].iloc[-1]
+        ax.plot([last["step"]], [last["loss_bits"]], marker="X", markersize=11, color=palette[label],
+                markeredgecolor="black", linestyle="none", zorder=5)
+        ax.annotate(f"diverged (seed {seed})", (last["step"], last["loss_bits"]), textcoords="offset points",
+                    xytext=(6, 6), fontsize=8, color=palette[label])
+        marked.append(label)
+    return marked
+
+
 def draw(curves: pd.DataFrame, labels: list[str], fig_cfg: dict, codebook: int = 0):
     """The chart on a new matplotlib figure; returns (fig, ax)."""
     split = fig_cfg.get("split", "train")
-    data = curves[(curves["split"] == split) & (curves["codebook"] == codebook)].dropna(subset=["loss_bits"])
+    selected = curves[(curves["split"] == split) & (curves["codebook"] == codebook)]
+    data = selected.dropna(subset=["loss_bits"])
     missing = [lab for lab in labels if lab not in set(data["label"])]
     if missing:
         raise ValueError(f"loss curves hold no {split} codebook-{codebook} rows for: {', '.join(missing)}")
@@ -75,6 +93,7 @@ def draw(curves: pd.DataFrame, labels: list[str], fig_cfg: dict, codebook: int =
         markevery=0.08,  # equal visual spacing along the line: readable on a log axis
         ax=ax,
     )
+    mark_divergence(ax, selected, labels, palette)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=10))
     ax.xaxis.set_major_formatter(FuncFormatter(step_label))

@@ -10,7 +10,8 @@ steps, and at the last step:
   valid_loss_cb{k} (bits, fixed held-out crops and masks), lr, grad_norm (total norm before
   clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
   clip_frac (since previous row), feature_penalty, nonfinite (cumulative count of skipped
-  non-finite steps), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
+  non-finite steps), diverged (1 on the row where train.max_nonfinite non-finite steps in a row
+  stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
   wall_time (s since start).
 """
 
@@ -322,7 +323,8 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     rows_at = set(log_steps(t.steps, t.log_interval))
     rows: list[dict] = []
     acc = _Accumulator(m.codebooks)
-    nonfinite = overflow = 0
+    nonfinite = overflow = streak = 0  # streak: consecutive non-finite steps
+    diverged_at = None
     start, elapsed_before = 1, 0.0
     state = load_latest_state(state_dir, fingerprint) if t.checkpoint_interval else None
     if state is not None:
@@ -331,6 +333,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
         scaler.load_state_dict(state["scaler"])
         _set_rng_state(state["rng"], device)
         rows, nonfinite, overflow = list(state["rows"]), state["nonfinite"], state["overflow"]
+        streak = state["streak"]
         acc.load(state["accumulator"])
         start, elapsed_before = state["step"] + 1, state["elapsed"]
         log.info("train %s seed %d: resuming after step %d from %s", run_name, seed, state["step"], state_dir)
@@ -362,25 +365,34 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                 scaler.scale(out.loss / t.accum_steps).backward()
             if not finite:
                 nonfinite += 1  # skipped: no update from a non-finite loss
+                streak += 1
                 grad_norm, clipped = float("nan"), False
             else:
+                streak = 0
                 grad_norm, clipped, skipped = optimizer_step(model, opt, scaler, t.clip)
                 overflow += skipped
                 acc.add(outs, grad_norm, clipped)
             bar.update(1, cb0=float(outs[-1].bits[0]))
-            if step in rows_at:
+            if t.max_nonfinite and streak >= t.max_nonfinite:
+                diverged_at = step  # divergence is a result: record it and stop this seed
+                log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
+                            run_name, seed, streak, step)
+            if step in rows_at or diverged_at:
                 v_bits = evaluate(model, v_wav, v_codes, v_mask, device, t.precision)
                 row = {"step": step, **acc.flush(), "lr": lr, "grad_norm": grad_norm, "clipped": int(clipped)}
                 row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
-                row.update(nonfinite=nonfinite, overflow_skips=overflow, wall_time=time.monotonic() - t0)
+                row.update(nonfinite=nonfinite, overflow_skips=overflow, diverged=int(diverged_at is not None),
+                           wall_time=time.monotonic() - t0)
                 rows.append(row)
                 pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
+            if diverged_at:
+                break
             if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps:
                 save_state(state_dir, step, {
                     "fingerprint": fingerprint, "step": step, "elapsed": time.monotonic() - t0,
                     "model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
                     "rng": _rng_state(device), "rows": rows, "accumulator": acc.state(),
-                    "nonfinite": nonfinite, "overflow": overflow,
+                    "nonfinite": nonfinite, "overflow": overflow, "streak": streak,
                 })
 
     metrics = pd.DataFrame(rows)
@@ -391,7 +403,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                 "model_config": C.to_dict(m),
                 "train_config": C.to_dict(t),
                 "run": C.to_dict(rc),
-                "step": t.steps,
+                "step": diverged_at or t.steps,
             },
             tmp,
         )
@@ -447,15 +459,16 @@ class _Accumulator:
 
 def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
     """Scalars for `dvc metrics show`: final losses (mean of the last 3 rows), clipping, status."""
-    tail = metrics.tail(3)
+    tail = metrics[np.isfinite(metrics["train_loss_cb0"])].tail(3)  # a diverged run: its last finite rows
     steps_per_row = metrics["step"].diff().fillna(metrics["step"].iloc[0])
-    finite = np.isfinite(metrics["train_loss_cb0"]).all()
+    diverged = bool(metrics["diverged"].any())
     return {
         "run": rc.name,
         "label": rc.label,
         "seed": t.seed,
         "steps": int(metrics["step"].iloc[-1]),
-        "status": "completed" if finite else "diverged",
+        "status": "diverged" if diverged else "completed",
+        "diverged_at_step": int(metrics["step"].iloc[-1]) if diverged else None,
         "final_train_loss_cb0": float(tail["train_loss_cb0"].mean()),
         "final_valid_loss_cb0": float(tail["valid_loss_cb0"].mean()),
         "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
