@@ -68,7 +68,7 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     for run in C.RUN_NAMES:
-        assert f"--run {run}" in out
+        assert f"train {run} " in out
     assert re.search(r"train\s+4", out)  # four training jobs in the job table
     assert f"--config {repo}/config/{preset}" in out or f"--config config/{preset}" in out
 

@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _stage_parser(sub, "train", "train one arm of the ablation",
                       "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
                       "metrics.csv (losses in bits), summary.json and checkpoint.pt into --out.")
-    p.add_argument("--run", required=True, help="run name, a key of runs: in the config")
+    p.add_argument("run_name", nargs="?", metavar="RUN", help="run name, a key of runs: in the config")
+    p.add_argument("--run", help="the same, as an option (under torchrun use the positional form: "
+                                 "torchrun takes --run for its own --run-path)")
     p.add_argument("--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)")
     p.add_argument("--codes", type=Path, default=Path("data/codes"), help="codes folder (default: data/codes)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default: results/runs/<RUN>)")
@@ -122,6 +124,9 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "train":
         from . import train
 
+        if (args.run is None) == (args.run_name is None):
+            raise ValueError("name the run once: amlm train RUN (or --run RUN)")
+        args.run = args.run or args.run_name
         C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
         out = args.out if args.out is not None else Path("results/runs") / args.run
         train.run(cfg, args.run, args.prepared, args.codes, out, threads=threads)

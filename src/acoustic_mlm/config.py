@@ -62,6 +62,7 @@ class TrainConfig:
     """The `train:` section plus one arm's gradient clip and seed."""
 
     device: str
+    processes: int  # DDP processes per run (torchrun); batch_size is the global batch, split between them
     precision: str
     steps: int
     batch_size: int  # crops per micro-batch
@@ -155,6 +156,8 @@ def validate(cfg: Any, source: str = "config") -> dict:
             f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.pos_conv_groups' ({m['pos_conv_groups']})"
         )
     t = cfg["train"]
+    if t["batch_size"] % t["processes"]:
+        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by 'train.processes' ({t['processes']})")
     if t["warmup_steps"] >= t["steps"]:
         raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below 'train.steps' ({t['steps']})")
     if int(t["crop_seconds"] * cfg["data"]["sample_rate"]) // ENCODEC_HOP < 2 * m["mask_length"]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import torch.distributed as dist
 
 from . import config as C
 from .devices import claim_gpu
@@ -76,7 +78,7 @@ class CropData(torch.utils.data.Dataset):
     """
 
     def __init__(self, prepared_dir: Path, codes_path: Path, split: str, crop_frames: int, batch: int,
-                 m: C.ModelConfig, seed: int):
+                 m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1):
         _, manifest = load_prepared(prepared_dir)
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
@@ -91,6 +93,7 @@ class CropData(torch.utils.data.Dataset):
         weights = (self.frames - crop_frames + 1).astype(np.float64)
         self.p = weights / weights.sum()
         self.crop_frames, self.batch, self.m, self.seed = crop_frames, batch, m, seed
+        self.rank, self.world = rank, world  # DDP: each process keeps rows rank, rank+world, ... of a batch
         self._audio = self._codes = None
 
     def __len__(self) -> int:
@@ -105,10 +108,11 @@ class CropData(torch.utils.data.Dataset):
         rng = np.random.default_rng([self.seed, int(i)])
         clips = rng.choice(len(self.starts), size=self.batch, p=self.p)
         first = self.starts[clips] + rng.integers(0, self.frames[clips] - self.crop_frames + 1)
-        wav, codes = self.gather(first)
         m = self.m
         mask = compute_mask_indices((self.batch, self.crop_frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng)
-        return wav, codes, torch.from_numpy(mask)
+        rows = slice(self.rank, None, self.world)  # the global batch is drawn whole, then split
+        wav, codes = self.gather(first[rows])
+        return wav, codes, torch.from_numpy(mask[rows])
 
     def gather(self, first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         self._open()
@@ -147,6 +151,10 @@ def pick_device(name: str) -> torch.device:
     if not torch.cuda.is_available():
         raise ValueError("'train.device' is cuda but torch sees no CUDA device")
     n = torch.cuda.device_count()
+    if dist.is_available() and dist.is_initialized():  # torchrun: one process per GPU
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
     if n == 1:
         return torch.device("cuda", 0)
     if _GPU_CLAIM is None:
@@ -254,6 +262,31 @@ def _set_rng_state(st: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(st["cuda"], device)
 
 
+# ----------------------------------------------------------------------------- several processes (DDP)
+
+
+def world_info() -> tuple[int, int]:
+    """(rank, world size) from torchrun's environment; (0, 1) for a plain process."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def init_distributed(device_name: str) -> tuple[int, int]:
+    rank, world = world_info()
+    if world > 1 and not dist.is_initialized():
+        cuda = device_name in ("cuda", "auto") and torch.cuda.is_available()
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return rank, world
+
+
+def _all_mean(values: torch.Tensor, world: int) -> torch.Tensor:
+    """Mean over processes (identity for one process)."""
+    if world > 1:
+        values = values.clone()
+        dist.all_reduce(values)
+        values /= world
+    return values
+
+
 def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
@@ -263,12 +296,18 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     """
     rc = C.run_config(cfg, run_name)
     out_dir = Path(out_dir)
+    rank, world = init_distributed(cfg["train"]["device"])
+    if cfg["train"]["batch_size"] % world:
+        raise ValueError(f"'train.batch_size' ({cfg['train']['batch_size']}) must be divisible by the {world} processes")
     summaries, frames = [], []
     for seed in rc.seeds:
         summary = train_seed(cfg, run_name, seed, prepared_dir, codes_dir, out_dir / "seeds" / f"seed{seed}",
                              out_dir / STATE_DIR / f"seed{seed}", threads)
         summaries.append(summary)
-        frames.append(pd.read_csv(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed))
+        if rank == 0:
+            frames.append(pd.read_csv(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed))
+    if rank != 0:  # only the first process writes
+        return summaries[0]
     shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
     metrics = pd.concat(frames, ignore_index=True)
     metrics = metrics[["seed"] + [c for c in metrics.columns if c != "seed"]]
@@ -294,13 +333,14 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     m = C.model_config(cfg, run_name)
     t = C.train_config(cfg, run_name, seed)
     set_threads(threads if threads is not None else t.threads)
+    rank, world = init_distributed(t.device)
     device = pick_device(t.device)
     out_dir, state_dir = Path(out_dir), Path(state_dir)
     codes_path = Path(codes_dir) / "codes.npy"
     check_codes(codes_path, m)
     # Everything that shapes the numbers; a state or result made under other settings is not reused.
     fingerprint = {"model": C.to_dict(m), "train": {**C.to_dict(t), "threads": None, "workers": None},
-                   "label": rc.label, "data": cfg["data"], "tokenizer": cfg["tokenizer"]}
+                   "label": rc.label, "data": cfg["data"], "tokenizer": cfg["tokenizer"], "processes": world}
     done = out_dir / "summary.json"
     if done.is_file() and (out_dir / "metrics.csv").is_file() and (out_dir / "checkpoint.pt").is_file():
         previous = json.loads(done.read_text())
@@ -308,15 +348,20 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
             log.info("train %s seed %d: already complete in %s", run_name, seed, out_dir)
             return previous
     out_dir.mkdir(parents=True, exist_ok=True)
+    writer = rank == 0  # with several processes only the first writes files
 
     crop_frames = int(round(t.crop_seconds * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
-    train_data = CropData(prepared_dir, codes_path, "train", crop_frames, t.batch_size, m, t.seed)
+    train_data = CropData(prepared_dir, codes_path, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
     # The validation set is fixed (crops and masks) and shared by every arm.
     v_wav, v_codes, v_mask = CropData(prepared_dir, codes_path, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
     torch.manual_seed(t.seed)
     model = AcousticMLM(m).to(device)
-    step_model = torch.compile(model) if t.compile else model  # same parameters, compiled forward
+    step_model = model
+    if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
+        step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
+    step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
 
@@ -346,7 +391,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     partial = out_dir / "metrics.partial.csv"
     loader = iter(batches(train_data, (start - 1) * t.accum_steps, t.steps * t.accum_steps, t.workers,
                           pin=device.type == "cuda"))
-    with Progress(t.steps, f"train {run_name}", unit="step") as bar:
+    with Progress(t.steps, f"train {run_name}", unit="step", stream=None if writer else open(os.devnull, "w")) as bar:
         bar.update(start - 1)
         for step in range(start, t.steps + 1):
             lr = lr_at(step, t)
@@ -359,7 +404,8 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                 with autocast(device, t.precision):
                     out = step_model(wav, tgt, mask)
                 outs.append(out)
-                if not torch.isfinite(out.loss):
+                # every process must agree before backward: DDP's gradient all-reduce needs them all
+                if not bool(_all_mean(torch.isfinite(out.loss.detach()).float().reshape(1), world) == 1):
                     finite = False
                     break
                 scaler.scale(out.loss / t.accum_steps).backward()
@@ -371,13 +417,13 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                 streak = 0
                 grad_norm, clipped, skipped = optimizer_step(model, opt, scaler, t.clip)
                 overflow += skipped
-                acc.add(outs, grad_norm, clipped)
+                acc.add(outs, grad_norm, clipped, world)
             bar.update(1, cb0=float(outs[-1].bits[0]))
             if t.max_nonfinite and streak >= t.max_nonfinite:
                 diverged_at = step  # divergence is a result: record it and stop this seed
                 log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
                             run_name, seed, streak, step)
-            if step in rows_at or diverged_at:
+            if (step in rows_at or diverged_at) and writer:
                 v_bits = evaluate(model, v_wav, v_codes, v_mask, device, t.precision)
                 row = {"step": step, **acc.flush(), "lr": lr, "grad_norm": grad_norm, "clipped": int(clipped)}
                 row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
@@ -385,9 +431,11 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                            wall_time=time.monotonic() - t0)
                 rows.append(row)
                 pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
+            elif step in rows_at:
+                acc.flush()  # the other processes keep their accumulators in step with the writer's
             if diverged_at:
                 break
-            if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps:
+            if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps and writer:
                 save_state(state_dir, step, {
                     "fingerprint": fingerprint, "step": step, "elapsed": time.monotonic() - t0,
                     "model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
@@ -395,6 +443,10 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                     "nonfinite": nonfinite, "overflow": overflow, "streak": streak,
                 })
 
+    if world > 1:
+        dist.barrier()
+    if not writer:
+        return {"seed": seed}
     metrics = pd.DataFrame(rows)
     with atomic_path(out_dir / "checkpoint.pt") as tmp:
         torch.save(
@@ -427,11 +479,15 @@ class _Accumulator:
     def reset(self):
         self.n, self.bits, self.loss, self.pen, self.clipped, self.gmax = 0, np.zeros(self.k), 0.0, 0.0, 0, 0.0
 
-    def add(self, outs: list, grad_norm: float, clipped: bool):
+    def add(self, outs: list, grad_norm: float, clipped: bool, world: int = 1):
+        # per micro-batch: K bits, the loss, the feature penalty; averaged over micro-batches and processes
+        v = torch.stack([torch.cat([o.bits.float().cpu(), o.loss.detach().float().cpu().reshape(1),
+                                    o.feature_penalty.float().cpu().reshape(1)]) for o in outs]).mean(0)
+        v = _all_mean(v, world).numpy().astype(np.float64)
         self.n += 1
-        self.bits += np.mean([o.bits.float().cpu().numpy() for o in outs], axis=0)
-        self.loss += float(np.mean([float(o.loss.detach()) for o in outs]))
-        self.pen += float(np.mean([float(o.feature_penalty) for o in outs]))
+        self.bits += v[: self.k]
+        self.loss += float(v[self.k])
+        self.pen += float(v[self.k + 1])
         self.clipped += int(clipped)
         self.gmax = max(self.gmax, grad_norm) if math.isfinite(grad_norm) else self.gmax
 

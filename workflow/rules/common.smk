@@ -30,6 +30,14 @@ with open(CONFIGFILE) as _fh:
 # checkout does not change rule parameters and trigger reruns.
 SRC = os.path.relpath(Path(workflow.basedir) / "src")
 AMLM = f'PYTHONPATH="{SRC}" python -m acoustic_mlm'
+# A run on several GPUs: torchrun starts train.processes DDP processes (one per GPU).
+PROCESSES = config["train"]["processes"]
+TRAIN_CLI = (
+    AMLM
+    if PROCESSES == 1
+    else f'PYTHONPATH="{SRC}" python -m torch.distributed.run --standalone '
+    f"--nproc_per_node {PROCESSES} -m acoustic_mlm"
+)
 ENV = "../envs/amlm.yaml"
 
 RUNS = list(config["runs"])

@@ -16,7 +16,7 @@ rule train:
         ),
         summary="results/runs/{run}/summary.json",
     params:
-        cli=AMLM,
+        cli=TRAIN_CLI,
         config=CONFIGFILE,
         arm=lambda wildcards: config["runs"][wildcards.run],
         model=config["model"],
@@ -26,9 +26,9 @@ rule train:
         "results/logs/train/{run}.log",
     threads: config["train"]["threads"]
     resources:
-        gpu=1 if USE_GPU else 0,
+        gpu=PROCESSES if USE_GPU else 0,
     conda:
         ENV
     shell:
-        "{params.cli} train --config {params.config} --threads {threads} --run {wildcards.run} "
+        "{params.cli} train {wildcards.run} --config {params.config} --threads {threads} "
         "--prepared {input.prepared} --codes {input.codes} --out {params.out} > {log} 2>&1"
