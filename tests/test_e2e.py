@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -81,6 +82,35 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
     again = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert "Nothing to be done" in again, again
+    # SIGKILL mid-training through Snakemake, then run it again: the same metrics, timing aside.
+    run_dir = repo / "results" / "runs" / "prenorm_clip1"
+    reference = pd.read_csv(run_dir / "metrics.csv").drop(columns=["wall_time"])
+    (run_dir / "metrics.csv").unlink()
+    shutil.rmtree(run_dir / "seeds")  # the job must retrain its seed, not reuse it
+    # downstream files are up to date, so ask for this one (first: --configfile takes several values)
+    smk = [sys.executable, "-m", "snakemake", "results/runs/prenorm_clip1/metrics.csv", "--cores", "2",
+           "--configfile", "config/smoke.yaml"]
+    proc = subprocess.Popen(smk, cwd=repo, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            states = sorted((run_dir / "state" / "seed1").glob("step-*.pt"))
+            if states and int(states[-1].stem.split("-")[1]) >= 40:
+                break
+            assert proc.poll() is None, "training finished before it could be killed"
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its training job
+        proc.wait()
+    assert not (run_dir / "metrics.csv").exists()
+    _run([sys.executable, "-m", "snakemake", "--unlock", "--configfile", "config/smoke.yaml"], repo)
+    log = _run(smk, repo)
+    resumed = pd.read_csv(run_dir / "metrics.csv").drop(columns=["wall_time"])
+    pd.testing.assert_frame_equal(resumed, reference, check_exact=True)
+    assert "resuming after step" in (repo / "results" / "logs" / "train" / "prenorm_clip1.log").read_text(), log
+
     _run([sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"], repo)
     html = (repo / "results" / "report.html").read_text(errors="replace")
     assert "paper_vs_reproduction.png" in html and "claims.md" in html and "metrics.csv" in html
