@@ -7,7 +7,6 @@ import pytest
 from matplotlib.colors import to_hex
 
 from acoustic_mlm import aggregate, figure
-from acoustic_mlm import config as C
 
 
 def fake_metrics(steps, start=10.0, end=6.0, k=2):

@@ -407,7 +407,7 @@ def test_source_definitions_match_the_design_and_the_schema():
         assert s.url == f"https://os.unil.cloud.switch.ch/fma/{name}.zip"
         assert (s.algorithm, s.known_hash) == ("sha1", f"sha1:{digest}") and s.filename == f"{name}.zip"
         assert s.expects(f"{name}/000/000002.mp3") and s.expects(f"{name}/155/155066.mp3")
-        assert not s.expects(f"{name}/README.txt") and not s.expects(f"fma_full/000/000002.mp3")
+        assert not s.expects(f"{name}/README.txt") and not s.expects("fma_full/000/000002.mp3")
         assert s.excluded(f"{name}/098/098565.mp3") and not s.excluded(f"{name}/000/000002.mp3")
     assert sources.FMA_CORRUPT_TRACKS == {"098565", "098567", "098569", "099134", "108925", "133297"}
 

@@ -11,7 +11,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import acoustic_mlm.model as model_module
-from acoustic_mlm.config import ModelConfig
 from acoustic_mlm.model import (
     AcousticEncoder,
     ConvFeatureExtractor,
@@ -25,19 +24,9 @@ from acoustic_mlm.model import (
     relaxed_attention,
     total_stride,
 )
+from helpers import NARROW_CONV, tiny_config
 
 MERT_CONV = ((512, 10, 5),) + ((512, 3, 2),) * 4 + ((512, 2, 2),) * 2
-NARROW_CONV = ((8, 10, 5), (8, 8, 4), (8, 4, 4), (8, 2, 2), (8, 2, 2))  # stride 320, receptive field 345
-
-
-def tiny_config(**overrides) -> ModelConfig:
-    base = dict(
-        conv_layers=NARROW_CONV, dim=32, layers=2, heads=4, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
-        pos_conv_kernel=4, pos_conv_groups=4, final_dim=16, logit_temp=0.1, relax_alpha=32.0,
-        feature_penalty=10.0, mask_prob=0.8, mask_length=5, mask_min_masks=2, codebooks=2, codebook_size=32,
-    )  # fmt: skip
-    base.update(overrides)
-    return ModelConfig(**base)
 
 
 # --- formulas ---------------------------------------------------------------------------------

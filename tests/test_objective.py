@@ -19,18 +19,8 @@ from acoustic_mlm.objective import (
     masked_cross_entropy,
     nats_to_bits,
 )
+from helpers import tiny_config
 
-NARROW_CONV = ((8, 10, 5), (8, 8, 4), (8, 4, 4), (8, 2, 2), (8, 2, 2))  # stride 320
-
-
-def tiny_config(**overrides) -> ModelConfig:
-    base = dict(
-        conv_layers=NARROW_CONV, dim=32, layers=2, heads=4, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
-        pos_conv_kernel=4, pos_conv_groups=4, final_dim=16, logit_temp=0.1, relax_alpha=32.0,
-        feature_penalty=10.0, mask_prob=0.8, mask_length=5, mask_min_masks=2, codebooks=2, codebook_size=32,
-    )  # fmt: skip
-    base.update(overrides)
-    return ModelConfig(**base)
 
 
 def batch(cfg: ModelConfig, B: int = 2, T: int = 20, seed: int = 0):

@@ -4,11 +4,9 @@ The end-to-end runs of both engines on the smoke preset are in test_e2e.py.
 """
 
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 import yaml
