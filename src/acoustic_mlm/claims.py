@@ -352,6 +352,18 @@ class _Context:
         m["seeds"] = {self.roles[r]: len(self.stats[self.roles[r]]) for r in roles}
         return m
 
+    def every_arm(self, passes: dict[str, list[bool]], failing: str, measured: dict, notes: list):
+        """Verdict of a claim that every arm must pass in every seed (a, f); names the arms that fail."""
+        out = [self.roles[r] for r, p in passes.items() if not all(p)]
+        if out:
+            notes.insert(0, f"{failing}: {', '.join(out)}")
+        if not passes:
+            return INCONCLUSIVE, measured, notes
+        verdict = _per_seed_verdict(passes)
+        if verdict == REPRODUCED and self.missing:
+            verdict = INCONCLUSIVE
+        return verdict, measured, notes
+
     # a: every arm starts near 10 bits
     def _claim_a(self):
         th, roles = self.th, list(self.roles)
@@ -360,15 +372,7 @@ class _Context:
         measured = self.measured(["first_bits", "first_step"])
         measured["band_bits"] = [th.start_min, th.start_max]
         notes = [self.missing_note(roles), self.diverged_note(roles)]
-        out = [self.roles[r] for r, p in passes.items() if not all(p)]
-        if out:
-            notes.insert(0, f"outside [{th.start_min:g}, {th.start_max:g}] bits: {', '.join(out)}")
-        if not passes:
-            return INCONCLUSIVE, measured, notes
-        verdict = _per_seed_verdict(passes)
-        if verdict == REPRODUCED and self.missing:
-            verdict = INCONCLUSIVE
-        return verdict, measured, notes
+        return self.every_arm(passes, f"outside [{th.start_min:g}, {th.start_max:g}] bits", measured, notes)
 
     # b: clip 10 reaches the lowest final loss
     def _claim_b(self):
@@ -483,15 +487,7 @@ class _Context:
         notes = [self.missing_note(roles), self.diverged_note(roles)]
         passes = {r: [math.isfinite(s.converged_fraction) and s.converged_fraction <= th.stabilise_fraction + _EPS
                       for s in self.stats[self.roles[r]]] for r in roles if r in self.present}
-        late = [self.roles[r] for r, p in passes.items() if not all(p)]
-        if late:
-            notes.insert(0, f"not stabilised by {th.stabilise_fraction:.0%} of the x-range: {', '.join(late)}")
-        if not passes:
-            return INCONCLUSIVE, measured, notes
-        verdict = _per_seed_verdict(passes)
-        if verdict == REPRODUCED and self.missing:
-            verdict = INCONCLUSIVE
-        return verdict, measured, notes
+        return self.every_arm(passes, f"not stabilised by {th.stabilise_fraction:.0%} of the x-range", measured, notes)
 
 
 # ----------------------------------------------------------------------------- outputs

@@ -379,7 +379,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
         _set_rng_state(state["rng"], device)
         rows, nonfinite, overflow = list(state["rows"]), state["nonfinite"], state["overflow"]
         streak = state["streak"]
-        acc.load(state["accumulator"])
+        acc.load(state["accumulator"], device)
         start, elapsed_before = state["step"] + 1, state["elapsed"]
         log.info("train %s seed %d: resuming after step %d from %s", run_name, seed, state["step"], state_dir)
     t0 = time.monotonic() - elapsed_before
@@ -418,7 +418,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                 grad_norm, clipped, skipped = optimizer_step(model, opt, scaler, t.clip)
                 overflow += skipped
                 acc.add(outs, grad_norm, clipped, world)
-            bar.update(1, cb0=float(outs[-1].bits[0]))
+            bar.update(1)
             if t.max_nonfinite and streak >= t.max_nonfinite:
                 diverged_at = step  # divergence is a result: record it and stop this seed
                 log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
@@ -430,6 +430,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
                 row.update(nonfinite=nonfinite, overflow_skips=overflow, diverged=int(diverged_at is not None),
                            wall_time=time.monotonic() - t0)
                 rows.append(row)
+                bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
                 pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
             elif step in rows_at:
                 acc.flush()  # the other processes keep their accumulators in step with the writer's
@@ -470,44 +471,43 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
 
 
 class _Accumulator:
-    """Means since the last metrics row."""
+    """Means since the last metrics row, summed on the training device so that a step adds no
+    device-to-host copy; the sums reach the host only when a row is written."""
 
     def __init__(self, codebooks: int):
         self.k = codebooks
         self.reset()
 
     def reset(self):
-        self.n, self.bits, self.loss, self.pen, self.clipped, self.gmax = 0, np.zeros(self.k), 0.0, 0.0, 0, 0.0
+        self.n, self.sums, self.clipped, self.gmax = 0, None, 0, 0.0  # sums: K bits, loss, feature penalty
 
     def add(self, outs: list, grad_norm: float, clipped: bool, world: int = 1):
         # per micro-batch: K bits, the loss, the feature penalty; averaged over micro-batches and processes
-        v = torch.stack([torch.cat([o.bits.float().cpu(), o.loss.detach().float().cpu().reshape(1),
-                                    o.feature_penalty.float().cpu().reshape(1)]) for o in outs]).mean(0)
-        v = _all_mean(v, world).numpy().astype(np.float64)
+        v = torch.stack([torch.cat([o.bits.float(), o.loss.detach().float().reshape(1),
+                                    o.feature_penalty.float().reshape(1)]) for o in outs]).mean(0)
+        v = _all_mean(v, world).double()
+        self.sums = v if self.sums is None else self.sums + v
         self.n += 1
-        self.bits += v[: self.k]
-        self.loss += float(v[self.k])
-        self.pen += float(v[self.k + 1])
         self.clipped += int(clipped)
         self.gmax = max(self.gmax, grad_norm) if math.isfinite(grad_norm) else self.gmax
 
     def state(self) -> dict:
-        return {"n": self.n, "bits": torch.from_numpy(self.bits.copy()), "loss": self.loss, "pen": self.pen,
-                "clipped": self.clipped, "gmax": self.gmax}
+        return {"n": self.n, "sums": None if self.sums is None else self.sums.cpu(), "clipped": self.clipped,
+                "gmax": self.gmax}
 
-    def load(self, st: dict) -> None:
-        self.n, self.loss, self.pen, self.clipped, self.gmax = st["n"], st["loss"], st["pen"], st["clipped"], st["gmax"]
-        self.bits = st["bits"].numpy().copy()
+    def load(self, st: dict, device: torch.device) -> None:
+        self.n, self.clipped, self.gmax = st["n"], st["clipped"], st["gmax"]
+        self.sums = None if st["sums"] is None else st["sums"].to(device)
 
     def flush(self) -> dict:
-        n = max(self.n, 1)
         nan = float("nan")
-        row = {f"train_loss_cb{k}": (float(self.bits[k] / n) if self.n else nan) for k in range(self.k)}
+        means = (self.sums / self.n).cpu().numpy() if self.n else np.full(self.k + 2, nan)
+        row = {f"train_loss_cb{k}": float(means[k]) for k in range(self.k)}
         row.update(
-            train_loss=self.loss / n if self.n else nan,
-            feature_penalty=self.pen / n if self.n else nan,
+            train_loss=float(means[self.k]),
+            feature_penalty=float(means[self.k + 1]),
             grad_norm_max=self.gmax if self.n else nan,
-            clip_frac=self.clipped / n if self.n else nan,
+            clip_frac=self.clipped / self.n if self.n else nan,
         )
         self.reset()
         return row
