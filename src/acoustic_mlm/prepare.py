@@ -38,6 +38,7 @@ from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
 MANIFEST_COLUMNS = ("clip_id", "path", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
 REJECTS_COLUMNS = ("path", "reason")  # rejects.csv: audio-named files left out, and why
+REQUIRED_COLUMNS = ("clip_id", "split", "offset", "num_samples", "num_frames")  # what readers need
 _MANIFEST_DTYPES = {"clip_id": str, "path": str, "split": str, "offset": np.int64, "num_samples": np.int64,
                     "num_frames": np.int64, "orig_sample_rate": np.int64, "orig_channels": np.int64,
                     "duration_s": np.float64}
@@ -300,16 +301,50 @@ def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:
 
 
 def load_prepared(prepared_dir: Path) -> tuple[np.memmap, pd.DataFrame]:
-    """The prepared corpus: (audio.npy memory-mapped read-only, manifest with typed columns).
+    """The prepared corpus: (audio.npy memory-mapped read-only, manifest with typed columns),
+    checked against each other; every problem is one line naming the file (and the clip).
 
-    Clip i is `audio[offset : offset + num_samples]`.
+    Clip i is `audio[offset : offset + num_samples]`. Tokenization and training both read the
+    corpus through here.
     """
     prepared_dir = Path(prepared_dir)
-    audio = np.load(prepared_dir / "audio.npy", mmap_mode="r")
-    # keep_default_na: a clip called "NA" or "null" stays a string
-    manifest = pd.read_csv(prepared_dir / "manifest.csv", dtype=_MANIFEST_DTYPES, keep_default_na=False)
-    end = int((manifest["offset"] + manifest["num_samples"]).max()) if len(manifest) else 0
-    if audio.ndim != 1 or end != len(audio):
-        raise ValueError(f"{prepared_dir}: manifest.csv (ends at sample {end}) does not match audio.npy "
-                         f"({audio.shape}); rerun prepare")
+    audio_path, manifest_path = prepared_dir / "audio.npy", prepared_dir / "manifest.csv"
+    for p in (audio_path, manifest_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: not found (run the prepare stage first)")
+    try:
+        audio = np.load(audio_path, mmap_mode="r")
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line error
+        raise ValueError(f"{audio_path}: not a readable .npy array ({exc})") from None
+    if audio.ndim != 1 or audio.dtype != np.float32:
+        raise ValueError(f"{audio_path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+    try:  # keep_default_na: a clip called "NA" or "null" stays a string
+        manifest = pd.read_csv(manifest_path, dtype=_MANIFEST_DTYPES, keep_default_na=False)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{manifest_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in manifest.columns]
+    if missing:
+        raise ValueError(f"{manifest_path}: missing column(s) {', '.join(missing)}")
+    if manifest.empty:
+        raise ValueError(f"{manifest_path}: no clips")
+    bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
+    if bad_split:
+        raise ValueError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
+    o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("offset", "num_samples", "num_frames"))
+    checks = [
+        ((s <= 0) | (s % ENCODEC_HOP != 0), f"num_samples is not a positive multiple of {ENCODEC_HOP}"),
+        (nf != s // ENCODEC_HOP, f"num_frames != num_samples // {ENCODEC_HOP}"),
+        ((o < 0) | (o % ENCODEC_HOP != 0), f"offset is not a non-negative multiple of {ENCODEC_HOP}"),
+        (o + s > len(audio), f"offset + num_samples exceeds the {len(audio)} samples of {audio_path.name} "
+                             f"(the manifest does not match the audio; rerun prepare)"),
+    ]
+    for bad, what in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
+    order = np.argsort(o, kind="stable")
+    overlap = o[order][1:] < (o + s)[order][:-1]
+    if overlap.any():
+        i = int(order[1:][overlap][0])
+        raise ValueError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
     return audio, manifest

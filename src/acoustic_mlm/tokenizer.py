@@ -49,7 +49,6 @@ SAMPLE_RATE = 24_000  # EnCodec 24 kHz
 FRAME_RATE = SAMPLE_RATE // ENCODEC_HOP  # 75 Hz
 OFFICIAL_URL = "https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th"
 OFFICIAL_SHA256_PREFIX = "d7cc33bc"  # EnCodec names its checkpoints <name>-<sha256 prefix>.th
-MANIFEST_COLUMNS = ("clip_id", "split", "offset", "num_samples", "num_frames")
 # Calibration always runs on this many torch threads. Float results depend on the thread count
 # (work partitioning), and k-means amplifies last-bit differences in its input into different
 # codebooks (measured: 1 vs 2 threads left 91% of level-0 codes and <25% of deeper ones equal).
@@ -470,50 +469,13 @@ def unigram_entropy_bits(codes: np.ndarray, bins: int = 1024) -> float:
 
 
 def read_prepared(prepared_dir: str | Path):
-    """audio.npy (memory-mapped, 1-D float32 at 24 kHz) and manifest.csv, checked against each other."""
-    import pandas as pd
+    """audio.npy and manifest.csv through `prepare.load_prepared`, its errors as TokenizerError."""
+    from acoustic_mlm.prepare import load_prepared
 
-    prepared_dir = Path(prepared_dir)
-    audio_path, manifest_path = prepared_dir / "audio.npy", prepared_dir / "manifest.csv"
-    for p in (audio_path, manifest_path):
-        if not p.is_file():
-            raise TokenizerError(f"{p}: not found (run the prepare stage first)")
     try:
-        audio = np.load(audio_path, mmap_mode="r")
-    except Exception as exc:
-        raise TokenizerError(f"{audio_path}: not a readable .npy array ({exc})") from None
-    if audio.ndim != 1 or audio.dtype != np.float32:
-        raise TokenizerError(f"{audio_path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
-    try:
-        manifest = pd.read_csv(manifest_path)
-    except Exception as exc:
-        raise TokenizerError(f"{manifest_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in MANIFEST_COLUMNS if c not in manifest.columns]
-    if missing:
-        raise TokenizerError(f"{manifest_path}: missing column(s) {', '.join(missing)}")
-    if manifest.empty:
-        raise TokenizerError(f"{manifest_path}: no clips")
-    bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
-    if bad_split:
-        raise TokenizerError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
-    o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("offset", "num_samples", "num_frames"))
-    checks = [
-        ((s <= 0) | (s % ENCODEC_HOP != 0), f"num_samples is not a positive multiple of {ENCODEC_HOP}"),
-        (nf != s // ENCODEC_HOP, f"num_frames != num_samples // {ENCODEC_HOP}"),
-        ((o < 0) | (o % ENCODEC_HOP != 0), f"offset is not a non-negative multiple of {ENCODEC_HOP}"),
-        (o + s > len(audio), f"offset + num_samples exceeds the {len(audio)} samples of {audio_path.name}"),
-    ]
-    for bad, what in checks:
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise TokenizerError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
-    order = np.argsort(o, kind="stable")
-    overlap = o[order][1:] < (o + s)[order][:-1]
-    if overlap.any():
-        i = int(order[1:][overlap][0])
-        clip = manifest["clip_id"].iloc[i]
-        raise TokenizerError(f"{manifest_path}: clip {clip!r} (row {i + 2}) overlaps another clip")
-    return audio, manifest
+        return load_prepared(prepared_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        raise TokenizerError(str(exc)) from None
 
 
 def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
