@@ -22,6 +22,9 @@ include: "workflow/rules/common.smk"
 localrules:
     all,
     fetch,
+    plan,
+    prepare,
+    tokenize,
     aggregate,
     figure,
     claims,

@@ -1,4 +1,5 @@
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -24,23 +25,33 @@ def smoke_cfg() -> dict:
 
 @pytest.fixture(scope="session")
 def data_dirs(tmp_path_factory):
-    """A tiny prepared corpus (6 clips of 2 s) with skewed, learnable codes."""
+    """A tiny prepared corpus (6 clips of 2 s in two shards) with skewed, learnable codes."""
+    from acoustic_mlm.prepare import shard_name
+    from acoustic_mlm.tokenizer import MODEL_DIR, merge
+
     root = tmp_path_factory.mktemp("data")
     prepared, codes_dir = root / "prepared", root / "codes"
-    prepared.mkdir()
-    codes_dir.mkdir()
     rng = np.random.default_rng(0)
-    frames = 150
+    frames, per_shard = 150, 3
     clips = []
     for i in range(6):
+        shard, j = divmod(i, per_shard)
         clips.append({
-            "clip_id": f"c{i}", "path": f"c{i}.flac", "split": "valid" if i == 5 else "train",
-            "offset": i * frames * 320, "num_samples": frames * 320, "num_frames": frames,
+            "clip_id": f"c{i}", "path": f"c{i}.flac", "shard": shard, "split": "valid" if i == 5 else "train",
+            "offset": j * frames * 320, "num_samples": frames * 320, "num_frames": frames,
             "orig_sample_rate": 24000, "orig_channels": 1, "duration_s": frames * 320 / 24000,
         })
-    audio = (0.1 * rng.standard_normal(6 * frames * 320)).astype(np.float32)
-    np.save(prepared / "audio.npy", audio)
+    for shard in range(2):
+        (prepared / shard_name(shard)).mkdir(parents=True)
+        (codes_dir / shard_name(shard)).mkdir(parents=True)
+        audio = (0.1 * rng.standard_normal(per_shard * frames * 320)).astype(np.float32)
+        np.save(prepared / shard_name(shard) / "audio.npy", audio)
+        codes = rng.choice(16, size=(8, per_shard * frames), p=np.arange(16, 0, -1) / 136).astype(np.int16)
+        np.save(codes_dir / shard_name(shard) / "codes.npy", codes)
+        (codes_dir / shard_name(shard) / "encode.json").write_text(json.dumps(
+            {"clips": per_shard, "audio_seconds": per_shard * 2.0, "encode_seconds": 1.0}))
     pd.DataFrame(clips)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
-    codes = rng.choice(16, size=(8, 6 * frames), p=np.arange(16, 0, -1) / 136).astype(np.int16)
-    np.save(codes_dir / "codes.npy", codes)
+    (codes_dir / MODEL_DIR).mkdir()
+    (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
+    merge({"tokenizer": {"batch_size": 1}}, prepared, codes_dir)  # tokenizer.json, as the stage writes it
     return prepared, codes_dir

@@ -80,6 +80,12 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     _check_outputs(repo)
     for run in C.RUN_NAMES:
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
+    # 12 clips in shards of 4: three prepare jobs and three tokenize jobs, one log each
+    for stage in ("prepare", "tokenize"):
+        assert sorted(p.name for p in (repo / "results" / "logs" / stage).glob("shard-*.log")) == [
+            f"shard-{k:05d}.log" for k in range(3)]
+    assert sorted(p.name for p in (repo / "data" / "codes").iterdir()) == [
+        "model", "shard-00000", "shard-00001", "shard-00002", "tokenizer.json"]
     again = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert "Nothing to be done" in again, again
     # SIGKILL mid-training through Snakemake, then run it again: the same metrics, timing aside.
@@ -120,7 +126,7 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     plan = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert re.search(r"^train\s+1$", plan, re.M), plan
     assert "train prenorm_clip10 " in plan and "train prenorm_clip1 " not in plan
-    assert not re.search(r"^(fetch|prepare|tokenize)\s", plan, re.M), plan
+    assert not re.search(r"^(fetch|plan|prepare\w*|fit_tokenizer|tokenize\w*)\s", plan, re.M), plan
 
 
 def test_dvc_repro_smoke_end_to_end(root, tmp_path):
@@ -158,7 +164,7 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     clone = tmp_path / "clone"
     _run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
     _run([sys.executable, "-m", "dvc", "pull"], clone)
-    for rel in ["data/codes/codes.npy", "results/runs/prenorm_clip1/seeds/seed1/checkpoint.pt",
+    for rel in ["data/codes/shard-00002/codes.npy", "data/prepared/shard-00002/audio.npy", "results/runs/prenorm_clip1/seeds/seed1/checkpoint.pt",
                 "results/runs/prenorm_clip1/metrics.csv", "results/loss_curves.csv", *FIGURES]:
         assert (clone / rel).is_file(), rel
     assert "up to date" in _run([sys.executable, "-m", "dvc", "status"], clone)

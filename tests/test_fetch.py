@@ -568,7 +568,7 @@ def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
     prepared = _amlm("prepare", "--config", "config.yaml", cwd=tmp_path)
     assert prepared.returncode == 0, prepared.stderr
     assert "kept 4 files, rejected 1" in prepared.stderr
-    audio, manifest = prepare.load_prepared(tmp_path / "data" / "prepared")
+    manifest = prepare.load_prepared(tmp_path / "data" / "prepared").manifest
     assert manifest["path"].tolist() == [f"songs/s{i}.wav" for i in range(4)]
     rejects = (tmp_path / "data" / "prepared" / "rejects.csv").read_text().splitlines()
     assert rejects[0] == "path,reason" and rejects[1].startswith("songs/silent.wav,digital silence")

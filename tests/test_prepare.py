@@ -18,10 +18,11 @@ SR = 24000
 
 
 def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0,
-             crop_seconds: float = 0.1) -> dict:
+             crop_seconds: float = 0.1, shard_files: int = 3) -> dict:
     return {
         "data": {
             "source": "synthetic", "sample_rate": SR, "valid_fraction": valid_fraction, "split_seed": split_seed,
+            "shard_files": shard_files,
             "synthetic": {"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
         },
         "train": {"crop_seconds": crop_seconds},  # clips shorter than one crop are rejected
@@ -63,30 +64,75 @@ def test_fetch_rejects_an_unknown_source(tmp_path):
 
 def test_prepared_audio_is_24khz_mono_in_whole_frames(prepared):
     _, root = prepared
-    audio, manifest = prepare.load_prepared(root / "prepared")
-    assert isinstance(audio, np.memmap) and audio.dtype == np.float32 and audio.ndim == 1
+    corpus = prepare.load_prepared(root / "prepared")
+    manifest = corpus.manifest
     assert list(manifest.columns) == list(prepare.MANIFEST_COLUMNS)
     assert manifest["clip_id"].tolist() == [f"synth_{i:05d}" for i in range(4)]
     assert manifest["path"].tolist() == [f"synth_{i:05d}.flac" for i in range(4)]
+    assert manifest["shard"].tolist() == [0, 0, 0, 1]  # shards of 3 files, in path order
     # 1.1 s at 32 kHz -> 26400 samples at 24 kHz -> 82 frames of 320
     assert (manifest["num_samples"] == 82 * ENCODEC_HOP).all()
     assert (manifest["num_frames"] == manifest["num_samples"] // ENCODEC_HOP).all()
     assert (manifest["orig_sample_rate"] == 32000).all()
     assert set(manifest["orig_channels"]) <= {1, 2}
     assert np.allclose(manifest["duration_s"], manifest["num_samples"] / SR)
-    ends = (manifest["offset"] + manifest["num_samples"]).to_numpy()
-    assert manifest["offset"].iloc[0] == 0 and (manifest["offset"].to_numpy()[1:] == ends[:-1]).all()
-    assert ends[-1] == len(audio)
-    assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
-    for _, row in manifest.iterrows():  # every clip carries sound
-        assert np.abs(audio[row.offset : row.offset + row.num_samples]).max() > 0.05
+    for shard, clips in manifest.groupby("shard"):  # each shard's clips tile its audio.npy in order
+        audio = corpus.audio(shard)
+        assert isinstance(audio, np.memmap) and audio.dtype == np.float32 and audio.ndim == 1
+        ends = (clips["offset"] + clips["num_samples"]).to_numpy()
+        assert clips["offset"].iloc[0] == 0 and (clips["offset"].to_numpy()[1:] == ends[:-1]).all()
+        assert ends[-1] == len(audio)
+        assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
+    for i in range(len(manifest)):  # every clip carries sound
+        assert np.abs(corpus.clip(i)).max() > 0.05
+
+
+def test_shards_join_into_the_corpus_one_shard_makes(prepared, tmp_path):
+    """Shard size changes only the layout: the clips, their audio and the split are the same."""
+    cfg, root = prepared
+    one = make_cfg(shard_files=1000)
+    prepare.run(one, root / "raw", tmp_path / "one")
+    a, b = prepare.load_prepared(root / "prepared"), prepare.load_prepared(tmp_path / "one")
+    assert b.shards == [0] and a.shards == [0, 1]
+    cols = ["clip_id", "path", "split", "num_samples", "orig_sample_rate", "orig_channels"]
+    pd.testing.assert_frame_equal(a.manifest[cols], b.manifest[cols])
+    for i in range(len(a.manifest)):
+        assert np.array_equal(a.clip(i), b.clip(i))
+    plan = pd.read_csv(root / "prepared" / "shards.csv", keep_default_na=False)
+    assert list(plan.columns) == list(prepare.PLAN_COLUMNS) and plan["shard"].tolist() == [0, 0, 0, 1]
+
+
+def test_sharded_steps_run_separately_match_the_whole_stage(prepared, tmp_path):
+    """Snakemake runs plan, each shard and merge as separate jobs: the same files as `run`."""
+    cfg, root = prepared
+    out = tmp_path / "steps"
+    todo = prepare.plan(cfg, root / "raw", out)
+    for shard in sorted(todo["shard"].unique(), reverse=True):  # any order
+        prepare.prepare_shard(cfg, root / "raw", out, shard)
+    with pytest.raises(ValueError, match=r"shards\.csv: no shard 7 \(the plan has shards 0-1\)"):
+        prepare.prepare_shard(cfg, root / "raw", out, 7)
+    prepare.merge(cfg, out)
+    for name in ("manifest.csv", "rejects.csv", "prepare.json", "shards.csv", "shard-00000/audio.npy",
+                 "shard-00001/clips.csv"):
+        assert (out / name).read_bytes() == (root / "prepared" / name).read_bytes(), name
+
+
+def test_merge_names_a_missing_shard(prepared, tmp_path):
+    cfg, root = prepared
+    out = tmp_path / "partial"
+    prepare.plan(cfg, root / "raw", out)
+    prepare.prepare_shard(cfg, root / "raw", out, 0)
+    with pytest.raises(FileNotFoundError, match=r"shard-00001/clips\.csv: not found \(run `amlm prepare --shard 1`"):
+        prepare.merge(cfg, out)
+    assert not (out / "manifest.csv").exists()
 
 
 def test_prepare_summary_and_both_splits(prepared):
     _, root = prepared
-    _, manifest = prepare.load_prepared(root / "prepared")
+    manifest = prepare.load_prepared(root / "prepared").manifest
     summary = json.loads((root / "prepared" / "prepare.json").read_text())
     assert summary["sample_rate"] == SR and summary["hop"] == ENCODEC_HOP
+    assert (summary["shards"], summary["shard_files"]) == (2, 3)
     counts = manifest["split"].value_counts()
     assert counts["train"] >= 1 and counts["valid"] >= 1
     assert summary["clips"] == {"train": int(counts["train"]), "valid": int(counts["valid"])}
@@ -98,7 +144,7 @@ def test_prepare_summary_and_both_splits(prepared):
 def test_prepare_is_deterministic(prepared, tmp_path):
     cfg, root = prepared
     prepare.run(cfg, root / "raw", tmp_path / "again")
-    for name in ("audio.npy", "manifest.csv", "rejects.csv", "prepare.json"):
+    for name in ("shard-00000/audio.npy", "shard-00001/audio.npy", "manifest.csv", "rejects.csv", "prepare.json"):
         assert (tmp_path / "again" / name).read_bytes() == (root / "prepared" / name).read_bytes()
 
 
@@ -143,11 +189,11 @@ def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):
     sf.write(raw / "tone.wav", np.stack([left, np.zeros_like(left)], axis=1), 44100)  # right channel silent
     sf.write(raw / "other.wav", sine(220.0, 0.5, 44100)[:, None], 44100)
     prepare.run(make_cfg(), raw, tmp_path / "prepared")
-    audio, manifest = prepare.load_prepared(tmp_path / "prepared")
-    row = manifest.set_index("clip_id").loc["tone"]
+    corpus = prepare.load_prepared(tmp_path / "prepared")
+    row = corpus.manifest.set_index("clip_id").loc["tone"]
     assert (row.orig_sample_rate, row.orig_channels) == (44100, 2)
     assert row.num_samples == (int(0.5 * SR) // ENCODEC_HOP) * ENCODEC_HOP == 11840
-    x = np.asarray(audio[row.offset : row.offset + row.num_samples], dtype=np.float64)
+    x = np.asarray(corpus.clip(int(np.flatnonzero(corpus.manifest["clip_id"] == "tone")[0])), dtype=np.float64)
     spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
     peak_hz = np.fft.rfftfreq(len(x), 1 / SR)[np.argmax(spectrum)]
     assert abs(peak_hz - 440.0) < 3.0  # bin width 2 Hz
@@ -169,7 +215,7 @@ def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
         prepare.run(make_cfg(), raw, tmp_path / "prepared")
     assert any("tiny.WAV" in r.getMessage() for r in caplog.records)
-    audio, manifest = prepare.load_prepared(tmp_path / "prepared")
+    manifest = prepare.load_prepared(tmp_path / "prepared").manifest
     assert manifest["path"].tolist() == ["007.ogg", "a/song.wav", "b/song.flac", "b/take.mp3"]
     assert manifest["clip_id"].tolist() == ["007", "a/song", "b/song", "take"]  # "007" stays a string
     assert (manifest["num_samples"] % ENCODEC_HOP == 0).all() and (manifest["num_samples"] > 0).all()
@@ -187,13 +233,14 @@ def test_clip_ids_fall_back_to_full_relative_paths():
 def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
     _, root = prepared
     bad = tmp_path / "bad"
-    bad.mkdir()
-    audio, manifest = prepare.load_prepared(root / "prepared")
-    np.save(bad / "audio.npy", np.asarray(audio[:-ENCODEC_HOP]))
-    manifest.to_csv(bad / "manifest.csv", index=False)
-    with pytest.raises(ValueError, match="does not match"):
+    shutil.copytree(root / "prepared", bad)
+    audio = np.load(bad / "shard-00001" / "audio.npy")
+    np.save(bad / "shard-00001" / "audio.npy", audio[:-ENCODEC_HOP])
+    with pytest.raises(ValueError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
         prepare.load_prepared(bad)
-    assert isinstance(manifest, pd.DataFrame)
+    shutil.rmtree(bad / "shard-00001")
+    with pytest.raises(FileNotFoundError, match=r"shard-00001/audio\.npy: not found"):
+        prepare.load_prepared(bad)
 
 
 # ------------------------------------------------------------------------------------------
@@ -281,13 +328,14 @@ def test_folder_with_good_and_bad_files(tmp_path, caplog):
     fetch.run(cfg, tmp_path / "data" / "raw")
     with caplog.at_level(logging.INFO, logger="acoustic_mlm"):
         prepare.run(cfg, tmp_path / "data" / "raw", tmp_path / "data" / "prepared")
-    audio, manifest = prepare.load_prepared(tmp_path / "data" / "prepared")
+    corpus = prepare.load_prepared(tmp_path / "data" / "prepared")
+    manifest = corpus.manifest
     assert sorted(manifest["path"]) == sorted(good)
     for _, row in manifest.iterrows():
         assert (row.orig_sample_rate, row.orig_channels) == good[row.path], row.path
         assert row.num_samples == 75 * ENCODEC_HOP or row.path.endswith(".mp3"), row  # 1 s = 75 frames
         assert abs(row.duration_s - 1.0) < 0.06, row
-    assert np.isfinite(audio).all()
+    assert all(np.isfinite(corpus.audio(k)).all() for k in corpus.shards)
 
     rejects = pd.read_csv(tmp_path / "data" / "prepared" / "rejects.csv", keep_default_na=False)
     assert list(rejects.columns) == ["path", "reason"]
@@ -308,9 +356,9 @@ def test_odd_sample_rate_is_resampled_quickly_and_nearly_exactly(tmp_path):
     sf.write(tmp_path / "raw" / "a.wav", x, 44101)
     sf.write(tmp_path / "raw" / "b.wav", x, 44101)
     prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
-    audio, manifest = prepare.load_prepared(tmp_path / "prepared")
-    assert manifest["orig_sample_rate"].tolist() == [44101, 44101]
-    y = np.asarray(audio[: manifest.num_samples[0]], dtype=np.float64)
+    corpus = prepare.load_prepared(tmp_path / "prepared")
+    assert corpus.manifest["orig_sample_rate"].tolist() == [44101, 44101]
+    y = np.asarray(corpus.clip(0), dtype=np.float64)
     peak_hz = np.fft.rfftfreq(len(y), 1 / SR)[np.argmax(np.abs(np.fft.rfft(y * np.hanning(len(y)))))]
     assert abs(peak_hz - 441.0) < 1.0
 
@@ -331,7 +379,7 @@ def test_hidden_and_broken_audio_paths_are_listed_not_lost(tmp_path):
 def test_only_bad_files_is_a_one_line_error(tmp_path):
     _, bad = make_messy_folder(tmp_path / "music")
     shutil.rmtree(tmp_path / "music" / "good")
-    with pytest.raises(ValueError, match=rf"^prepare: no usable audio under .*: all {len(bad)} audio files rejected \(") as err:
+    with pytest.raises(ValueError, match=rf"^prepare: no usable audio: all {len(bad)} audio files rejected \(") as err:
         prepare.run(make_cfg(crop_seconds=0.5), tmp_path / "music", tmp_path / "prepared")
     assert "\n" not in str(err.value) and "digital silence" in str(err.value)
     assert not (tmp_path / "prepared").exists()

@@ -51,15 +51,24 @@ def synth_clip(rng: np.random.Generator, seconds: float) -> np.ndarray:
     return (0.3 * y / np.abs(y).max()).astype(np.float32)
 
 
-def make_prepared(folder: Path, seconds=CLIP_SECONDS, seed: int = 0) -> Path:
-    """A prepared folder as the prepare stage writes it: audio.npy + manifest.csv."""
+def make_prepared(folder: Path, seconds=CLIP_SECONDS, seed: int = 0, shard_clips: int = 5) -> Path:
+    """A prepared folder as the prepare stage writes it: shard-<k>/audio.npy + manifest.csv."""
+    from acoustic_mlm.prepare import shard_name
+
     rng = np.random.default_rng(seed)
     clips = [synth_clip(rng, s) for s in seconds]
-    offsets = np.concatenate([[0], np.cumsum([len(c) for c in clips])[:-1]])
+    shards = [i // shard_clips for i in range(len(clips))]
+    offsets = []
+    for k in sorted(set(shards)):
+        mine = [c for c, sh in zip(clips, shards) if sh == k]
+        offsets += np.concatenate([[0], np.cumsum([len(c) for c in mine])[:-1]]).tolist()
+        (folder / shard_name(k)).mkdir(parents=True, exist_ok=True)
+        np.save(folder / shard_name(k) / "audio.npy", np.concatenate(mine))
     manifest = pd.DataFrame(
         {
             "clip_id": [f"clip{i:02d}" for i in range(len(clips))],
             "path": [f"synthetic/clip{i:02d}.wav" for i in range(len(clips))],
+            "shard": shards,
             "split": ["valid" if i % 7 == 3 else "train" for i in range(len(clips))],
             "offset": offsets,
             "num_samples": [len(c) for c in clips],
@@ -67,15 +76,25 @@ def make_prepared(folder: Path, seconds=CLIP_SECONDS, seed: int = 0) -> Path:
             "seconds": [len(c) / SR for c in clips],
         }
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    np.save(folder / "audio.npy", np.concatenate(clips))
     manifest.to_csv(folder / "manifest.csv", index=False)
     return folder
 
 
+def shard_codes(folder: Path) -> list[np.ndarray]:
+    return [np.load(p) for p in sorted(folder.glob("shard-*/codes.npy"))]
+
+
+def clip_codes(prepared: Path, codes_dir: Path) -> list[np.ndarray]:
+    """Each clip's (K, frames) codes, in manifest order, whatever the shard layout."""
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    codes = shard_codes(codes_dir)
+    return [codes[r.shard][:, r.offset // HOP : r.offset // HOP + r.num_frames] for r in manifest.itertuples()]
+
+
 def tok_cfg(**tokenizer_keys) -> dict:
     cfg = copy.deepcopy(config.load(ROOT / "config" / "config.yaml"))
-    cfg["tokenizer"].update(calibration_frames=CALIB_FRAMES, calibration_iters=CALIB_ITERS, **tokenizer_keys)
+    cfg["tokenizer"].update(calibration_frames=CALIB_FRAMES, calibration_iters=CALIB_ITERS, batch_size=1,
+                            **tokenizer_keys)
     return config.validate(cfg)
 
 
@@ -151,54 +170,122 @@ def test_untrained_encodec_emits_all_zero_codes():
 
 
 def test_calibrated_stage_outputs(calibrated, prepared):
-    audio = np.load(prepared / "audio.npy")
-    codes = np.load(calibrated / "codes.npy")
-    assert codes.dtype == np.int16 and codes.shape == (8, len(audio) // HOP)
-    assert codes.min() >= 0 and codes.max() < 1024  # every column belongs to a clip here
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    codes = shard_codes(calibrated)
+    assert len(codes) == 3  # 14 clips in shards of 5
+    for k, c in enumerate(codes):
+        audio = np.load(prepared / f"shard-{k:05d}" / "audio.npy")
+        assert c.dtype == np.int16 and c.shape == (8, len(audio) // HOP)
+        assert c.min() >= 0 and c.max() < 1024  # every column belongs to a clip here
+        enc = json.loads((calibrated / f"shard-{k:05d}" / "encode.json").read_text())
+        assert enc["clips"] == (manifest["shard"] == k).sum() and enc["x_real_time"] > 0
     meta = json.loads((calibrated / "tokenizer.json").read_text())
     assert meta["mode"] == "calibrated" and meta["n_codebooks"] == 8 and meta["frame_rate"] == 75
     assert meta["calibration_frames"] == CALIB_FRAMES and meta["calibration_iters"] == CALIB_ITERS
-    assert meta["distinct_codes"] == [len(np.unique(c)) for c in codes]
+    assert (meta["shards"], meta["clips"]) == (3, len(manifest))
+    assert meta["audio_seconds"] == pytest.approx(manifest["num_samples"].sum() / SR)
+    every = np.concatenate(codes, axis=1)
+    assert meta["distinct_codes"] == [len(np.unique(c)) for c in every]
+    assert meta["max_code"] == [int(c.max()) for c in every]
     assert min(meta["distinct_codes"]) > MIN_DISTINCT, meta["distinct_codes"]
     assert all(MIN_ENTROPY_BITS < h <= 10.0 for h in meta["unigram_entropy_bits"]), meta["unigram_entropy_bits"]
+    p = np.bincount(every[0], minlength=1024) / every.shape[1]
+    assert meta["unigram_entropy_bits"][0] == pytest.approx(-(p[p > 0] * np.log2(p[p > 0])).sum(), abs=1e-4)
     assert meta["encode_seconds"] > 0 and meta["real_time_factor"] > 0
-    assert sorted(p.name for p in calibrated.iterdir()) == ["codes.npy", "tokenizer.json", "tokenizer.pt"]
+    assert sorted(p.name for p in calibrated.iterdir()) == ["model", "shard-00000", "shard-00001", "shard-00002",
+                                                            "tokenizer.json"]
+    assert sorted(p.name for p in (calibrated / "model").iterdir()) == ["fit.json", "tokenizer.pt"]
 
 
 def test_codes_aligned_and_equal_to_encodec_encode(calibrated, prepared):
     """tokenizer.pt rebuilds the exact tokenizer; EnCodec's own encode gives the written codes."""
-    audio = np.load(prepared / "audio.npy")
     manifest = pd.read_csv(prepared / "manifest.csv")
-    codes = np.load(calibrated / "codes.npy")
-    model = tokenizer.load_calibrated(calibrated / "tokenizer.pt")
-    torch.load(calibrated / "tokenizer.pt", weights_only=True)  # loads without unpickling code
-    for row in manifest.itertuples():
+    written = clip_codes(prepared, calibrated)
+    model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
+    torch.load(calibrated / "model" / "tokenizer.pt", weights_only=True)  # loads without unpickling code
+    for row, codes in zip(manifest.itertuples(), written):
+        audio = np.load(prepared / f"shard-{row.shard:05d}" / "audio.npy", mmap_mode="r")
         wav = torch.from_numpy(audio[row.offset : row.offset + row.num_samples].copy())[None, None]
         with torch.no_grad():
             own = model.encode(wav)[0][0][0].numpy()  # (K, T)
         assert own.shape == (8, row.num_samples // HOP)
-        start = row.offset // HOP
-        np.testing.assert_array_equal(codes[:, start : start + row.num_frames], own)
+        np.testing.assert_array_equal(codes, own)
+
+
+def test_padded_batches_trim_each_clip_to_its_own_codes(calibrated, prepared):
+    """Zero padding on the right does not change a clip's codes (the encoder is causal): batched
+    codes equal one-clip-at-a-time codes but for rare float near-ties."""
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
+    clips = manifest[manifest["shard"] == 0]
+    assert clips["num_samples"].nunique() > 2  # unequal lengths: real padding
+    audio = np.load(prepared / "shard-00000" / "audio.npy", mmap_mode="r")
+    alone = tokenizer.encode_clips(model, audio, clips, batch_size=1)
+    batched = tokenizer.encode_clips(model, audio, clips, batch_size=4)
+    assert (batched >= 0).all() and batched.shape == alone.shape
+    same = (batched == alone).mean(axis=1)
+    assert same[0] > 0.999 and same.min() > 0.99, same  # measured: 1.0 on level 0
+    # Padding alone (one clip per batch, padded far past its end) changes nothing at all.
+    with torch.no_grad():
+        wav = torch.from_numpy(np.asarray(audio[: clips.num_samples[0]]).copy())
+        plain = model.encode(wav[None, None])[0][0]
+        padded = model.encode(torch.nn.functional.pad(wav, (0, 7 * HOP + 5))[None, None])[0][0]
+    assert torch.equal(padded[..., : plain.shape[-1]], plain)
+
+
+def test_padded_batches_are_longest_first():
+    assert tokenizer.padded_batches([5, 9, 9, 1, 7], 2) == [[1, 2], [4, 0], [3]]
+    assert tokenizer.padded_batches([3, 3], 8) == [[0, 1]]
+
+
+def test_sharded_steps_run_separately_match_the_whole_stage(calibrated, prepared, tmp_path):
+    """Snakemake runs fit, each shard and merge as separate jobs: the same files as `run`."""
+    out, cfg = tmp_path / "steps", tok_cfg()
+    tokenizer.fit(cfg, prepared, out, threads=2)
+    with pytest.raises(TokenizerError, match=r"shard-00000/encode\.json: not found \(run `amlm tokenize --shard 0`"):
+        tokenizer.merge(cfg, prepared, out)
+    for k in (2, 0, 1):
+        tokenizer.encode_shard(cfg, prepared, out, k, threads=2)
+    with pytest.raises(TokenizerError, match="no clips in shard 3"):
+        tokenizer.encode_shard(cfg, prepared, out, 3)
+    tokenizer.merge(cfg, prepared, out)
+    for name in ("model/tokenizer.pt", "shard-00000/codes.npy", "shard-00002/codes.npy"):
+        assert (out / name).read_bytes() == (calibrated / name).read_bytes(), name
+    drop = ("encode_seconds", "real_time_factor", "x_real_time", "calibration_encoder_seconds",
+            "calibration_kmeans_seconds", "calibration_seconds")
+    a, b = (json.loads((d / "tokenizer.json").read_text()) for d in (out, calibrated))
+    assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+
+
+def test_shard_layout_does_not_change_the_tokenizer_or_the_codes(calibrated, prepared, tmp_path):
+    one = make_prepared(tmp_path / "one_shard", shard_clips=100)
+    out = tmp_path / "codes"
+    tokenizer.run(tok_cfg(), one, out, threads=2)
+    first, second = (torch.load(d / "model" / "tokenizer.pt", weights_only=True) for d in (calibrated, out))
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    for a, b in zip(clip_codes(prepared, calibrated), clip_codes(one, out)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_tokenizer_deterministic_for_seed_whatever_the_threads(calibrated, prepared, tmp_path):
     """Same seed, other --threads: the identical tokenizer; codes equal up to float near-ties."""
     again = tmp_path / "again"
     tokenizer.run(tok_cfg(), prepared, again, threads=1)
-    first, second = (torch.load(d / "tokenizer.pt", weights_only=True) for d in (calibrated, again))
+    first, second = (torch.load(d / "model" / "tokenizer.pt", weights_only=True) for d in (calibrated, again))
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
-    same = (np.load(again / "codes.npy") == np.load(calibrated / "codes.npy")).mean(axis=1)
+    same = (np.concatenate(shard_codes(again), 1) == np.concatenate(shard_codes(calibrated), 1)).mean(axis=1)
     assert same.min() > 0.995, same  # measured: 1.0 on level 0, >= 0.9995 on the others
 
 
 def test_clipless_columns_are_minus_one(calibrated, prepared):
-    audio = np.load(prepared / "audio.npy", mmap_mode="r")
+    audio = np.load(prepared / "shard-00000" / "audio.npy", mmap_mode="r")
     manifest = pd.read_csv(prepared / "manifest.csv")
-    model = tokenizer.load_calibrated(calibrated / "tokenizer.pt")
-    codes = tokenizer.encode_clips(model, audio, manifest.drop(index=2).iloc[::-1])  # any order
+    clips = manifest[manifest["shard"] == 0]
+    model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
+    codes = tokenizer.encode_clips(model, audio, clips.drop(index=2).iloc[::-1])  # any order
     gap = slice(manifest.offset[2] // HOP, manifest.offset[2] // HOP + manifest.num_frames[2])
     assert (codes[:, gap] == -1).all()
-    full = np.load(calibrated / "codes.npy")
+    full = np.load(calibrated / "shard-00000" / "codes.npy")
     full[:, gap] = -1
     np.testing.assert_array_equal(codes, full)
 
@@ -266,14 +353,15 @@ def test_load_pretrained_downloads_into_hub_cache(tmp_path, monkeypatch):
 def test_pretrained_mode_reproduces_calibrated_codes(calibrated, prepared, tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    path = saved_checkpoint(torch.load(calibrated / "tokenizer.pt", weights_only=True), ckpt)
+    path = saved_checkpoint(torch.load(calibrated / "model" / "tokenizer.pt", weights_only=True), ckpt)
     out = tmp_path / "pretrained"
     tokenizer.run(tok_cfg(mode="pretrained", checkpoint=str(path)), prepared, out, threads=2)
-    np.testing.assert_array_equal(np.load(out / "codes.npy"), np.load(calibrated / "codes.npy"))
+    for a, b in zip(shard_codes(out), shard_codes(calibrated), strict=True):
+        np.testing.assert_array_equal(a, b)
     meta = json.loads((out / "tokenizer.json").read_text())
     assert meta["mode"] == "pretrained" and meta["checkpoint"]["sha256"].startswith(path.stem.split("-")[1])
     assert meta["calibration_frames_requested"] is None
-    assert not (out / "tokenizer.pt").exists()
+    assert not (out / "model" / "tokenizer.pt").exists()
 
 
 # ----------------------------------------------------------------------------- input errors
@@ -297,11 +385,11 @@ def test_bad_inputs_fail_in_one_line_naming_the_file(breakage, needle, tmp_path)
     prep = make_prepared(tmp_path / "prep", seconds=[2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0])
     m = pd.read_csv(prep / "manifest.csv")
     if breakage == "no_audio":
-        (prep / "audio.npy").unlink()
+        (prep / "shard-00000" / "audio.npy").unlink()
     elif breakage == "no_manifest":
         (prep / "manifest.csv").unlink()
     elif breakage == "int_audio":
-        np.save(prep / "audio.npy", np.zeros(10, dtype=np.int16))
+        np.save(prep / "shard-00000" / "audio.npy", np.zeros(10, dtype=np.int16))
     elif breakage == "no_column":
         m.drop(columns="num_frames").to_csv(prep / "manifest.csv", index=False)
     elif breakage == "past_end":

@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import train
+from acoustic_mlm.prepare import load_prepared
 
 
 @pytest.fixture()
@@ -75,7 +77,8 @@ def test_fp16_scaler_skips_overflowing_steps():
 def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
     prepared, codes = data_dirs
     m = C.model_config(tiny_cfg, "prenorm_clip1")
-    data = train.CropData(prepared, codes / "codes.npy", "train", 30, 2, m, seed=3)
+    corpus = load_prepared(prepared)
+    data = train.CropData(corpus, codes, "train", 30, 2, m, seed=3)
     in_process = [tuple(x.clone() for x in b) for b in train.batches(data, 4, 8, workers=0, pin=False)]
     two_workers = list(train.batches(data, 4, 8, workers=2, pin=False))
     direct = data[6]
@@ -84,11 +87,23 @@ def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
     assert all(torch.equal(x, y) for x, y in zip(in_process[2], direct))
     wav, codes_b, mask = direct
     assert wav.shape == (2, 30 * 320) and codes_b.shape == (2, 8, 30) and mask.shape == (2, 30)
-    # crops start on frame boundaries: the codes are the clip's codes at the same frames
-    all_codes = np.load(codes / "codes.npy")
-    audio = np.load(prepared / "audio.npy")
-    first = int(np.flatnonzero(audio[::320] == wav[0, 0].item())[0])  # the crop's first frame
-    assert np.array_equal(all_codes[:, first : first + 30], codes_b[0].numpy())
+    # crops start on frame boundaries: the codes are the clip's codes at the same frames of the same shard
+    found = 0
+    for shard in corpus.shards:
+        all_codes = np.load(codes / f"shard-{shard:05d}" / "codes.npy")
+        audio = np.load(prepared / f"shard-{shard:05d}" / "audio.npy")
+        for row in range(2):
+            hits = np.flatnonzero(audio[::320] == wav[row, 0].item())  # the crop's first frame
+            if len(hits):
+                first = int(hits[0])
+                assert np.array_equal(audio[first * 320 : (first + 30) * 320], wav[row].numpy())
+                assert np.array_equal(all_codes[:, first : first + 30], codes_b[row].numpy())
+                found += 1
+    assert found == 2
+    # Over many batches, crops come from both shards and both are used (each shard holds train clips).
+    shards = {int(data.shard[c]) for i in range(20)
+              for c in np.random.default_rng([3, i]).choice(len(data.starts), size=2, p=data.p)}
+    assert shards == {0, 1}
 
 
 def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_path):
@@ -135,9 +150,14 @@ def test_reduced_precision_on_cpu(data_dirs, tiny_cfg, tmp_path, precision):
 
 
 def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
-    prepared, _ = data_dirs
-    with pytest.raises(FileNotFoundError, match="codes.npy: codes not found"):
+    prepared, codes = data_dirs
+    with pytest.raises(FileNotFoundError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
+    partial = tmp_path / "partial"
+    shutil.copytree(codes, partial)
+    (partial / "shard-00001" / "codes.npy").unlink()
+    with pytest.raises(FileNotFoundError, match="partial/shard-00001/codes.npy: codes not found"):
+        train.run(tiny_cfg, "prenorm_clip1", prepared, partial, tmp_path / "r")
 
 
 def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):

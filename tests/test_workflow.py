@@ -33,8 +33,10 @@ def test_conda_env_names_the_same_dependencies_as_pyproject(root):
 
 def test_every_rule_has_log_threads_and_conda(root):
     text = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
-    rules = re.split(r"^rule ", text, flags=re.M)[1:]
-    assert {r.split(":")[0] for r in rules} == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "compare"}
+    rules = re.split(r"^(?:rule|checkpoint) ", text, flags=re.M)[1:]
+    assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
+                                                "tokenize_shard", "tokenize", "train", "aggregate", "figure",
+                                                "claims", "compare"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):

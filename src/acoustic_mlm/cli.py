@@ -1,8 +1,8 @@
 """`amlm`: one subcommand per pipeline stage. Snakemake rules and DVC stages call these.
 
     amlm fetch      make or download the raw audio            -> data/raw/
-    amlm prepare    decode, mono, 24 kHz, split, manifest      -> data/prepared/
-    amlm tokenize   EnCodec codes (8 x 1024 at 75 Hz)          -> data/codes/
+    amlm prepare    decode, mono, 24 kHz, split, in shards     -> data/prepared/
+    amlm tokenize   EnCodec codes (8 x 1024 at 75 Hz), by shard -> data/codes/
     amlm train      one arm of the ablation                    -> results/runs/{run}/
     amlm aggregate  every arm's metrics as one tidy CSV        -> results/loss_curves.csv
     amlm figure     the loss-vs-steps chart (png, pdf, svg)    -> results/figures/
@@ -34,6 +34,14 @@ def _stage_parser(sub, name: str, help_: str, description: str) -> argparse.Argu
     return p
 
 
+def _step_options(p: argparse.ArgumentParser, first: str, first_help: str, verb: str, merge_help: str) -> None:
+    """One step of a sharded stage (Snakemake runs them as separate jobs); none: every step in turn."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(first, action="store_true", help=first_help)
+    g.add_argument("--shard", type=int, metavar="K", help=f"only {verb} shard K into shard-<K>/")
+    g.add_argument("--merge", action="store_true", help=merge_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="amlm",
@@ -55,15 +63,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _stage_parser(sub, "prepare", "decode, mix to mono, resample to 24 kHz, split",
                       "Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to "
-                      "whole EnCodec frames, split train/valid deterministically; write audio.npy + manifest.csv.")
+                      "whole EnCodec frames, in shards of data.shard_files files; split train/valid "
+                      "deterministically; write shard-<k>/audio.npy, manifest.csv and rejects.csv. Without a step "
+                      "option, all steps run in turn.")
     p.add_argument("--raw", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
     p.add_argument("--out", type=Path, default=Path("data/prepared"), help="output folder (default: data/prepared)")
+    _step_options(p, "--plan", "only write the shard plan, shards.csv", "decode",
+                  "only join the shards: manifest.csv, rejects.csv, prepare.json")
 
     p = _stage_parser(sub, "tokenize", "EnCodec 24 kHz codes, frame-aligned with the audio",
                       "Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of "
-                      "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ); write codes.npy + tokenizer.json.")
+                      "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded "
+                      "batches; write model/, shard-<k>/codes.npy and tokenizer.json. Without a step option, all "
+                      "steps run in turn.")
     p.add_argument("--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)")
     p.add_argument("--out", type=Path, default=Path("data/codes"), help="output folder (default: data/codes)")
+    _step_options(p, "--fit", "only fit (calibrated) or check (pretrained) the tokenizer: model/", "encode",
+                  "only summarise the shards' codes: tokenizer.json")
 
     p = _stage_parser(sub, "train", "train one arm of the ablation",
                       "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
@@ -116,11 +132,25 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "prepare":
         from . import prepare
 
-        prepare.run(cfg, args.raw, args.out)
+        if args.plan:
+            prepare.plan(cfg, args.raw, args.out)
+        elif args.shard is not None:
+            prepare.prepare_shard(cfg, args.raw, args.out, args.shard)
+        elif args.merge:
+            prepare.merge(cfg, args.out)
+        else:
+            prepare.run(cfg, args.raw, args.out)
     elif args.command == "tokenize":
         from . import tokenizer
 
-        tokenizer.run(cfg, args.prepared, args.out, threads=threads)
+        if args.fit:
+            tokenizer.fit(cfg, args.prepared, args.out, threads=threads)
+        elif args.shard is not None:
+            tokenizer.encode_shard(cfg, args.prepared, args.out, args.shard, threads=threads)
+        elif args.merge:
+            tokenizer.merge(cfg, args.prepared, args.out)
+        else:
+            tokenizer.run(cfg, args.prepared, args.out, threads=threads)
     elif args.command == "train":
         from . import train
 

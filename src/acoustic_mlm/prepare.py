@@ -1,22 +1,28 @@
-"""Prepare stage: raw audio files -> one 24 kHz mono float32 array, a manifest and a split.
+"""Prepare stage: raw audio files -> 24 kHz mono float32 shards, a manifest and a split.
 
-Output folder (written atomically):
+Three steps, so that a cluster can decode shards in parallel (Snakemake: one job per shard;
+`run` does all three in one process for DVC and by hand):
 
-- `audio.npy`: ONE 1-D float32 array, every clip concatenated in manifest order; read it with
-  `np.load(..., mmap_mode="r")` (see `load_prepared`).
-- `manifest.csv`: one row per clip: clip_id, path (relative to the raw folder), split
-  (train | valid), offset (first sample in audio.npy), num_samples (a multiple of 320),
-  num_frames (num_samples // 320, EnCodec frames), orig_sample_rate, orig_channels, duration_s.
-- `rejects.csv`: path, reason for every audio-named file that is not in the manifest (empty,
-  not decodable, truncated or corrupt, NaN or infinite samples, digital silence, shorter than one
-  training crop, hidden). Every audio-named file under the raw folder is in exactly one of the two.
-- `prepare.json`: clips and seconds per split, sample rate, kept and rejected counts by reason.
-
-Memory is bounded by the largest file: clips are decoded one at a time and appended to audio.npy.
+1. `plan`: `shards.csv` lists every audio-named path under the raw folder (sorted) with its
+   clip id (unique over the corpus) and its shard: consecutive runs of `data.shard_files` paths.
+2. `prepare_shard`: one shard's files decoded, mixed to mono, resampled, trimmed to whole
+   EnCodec frames, into `shard-<k>/`: `audio.npy` (ONE 1-D float32 array, the shard's clips
+   concatenated; memory-map it), `clips.csv` (the manifest's columns but shard and split),
+   `rejects.csv`, `shard.json`. Memory is bounded by the largest file: clips are decoded one at a
+   time and appended to audio.npy.
+3. `merge`: the corpus-level files, written last:
+   - `manifest.csv`: one row per clip: clip_id, path (relative to the raw folder), shard,
+     split (train | valid), offset (first sample in its shard's audio.npy), num_samples (a multiple
+     of 320), num_frames (num_samples // 320, EnCodec frames), orig_sample_rate, orig_channels,
+     duration_s.
+   - `rejects.csv`: path, reason for every audio-named file that is not in the manifest (empty,
+     not decodable, truncated or corrupt, NaN or infinite samples, digital silence, shorter than
+     one training crop, hidden). Every path of the plan is in exactly one of the two.
+   - `prepare.json`: clips and seconds per split, sample rate, shards, kept and rejected counts by reason.
 
 The split is a pure function of (split_seed, clip_id): adding, removing or reordering other
 files never moves a clip between train and valid (except the guarantee that neither split
-is empty, which moves the clip nearest the threshold).
+is empty, which moves the clip nearest the threshold). It does not depend on the shard size.
 """
 
 from __future__ import annotations
@@ -33,13 +39,16 @@ import soundfile as sf
 
 from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio  # noqa: F401  (re-exported: prepare.find_audio)
-from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
+from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, log, write_json
 
-MANIFEST_COLUMNS = ("clip_id", "path", "split", "offset", "num_samples", "num_frames",
+MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
 REJECTS_COLUMNS = ("path", "reason")  # rejects.csv: audio-named files left out, and why
-REQUIRED_COLUMNS = ("clip_id", "split", "offset", "num_samples", "num_frames")  # what readers need
-_MANIFEST_DTYPES = {"clip_id": str, "path": str, "split": str, "offset": np.int64, "num_samples": np.int64,
+REQUIRED_COLUMNS = ("clip_id", "shard", "split", "offset", "num_samples", "num_frames")  # what readers need
+SHARD_COLUMNS = tuple(c for c in MANIFEST_COLUMNS if c not in ("shard", "split"))  # shard-<k>/clips.csv
+PLAN = "shards.csv"  # the plan: every audio-named path, its clip id, its shard, why it is skipped (if it is)
+PLAN_COLUMNS = ("path", "clip_id", "shard", "skip")
+_MANIFEST_DTYPES = {"clip_id": str, "path": str, "shard": np.int64, "split": str, "offset": np.int64, "num_samples": np.int64,
                     "num_frames": np.int64, "orig_sample_rate": np.int64, "orig_channels": np.int64,
                     "duration_s": np.float64}
 
@@ -233,30 +242,79 @@ class NpyWriter:
             self.f.close()
 
 
-def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:
-    """Decode every audio file under raw_dir into `out_dir` (audio.npy, manifest.csv, rejects.csv, prepare.json).
+def shard_name(shard: int) -> str:
+    """The folder of shard k: shard-00000, shard-00001, ..."""
+    return f"shard-{int(shard):05d}"
 
-    Files that cannot serve as training audio are listed in rejects.csv (path, reason) rather
-    than stopping the stage; every audio-named file under raw_dir is in exactly one of the two.
+
+def _min_samples(cfg: dict) -> int:
+    crop_frames = int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // ENCODEC_HOP  # as train.py
+    return max(1, crop_frames) * ENCODEC_HOP
+
+
+def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
+    """Write out_dir/shards.csv: every audio-named path under raw_dir with its clip id and shard.
+
+    Paths are sorted and cut into shards of `data.shard_files` paths. Clip ids are decided here,
+    over the whole corpus, so that they are unique across shards. Paths `scan` leaves out
+    (hidden, not regular files) carry their reason in `skip` and go straight to the rejects.
     """
-    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
-    sample_rate = int(cfg["data"]["sample_rate"])
-    crop_frames = int(round(cfg["train"]["crop_seconds"] * sample_rate)) // ENCODEC_HOP  # as train.py
-    min_samples = max(1, crop_frames) * ENCODEC_HOP
+    raw_dir = Path(raw_dir)
     if not raw_dir.is_dir():
         raise FileNotFoundError(f"prepare: {raw_dir} is not a folder; run fetch first")
-    files, rejects = scan(raw_dir)
-    if not files and not rejects:
+    files, left_out = scan(raw_dir)
+    if not files and not left_out:
         raise FileNotFoundError(f"prepare: no audio files ({', '.join(AUDIO_SUFFIXES)}) under {raw_dir}")
     rel = [p.relative_to(raw_dir).as_posix() for p in files]
-    ids = clip_ids(rel)
+    rows = [(r, i, "") for r, i in zip(rel, clip_ids(rel))] + [(r, "", why) for r, why in left_out]
+    frame = pd.DataFrame(sorted(rows), columns=["path", "clip_id", "skip"])
+    frame.insert(2, "shard", np.arange(len(frame)) // int(cfg["data"]["shard_files"]))
+    frame = frame[list(PLAN_COLUMNS)]
+    with atomic_path(Path(out_dir) / PLAN) as tmp:
+        frame.to_csv(tmp, index=False)
+    log.info("prepare: %d audio files in %d shard(s) of up to %d files", len(frame), frame["shard"].nunique(),
+             cfg["data"]["shard_files"])
+    return frame
 
-    rows = []
-    with atomic_dir(out_dir) as tmp:
-        with NpyWriter(tmp / "audio.npy") as writer, Progress(len(files), "prepare", unit="file") as bar:
-            for path, rel_path, clip_id in zip(files, rel, ids):
+
+def read_plan(out_dir: Path) -> pd.DataFrame:
+    path = Path(out_dir) / PLAN
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (run `amlm prepare --plan` first)")
+    try:
+        frame = pd.read_csv(path, dtype={"path": str, "clip_id": str, "shard": np.int64, "skip": str},
+                            keep_default_na=False)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in PLAN_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+    return frame
+
+
+def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
+    """Decode the files of one shard of out_dir/shards.csv into out_dir/shard-<k>/ (atomically).
+
+    shard-<k>/: audio.npy (the shard's clips concatenated), clips.csv (the manifest's columns
+    without split and shard), rejects.csv (path, reason), shard.json (counts). Memory is bounded
+    by the largest file: clips are decoded one at a time and appended to audio.npy. A shard whose
+    files are all unusable is complete (its clips.csv is empty): only the whole corpus must hold audio.
+    """
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    sample_rate, min_samples = int(cfg["data"]["sample_rate"]), _min_samples(cfg)
+    todo = read_plan(out_dir)
+    todo = todo[todo["shard"] == int(shard)]
+    if todo.empty:
+        raise ValueError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards 0-{read_plan(out_dir)['shard'].max()})")
+    rows, rejects = [], []
+    with atomic_dir(out_dir / shard_name(shard)) as tmp:
+        with NpyWriter(tmp / "audio.npy") as writer, \
+                Progress(len(todo), f"prepare {shard_name(shard)}", unit="file") as bar:
+            for rel_path, clip_id, skip in zip(todo["path"], todo["clip_id"], todo["skip"]):
                 try:
-                    audio, orig_sr, orig_ch = decode(path, sample_rate, min_samples)
+                    if skip:
+                        raise Unusable(skip)
+                    audio, orig_sr, orig_ch = decode(raw_dir / rel_path, sample_rate, min_samples)
                 except Unusable as why:
                     log.warning("prepare: rejected %s: %s", rel_path, why)
                     rejects.append((rel_path, str(why)))
@@ -266,58 +324,144 @@ def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:
                                      num_frames=n // ENCODEC_HOP, orig_sample_rate=orig_sr, orig_channels=orig_ch,
                                      duration_s=n / sample_rate))
                 bar.update(1, kept=len(rows), rejected=len(rejects))
-        rejects.sort()
-        by_kind = dict(sorted(Counter(reason_kind(r) for _, r in rejects).items()))
-        log.info("prepare: kept %d files, rejected %d%s", len(rows), len(rejects),
-                 f" ({', '.join(f'{v} {k}' for k, v in by_kind.items())}); see rejects.csv" if rejects else "")
-        if not rows:
-            raise ValueError(f"prepare: no usable audio under {raw_dir}: all {len(rejects)} audio files rejected "
-                             f"({', '.join(f'{v} {k}' for k, v in by_kind.items())})")
-
-        manifest = pd.DataFrame(rows)
-        manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg["data"]["valid_fraction"],
-                                          cfg["data"]["split_seed"])
-        manifest = manifest[list(MANIFEST_COLUMNS)]
-        total = int(manifest["num_samples"].sum())
-        manifest.to_csv(tmp / "manifest.csv", index=False)
+        pd.DataFrame(rows, columns=list(SHARD_COLUMNS)).to_csv(tmp / "clips.csv", index=False)
         pd.DataFrame(rejects, columns=list(REJECTS_COLUMNS)).to_csv(tmp / "rejects.csv", index=False)
-        by_split = manifest.groupby("split")
-        write_json(tmp / "prepare.json", {
-            "sample_rate": sample_rate,
-            "hop": ENCODEC_HOP,
-            "clips": {s: int(by_split.size().get(s, 0)) for s in ("train", "valid")},
-            "seconds": {s: round(float(by_split["duration_s"].sum().get(s, 0.0)), 3) for s in ("train", "valid")},
-            "total_samples": total,
-            "valid_fraction": cfg["data"]["valid_fraction"],
-            "split_seed": cfg["data"]["split_seed"],
-            "min_seconds": min_samples / sample_rate,
-            "kept": len(rows),
-            "rejected": len(rejects),
-            "rejected_by_reason": by_kind,
-        })
-    log.info("prepare: %d clips (%d train, %d valid), %.1f s at %d Hz in %s", len(manifest),
+        summary = {"shard": int(shard), "files": len(todo), "kept": len(rows), "rejected": len(rejects),
+                   "samples": int(sum(r["num_samples"] for r in rows))}
+        write_json(tmp / "shard.json", summary)
+    log.info("prepare %s: kept %d files, rejected %d", shard_name(shard), len(rows), len(rejects))
+    return summary
+
+
+def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
+    """Join the shards of out_dir into the corpus: manifest.csv, rejects.csv, prepare.json.
+
+    The train/valid split is decided here, over every usable clip of every shard. Every path of
+    the plan must be in exactly one shard's clips or rejects. Fails with one line when no file
+    of the corpus is usable.
+    """
+    out_dir = Path(out_dir)
+    sample_rate, min_samples = int(cfg["data"]["sample_rate"]), _min_samples(cfg)
+    todo = read_plan(out_dir)
+    kept, rejected = [], []
+    for shard in sorted(todo["shard"].unique()):
+        folder = out_dir / shard_name(shard)
+        for name in ("clips.csv", "rejects.csv", "audio.npy"):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
+        clips = pd.read_csv(folder / "clips.csv", dtype=_MANIFEST_DTYPES, keep_default_na=False)
+        clips.insert(2, "shard", int(shard))
+        kept.append(clips)
+        rejected.append(pd.read_csv(folder / "rejects.csv", dtype=str, keep_default_na=False))
+    manifest = pd.concat(kept, ignore_index=True)
+    rejects = pd.concat(rejected, ignore_index=True).sort_values("path", kind="stable")
+    accounted = sorted(manifest["path"].tolist() + rejects["path"].tolist())
+    if accounted != sorted(todo["path"].tolist()):
+        lost = sorted(set(todo["path"]) ^ set(accounted))
+        raise ValueError(f"{out_dir}: the shards do not match {PLAN} (e.g. {lost[0] if lost else 'a duplicate'}); "
+                         "rerun prepare")
+    by_kind = dict(sorted(Counter(reason_kind(r) for r in rejects["reason"]).items()))
+    kinds = ", ".join(f"{v} {k}" for k, v in by_kind.items())
+    log.info("prepare: kept %d files, rejected %d%s", len(manifest), len(rejects),
+             f" ({kinds}); see rejects.csv" if len(rejects) else "")
+    if manifest.empty:
+        raise ValueError(f"prepare: no usable audio: all {len(rejects)} audio files rejected ({kinds})")
+    manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg["data"]["valid_fraction"],
+                                      cfg["data"]["split_seed"])
+    manifest = manifest[list(MANIFEST_COLUMNS)]
+    with atomic_path(out_dir / "rejects.csv") as tmp:
+        rejects.to_csv(tmp, index=False)
+    by_split = manifest.groupby("split")
+    total = int(manifest["num_samples"].sum())
+    write_json(out_dir / "prepare.json", {
+        "sample_rate": sample_rate,
+        "hop": ENCODEC_HOP,
+        "shards": int(todo["shard"].nunique()),
+        "shard_files": int(cfg["data"]["shard_files"]),
+        "clips": {s: int(by_split.size().get(s, 0)) for s in ("train", "valid")},
+        "seconds": {s: round(float(by_split["duration_s"].sum().get(s, 0.0)), 3) for s in ("train", "valid")},
+        "total_samples": total,
+        "valid_fraction": cfg["data"]["valid_fraction"],
+        "split_seed": cfg["data"]["split_seed"],
+        "min_seconds": min_samples / sample_rate,
+        "kept": len(manifest),
+        "rejected": len(rejects),
+        "rejected_by_reason": by_kind,
+    })
+    with atomic_path(out_dir / "manifest.csv") as tmp:  # last: the manifest marks the corpus complete
+        manifest.to_csv(tmp, index=False)
+    log.info("prepare: %d clips (%d train, %d valid), %.1f s at %d Hz in %d shard(s)", len(manifest),
              (manifest["split"] == "train").sum(), (manifest["split"] == "valid").sum(),
-             total / sample_rate, sample_rate, out_dir)
+             total / sample_rate, sample_rate, todo["shard"].nunique())
+    return manifest
 
 
-def load_prepared(prepared_dir: Path) -> tuple[np.memmap, pd.DataFrame]:
-    """The prepared corpus: (audio.npy memory-mapped read-only, manifest with typed columns),
+def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:
+    """The whole stage in one process: plan, every shard in turn, merge; out_dir appears complete or not at all.
+
+    Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this.
+    """
+    with atomic_dir(out_dir) as tmp:
+        todo = plan(cfg, raw_dir, tmp)
+        for shard in sorted(todo["shard"].unique()):
+            prepare_shard(cfg, raw_dir, tmp, shard)
+        merge(cfg, tmp)
+
+
+class Corpus:
+    """The prepared corpus: the manifest (one row per clip) and each shard's audio, memory-mapped on demand.
+
+    Clip i is `audio(shard_i)[offset_i : offset_i + num_samples_i]`. Pickles without its memory
+    maps (data-loader workers reopen them).
+    """
+
+    def __init__(self, root: Path, manifest: pd.DataFrame):
+        self.root, self.manifest = Path(root), manifest
+        self._audio: dict[int, np.ndarray] = {}
+
+    @property
+    def shards(self) -> list[int]:
+        return sorted(int(s) for s in self.manifest["shard"].unique())
+
+    def audio_path(self, shard: int) -> Path:
+        return self.root / shard_name(shard) / "audio.npy"
+
+    def audio(self, shard: int) -> np.ndarray:
+        if shard not in self._audio:
+            self._audio[shard] = _open_audio(self.audio_path(shard))
+        return self._audio[shard]
+
+    def clip(self, i: int) -> np.ndarray:
+        row = self.manifest.iloc[i]
+        o = int(row["offset"])
+        return self.audio(int(row["shard"]))[o : o + int(row["num_samples"])]
+
+    def __getstate__(self):
+        return {"root": self.root, "manifest": self.manifest, "_audio": {}}
+
+
+def _open_audio(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (run the prepare stage first)")
+    try:
+        audio = np.load(path, mmap_mode="r")
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line error
+        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+    if audio.ndim != 1 or audio.dtype != np.float32:
+        raise ValueError(f"{path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+    return audio
+
+
+def load_prepared(prepared_dir: Path) -> Corpus:
+    """The prepared corpus (manifest with typed columns, shards' audio memory-mapped read-only),
     checked against each other; every problem is one line naming the file (and the clip).
 
-    Clip i is `audio[offset : offset + num_samples]`. Tokenization and training both read the
-    corpus through here.
+    Tokenization and training both read the corpus through here.
     """
     prepared_dir = Path(prepared_dir)
-    audio_path, manifest_path = prepared_dir / "audio.npy", prepared_dir / "manifest.csv"
-    for p in (audio_path, manifest_path):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p}: not found (run the prepare stage first)")
-    try:
-        audio = np.load(audio_path, mmap_mode="r")
-    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line error
-        raise ValueError(f"{audio_path}: not a readable .npy array ({exc})") from None
-    if audio.ndim != 1 or audio.dtype != np.float32:
-        raise ValueError(f"{audio_path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+    manifest_path = prepared_dir / "manifest.csv"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path}: not found (run the prepare stage first)")
     try:  # keep_default_na: a clip called "NA" or "null" stays a string
         manifest = pd.read_csv(manifest_path, dtype=_MANIFEST_DTYPES, keep_default_na=False)
     except Exception as exc:  # noqa: BLE001
@@ -330,21 +474,23 @@ def load_prepared(prepared_dir: Path) -> tuple[np.memmap, pd.DataFrame]:
     bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
     if bad_split:
         raise ValueError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
-    o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("offset", "num_samples", "num_frames"))
+    corpus = Corpus(prepared_dir, manifest)
+    sh, o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("shard", "offset", "num_samples", "num_frames"))
+    length = {k: len(corpus.audio(k)) for k in corpus.shards}  # also checks every shard's audio.npy
     checks = [
         ((s <= 0) | (s % ENCODEC_HOP != 0), f"num_samples is not a positive multiple of {ENCODEC_HOP}"),
         (nf != s // ENCODEC_HOP, f"num_frames != num_samples // {ENCODEC_HOP}"),
         ((o < 0) | (o % ENCODEC_HOP != 0), f"offset is not a non-negative multiple of {ENCODEC_HOP}"),
-        (o + s > len(audio), f"offset + num_samples exceeds the {len(audio)} samples of {audio_path.name} "
-                             f"(the manifest does not match the audio; rerun prepare)"),
+        (o + s > np.array([length[k] for k in sh]), "offset + num_samples exceeds its shard's audio.npy "
+                                                    "(the manifest does not match the audio; rerun prepare)"),
     ]
     for bad, what in checks:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
-    order = np.argsort(o, kind="stable")
-    overlap = o[order][1:] < (o + s)[order][:-1]
+    order = np.lexsort((o, sh))
+    overlap = (sh[order][1:] == sh[order][:-1]) & (o[order][1:] < (o + s)[order][:-1])
     if overlap.any():
         i = int(order[1:][overlap][0])
         raise ValueError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
-    return audio, manifest
+    return corpus

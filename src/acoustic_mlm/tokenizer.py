@@ -14,15 +14,20 @@ Two modes, one per `tokenizer.mode`:
   `tokenizer.pt` is identical for any --threads; the codes then differ between thread counts
   only at float near-ties (measured: under 0.05% of codes).
 
-Files (written atomically into the stage's output folder):
+Three steps over the prepared shards (Snakemake: one job per shard; `run` does all three in one
+process for DVC and by hand), each written atomically into the stage's output folder:
 
-- `codes.npy`: int16, shape (K, total_frames) with total_frames = len(audio.npy) // 320.
-  Column t holds the codes of samples [320 t, 320 (t + 1)) of audio.npy, so clip i's codes are
-  columns offset_i // 320 ... + num_frames_i. Columns that belong to no clip hold -1.
-- `tokenizer.json`: mode, bandwidth, codebooks, frame rate, seed, calibration settings, codes
-  used and unigram entropy per level on the whole corpus, timings.
-- `tokenizer.pt` (calibrated mode only): the calibrated model's state_dict (torch.load with
-  weights_only=True; `load_calibrated` rebuilds the exact tokenizer from it).
+1. `fit` -> `model/`: `fit.json` (mode, bandwidth, seed, calibration statistics or the
+   pretrained checkpoint's sha256) and, in calibrated mode, `tokenizer.pt`: the calibrated
+   model's state_dict (torch.load with weights_only=True; `load_calibrated` rebuilds the exact
+   tokenizer from it). Calibration draws on the train clips of every shard.
+2. `encode_shard` -> `shard-<k>/`: `codes.npy`, int16, shape (K, len(audio.npy) // 320) for the
+   shard's audio.npy. Column t holds the codes of samples [320 t, 320 (t + 1)), so clip i's codes
+   are columns offset_i // 320 ... + num_frames_i. Columns that belong to no clip hold -1.
+   Clips are encoded in zero-padded batches of `tokenizer.batch_size` and trimmed to their own
+   frames. `encode.json`: clips, seconds, speed.
+3. `merge` -> `tokenizer.json`: the fit, codes used and unigram entropy per level on the whole
+   corpus, total encode time and speed. Written last: it marks the codes complete.
 
 Tensor axes: K codebooks (RVQ levels), T frames, D = 128 embedding channels, N points.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import re
 import time
@@ -47,6 +53,7 @@ from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, log, set_threa
 
 SAMPLE_RATE = 24_000  # EnCodec 24 kHz
 FRAME_RATE = SAMPLE_RATE // ENCODEC_HOP  # 75 Hz
+CODEBOOK_SIZE = 1024  # codes per RVQ level
 OFFICIAL_URL = "https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th"
 OFFICIAL_SHA256_PREFIX = "d7cc33bc"  # EnCodec names its checkpoints <name>-<sha256 prefix>.th
 # Calibration always runs on this many torch threads. Float results depend on the thread count
@@ -417,17 +424,27 @@ def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_fr
 # ----------------------------------------------------------------------------- encoding
 
 
+def padded_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Clip indices in batches of up to `batch_size`, longest first, so that padding stays small."""
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    return [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
+
+
 @torch.no_grad()
 def encode_clips(
-    model, audio: np.ndarray, manifest, *, out: np.ndarray | None = None, batch_size: int = 1
+    model, audio: np.ndarray, clips, *, out: np.ndarray | None = None, batch_size: int = 1,
+    device: torch.device | str = "cpu", label: str = "tokenize",
 ) -> np.ndarray:
     """Codes of every clip through `model.encode`, aligned with `audio`: (K, len(audio) // 320) int16.
 
-    Clip i (manifest row i) fills columns offset_i // 320 ... + num_samples_i // 320, exactly;
-    columns of no clip hold -1. batch_size 1 (default) is bit-identical to `model.encode` of each
-    clip alone; batch_size > 1 batches clips of equal length, which measured slower on CPU and
-    may flip rare near-tie frames (float summation order differs). `out`: an int16 array of that
-    shape to fill (e.g. a memory-mapped .npy, for corpora whose codes should not sit in memory).
+    clips: rows with offset and num_samples into `audio` (a shard's manifest rows). Clip i fills
+    columns offset_i // 320 ... + num_samples_i // 320, exactly; columns of no clip hold -1.
+    Clips are encoded in zero-padded batches of up to `batch_size` (longest first) and each
+    clip's codes are trimmed to its own frames. The 24 kHz encoder is causal, so padding on the
+    right leaves a clip's frames unchanged (measured: bit-identical embeddings); batch_size 1 is
+    bit-identical to `model.encode` of each clip alone, larger batches may flip rare near-tie
+    frames (float summation order differs). `out`: an int16 array of that shape to fill (e.g. a
+    memory-mapped .npy, so that codes never sit in memory).
     """
     K = n_codebooks(model)
     shape = (K, len(audio) // ENCODEC_HOP)
@@ -437,39 +454,49 @@ def encode_clips(
         raise ValueError(f"encode_clips: out must be int16 {shape}, got {out.dtype} {out.shape}")
     codes = out
     codes[:] = -1
-    rows = list(zip(manifest["offset"].astype(int), manifest["num_samples"].astype(int)))
-    groups: dict[int, list[int]] = {}
-    for o, s in rows:
-        groups.setdefault(s, []).append(o)
-    total = sum(s // ENCODEC_HOP for _, s in rows)
+    offsets = clips["offset"].to_numpy(np.int64)
+    lengths = clips["num_samples"].to_numpy(np.int64)
+    total = int(lengths.sum()) // ENCODEC_HOP
     t0, done = time.perf_counter(), 0
-    with Progress(total, "tokenize", unit="frame") as bar:
-        for s, offsets in groups.items():
-            n = s // ENCODEC_HOP
-            for b in range(0, len(offsets), batch_size):
-                batch = offsets[b : b + batch_size]
-                wav = torch.from_numpy(np.stack([np.asarray(audio[o : o + s], dtype=np.float32) for o in batch]))
-                frames = model.encode(wav[:, None])  # [(codes (B, K, T), scale)], one segment
-                c = torch.cat([f[0] for f in frames], dim=-1)[..., :n]
-                assert c.shape[1:] == (K, n), f"EnCodec gave {tuple(c.shape)} codes for {s} samples, want ({K}, {n})"
-                for o, ci in zip(batch, c.numpy()):
-                    codes[:, o // ENCODEC_HOP : o // ENCODEC_HOP + n] = ci
-                done += n * len(batch)
-                bar.update(n * len(batch), x_real_time=done / FRAME_RATE / max(time.perf_counter() - t0, 1e-9))
+    with Progress(total, label, unit="frame") as bar:
+        for batch in padded_batches(lengths, batch_size):
+            width = int(lengths[batch].max())
+            wav = np.zeros((len(batch), width), dtype=np.float32)
+            for row, i in enumerate(batch):
+                wav[row, : lengths[i]] = audio[offsets[i] : offsets[i] + lengths[i]]
+            frames = model.encode(torch.from_numpy(wav)[:, None].to(device))  # [(codes (B, K, T), scale)]
+            c = torch.cat([f[0] for f in frames], dim=-1).cpu().numpy()
+            for row, i in enumerate(batch):
+                n, first = int(lengths[i]) // ENCODEC_HOP, int(offsets[i]) // ENCODEC_HOP
+                if c.shape[1] != K or c.shape[2] < n:
+                    raise RuntimeError(f"EnCodec gave {c.shape[1:]} codes for {lengths[i]} samples, want ({K}, {n})")
+                codes[:, first : first + n] = c[row, :, :n]
+                done += n
+            bar.update(sum(int(lengths[i]) // ENCODEC_HOP for i in batch),
+                       x_real_time=done / FRAME_RATE / max(time.perf_counter() - t0, 1e-9))
     return codes
 
 
-def unigram_entropy_bits(codes: np.ndarray, bins: int = 1024) -> float:
-    counts = np.bincount(codes[codes >= 0].astype(np.int64), minlength=bins)
-    p = counts[counts > 0] / counts.sum()
+def code_counts(codes: np.ndarray) -> np.ndarray:
+    """How often each of the CODEBOOK_SIZE codes occurs in `codes` (-1, no clip, is not counted)."""
+    codes = np.asarray(codes).astype(np.int64, copy=False)
+    if codes.size and int(codes.max()) >= CODEBOOK_SIZE:
+        raise TokenizerError(f"code {int(codes.max())} exceeds the codebook size {CODEBOOK_SIZE}")
+    return np.bincount(codes[codes >= 0], minlength=CODEBOOK_SIZE)
+
+
+def _entropy_bits(counts: np.ndarray) -> float:
+    p = counts[counts > 0] / max(int(counts.sum()), 1)
     return float(-(p * np.log2(p)).sum())
 
 
 # ----------------------------------------------------------------------------- inputs and stage
 
+MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated mode)
+
 
 def read_prepared(prepared_dir: str | Path):
-    """audio.npy and manifest.csv through `prepare.load_prepared`, its errors as TokenizerError."""
+    """The prepared corpus through `prepare.load_prepared`, its errors as TokenizerError."""
     from acoustic_mlm.prepare import load_prepared
 
     try:
@@ -478,80 +505,178 @@ def read_prepared(prepared_dir: str | Path):
         raise TokenizerError(str(exc)) from None
 
 
-def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
-    """The stage: prepared_dir/{audio.npy, manifest.csv} -> out_dir/{codes.npy, tokenizer.json[, tokenizer.pt]}."""
-    set_threads(threads)
-    tc = cfg["tokenizer"]
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TokenizerError("config: 'tokenizer.device' is cuda but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def _check_config(cfg: dict) -> None:
     sr = cfg.get("data", {}).get("sample_rate", SAMPLE_RATE)
     if sr != SAMPLE_RATE:
         raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {SAMPLE_RATE}")
-    audio, manifest = read_prepared(prepared_dir)
-    mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
-    calib: dict = {}
-    checkpoint = None
-    if mode == "calibrated":
-        model = build_encodec(bandwidth, seed)
-        train = manifest[manifest["split"] == "train"]
-        if train.empty:
-            raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
-        chunks = [audio[o : o + s] for o, s in zip(train["offset"].astype(int), train["num_samples"].astype(int))]
-        calib = calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed)
-    elif mode == "pretrained":
-        model = load_pretrained(tc["checkpoint"], bandwidth)
-        path = Path(tc["checkpoint"]).expanduser() if tc["checkpoint"] else hub_checkpoint_path()
-        checkpoint = {"path": str(path), "sha256": sha256_file(path)}
-    else:
-        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {mode!r}")
+    if cfg["tokenizer"]["mode"] not in ("calibrated", "pretrained"):
+        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {cfg['tokenizer']['mode']!r}")
 
-    with atomic_dir(out_dir) as tmp:
-        shape = (n_codebooks(model), len(audio) // ENCODEC_HOP)  # (K, total_frames)
+
+def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
+    """The tokenizer for the corpus, into out_dir/model/ (atomically): fit.json, and tokenizer.pt
+    in calibrated mode (codebooks fitted on the train split of every shard).
+
+    In pretrained mode it checks the checkpoint (downloading it if needed) and records its sha256.
+    """
+    set_threads(threads)
+    _check_config(cfg)
+    tc = cfg["tokenizer"]
+    mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
+    info: dict = {"mode": mode, "bandwidth": bandwidth, "seed": seed, "checkpoint": None,
+                  "calibration_frames_requested": None, "calibration_iters": None}
+    with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
+        if mode == "calibrated":
+            corpus = read_prepared(prepared_dir)
+            train = np.flatnonzero((corpus.manifest["split"] == "train").to_numpy())
+            if not len(train):
+                raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
+            model = build_encodec(bandwidth, seed)
+            chunks = [corpus.clip(int(i)) for i in train]
+            info.update(calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed))
+            info.update(calibration_frames_requested=int(tc["calibration_frames"]),
+                        calibration_iters=int(tc["calibration_iters"]))
+            torch.save(model.state_dict(), tmp / "tokenizer.pt")
+        else:
+            load_pretrained(tc["checkpoint"], bandwidth)
+            path = Path(tc["checkpoint"]).expanduser() if tc["checkpoint"] else hub_checkpoint_path()
+            info["checkpoint"] = {"path": str(path), "sha256": sha256_file(path)}
+        write_json(tmp / "fit.json", info)
+    return info
+
+
+def load_tokenizer(cfg: dict, out_dir: Path):
+    """The model `fit` made for this corpus (calibrated: out_dir/model/tokenizer.pt; pretrained: the checkpoint)."""
+    tc = cfg["tokenizer"]
+    folder = Path(out_dir) / MODEL_DIR
+    if not (folder / "fit.json").is_file():
+        raise FileNotFoundError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
+    if tc["mode"] == "calibrated":
+        return load_calibrated(folder / "tokenizer.pt", float(tc["bandwidth"]))
+    return load_pretrained(tc["checkpoint"], float(tc["bandwidth"]))
+
+
+def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threads: int = 1) -> dict:
+    """One shard's codes into out_dir/shard-<k>/ (atomically): codes.npy aligned with the shard's
+    audio.npy (int16 (K, frames), -1 where no clip is), encode.json (clips, seconds, speed).
+
+    Memory: one padded batch and a memory map of the shard's codes.
+    """
+    from acoustic_mlm.prepare import shard_name
+
+    set_threads(threads)
+    _check_config(cfg)
+    tc = cfg["tokenizer"]
+    corpus = read_prepared(prepared_dir)
+    if int(shard) not in corpus.shards:
+        raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no clips in shard {shard}")
+    clips = corpus.manifest[corpus.manifest["shard"] == int(shard)]
+    audio = corpus.audio(int(shard))
+    device = pick_device(tc["device"])
+    model = load_tokenizer(cfg, out_dir).to(device)
+    with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
+        shape = (n_codebooks(model), len(audio) // ENCODEC_HOP)  # (K, frames of the shard)
         codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=np.int16, shape=shape)
         t0 = time.perf_counter()
-        encode_clips(model, audio, manifest, out=codes)
-        encode_s = time.perf_counter() - t0
+        encode_clips(model, audio, clips, out=codes, batch_size=int(tc["batch_size"]), device=device,
+                     label=f"tokenize {shard_name(shard)}")
+        seconds = time.perf_counter() - t0
         codes.flush()
-        meta = _summary(codes, model, tc, calib, checkpoint, len(manifest), encode_s, threads)
-        if mode == "calibrated":
-            torch.save(model.state_dict(), tmp / "tokenizer.pt")
-        write_json(tmp / "tokenizer.json", meta)
         del codes  # close the memory map before the folder is renamed into place
-    log.info(
-        "tokenize: %d clips, %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
-        meta["clips"], meta["audio_seconds"], meta["encode_seconds"], meta["x_real_time"], meta["distinct_codes"],
-    )
+        audio_s = float(clips["num_samples"].sum()) / SAMPLE_RATE
+        info = {"shard": int(shard), "clips": len(clips), "audio_seconds": round(audio_s, 3),
+                "encode_seconds": round(seconds, 3), "x_real_time": round(audio_s / max(seconds, 1e-9), 2),
+                "batch_size": int(tc["batch_size"]), "device": str(device), "threads": int(threads)}
+        write_json(tmp / "encode.json", info)
+    log.info("tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)", shard_name(shard),
+             info["clips"], audio_s, seconds, info["x_real_time"])
+    return info
 
 
-def _summary(codes, model, tc: dict, calib: dict, checkpoint, clips: int, encode_s: float, threads: int) -> dict:
-    """The contents of tokenizer.json."""
-    mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
-    covered = np.asarray(codes[0]) >= 0
-    audio_s = int(covered.sum()) / FRAME_RATE
-    bins = model.quantizer.bins
+def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
+    """A shard's codes.npy, memory-mapped read-only."""
+    from acoustic_mlm.prepare import shard_name
+
+    path = Path(codes_dir) / shard_name(shard) / "codes.npy"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: codes not found; run the tokenize stage first")
+    try:
+        return np.load(path, mmap_mode="r")
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+
+
+def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
+    """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
+    every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
+    from acoustic_mlm.prepare import shard_name
+
+    out_dir = Path(out_dir)
+    corpus = read_prepared(prepared_dir)
+    fit_path = out_dir / MODEL_DIR / "fit.json"
+    if not fit_path.is_file():
+        raise TokenizerError(f"{fit_path}: not found (run `amlm tokenize --fit` first)")
+    info = json.loads(fit_path.read_text())
+    counts = None  # (K, CODEBOOK_SIZE) code counts over every shard
+    shards = []
+    for k in corpus.shards:
+        enc_path = out_dir / shard_name(k) / "encode.json"
+        if not enc_path.is_file():
+            raise TokenizerError(f"{enc_path}: not found (run `amlm tokenize --shard {k}` first)")
+        shards.append(json.loads(enc_path.read_text()))
+        codes = shard_codes(out_dir, k)
+        if codes.ndim != 2 or codes.shape[1] != len(corpus.audio(k)) // ENCODEC_HOP:
+            raise TokenizerError(f"{out_dir / shard_name(k) / 'codes.npy'}: shape {codes.shape}, its shard's audio "
+                                 f"has {len(corpus.audio(k)) // ENCODEC_HOP} frames; rerun tokenize")
+        part = np.stack([code_counts(np.asarray(row)) for row in codes])
+        counts = part if counts is None else counts + part
+    audio_s = sum(s["audio_seconds"] for s in shards)
+    encode_s = sum(s["encode_seconds"] for s in shards)
     meta = {
-        "mode": mode,
-        "bandwidth": bandwidth,
-        "n_codebooks": int(codes.shape[0]),
-        "codebook_size": int(bins),
+        **info,
+        "n_codebooks": int(counts.shape[0]),
+        "codebook_size": CODEBOOK_SIZE,
         "frame_rate": FRAME_RATE,
         "hop_length": ENCODEC_HOP,
         "sample_rate": SAMPLE_RATE,
-        "seed": seed,
-        "calibration_frames_requested": int(tc["calibration_frames"]) if mode == "calibrated" else None,
-        "calibration_iters": int(tc["calibration_iters"]) if mode == "calibrated" else None,
-        **calib,
-        "checkpoint": checkpoint,
-        "clips": int(clips),
-        "total_frames": int(codes.shape[1]),
+        "shards": len(shards),
+        "clips": int(sum(s["clips"] for s in shards)),
         "audio_seconds": round(audio_s, 3),
-        "distinct_codes": [int(np.unique(np.asarray(c)[covered]).size) for c in codes],
-        "unigram_entropy_bits": [round(unigram_entropy_bits(np.asarray(c)[covered], bins), 4) for c in codes],
+        "distinct_codes": [int((row > 0).sum()) for row in counts],
+        "max_code": [int(np.flatnonzero(row).max()) if row.any() else -1 for row in counts],
+        "unigram_entropy_bits": [round(_entropy_bits(row), 4) for row in counts],
         "encode_seconds": round(encode_s, 3),
         "real_time_factor": round(encode_s / max(audio_s, 1e-9), 5),  # encode seconds per audio second
         "x_real_time": round(audio_s / max(encode_s, 1e-9), 2),  # audio seconds per encode second
-        "threads": int(threads),
+        "batch_size": int(cfg["tokenizer"]["batch_size"]),
         "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
     }
+    write_json(out_dir / "tokenizer.json", meta)
+    log.info("tokenize: %d clips in %d shard(s), %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
+             meta["clips"], meta["shards"], audio_s, encode_s, meta["x_real_time"], meta["distinct_codes"])
     return meta
+
+
+def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
+    """The whole stage in one process: fit, every shard in turn, merge; out_dir appears complete or not at all.
+
+    Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this.
+    """
+    _check_config(cfg)
+    corpus = read_prepared(prepared_dir)
+    with atomic_dir(out_dir) as tmp:
+        fit(cfg, prepared_dir, tmp, threads)
+        for shard in corpus.shards:
+            encode_shard(cfg, prepared_dir, tmp, shard, threads)
+        merge(cfg, prepared_dir, tmp)
 
 
 def _encodec_version() -> str | None:

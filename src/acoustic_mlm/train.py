@@ -33,7 +33,8 @@ import torch.distributed as dist
 from . import config as C
 from .devices import claim_gpu
 from .objective import AcousticMLM, compute_mask_indices
-from .prepare import load_prepared
+from .prepare import load_prepared, shard_name
+from .tokenizer import shard_codes
 from .utils import Progress, atomic_path, log, set_threads, write_json
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
@@ -77,32 +78,31 @@ class CropData(torch.utils.data.Dataset):
     Crops start on EnCodec frame boundaries: wav (B, T*320), codes (B, K, T), mask (B, T).
     """
 
-    def __init__(self, prepared_dir: Path, codes_path: Path, split: str, crop_frames: int, batch: int,
+    def __init__(self, corpus, codes_dir: Path, split: str, crop_frames: int, batch: int,
                  m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1):
-        _, manifest = load_prepared(prepared_dir)
+        manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
             raise ValueError(
                 f"no {split} clip holds {crop_frames} frames ({crop_frames / 75:.2f} s): "
                 "lower 'train.crop_seconds' or use longer clips"
             )
-        self.prepared_dir, self.codes_path = Path(prepared_dir), Path(codes_path)
-        self.starts = (rows["offset"].to_numpy() // C.ENCODEC_HOP).astype(np.int64)  # first frame per clip
+        self.corpus, self.codes_dir = corpus, Path(codes_dir)
+        self.shard = rows["shard"].to_numpy().astype(np.int64)  # shard per clip
+        self.starts = (rows["offset"].to_numpy() // C.ENCODEC_HOP).astype(np.int64)  # first frame in its shard
         self.frames = rows["num_frames"].to_numpy().astype(np.int64)
         # Clips are drawn in proportion to the crops they hold, so every frame is equally likely.
         weights = (self.frames - crop_frames + 1).astype(np.float64)
         self.p = weights / weights.sum()
         self.crop_frames, self.batch, self.m, self.seed = crop_frames, batch, m, seed
         self.rank, self.world = rank, world  # DDP: each process keeps rows rank, rank+world, ... of a batch
-        self._audio = self._codes = None
+        self._codes: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return 2**62  # indexed by micro-batch number; the sampler decides how many
 
-    def _open(self):
-        if self._audio is None:
-            self._audio = np.load(self.prepared_dir / "audio.npy", mmap_mode="r")
-            self._codes = np.load(self.codes_path, mmap_mode="r")
+    def __getstate__(self):  # memory maps are reopened in each worker, never pickled
+        return {**self.__dict__, "_codes": {}}
 
     def __getitem__(self, i: int):
         rng = np.random.default_rng([self.seed, int(i)])
@@ -111,14 +111,18 @@ class CropData(torch.utils.data.Dataset):
         m = self.m
         mask = compute_mask_indices((self.batch, self.crop_frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng)
         rows = slice(self.rank, None, self.world)  # the global batch is drawn whole, then split
-        wav, codes = self.gather(first[rows])
+        wav, codes = self.gather(self.shard[clips][rows], first[rows])
         return wav, codes, torch.from_numpy(mask[rows])
 
-    def gather(self, first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        self._open()
+    def codes(self, shard: int) -> np.ndarray:
+        if shard not in self._codes:
+            self._codes[shard] = shard_codes(self.codes_dir, shard)
+        return self._codes[shard]
+
+    def gather(self, shards: np.ndarray, first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         T, hop, K = self.crop_frames, C.ENCODEC_HOP, self.m.codebooks
-        wav = np.stack([self._audio[f * hop : (f + T) * hop] for f in first_frames])  # (B, T*hop)
-        codes = np.stack([self._codes[:K, f : f + T] for f in first_frames])  # (B, K, T)
+        wav = np.stack([self.corpus.audio(s)[f * hop : (f + T) * hop] for s, f in zip(shards, first_frames)])
+        codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
         return torch.from_numpy(wav.astype(np.float32)), torch.from_numpy(codes.astype(np.int64))
 
 
@@ -206,14 +210,23 @@ def optimizer_step(model: torch.nn.Module, opt, scaler, clip: float) -> tuple[fl
     return grad_norm, clipped, skipped
 
 
-def check_codes(codes_path: Path, m: C.ModelConfig) -> None:
-    if not codes_path.is_file():
-        raise FileNotFoundError(f"{codes_path}: codes not found; run the tokenize stage first")
-    codes = np.load(codes_path, mmap_mode="r")
-    if codes.ndim != 2 or codes.shape[0] < m.codebooks:
-        raise ValueError(f"{codes_path}: shape {codes.shape}, 'model.codebooks' asks for {m.codebooks} rows")
-    if int(codes.max()) >= m.codebook_size:
-        raise ValueError(f"{codes_path}: codes exceed 'model.codebook_size' ({m.codebook_size})")
+def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
+    """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
+    summary = Path(codes_dir) / "tokenizer.json"
+    if not summary.is_file():
+        raise FileNotFoundError(f"{summary}: not found; run the tokenize stage first")
+    meta = json.loads(summary.read_text())
+    if meta.get("n_codebooks", 0) < m.codebooks:
+        raise ValueError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
+    if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
+        raise ValueError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
+                         f"'model.codebook_size' ({m.codebook_size})")
+    for k in corpus.shards:
+        codes = shard_codes(codes_dir, k)
+        frames = len(corpus.audio(k)) // C.ENCODEC_HOP
+        if codes.ndim != 2 or codes.shape[0] < m.codebooks or codes.shape[1] != frames:
+            raise ValueError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
+                             f"({m.codebooks}+, {frames}) for its shard's audio; rerun tokenize")
 
 
 # ----------------------------------------------------------------------------- resumable state
@@ -336,8 +349,8 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     rank, world = init_distributed(t.device)
     device = pick_device(t.device)
     out_dir, state_dir = Path(out_dir), Path(state_dir)
-    codes_path = Path(codes_dir) / "codes.npy"
-    check_codes(codes_path, m)
+    corpus = load_prepared(prepared_dir)
+    check_codes(codes_dir, corpus, m)
     # Everything that shapes the numbers; a state or result made under other settings is not reused.
     fingerprint = {"model": C.to_dict(m), "train": {**C.to_dict(t), "threads": None, "workers": None},
                    "label": rc.label, "data": cfg["data"], "tokenizer": cfg["tokenizer"], "processes": world}
@@ -351,9 +364,9 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     writer = rank == 0  # with several processes only the first writes files
 
     crop_frames = int(round(t.crop_seconds * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
-    train_data = CropData(prepared_dir, codes_path, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
+    train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
     # The validation set is fixed (crops and masks) and shared by every arm.
-    v_wav, v_codes, v_mask = CropData(prepared_dir, codes_path, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
+    v_wav, v_codes, v_mask = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
     torch.manual_seed(t.seed)
     model = AcousticMLM(m).to(device)

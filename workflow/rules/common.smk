@@ -1,4 +1,5 @@
 # Shared definitions: the config file the CLI reads, the CLI invocation, the arms.
+import csv
 import os
 
 import yaml
@@ -47,8 +48,26 @@ USE_GPU = config["train"]["device"] == "cuda"
 
 wildcard_constraints:
     run="|".join(RUNS),
+    shard=r"\d{5}",
 
 
 def without(section, *keys):
     """A config section minus keys that do not change results (rerun triggers use params)."""
     return {k: v for k, v in config[section].items() if k not in keys}
+
+
+# The shards of data/prepared/shards.csv, written by the `plan` checkpoint (data.smk); until it
+# exists, checkpoints.plan.get() tells Snakemake to re-evaluate the DAG after it runs.
+def shard_ids():
+    """The shards of the plan (raises Snakemake's incomplete-checkpoint signal until it exists)."""
+    plan = checkpoints.plan.get().output[0]
+    with open(plan) as fh:
+        return sorted({int(row["shard"]) for row in csv.DictReader(fh)})
+
+
+def prepared_shards(wildcards):
+    return [f"data/prepared/shard-{k:05d}" for k in shard_ids()]
+
+
+def code_shards(wildcards):
+    return [f"data/codes/shard-{k:05d}" for k in shard_ids()]

@@ -1,4 +1,7 @@
-# Audio in, EnCodec codes out: fetch -> prepare -> tokenize.
+# Audio in, EnCodec codes out: fetch -> plan -> prepare_shard (one job per shard) -> prepare
+# -> fit_tokenizer -> tokenize_shard (one job per shard) -> tokenize.
+# The shard count is known only once the audio is there, so `plan` is a checkpoint; the two
+# merge rules (prepare, tokenize) list the shards from its shards.csv.
 
 
 # data/downloads/ (kept archives, reused by hash) is deliberately not an output: Snakemake
@@ -10,7 +13,7 @@ rule fetch:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        data=config["data"],
+        data=without("data", "shard_files", "valid_fraction", "split_seed"),
     log:
         "results/logs/fetch.log",
     threads: 1
@@ -20,38 +23,126 @@ rule fetch:
         "{params.cli} fetch --config {params.config} --out {output} > {log} 2>&1"
 
 
-rule prepare:
+checkpoint plan:
     input:
         "data/raw",
     output:
-        directory("data/prepared"),
+        "data/prepared/shards.csv",
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        data=config["data"],
-        crop=config["train"]["crop_seconds"],  # clips shorter than one crop are rejected
+        shard_files=config["data"]["shard_files"],
     log:
-        "results/logs/prepare.log",
+        "results/logs/prepare/plan.log",
     threads: 1
     conda:
         ENV
     shell:
-        "{params.cli} prepare --config {params.config} --threads {threads} --raw {input} --out {output} > {log} 2>&1"
+        "{params.cli} prepare --plan --config {params.config} --raw {input} --out data/prepared > {log} 2>&1"
 
 
-rule tokenize:
+rule prepare_shard:
     input:
-        "data/prepared",
+        raw="data/raw",
+        plan="data/prepared/shards.csv",
     output:
-        directory("data/codes"),
+        directory("data/prepared/shard-{shard}"),
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        tokenizer=config["tokenizer"],
+        k=lambda wildcards: int(wildcards.shard),
+        sample_rate=config["data"]["sample_rate"],
+        crop=config["train"]["crop_seconds"],  # clips shorter than one crop are rejected
     log:
-        "results/logs/tokenize.log",
+        "results/logs/prepare/shard-{shard}.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} prepare --shard {params.k} --config {params.config} --raw {input.raw} --out data/prepared "
+        "> {log} 2>&1"
+
+
+rule prepare:
+    input:
+        plan="data/prepared/shards.csv",
+        shards=prepared_shards,
+    output:
+        manifest="data/prepared/manifest.csv",
+        rejects=report("data/prepared/rejects.csv", caption="../report/rejects.rst", category="4. Data"),
+        summary="data/prepared/prepare.json",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        split=[config["data"]["valid_fraction"], config["data"]["split_seed"]],
+    log:
+        "results/logs/prepare/merge.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} prepare --merge --config {params.config} --out data/prepared > {log} 2>&1"
+
+
+rule fit_tokenizer:
+    input:
+        manifest="data/prepared/manifest.csv",
+        shards=prepared_shards,
+    output:
+        directory("data/codes/model"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        tokenizer=without("tokenizer", "batch_size", "device"),
+    log:
+        "results/logs/tokenize/fit.log",
     threads: 2
     conda:
         ENV
     shell:
-        "{params.cli} tokenize --config {params.config} --threads {threads} --prepared {input} --out {output} > {log} 2>&1"
+        "{params.cli} tokenize --fit --config {params.config} --threads {threads} --prepared data/prepared "
+        "--out data/codes > {log} 2>&1"
+
+
+rule tokenize_shard:
+    input:
+        manifest="data/prepared/manifest.csv",
+        shard="data/prepared/shard-{shard}",
+        model="data/codes/model",
+    output:
+        directory("data/codes/shard-{shard}"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        k=lambda wildcards: int(wildcards.shard),
+        batch=[config["tokenizer"]["batch_size"], config["tokenizer"]["device"]],
+    log:
+        "results/logs/tokenize/shard-{shard}.log",
+    threads: 2
+    resources:
+        gpu=1 if config["tokenizer"]["device"] == "cuda" else 0,
+    conda:
+        ENV
+    shell:
+        "{params.cli} tokenize --shard {params.k} --config {params.config} --threads {threads} "
+        "--prepared data/prepared --out data/codes > {log} 2>&1"
+
+
+rule tokenize:
+    input:
+        manifest="data/prepared/manifest.csv",
+        model="data/codes/model",
+        shards=code_shards,
+    output:
+        "data/codes/tokenizer.json",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+    log:
+        "results/logs/tokenize/merge.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} tokenize --merge --config {params.config} --prepared data/prepared --out data/codes "
+        "> {log} 2>&1"

@@ -5,8 +5,8 @@
 
 rule train:
     input:
-        prepared="data/prepared",
-        codes="data/codes",
+        manifest="data/prepared/manifest.csv",  # marks the prepared shards complete
+        codes="data/codes/tokenizer.json",  # marks the code shards complete
     output:
         metrics=report(
             "results/runs/{run}/metrics.csv",
@@ -31,4 +31,4 @@ rule train:
         ENV
     shell:
         "{params.cli} train {wildcards.run} --config {params.config} --threads {threads} "
-        "--prepared {input.prepared} --codes {input.codes} --out {params.out} > {log} 2>&1"
+        "--prepared data/prepared --codes data/codes --out {params.out} > {log} 2>&1"
