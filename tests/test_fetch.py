@@ -234,9 +234,10 @@ def test_wrong_hash_is_a_one_line_error_and_writes_nothing(server, tmp_path):
     url = server.serve("/bad/hash.zip", blob)
     data = tmp_path / "data"
     with pytest.raises(fetch.DownloadError, match=r"SHA256 hash of downloaded file .* does not match") as err:
-        fetch.run(url_cfg(url, "sha256:" + "0" * 64), data / "raw", retries=1, timeout=10)
+        fetch.run(url_cfg(url, "sha256:" + "0" * 64), data / "raw", retries=3, timeout=10)
     assert "\n" not in str(err.value) and "data.known_hash" in str(err.value)
     assert not data.exists()  # no raw folder, no downloads folder, no partial file
+    assert [p for p, _ in server.requests].count("/bad/hash.zip") == 1  # a complete download is not fetched again
 
 
 def test_truncated_download_is_resumed_with_a_range_request(server, tmp_path):

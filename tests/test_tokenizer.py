@@ -257,6 +257,22 @@ def test_sharded_steps_run_separately_match_the_whole_stage(calibrated, prepared
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
 
 
+def test_a_planned_shard_without_usable_clips_gets_empty_codes(calibrated, prepared, tmp_path):
+    """Snakemake asks for every shard of the plan; one whose files were all rejected is encoded too."""
+    prep, out = tmp_path / "prepared", tmp_path / "codes"
+    shutil.copytree(prepared, prep)
+    shutil.copytree(calibrated, out)
+    (prep / "shard-00003").mkdir()
+    np.save(prep / "shard-00003" / "audio.npy", np.zeros(0, np.float32))
+    pd.DataFrame({"path": ["bad.wav"], "clip_id": ["bad"], "shard": [3], "skip": [""]}).to_csv(
+        prep / "shards.csv", index=False)
+    tokenizer.encode_shard(tok_cfg(), prep, out, 3)
+    assert np.load(out / "shard-00003" / "codes.npy").shape == (8, 0)
+    assert json.loads((out / "shard-00003" / "encode.json").read_text())["clips"] == 0
+    with pytest.raises(TokenizerError, match="no clips in shard 4"):
+        tokenizer.encode_shard(tok_cfg(), prep, out, 4)
+
+
 def test_shard_layout_does_not_change_the_tokenizer_or_the_codes(calibrated, prepared, tmp_path):
     one = make_prepared(tmp_path / "one_shard", shard_clips=100)
     out = tmp_path / "codes"

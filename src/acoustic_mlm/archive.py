@@ -113,7 +113,7 @@ def _zip_members(zf: zipfile.ZipFile) -> list[Member]:
             kind = "dir"
         elif stat.S_ISLNK(mode):
             kind = "symlink"
-        elif mode and not stat.S_ISREG(mode):
+        elif stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # zipfile.writestr stores no file type: a file
             kind = "other"
         else:
             kind = "file"

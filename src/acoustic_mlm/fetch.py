@@ -8,8 +8,9 @@ complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or no
 - `fma_*`, `librispeech-*`, `url`: an archive (sources.py says where, with which hash) is
   downloaded through pooch into the downloads folder (`data/downloads/` by default, next to
   `out_dir`, so that DVC can version it), checked against its hash, and kept: a later fetch
-  re-checks the hash and reuses it. Downloads retry (pooch's `retry_if_failed`) and resume a
-  broken transfer with HTTP Range requests (`ResumableHTTPDownloader`). Extraction
+  re-checks the hash and reuses it. Downloads retry network errors and resume a broken transfer
+  with HTTP Range requests (`ResumableHTTPDownloader`); a hash mismatch is final unless the bytes
+  came partly from an earlier transfer (then the file is downloaded once more from the start). Extraction
   (archive.extract) checks every member first and writes only audio files (wav, flac, ogg,
   mp3); FMA's known-corrupt tracks are never extracted.
 - `folder`: every audio file under `data.folder` (recursive, hidden files and folders left
@@ -28,6 +29,7 @@ import contextlib
 import ftplib
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -39,7 +41,7 @@ from acoustic_mlm import __version__, archive, sources, synth
 from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio
 from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
 
-DEFAULT_RETRIES = 3  # further attempts after a failed or corrupted download (pooch retry_if_failed)
+DEFAULT_RETRIES = 3  # further attempts after a network error or a resumed download that failed its hash
 DEFAULT_TIMEOUT_S = 60.0  # seconds to connect, and between two received chunks
 
 
@@ -48,7 +50,7 @@ class DownloadError(ValueError):
 
 
 class PermanentHTTPError(Exception):
-    """An HTTP client error (404, 403, ...): not a ValueError or a requests exception, so pooch does not retry it."""
+    """An HTTP client error (404, 403, ...): not worth retrying."""
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,14 @@ class ResumableHTTPDownloader:
     part stays; the next attempt (pooch's retry, or the next `amlm fetch`) asks only for the
     rest with `Range: bytes=<have>-`. A server that ignores Range (status 200) restarts the
     file; a 416 (the part is as long as the file or longer) starts over too. A short transfer
-    raises a requests exception, which pooch retries. When complete, the part is moved onto
+    raises a requests exception, which `download` retries. When complete, the part is moved onto
     pooch's temporary file, which pooch hash-checks and renames onto the archive or deletes:
     a corrupted part is therefore never resumed twice. Client errors (404, 403) are not retried.
     """
 
     def __init__(self, part: Path, timeout: float = DEFAULT_TIMEOUT_S, chunk_size: int = 1 << 20):
         self.part, self.timeout, self.chunk_size = Path(part), timeout, chunk_size
+        self.resumed = False
 
     def __call__(self, url: str, output_file, pooch, check_only: bool = False):
         import requests
@@ -86,6 +89,7 @@ class ResumableHTTPDownloader:
         if check_only:
             response = requests.head(url, timeout=self.timeout, allow_redirects=True)
             return response.status_code == 200
+        self.resumed = False
         have = self.part.stat().st_size if self.part.exists() else 0
         response = self._get(url, have)
         if have and (response.status_code == 416 or (response.status_code == 206 and _range_start(response) != have)):
@@ -108,6 +112,7 @@ class ResumableHTTPDownloader:
                 for chunk in self._chunks(response):
                     out.write(chunk)
                     bar.update(len(chunk))
+        self.resumed = resumed  # the bytes came partly from an earlier transfer
         got = self.part.stat().st_size
         if expected is not None and got != expected:
             raise requests.exceptions.ConnectionError(f"{url}: transfer ended at byte {got} of {expected}")
@@ -126,7 +131,7 @@ class ResumableHTTPDownloader:
                     yield chunk
             else:
                 yield from response.iter_content(chunk_size=self.chunk_size)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:  # a requests exception: pooch retries it
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # a requests exception: download() retries it
             raise requests.exceptions.ConnectionError(f"{response.url}: {exc}") from exc
 
     def _get(self, url: str, start: int):
@@ -155,8 +160,10 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
     import requests
 
     downloads_dir = Path(downloads_dir)
+    # pooch downloads and checks the hash; the retries are ours, because pooch would also retry a
+    # hash mismatch, downloading a whole archive again (93 GiB for fma_large) for a wrong known_hash.
     store = pooch.create(path=downloads_dir, base_url="", registry={src.filename: src.known_hash},
-                         urls={src.filename: src.url}, retry_if_failed=retries)
+                         urls={src.filename: src.url}, retry_if_failed=0)
     http = urlsplit(src.url).scheme.lower() in ("http", "https")
     downloader = ResumableHTTPDownloader(downloads_dir / f"{src.filename}.part", timeout) if http else None
     attempts = f"{retries + 1} attempt{'s' if retries else ''}"
@@ -164,15 +171,28 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
     if kept.is_file():  # pooch re-hashes it: minutes for the largest corpora
         log.info("fetch: checking the %s of %s (%.1f MB) against %s", src.algorithm, kept.name,
                  kept.stat().st_size / 1e6, src.known_hash)
-    try:
-        return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
-    except PermanentHTTPError as exc:
-        raise DownloadError(f"fetch: downloading {src.url} failed: {exc}") from None
-    except (requests.RequestException, *ftplib.all_errors) as exc:
-        raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {_one_line(exc)}") from None
-    except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
-        hint = "; check data.known_hash" if src.name == "url" else ""
-        raise DownloadError(f"fetch: {src.url}: {_one_line(exc)}{hint}") from None
+    for attempt in range(retries + 1):
+        try:
+            return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
+        except PermanentHTTPError as exc:
+            raise DownloadError(f"fetch: downloading {src.url} failed: {exc}") from None
+        except requests.RequestException as exc:  # network: retry, resuming where the transfer broke
+            if attempt == retries:
+                raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {_one_line(exc)}") from None
+            log.warning("fetch: download of %s failed (%s); %d more attempt(s)", src.filename, _one_line(exc),
+                        retries - attempt)
+            time.sleep(min(attempt + 1, 10))
+        except ftplib.all_errors as exc:
+            raise DownloadError(f"fetch: downloading {src.url} failed: {_one_line(exc)}") from None
+        except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
+            if downloader is not None and downloader.resumed and attempt < retries:
+                # the bytes of an earlier, broken transfer may be at fault: once more, from the start
+                log.warning("fetch: the resumed download of %s failed its hash check; downloading it again",
+                            src.filename)
+                continue
+            hint = "; check data.known_hash" if src.name == "url" else ""
+            raise DownloadError(f"fetch: {src.url}: {_one_line(exc)}{hint}") from None
+    raise AssertionError("unreachable")
 
 
 def _one_line(exc: BaseException) -> str:

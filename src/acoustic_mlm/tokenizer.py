@@ -576,8 +576,10 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     _check_config(cfg)
     tc = cfg["tokenizer"]
     corpus = read_prepared(prepared_dir)
-    if int(shard) not in corpus.shards:
+    if int(shard) not in corpus.shards and int(shard) not in _planned_shards(prepared_dir):
         raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no clips in shard {shard}")
+    # A planned shard whose files were all rejected gets its (empty) codes too: every shard of
+    # the plan is encoded, so that Snakemake can ask for all of them before the manifest exists.
     clips = corpus.manifest[corpus.manifest["shard"] == int(shard)]
     audio = corpus.audio(int(shard))
     device = pick_device(tc["device"])
@@ -599,6 +601,15 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     log.info("tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)", shard_name(shard),
              info["clips"], audio_s, seconds, info["x_real_time"])
     return info
+
+
+def _planned_shards(prepared_dir: Path) -> set[int]:
+    """The shards prepare's plan (shards.csv) lists; empty when there is no plan."""
+    from acoustic_mlm.prepare import PLAN, read_plan
+
+    if not (Path(prepared_dir) / PLAN).is_file():
+        return set()
+    return {int(k) for k in read_plan(prepared_dir)["shard"]}
 
 
 def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
