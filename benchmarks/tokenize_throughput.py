@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import statistics
 import sys
@@ -57,7 +56,7 @@ from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.tokenizer import (
     SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches, pick_device,
 )  # fmt: skip
-from acoustic_mlm.utils import keep_freed_memory, set_threads
+from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads
 
 PLAIN = "plain"
 BANDWIDTH = 6.0  # kbps: 8 codebooks, as the stage and MERT use
@@ -312,22 +311,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def machine(device: torch.device) -> dict:
-    info = {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": str(device),
-        "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-    }
-    if hasattr(os, "getloadavg"):
-        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
 def compare_allocators(argv: list[str], rounds: int) -> dict:
     """The allocator cannot be switched back within a process (mallopt fixes glibc's adaptive
     threshold), so each run is its own process: default, keep, keep, default, ... (order
@@ -382,7 +365,7 @@ def main(argv=None) -> dict:
     set_threads(args.threads)
     device = pick_device(args.device)
     t_start = time.perf_counter()
-    info = machine(device)
+    info = machine_info(device)
 
     lengths = clip_lengths(args.clips, args.min_seconds, args.max_seconds, args.seed)
     audio, clips = make_corpus(args.audio, lengths, args.seed)

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -42,7 +40,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm.model import init_bert_params
 from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
 from acoustic_mlm.train import autocast, optimizer_step, pick_device
-from acoustic_mlm.utils import set_threads
+from acoustic_mlm.utils import machine_info, set_threads
 
 BASELINE = "baseline"
 H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H200 (SXM) dense bf16 tensor-core peak
@@ -361,22 +359,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def machine(device: torch.device) -> dict:
-    info = {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": str(device),
-        "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-    }
-    if hasattr(os, "getloadavg"):
-        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     cfg = C.load(args.config)
@@ -398,7 +380,7 @@ def main(argv=None) -> dict:
     frames_per_step = t.accum_steps * t.batch_size * frames
     flops = t.accum_steps * model_flops(m, t.batch_size, frames, n_masked, args.scope)
     models = trainees(cfg, device)
-    info = machine(device)
+    info = machine_info(device)
     print(
         f"# {args.config}, scope {args.scope}: {t.accum_steps} x batch {t.batch_size} x {frames} frames = "
         f"{frames_per_step} frames/step{' (compiled)' if t.compile else ''} "

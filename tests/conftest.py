@@ -17,6 +17,19 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture(scope="module")
+def server():
+    """A LocalServer (tests/helpers.py) on 127.0.0.1 for the module's tests."""
+    from helpers import LocalServer
+
+    s = LocalServer()
+    s.thread.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+    s.thread.join(timeout=5)
+
+
 @pytest.fixture()
 def smoke_cfg() -> dict:
     """The smoke preset as a fresh, mutable dict."""

@@ -1,6 +1,13 @@
 """Shared test helpers (imported by test modules; pytest puts tests/ on sys.path)."""
 
+import hashlib
+import io
 import shutil
+import stat
+import tarfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 # Generated or local-only paths that a fresh clone does not have.
@@ -43,3 +50,101 @@ def tiny_config(**overrides):
     )  # fmt: skip
     base.update(overrides)
     return ModelConfig(**base)
+
+
+# A local HTTP server (127.0.0.1) with Range support and scripted failures, and the archives it serves
+
+
+class LocalServer:
+    """Serves `files[path] = bytes`; can cut the first response short or ignore Range."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.truncate_once: set[str] = set()  # first GET: full Content-Length, half the bytes, then close
+        self.ignore_range: set[str] = set()  # answer Range requests with the whole file (200)
+        self.range_from_zero: set[str] = set()  # answer Range requests with 206 from byte 0 (a broken server)
+        self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                path, rng = self.path, self.headers.get("Range")
+                server.requests.append((path, rng))
+                if path not in server.files:
+                    self.send_error(404)
+                    return
+                data = server.files[path]
+                start = 0
+                if rng and path not in server.ignore_range:
+                    start = 0 if path in server.range_from_zero else int(rng.removeprefix("bytes=").split("-")[0])
+                    if start >= len(data):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                body = data[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                if path in server.truncate_once:
+                    server.truncate_once.discard(path)
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_port}{path}"
+
+    def serve(self, path: str, data: bytes) -> str:
+        self.files[path] = data
+        return self.url(path)
+
+
+def make_zip(members: dict[str, bytes], symlinks: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            zf.writestr(info, data)
+        for name, target in (symlinks or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, target)
+    return buf.getvalue()
+
+
+def make_tar(members: dict[str, bytes], symlinks: dict[str, str] | None = None,
+             hardlinks: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for kind, links in ((tarfile.SYMTYPE, symlinks or {}), (tarfile.LNKTYPE, hardlinks or {})):
+            for name, target in links.items():
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = kind, target
+                tf.addfile(info)
+    return buf.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

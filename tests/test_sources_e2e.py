@@ -16,12 +16,8 @@ import io
 import json
 import os
 import subprocess
-import stat
 import sys
-import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +25,7 @@ import pandas as pd
 import pytest
 import soundfile as sf
 import yaml
-from helpers import copy_repo
+from helpers import copy_repo, make_tar, make_zip, sha256
 
 from acoustic_mlm import config as C
 from acoustic_mlm import synth
@@ -80,76 +76,6 @@ def url_members() -> dict[str, bytes]:
                for i, (name, (sr, ch, fmt, sub)) in enumerate(URL_CORPUS.items())}
     members["corpus/README.txt"] = b"ten clips of procedural music\n"  # not audio: fetch skips it
     return members
-
-
-def make_zip(members: dict[str, bytes]) -> bytes:
-    """A zip as Info-ZIP's `zip` writes it on Unix: regular files with mode -rw-r--r--."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members.items():
-            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))  # fixed time: the same bytes every run
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = (stat.S_IFREG | 0o644) << 16
-            zf.writestr(info, data)
-    return buf.getvalue()
-
-
-def make_tar(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-class Server:
-    """Serves `files[path] = bytes` on 127.0.0.1 in a thread; records the paths asked for."""
-
-    def __init__(self):
-        self.files: dict[str, bytes] = {}
-        self.requests: list[str] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self):
-                server.requests.append(self.path)
-                data = server.files.get(self.path)
-                if data is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):  # quiet
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def serve(self, path: str, data: bytes) -> str:
-        self.files[path] = data
-        return f"http://127.0.0.1:{self.httpd.server_port}{path}"
-
-
-@pytest.fixture(scope="module")
-def server():
-    s = Server()
-    s.thread.start()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
-    s.thread.join(timeout=5)
 
 
 # ------------------------------------------------------------------------------------------
@@ -242,7 +168,7 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
     # The archive is kept under data/downloads/ (and was downloaded once).
     assert (repo / "data" / "downloads" / "corpus.zip").read_bytes() == blob
     assert sorted(p.name for p in (repo / "data" / "downloads").iterdir()) == ["corpus.zip"]
-    assert server.requests.count("/issue4/corpus.zip") == 1
+    assert [p for p, _ in server.requests].count("/issue4/corpus.zip") == 1
 
     # Two shards, each prepared and tokenized by its own job.
     plan = read_csv(repo / "data" / "prepared" / "shards.csv")
@@ -284,7 +210,7 @@ def test_bad_download_is_refused_and_nothing_escapes(server, root, tmp_path, cas
     assert proc.returncode != 0, show(proc)
     assert "Error in rule fetch" in proc.stdout + proc.stderr, show(proc)
     # refused after the download, not before; a complete download that fails its hash is not fetched again
-    assert server.requests.count(f"/issue4/{case}/{name}") == 1
+    assert [p for p, _ in server.requests].count(f"/issue4/{case}/{name}") == 1
     error = last_error((repo / "results" / "logs" / "fetch.log").read_text())
     if case == "wrong-hash":
         assert error.startswith(f"amlm fetch: error: fetch: {url}: SHA256 hash of downloaded file"), error

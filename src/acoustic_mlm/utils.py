@@ -156,3 +156,24 @@ class Progress:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def machine_info(device) -> dict:
+    """Where a benchmark ran: versions, device, CPU count, threads, platform, load at the start."""
+    import platform
+
+    import torch
+
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+    }
+    if hasattr(os, "getloadavg"):
+        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
