@@ -127,3 +127,11 @@ def test_allocator_comparison_strips_the_options_it_sets(monkeypatch):
     assert all(c.count("--allocator") == 1 and c.count("--json") == 1 and "--compare-allocators" not in c
                and c[2:4] == ["--clips", "2"] for c in seen)
     assert result["rows"][0]["ratio_keep_to_default"] == 2.0
+
+
+def test_long_clip_benchmark_encodes_and_reports():
+    spec = importlib.util.spec_from_file_location("tokenize_long_clip", ROOT / "benchmarks" / "tokenize_long_clip.py")
+    long_clip = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(long_clip)
+    row = long_clip.one(seconds=2.0, segment_s=1.0, context_s=0.5, threads=1)
+    assert row["segment_seconds"] == 1.0 and row["seconds"] > 0 and row["peak_rss_gb"] > 0

@@ -233,6 +233,31 @@ def test_padded_batches_trim_each_clip_to_its_own_codes(calibrated, prepared):
     assert torch.equal(padded[..., : plain.shape[-1]], plain)
 
 
+def test_pieces_cut_long_clips_into_segments_with_left_context():
+    # clips of 10 and 3 frames at offsets 0 and 12 frames; segments of 4 frames, 2 frames of context
+    assert tokenizer.pieces([0, 12 * HOP], [10 * HOP, 3 * HOP], 4, 2) == [
+        (0, 4, 0, 0), (2, 6, 2, 4), (6, 4, 2, 8), (12, 3, 0, 12)]
+    assert tokenizer.pieces([0], [10 * HOP], 0, 2) == [(0, 10, 0, 0)]  # 0: never segment
+
+
+def test_long_clips_encoded_in_segments_keep_their_codes(calibrated, prepared):
+    """Segments with 1 s of left context give the whole clip's codes (the encoder forgets fast);
+    without context, each segment's codes are exactly those of the segment alone."""
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    clips = manifest[manifest["shard"] == 0]
+    audio = np.load(prepared / "shard-00000" / "audio.npy", mmap_mode="r")
+    model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
+    whole = tokenizer.encode_clips(model, audio, clips)
+    segmented = tokenizer.encode_clips(model, audio, clips, segment_frames=75, context_frames=75, batch_size=3)
+    same = (segmented == whole).mean(axis=1)
+    assert (segmented >= 0).all() and same.min() > 0.999, same  # measured: 1.0 on every level
+    bare = tokenizer.encode_clips(model, audio, clips, segment_frames=75, context_frames=0)
+    first = clips.offset.iloc[1] // HOP + 75  # the second segment of the second clip
+    with torch.no_grad():
+        alone = model.encode(torch.from_numpy(np.asarray(audio[first * HOP : (first + 75) * HOP]).copy())[None, None])
+    np.testing.assert_array_equal(bare[:, first : first + 75], alone[0][0][0].numpy())
+
+
 def test_padded_batches_are_longest_first():
     assert tokenizer.padded_batches([5, 9, 9, 1, 7], 2) == [[1, 2], [4, 0], [3]]
     assert tokenizer.padded_batches([3, 3], 8) == [[0, 1]]

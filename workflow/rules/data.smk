@@ -93,7 +93,7 @@ rule fit_tokenizer:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        tokenizer=without("tokenizer", "batch_size", "device"),
+        tokenizer=without("tokenizer", "batch_size", "device", "segment_seconds", "context_seconds"),
     log:
         "results/logs/tokenize/fit.log",
     threads: 2
@@ -115,7 +115,7 @@ rule tokenize_shard:
         cli=AMLM,
         config=CONFIGFILE,
         k=lambda wildcards: int(wildcards.shard),
-        batch=[config["tokenizer"]["batch_size"], config["tokenizer"]["device"]],
+        tokenizer=config["tokenizer"],
     log:
         "results/logs/tokenize/shard-{shard}.log",
     threads: 2
