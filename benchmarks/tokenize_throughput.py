@@ -54,8 +54,9 @@ import torch
 from acoustic_mlm import synth
 from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.tokenizer import (
-    SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches, pick_device,
+    SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches,
 )  # fmt: skip
+from acoustic_mlm.devices import pick_device
 from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads
 
 PLAIN = "plain"

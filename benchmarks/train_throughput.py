@@ -39,7 +39,8 @@ import torch.nn as nn
 from acoustic_mlm import config as C
 from acoustic_mlm.model import init_bert_params
 from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
-from acoustic_mlm.train import autocast, optimizer_step, pick_device
+from acoustic_mlm.devices import pick_device
+from acoustic_mlm.train import autocast, optimizer_step
 from acoustic_mlm.utils import machine_info, set_threads
 
 BASELINE = "baseline"

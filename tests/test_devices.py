@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from acoustic_mlm import train
+import torch
+
+from acoustic_mlm import devices
 from acoustic_mlm.devices import claim_gpu
 
 
@@ -42,21 +44,23 @@ def test_a_killed_job_frees_its_gpu(tmp_path):
 
 def test_pick_device_assigns_distinct_gpus_with_a_simulated_count(monkeypatch, tmp_path):
     monkeypatch.setenv("AMLM_GPU_LOCK_DIR", str(tmp_path))
-    monkeypatch.setattr(train.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(train.torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(train.torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
     held = claim_gpu(4, tmp_path)  # another job already runs on GPU 0
-    monkeypatch.setattr(train, "_GPU_CLAIM", None)
-    assert train.pick_device("cuda") == train.torch.device("cuda", 1)
-    assert train.pick_device("cuda") == train.torch.device("cuda", 1)  # the same claim for the whole run
+    monkeypatch.setattr(devices, "_GPU_CLAIM", None)
+    assert devices.pick_device("cuda") == torch.device("cuda", 1)
+    assert devices.pick_device("cuda") == torch.device("cuda", 1)  # the same claim for the whole run
     held.release()
-    monkeypatch.setattr(train.torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(train, "_GPU_CLAIM", None)
-    assert train.pick_device("cuda") == train.torch.device("cuda", 0)  # a scheduler gave us one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(devices, "_GPU_CLAIM", None)
+    assert devices.pick_device("cuda") == torch.device("cuda", 0)  # a scheduler gave us one GPU
 
 
 def test_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(train.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="torch sees no CUDA device"):
-        train.pick_device("cuda")
-    assert train.pick_device("auto").type == "cpu"
+        devices.pick_device("cuda")
+    with pytest.raises(ValueError, match="^'tokenizer.device' is cuda but torch sees no CUDA device"):
+        devices.pick_device("cuda", "tokenizer.device")
+    assert devices.pick_device("auto").type == "cpu"

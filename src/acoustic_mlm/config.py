@@ -160,7 +160,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
         raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by 'train.processes' ({t['processes']})")
     if t["warmup_steps"] >= t["steps"]:
         raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below 'train.steps' ({t['steps']})")
-    if int(t["crop_seconds"] * cfg["data"]["sample_rate"]) // ENCODEC_HOP < 2 * m["mask_length"]:
+    if crop_frames(cfg) < 2 * m["mask_length"]:
         raise ConfigError(f"{source}: 'train.crop_seconds' is too short for 'model.mask_length' spans")
     if cfg["tokenizer"]["mode"] == "calibrated" and cfg["tokenizer"]["calibration_frames"] < m["codebook_size"]:
         raise ConfigError(
@@ -233,3 +233,9 @@ def from_dict(cls, d: dict):
     if "betas" in d:
         d["betas"] = tuple(d["betas"])
     return cls(**d)
+
+
+def crop_frames(cfg: dict) -> int:
+    """Frames in one training crop: train.crop_seconds rounded to whole samples, then down to whole
+    EnCodec frames. Training cuts crops of this length; prepare rejects clips shorter than one."""
+    return int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // ENCODEC_HOP

@@ -1,6 +1,6 @@
-"""One GPU per training job on a multi-GPU host.
+"""One GPU per job (training, tokenization) on a multi-GPU host: `pick_device`.
 
-Snakemake's `--resources gpu=N` caps how many training jobs run at once but assigns no device:
+Snakemake's `--resources gpu=N` caps how many GPU jobs run at once but assigns no device:
 every job would use cuda:0. Each job therefore claims the first free GPU with an exclusive
 `flock` on a per-GPU lock file. The kernel drops the lock when the process ends, even on
 SIGKILL, so a killed job never leaves a GPU claimed. Under SLURM (or any scheduler that sets
@@ -14,6 +14,8 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 from .utils import log
 
@@ -62,3 +64,30 @@ def claim_gpu(n_devices: int, folder: Path | None = None, poll_s: float = 2.0, t
             log.info("all %d GPUs are claimed by other jobs (locks in %s); waiting", n_devices, folder)
             warned = True
         time.sleep(poll_s)
+
+
+_GPU_CLAIM = None  # held for the life of the process
+
+
+def pick_device(name: str, key: str = "train.device") -> torch.device:
+    """cpu, or one GPU: under torchrun the process's local rank; with several GPUs visible, the
+    first one no other job has claimed. `name`: cpu | cuda | auto, the value of config `key`."""
+    global _GPU_CLAIM
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"'{key}' is cuda but torch sees no CUDA device")
+    n = torch.cuda.device_count()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():  # torchrun: one process per GPU
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    if n == 1:
+        return torch.device("cuda", 0)
+    if _GPU_CLAIM is None:
+        _GPU_CLAIM = claim_gpu(n)
+        log.info("claimed GPU %d of %d", _GPU_CLAIM.index, n)
+    torch.cuda.set_device(_GPU_CLAIM.index)
+    return torch.device("cuda", _GPU_CLAIM.index)

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import soundfile as sf
 
-from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm.config import ENCODEC_HOP, crop_frames
 from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio  # noqa: F401  (re-exported: prepare.find_audio)
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, log, write_json
 
@@ -248,8 +248,7 @@ def shard_name(shard: int) -> str:
 
 
 def _min_samples(cfg: dict) -> int:
-    crop_frames = int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // ENCODEC_HOP  # as train.py
-    return max(1, crop_frames) * ENCODEC_HOP
+    return max(1, crop_frames(cfg)) * ENCODEC_HOP
 
 
 def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm.devices import pick_device
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, keep_freed_memory, log, set_threads, write_json
 
 SAMPLE_RATE = 24_000  # EnCodec 24 kHz
@@ -530,14 +531,6 @@ def read_prepared(prepared_dir: str | Path):
         raise TokenizerError(str(exc)) from None
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise TokenizerError("config: 'tokenizer.device' is cuda but torch sees no CUDA device")
-    return torch.device(name)
-
-
 def _check_config(cfg: dict) -> None:
     sr = cfg.get("data", {}).get("sample_rate", SAMPLE_RATE)
     if sr != SAMPLE_RATE:
@@ -609,7 +602,10 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     # the plan is encoded, so that Snakemake can ask for all of them before the manifest exists.
     clips = corpus.manifest[corpus.manifest["shard"] == int(shard)]
     audio = corpus.audio(int(shard))
-    device = pick_device(tc["device"])
+    try:
+        device = pick_device(tc["device"], "tokenizer.device")
+    except ValueError as exc:
+        raise TokenizerError(f"config: {exc}") from None
     model = load_tokenizer(cfg, out_dir).to(device)
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
         shape = (n_codebooks(model), len(audio) // ENCODEC_HOP)  # (K, frames of the shard)

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from . import config as C
-from .devices import claim_gpu
+from .devices import pick_device
 from .objective import AcousticMLM, compute_mask_indices
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
@@ -140,32 +140,6 @@ def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
 
 
 # ----------------------------------------------------------------------------- device, precision
-
-
-_GPU_CLAIM = None  # held for the life of the process
-
-
-def pick_device(name: str) -> torch.device:
-    """cpu, or one GPU: with several visible, the first one no other job has claimed (devices.py)."""
-    global _GPU_CLAIM
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError("'train.device' is cuda but torch sees no CUDA device")
-    n = torch.cuda.device_count()
-    if dist.is_available() and dist.is_initialized():  # torchrun: one process per GPU
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    if n == 1:
-        return torch.device("cuda", 0)
-    if _GPU_CLAIM is None:
-        _GPU_CLAIM = claim_gpu(n)
-        log.info("claimed GPU %d of %d", _GPU_CLAIM.index, n)
-    torch.cuda.set_device(_GPU_CLAIM.index)
-    return torch.device("cuda", _GPU_CLAIM.index)
 
 
 def autocast(device: torch.device, precision: str):
@@ -363,7 +337,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = rank == 0  # with several processes only the first writes files
 
-    crop_frames = int(round(t.crop_seconds * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
+    crop_frames = C.crop_frames(cfg)
     train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
     # The validation set is fixed (crops and masks) and shared by every arm.
     v_wav, v_codes, v_mask = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
