@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from . import config as C
+from .errors import UserError
 from .utils import setup_logging
 
 DEFAULT_CONFIG = "config/config.yaml"
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(args, "verbose", False))
     try:
         dispatch(args)
-    except (C.ConfigError, ValueError, FileNotFoundError) as exc:
+    except (UserError, C.ConfigError, ValueError, FileNotFoundError) as exc:
         # Expected problems with inputs: one line, no traceback.
         print(f"amlm {args.command}: error: {exc}", file=sys.stderr)
         return 2
