@@ -36,6 +36,8 @@ def copy_repo(root: Path, dest: Path) -> Path:
     return dest
 
 
+# The presets' run names (every preset names its four arms alike); tests find the arms by these.
+RUN_NAMES = ("prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1")
 NARROW_CONV = ((8, 10, 5), (8, 8, 4), (8, 4, 4), (8, 2, 2), (8, 2, 2))  # stride 320, receptive field 345
 
 

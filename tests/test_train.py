@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
+from helpers import RUN_NAMES
+
 from acoustic_mlm import config as C
 from acoustic_mlm import train
 from acoustic_mlm.prepare import load_prepared
@@ -127,11 +129,11 @@ def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_pat
     on_disk = json.loads((seed_dir / "summary.json").read_text())
     assert on_disk["status"] == "completed" and on_disk["steps"] == 12 and on_disk["seed"] == 1
     ckpt = torch.load(seed_dir / "checkpoint.pt", weights_only=True)
-    assert ckpt["run"]["deepnorm"] and ckpt["model_config"]["norm"] == "post" and ckpt["step"] == 12
+    assert ckpt["run"]["norm"] == "deepnorm" and ckpt["model_config"]["norm"] == "deepnorm" and ckpt["step"] == 12
     assert ckpt["train_config"]["clip"] == 1.0
 
 
-@pytest.mark.parametrize("run", list(C.RUN_NAMES))
+@pytest.mark.parametrize("run", list(RUN_NAMES))
 def test_each_arm_lowers_the_loss(data_dirs, tiny_cfg, tmp_path, run):
     prepared, codes = data_dirs
     tiny_cfg["train"].update(steps=30, warmup_steps=3, log_interval=10, lr=3e-3)

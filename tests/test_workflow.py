@@ -10,9 +10,8 @@ import tomllib
 
 import pytest
 import yaml
-from helpers import copy_repo
+from helpers import copy_repo, RUN_NAMES
 
-from acoustic_mlm import config as C
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
@@ -67,7 +66,7 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    for run in C.RUN_NAMES:
+    for run in RUN_NAMES:
         assert f"train {run} " in out
     assert re.search(r"train\s+4", out)  # four training jobs in the job table
     assert f"--config {repo}/config/{preset}" in out or f"--config config/{preset}" in out
