@@ -13,6 +13,7 @@ import torch
 from helpers import RUN_NAMES
 
 from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
 from acoustic_mlm import train
 from acoustic_mlm.prepare import load_prepared
 
@@ -153,7 +154,7 @@ def test_reduced_precision_on_cpu(data_dirs, tiny_cfg, tmp_path, precision):
 
 def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
-    with pytest.raises(FileNotFoundError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
+    with pytest.raises(UserError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
     partial = tmp_path / "partial"
     shutil.copytree(codes, partial)
@@ -165,7 +166,7 @@ def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
 def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["train"]["crop_seconds"] = 3.0
-    with pytest.raises(ValueError, match="crop_seconds"):
+    with pytest.raises(UserError, match="crop_seconds"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r")
 
 

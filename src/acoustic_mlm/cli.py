@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
                       "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
     p = _stage_parser(sub, "claims", "check the figure's claims on the reproduced curves",
@@ -156,7 +158,7 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import train
 
         if (args.run is None) == (args.run_name is None):
-            raise ValueError("name the run once: amlm train RUN (or --run RUN)")
+            raise UserError("name the run once: amlm train RUN (or --run RUN)")
         args.run = args.run or args.run_name
         C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
         out = args.out if args.out is not None else Path("results/runs") / args.run
@@ -168,16 +170,15 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "figure":
         from . import figure
 
-        figure.run(cfg, args.curves, args.out)
+        figure.run(cfg, args.curves, args.out, reference_path=args.reference)
     elif args.command == "claims":
         from . import claims
 
-        claims.run(cfg["claims"], args.curves, args.out_json, args.out_md,
-                   split=cfg["figure"]["split"], reference_path=args.reference)
+        claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference)
     elif args.command == "compare":
-        from . import reference
+        from . import figure
 
-        reference.run(cfg, args.curves, args.out, reference_path=args.reference)
+        figure.compare(cfg, args.curves, args.out, reference_path=args.reference)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,7 +87,7 @@ class CropData(torch.utils.data.Dataset):
         manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
-            raise ValueError(
+            raise UserError(
                 f"no {split} clip holds {crop_frames} frames ({crop_frames / 75:.2f} s): "
                 "lower 'train.crop_seconds' or use longer clips"
             )
@@ -192,18 +192,18 @@ def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
     summary = Path(codes_dir) / "tokenizer.json"
     if not summary.is_file():
-        raise FileNotFoundError(f"{summary}: not found; run the tokenize stage first")
+        raise UserError(f"{summary}: not found; run the tokenize stage first")
     meta = json.loads(summary.read_text())
     if meta.get("n_codebooks", 0) < m.codebooks:
-        raise ValueError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
+        raise UserError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
     if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
-        raise ValueError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
+        raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
                          f"'model.codebook_size' ({m.codebook_size})")
     for k in corpus.shards:
         codes = shard_codes(codes_dir, k)
         frames = len(corpus.audio(k)) // C.ENCODEC_HOP
         if codes.ndim != 2 or codes.shape[0] < m.codebooks or codes.shape[1] != frames:
-            raise ValueError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
+            raise UserError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
                              f"({m.codebooks}+, {frames}) for its shard's audio; rerun tokenize")
 
 

@@ -1,6 +1,7 @@
 # Shared definitions: the config file the CLI reads, the CLI invocation, the arms.
 import csv
 import os
+import sys
 
 import yaml
 from pathlib import Path
@@ -51,9 +52,14 @@ wildcard_constraints:
     shard=r"\d{5}",
 
 
-def without(section, *keys):
-    """A config section minus keys that do not change results (rerun triggers use params)."""
-    return {k: v for k, v in config[section].items() if k not in keys}
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from acoustic_mlm.config import result_keys, settings  # noqa: E402  (yaml and jsonschema only: no torch)
+
+
+def settings_for(step, run=None):
+    """The settings a step's outputs depend on (acoustic_mlm.config.STEP_KEYS, the one statement of
+    them; dvc.yaml lists the same): as rule params, a changed value reruns the rule."""
+    return settings(config, result_keys(step, config, run))
 
 
 # The shards of data/prepared/shards.csv, written by the `plan` checkpoint (data.smk); until it
