@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -39,7 +40,7 @@ import soundfile as sf
 
 from acoustic_mlm.config import ENCODEC_HOP, crop_frames
 from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio  # noqa: F401  (re-exported: prepare.find_audio)
-from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, log, write_json
+from acoustic_mlm.utils import OutOfSpaceError, Progress, atomic_dir, atomic_path, is_out_of_space, log, write_json
 
 MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
@@ -222,7 +223,13 @@ class NpyWriter:
     def append(self, x: np.ndarray) -> int:
         """Write x; return its offset (in samples)."""
         offset = self.n
-        np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
+        try:
+            np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
+        except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
+            if not is_out_of_space(exc):
+                raise
+            raise OutOfSpaceError(self.path, os.fstat(self.f.fileno()).st_size,
+                                  self.header_bytes + 4 * (self.n + len(x))) from None
         self.n += len(x)
         return offset
 

@@ -35,7 +35,7 @@ from .devices import pick_device
 from .objective import AcousticMLM, compute_mask_indices
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
-from .utils import Progress, atomic_path, log, set_threads, write_json
+from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -210,19 +210,42 @@ KEEP_STATES = 2  # the latest and the one before it, in case the latest is damag
 
 
 def save_state(state_dir: Path, step: int, state: dict) -> None:
-    """Write the resumable state atomically, then drop all but the newest KEEP_STATES."""
+    """Write the resumable state atomically with its sha256 beside it (step-N.pt.sha256, in place
+    before the state appears), then drop all but the newest KEEP_STATES."""
     path = Path(state_dir) / f"step-{step:09d}.pt"
-    with atomic_path(path) as tmp:
+    tensors, stack = [], [state]
+    while stack:  # the bytes its tensors hold: what a full disk or a size limit is told it needs
+        node = stack.pop()
+        if isinstance(node, torch.Tensor):
+            tensors.append(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    with atomic_path(path, needed=sum(t.numel() * t.element_size() for t in tensors)) as tmp:
         torch.save(state, tmp)
+        with atomic_path(path.with_name(path.name + ".sha256")) as side:
+            side.write_text(f"{file_sha256(tmp)}  {path.name}\n")  # sha256sum's format: `sha256sum -c` checks it
     for old in sorted(path.parent.glob("step-*.pt"))[:-KEEP_STATES]:
         old.unlink()
+        old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 
 
 def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
-    """The newest readable state in state_dir, or None. A truncated or corrupt file (a kill
-    during a write cannot make one, but a full disk or a bad copy can) is skipped with a warning
-    and the previous one is used."""
+    """The newest intact state in state_dir, or None. A state whose content does not match the
+    sha256 written beside it (a bad copy, a flipped bit), that has none, or that cannot be read is
+    skipped with a warning and the previous one is used."""
     for path in sorted(Path(state_dir).glob("step-*.pt"), reverse=True):
+        side = path.with_name(path.name + ".sha256")
+        try:
+            expected, actual = side.read_text().split()[0], file_sha256(path)
+        except (OSError, IndexError) as exc:
+            log.warning("resume: %s has no readable checksum (%s); trying the previous state", path,
+                        str(exc).splitlines()[0] if str(exc) else "empty")
+            continue
+        if actual != expected:
+            log.warning("resume: %s does not match its checksum %s (damaged); trying the previous state", path, side.name)
+            continue
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file means: try the previous one
