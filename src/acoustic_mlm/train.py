@@ -324,7 +324,8 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     finals = [s["final_train_loss_cb0"] for s in summaries]
     summary = {
         "run": rc.name, "label": rc.label, "seeds": list(rc.seeds),
-        "status": "completed" if all(s["status"] == "completed" for s in summaries) else "diverged",
+        "status": run_status([s["status"] for s in summaries]),
+        "nonfinite_steps": int(sum(s["nonfinite_steps"] for s in summaries)),
         "final_train_loss_cb0": float(np.mean(finals)),
         "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
         "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
@@ -523,24 +524,35 @@ class _Accumulator:
         return row
 
 
+COMPLETED_WITH_NONFINITE = "completed_with_nonfinite"  # every step ran, some updates skipped as non-finite
+
+
+def run_status(statuses: list[str]) -> str:
+    """An arm's status from its seeds': the worst of completed < completed_with_nonfinite < diverged."""
+    order = ["completed", COMPLETED_WITH_NONFINITE, "diverged"]
+    return max(statuses, key=order.index)
+
+
 def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
     """Scalars for `dvc metrics show`: final losses (mean of the last 3 rows), clipping, status."""
     tail = metrics[np.isfinite(metrics["train_loss_cb0"])].tail(3)  # a diverged run: its last finite rows
     steps_per_row = metrics["step"].diff().fillna(metrics["step"].iloc[0])
     diverged = bool(metrics["diverged"].any())
+    nonfinite = int(metrics["nonfinite"].iloc[-1])
     return {
         "run": rc.name,
         "label": rc.label,
         "seed": t.seed,
         "steps": int(metrics["step"].iloc[-1]),
-        "status": "diverged" if diverged else "completed",
+        # a skipped non-finite update is not a clean run: say so rather than "completed"
+        "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
         "diverged_at_step": int(metrics["step"].iloc[-1]) if diverged else None,
         "final_train_loss_cb0": float(tail["train_loss_cb0"].mean()),
         "final_valid_loss_cb0": float(tail["valid_loss_cb0"].mean()),
         "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
         "max_grad_norm": float(metrics["grad_norm_max"].max()),
         "clipped_frac": float((metrics["clip_frac"] * steps_per_row).sum() / steps_per_row.sum()),
-        "nonfinite_steps": int(metrics["nonfinite"].iloc[-1]),
+        "nonfinite_steps": nonfinite,
         "overflow_skips": int(metrics["overflow_skips"].iloc[-1]),
         "wall_time_s": float(metrics["wall_time"].iloc[-1]),
     }
