@@ -376,8 +376,11 @@ def check_labels(cfg: dict, source: str = "config") -> None:
     labels = {name: run["label"] for name, run in cfg["runs"].items() if "$" in run["label"]}
     if not labels:
         return  # plain text: nothing to parse (and no matplotlib import)
-    from matplotlib import cbook
-    from matplotlib.mathtext import MathTextParser
+    try:
+        from matplotlib import cbook
+        from matplotlib.mathtext import MathTextParser
+    except ImportError:  # e.g. Snakemake's own environment; every amlm stage has matplotlib and checks again
+        return
 
     parser = MathTextParser("path")
     for name, label in labels.items():
