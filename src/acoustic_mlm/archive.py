@@ -35,6 +35,8 @@ from typing import Callable
 import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to read Deflate64, as FMA's zips need)
 import zipfile  # isort: skip
 
+from .utils import OutOfSpaceError, is_out_of_space
+
 _DRIVE = re.compile(r"^[A-Za-z]:")
 # What reading a damaged archive raises (zip: bad CRC, unsupported method; gzip/xz: bad stream).
 _READ_ERRORS = (zipfile.BadZipFile, tarfile.TarError, EOFError, NotImplementedError, RuntimeError,
@@ -297,7 +299,11 @@ def extract(archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name
                     budget.copy(src, out, m)
             except UnsafeArchiveError:
                 raise
-            except _READ_ERRORS as exc:  # also OSError: a full disk is reported in one line too
+            except OSError as exc:
+                if is_out_of_space(exc):  # a full disk: the path and the bytes this member needs
+                    raise OutOfSpaceError(target, target.stat().st_size if target.exists() else 0, m.size) from None
+                raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({_one_line(exc)})") from None
+            except _READ_ERRORS as exc:
                 raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({_one_line(exc)})") from None
             done.files.append(rel)
             done.bytes += m.size

@@ -247,7 +247,7 @@ def crop_frames(cfg: dict) -> int:
 
 MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
 ENCODEC_CODEBOOK_SIZE = 1024  # codes per EnCodec RVQ codebook (encodec/model.py: bins=1024)
-ENCODEC_FRAME_RATE = 75  # EnCodec 24 kHz frames per second (24000 / 320)
+ENCODEC_FRAME_RATE = 24000 // ENCODEC_HOP  # EnCodec 24 kHz frames per second (75)
 
 
 class _StrictLoader(yaml.SafeLoader):
