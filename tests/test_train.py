@@ -214,3 +214,30 @@ def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
                       prepared, codes, tmp_path / "e", threads=1)
     # compiled kernels round differently, nothing more
     assert summary["final_train_loss_cb0"] == pytest.approx(eager["final_train_loss_cb0"], abs=0.05)
+
+
+def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cfg, tmp_path, monkeypatch):
+    """A run that skipped non-finite updates without diverging says so: its status is
+    completed_with_nonfinite (per seed and for the arm) and it counts them."""
+    from acoustic_mlm.objective import AcousticMLM
+
+    real_forward = AcousticMLM.forward
+    calls = {"n": 0}
+
+    def two_bad_steps(self, wav, codes, mask):
+        out = real_forward(self, wav, codes, mask)
+        calls["n"] += self.training
+        if self.training and calls["n"] in (4, 9):  # training steps 4 and 9 only
+            return out._replace(loss=out.loss * float("nan"))
+        return out
+
+    monkeypatch.setattr(AcousticMLM, "forward", two_bad_steps)
+    tiny_cfg["train"].update(steps=12, max_nonfinite=5)
+    prepared, codes = data_dirs
+    summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    assert summary["status"] == train.COMPLETED_WITH_NONFINITE and summary["nonfinite_steps"] == 2
+    assert summary["per_seed"]["1"]["status"] == train.COMPLETED_WITH_NONFINITE
+    assert summary["per_seed"]["1"]["steps"] == 12 and summary["per_seed"]["1"]["diverged_at_step"] is None
+    assert train.run_status(["completed", "completed_with_nonfinite"]) == "completed_with_nonfinite"
+    assert train.run_status(["completed_with_nonfinite", "diverged"]) == "diverged"
+    assert train.run_status(["completed", "completed"]) == "completed"

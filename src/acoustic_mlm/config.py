@@ -153,6 +153,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
     import jsonschema
 
     _check_renamed_keys(cfg, source)
+    check_finite(cfg, source)
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
@@ -167,6 +168,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
             key = f"{where}.{missing[0]}" if where != "<top level>" else missing[0]
             raise ConfigError(f"{source}: missing key '{key}'")
         raise ConfigError(f"{source}: '{where}': {err.message}")
+    check_integers(cfg, _schema(), source)
 
     d = cfg["data"]
     if d["source"] == "url" and not (d["url"] and d["known_hash"]):
@@ -215,6 +217,8 @@ def validate(cfg: Any, source: str = "config") -> dict:
     f = cfg["figure"]
     if f["y_min"] is not None and f["y_max"] is not None and f["y_min"] >= f["y_max"]:
         raise ConfigError(f"{source}: 'figure.y_min' must be below 'figure.y_max'")
+    check_codebooks(cfg, source)
+    check_labels(cfg, source)
     return cfg
 
 
@@ -236,11 +240,7 @@ def load(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: configuration file not found")
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return validate(cfg, source=str(path))
+    return validate(read_yaml(path), source=str(path))
 
 
 def run_config(cfg: dict, run: str) -> RunConfig:
@@ -385,3 +385,152 @@ def get(cfg: dict, dotted: str) -> Any:
 def settings(cfg: dict, keys: list[str]) -> dict:
     """{dotted key: value} for these keys: what a step's outputs depend on."""
     return {k: get(cfg, k) for k in keys}
+# ----------------------------------------------------------------------------- strict reading
+
+MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
+ENCODEC_CODEBOOK_SIZE = 1024  # codes per EnCodec RVQ codebook (encodec/model.py: bins=1024)
+ENCODEC_FRAME_RATE = 24000 // ENCODEC_HOP  # EnCodec 24 kHz frames per second (75)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses aliases and duplicate keys.
+
+    Aliases are refused outright, not capped: a configuration never needs one, and refusing the
+    first alias event ends a "billion laughs" file before anything is expanded. Duplicate keys
+    (PyYAML keeps the last silently) are refused with the key and both lines.
+    """
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(f"line {event.start_mark.line + 1}: YAML alias '*{_short(event.anchor)}' is not "
+                              "supported in a configuration; write the value out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {_short(key)!r} "
+                                  f"(first at line {first}); keep one")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _short(value, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_yaml(path: str | Path):
+    """The YAML document in `path`, read strictly: UTF-8 only, no aliases, no duplicate keys, at
+    most MAX_CONFIG_BYTES. Every refusal is one ConfigError line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); "
+                          "save the file as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
+# ----------------------------------------------------------------------------- checks the schema cannot express
+
+
+def _dotted(parts: tuple) -> str:
+    return ".".join(str(p) for p in parts) if parts else "<top level>"
+
+
+def check_finite(cfg: Any, source: str = "config", at: tuple = ()) -> None:
+    """Refuse NaN and infinity anywhere: JSON schema ranges let NaN through (every comparison is false)."""
+    if isinstance(cfg, float) and not math.isfinite(cfg):
+        raise ConfigError(f"{source}: '{_dotted(at)}' is {cfg}; it must be a finite number")
+    if isinstance(cfg, dict):
+        for k, v in cfg.items():
+            check_finite(v, source, at + (k,))
+    elif isinstance(cfg, list):
+        for i, v in enumerate(cfg):
+            check_finite(v, source, at + (i,))
+
+
+def check_integers(cfg: Any, schema: dict, source: str = "config", at: tuple = ()) -> None:
+    """Refuse a float where the schema asks for an integer. JSON schema counts 150.0 as an
+    integer, but the code would receive a float (range(150.0) fails deep inside training)."""
+    kind = schema.get("type")
+    wants_int = kind == "integer" or (isinstance(kind, list) and "integer" in kind) or (
+        isinstance(schema.get("const"), int) and not isinstance(schema.get("const"), bool))
+    if isinstance(cfg, float) and wants_int:
+        raise ConfigError(f"{source}: '{_dotted(at)}' is {cfg!r}; it must be a whole number, written without "
+                          "a decimal point")
+    if isinstance(cfg, dict):
+        props, other = schema.get("properties", {}), schema.get("additionalProperties")
+        for k, v in cfg.items():
+            sub = props.get(k, other if isinstance(other, dict) else None)
+            if sub is not None:
+                check_integers(v, sub, source, at + (k,))
+    elif isinstance(cfg, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(cfg):
+            check_integers(v, schema["items"], source, at + (i,))
+
+
+def encodec_codebooks(bandwidth: float) -> int:
+    """Codebooks EnCodec 24 kHz uses at `bandwidth` kbps: each costs log2(1024) bits x 75 Hz =
+    0.75 kbps (encodec/quantization/vq.py, get_num_quantizers_for_bandwidth), so 1.5/3/6/12/24
+    kbps give 2/4/8/16/32."""
+    per_codebook = math.log2(ENCODEC_CODEBOOK_SIZE) * ENCODEC_FRAME_RATE / 1000
+    return max(1, math.floor(bandwidth / per_codebook + 1e-9))
+
+
+def check_codebooks(cfg: dict, source: str = "config") -> None:
+    """The model predicts codebooks the tokenizer will write (known before tokenize runs)."""
+    m, bandwidth = cfg["model"], float(cfg["tokenizer"]["bandwidth"])
+    have = encodec_codebooks(bandwidth)
+    if m["codebooks"] > have:
+        raise ConfigError(
+            f"{source}: 'model.codebooks' is {m['codebooks']} but 'tokenizer.bandwidth' {bandwidth:g} kbps gives "
+            f"{have} codebooks (EnCodec 24 kHz: 1.5/3/6/12/24 kbps give 2/4/8/16/32); lower model.codebooks "
+            "or raise tokenizer.bandwidth"
+        )
+    if m["codebook_size"] < ENCODEC_CODEBOOK_SIZE:
+        raise ConfigError(f"{source}: 'model.codebook_size' is {m['codebook_size']} but EnCodec codes run from 0 "
+                          f"to {ENCODEC_CODEBOOK_SIZE - 1}; set it to {ENCODEC_CODEBOOK_SIZE}")
+
+
+def check_labels(cfg: dict, source: str = "config") -> None:
+    """Every arm's label is drawn once with matplotlib's mathtext parser, as the figure will draw it
+    in its legend, so a label it cannot render fails now rather than after training."""
+    labels = {name: run["label"] for name, run in cfg["runs"].items() if "$" in run["label"]}
+    if not labels:
+        return  # plain text: nothing to parse (and no matplotlib import)
+    try:
+        from matplotlib import cbook
+        from matplotlib.mathtext import MathTextParser
+    except ImportError:  # e.g. Snakemake's own environment; every amlm stage has matplotlib and checks again
+        return
+
+    parser = MathTextParser("path")
+    for name, label in labels.items():
+        if not cbook.is_math_text(label):  # an odd number of unescaped '$' is drawn as plain text
+            continue
+        try:
+            parser.parse(label)
+        except ValueError as exc:
+            why = " ".join([line for line in str(exc).splitlines() if line.strip()][-1].split())
+            raise ConfigError(f"{source}: 'runs.{name}.label' \"{_short(label)}\" cannot be drawn by matplotlib "
+                              f"({why}); fix the math or write a literal dollar sign as \\$") from None
