@@ -94,7 +94,11 @@ def test_dvc_stages_call_the_same_commands_as_the_rules(root):
     dvc = yaml.safe_load((root / "dvc.yaml").read_text())
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     stages = dvc["stages"]
-    assert set(stages) == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "compare"}
+    assert set(stages) == {"check_config", "fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims",
+                           "compare"}
+    # Snakemake runs the same check while it parses the workflow (common.smk), DVC as its first stage
+    assert "amlm_config.load(CONFIGFILE)" in rules
+    del stages["check_config"]
     for name, stage in stages.items():
         cmd = (stage.get("do") or stage)["cmd"]
         sub = cmd.split()[1]
@@ -170,6 +174,9 @@ def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
 
     cfg = C.load(root / "config" / preset)
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    check = stages.pop("check_config")  # the first stage: every key, so an invalid file stops DVC first
+    assert check["params"] == [{"config/config.yaml": None}] and check["cmd"].startswith("amlm validate")
+    assert all("results/config_check.txt" in s.get("do", s)["deps"] for s in stages.values())
     assert set(stages) == set(C.DVC_STAGES)
     run = RUN_NAMES[2]
     for name, stage in stages.items():

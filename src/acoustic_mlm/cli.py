@@ -119,7 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
 
-    _stage_parser(sub, "validate", "check a configuration file", "Validate --config against the schema and rules; exit 0 if valid.")
+    p = _stage_parser(sub, "validate", "check a configuration file",
+                      "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
+                      "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
+                      "invalid config stops `dvc repro` before any stage deletes its outputs.")
+    p.add_argument("--out", type=Path, default=None, help="marker file to write when the config is valid")
     return parser
 
 
@@ -128,6 +132,11 @@ def dispatch(args: argparse.Namespace) -> None:
     threads = args.threads if args.threads is not None else cfg["train"]["threads"]
     if args.command == "validate":
         print(f"{args.config}: valid ({len(cfg['runs'])} runs: {', '.join(cfg['runs'])})")
+        if args.out is not None:
+            from .utils import atomic_path
+
+            with atomic_path(args.out) as tmp:  # constant content: a valid change reruns nothing downstream
+                tmp.write_text("the configuration is valid\n")
     elif args.command == "fetch":
         from . import fetch
 
