@@ -5,7 +5,7 @@ cross-entropy on masked frames only, reported in bits as fairseq logs it.
 
 Tensor axes, used throughout:
     B batch, L waveform samples (L = 320 T), T frames (75 Hz), K codebooks, V codebook size,
-    D transformer width, F final (projection) width, N masked frames in the batch.
+    D transformer width, F final (projection) width, N = B T frames in the batch.
 """
 
 from __future__ import annotations
@@ -102,20 +102,28 @@ class MLMOutput(NamedTuple):
     loss: torch.Tensor  # scalar to backprop: sum_k CE_k (nats) + feature_penalty_weight * penalty
     bits: torch.Tensor  # (K,) detached: per-codebook mean masked cross-entropy in bits
     feature_penalty: torch.Tensor  # detached scalar, unweighted
-    n_masked: int  # masked frames in the batch (N)
+    n_masked: torch.Tensor  # detached scalar: masked frames in the batch (a tensor: reading it syncs a GPU)
 
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-codebook mean cross-entropy in nats: logits (N, K, V), targets (N, K) -> (K,)."""
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-codebook mean cross-entropy in nats over the frames with weight 1 (None: every frame).
+
+    logits (N, K, V), targets (N, K), weights (N,) of 0 / 1 -> (K,): sum_n w_n CE_nk / sum_n w_n.
+    Every frame is scored and the unmasked ones weighted 0, so the shapes never depend on the
+    mask: no boolean indexing, no host sync, one compiled graph for every batch. An all-zero
+    mask gives 0 / 0 = NaN, which the training loop's finite-loss check skips.
+    """
     ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (N, K)
-    return ce.mean(dim=0)  # (K,)
+    if weights is None:
+        return ce.mean(dim=0)  # (K,)
+    return (ce * weights.unsqueeze(1)).sum(dim=0) / weights.sum()  # (K,)
 
 
 class AcousticMLM(nn.Module):
     """MERT's acoustic MLM: backbone + per-codebook heads; forward returns the loss as MLMOutput.
 
-    forward(wav (B, L), codes (B, K, T) long, mask (B, T) bool). Logits are computed only at
-    masked frames; unmasked frames do not enter the loss.
+    forward(wav (B, L), codes (B, K, T) long, mask (B, T) bool). Logits are computed at every
+    frame; only masked frames enter the loss (unmasked ones are weighted 0).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -132,12 +140,9 @@ class AcousticMLM(nn.Module):
         if wav.shape[-1] != stride * T:
             raise ValueError(f"codes have T={T} frames but the waveform has {wav.shape[-1]} samples, not {stride} T")
         h, penalty = self.encoder(wav, mask)  # (B, T, D), scalar
-        n_masked = int(mask.sum())
-        if n_masked == 0:
-            raise ValueError("mask selects no frames: the loss is undefined")
-        hm = h[mask]  # (N, D)
-        targets = codes.transpose(1, 2)[mask]  # (N, K)
-        logits = self.heads(hm, self.cfg.logit_temp)  # (N, K, V)
-        ce = masked_cross_entropy(logits, targets)  # (K,) nats
+        weights = mask.reshape(B * T).float()  # (N,) 1 = masked frame
+        targets = codes.transpose(1, 2).reshape(B * T, K)  # (N, K)
+        logits = self.heads(h.reshape(B * T, -1), self.cfg.logit_temp)  # (N, K, V)
+        ce = masked_cross_entropy(logits, targets, weights)  # (K,) nats
         loss = ce.sum() + self.cfg.feature_penalty * penalty
-        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), n_masked)
+        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), weights.sum().detach())
