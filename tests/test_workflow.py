@@ -82,7 +82,7 @@ def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
     assert re.search(r"preflight --config config/paper\.yaml --threads \d+ --out results", out), out
     assert not re.search(r"\btrain\s+\d", out)  # no data or training jobs: preflight needs none
     proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1"], cwd=repo, capture_output=True, text=True)
-    assert proc.returncode == 0 and "preflight" not in proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "rule preflight" not in proc.stdout + proc.stderr
 
 
 def test_snakemake_refuses_command_line_overrides(root, tmp_path):
