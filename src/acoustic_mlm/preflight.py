@@ -86,6 +86,11 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
     return None
 
 
+def update_ms_at(flops: float, peak: float, utilisation: float) -> float:
+    """A projection, not a measurement: ms for `flops` model FLOPs at `utilisation` of a `peak` TFLOP/s device."""
+    return flops / (peak * 1e12 * utilisation) * 1000.0
+
+
 def micro_batches_per_update(batch_size: int, accum_steps: int, processes: int, micro_batch: int) -> int:
     """Micro-batches each process runs per update: its share of the global batch / the micro-batch."""
     crops = batch_size * accum_steps // processes
