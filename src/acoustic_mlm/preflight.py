@@ -408,7 +408,7 @@ def _fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, b
         except torch.OutOfMemoryError:
             tried_out.append(mb)
             log.info("preflight: micro-batch %d does not fit on %s", mb, device)
-            _free(device)
+        _free(device)  # outside the except block: its traceback no longer holds the failed attempt's tensors
     raise UserError(f"preflight: the model does not fit on {device} even at micro-batch 1")
 
 
