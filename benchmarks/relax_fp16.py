@@ -61,8 +61,8 @@ def one_pass(model: AcousticMLM, batch, device: torch.device, precision: str) ->
         for h in hooks:
             h.remove()
     grads_finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
-    return {"loss": float(out.loss), "loss_cb0_bits": float(out.bits[0]), "layers_overflowed": sum(overflowed),
-            "layers": len(overflowed), "loss_finite": math.isfinite(float(out.loss)), "grads_finite": grads_finite}
+    return {"loss": out.loss.item(), "loss_cb0_bits": float(out.bits[0]), "layers_overflowed": sum(overflowed),
+            "layers": len(overflowed), "loss_finite": math.isfinite(out.loss.item()), "grads_finite": grads_finite}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
