@@ -183,6 +183,8 @@ def test_cpu_fit_is_linear_in_the_micro_batch():
     (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 crops per update and process"),
     (["--optimizer-steps", "3", "--micro-batches", "2"], "--optimizer-steps (3) cannot exceed --micro-batches (2)"),
     (["--gpus-per-node", "0"], "train.processes (1) exceeds --gpus-per-node (0)"),
+    (["--micro-batch", "0"], "--micro-batch must be at least 1, got 0"),
+    (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
 ])
 def test_bad_options_are_one_line_errors(root, tmp_path, capsys, args, message):
     code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), *args])

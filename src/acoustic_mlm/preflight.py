@@ -445,7 +445,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
                         "one run's processes share one node (torchrun --standalone)")
     crops_per_process = t0.batch_size * t0.accum_steps // processes
     preset_micro = t0.batch_size // processes
-    mb = micro_batch or preset_micro
+    mb = preset_micro if micro_batch is None else micro_batch
     if mb < 1:
         raise UserError(f"preflight: --micro-batch must be at least 1, got {mb}")
     micro_batches_per_update(t0.batch_size, t0.accum_steps, processes, mb)  # refuses a micro-batch that does not divide
