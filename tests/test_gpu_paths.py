@@ -186,8 +186,13 @@ def test_static_masked_loss_equals_the_selection(arm):
     m = tiny_config(**ARMS[arm])
     model = AcousticMLM(m)
     wav, codes, mask = batch(m)
+    model.static_shapes = True
     out = model(wav, codes, mask)
     loss, bits = selected_loss(model, wav, codes, mask)
+    model.static_shapes = False  # the model's own selection path is the helper's computation exactly
+    selected = model(wav, codes, mask)
+    assert torch.equal(selected.loss, loss) and torch.equal(selected.bits, bits.detach())
+    assert torch.equal(selected.n_masked, out.n_masked)
     assert torch.allclose(out.bits, bits.detach(), rtol=1e-6, atol=0)
     assert out.loss.item() == pytest.approx(loss.item(), rel=1e-6)
     assert out.loss.item() == pytest.approx(out.bits.sum().item() * LN2 + m.feature_penalty * out.feature_penalty.item(),
@@ -212,6 +217,10 @@ class _HostSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if str(func) in self.SYNCS:
             self.seen.append(str(func))
+        elif str(func).startswith(("aten.index.", "aten.index_put")) and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ()
+        ):
+            self.seen.append(f"{func} with a boolean index")  # its output shape depends on the mask's values
         return func(*args, **(kwargs or {}))
 
 
@@ -219,6 +228,7 @@ class _HostSyncs(TorchDispatchMode):
 def test_forward_and_backward_have_no_host_sync(precision):
     m = tiny_config(attn_relax=True)
     model = AcousticMLM(m)
+    model.static_shapes = True  # what a GPU runs (CPU eager selects the masked frames: a free host read there)
     wav, codes, mask = batch(m)
     with _HostSyncs() as syncs:
         with train.autocast(torch.device("cpu"), precision):
@@ -229,6 +239,22 @@ def test_forward_and_backward_have_no_host_sync(precision):
     with _HostSyncs() as syncs:
         bool(torch.isfinite(out.loss.detach()))
     assert syncs.seen == ["aten._local_scalar_dense.default"]
+    model.static_shapes = False
+    with _HostSyncs() as syncs:
+        model(wav, codes, mask)
+    assert syncs.seen  # the selection's boolean indexing: the check above can see a host sync
+
+
+def test_static_shapes_on_gpus_and_under_compile():
+    """Eager on CPU the model selects the masked frames; a GPU tensor or torch.compile takes the static path."""
+    m = tiny_config()
+    model = AcousticMLM(m)
+    wav, codes, mask = batch(m)
+    with _HostSyncs() as syncs:
+        model(wav, codes, mask)
+    assert "aten.index.Tensor with a boolean index" in syncs.seen  # h[mask]
+    explanation = torch._dynamo.explain(model)(wav, codes, mask)  # traced: static, so no graph break
+    assert explanation.graph_break_count == 0
 
 
 def test_evaluate_weights_by_masked_frames():
