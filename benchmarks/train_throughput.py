@@ -242,12 +242,8 @@ def relax_twins(cfg: dict) -> dict[str, str]:
     runs = cfg["runs"]
     twins = {}
     for name, r in runs.items():
-        if r["attn_relax"]:
-            same = [
-                o
-                for o, x in runs.items()
-                if not x["attn_relax"] and (x["norm"], x["deepnorm"]) == (r["norm"], r["deepnorm"])
-            ]
+        if r["attention"] == "pb_relax":
+            same = [o for o, x in runs.items() if x["attention"] == "softmax" and x["norm"] == r["norm"]]
             same.sort(key=lambda o: runs[o]["clip"] != r["clip"])  # same clip first (it costs nothing anyway)
             if same:
                 twins[name] = same[0]

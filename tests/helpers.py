@@ -21,7 +21,8 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
     return ignored
 
 _GENERATED = ("data/raw", "data/prepared", "data/codes", "data/downloads", "results/runs", "results/logs",
-              "results/figures", "results/loss_curves.csv", "results/claims.json", "results/claims.md")
+              "results/figures", "results/loss_curves.csv", "results/claims.json", "results/claims.md",
+              "results/config_check.txt")
 
 
 def copy_repo(root: Path, dest: Path) -> Path:
@@ -36,6 +37,8 @@ def copy_repo(root: Path, dest: Path) -> Path:
     return dest
 
 
+# The presets' run names (every preset names its four arms alike); tests find the arms by these.
+RUN_NAMES = ("prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1")
 NARROW_CONV = ((8, 10, 5), (8, 8, 4), (8, 4, 4), (8, 2, 2), (8, 2, 2))  # stride 320, receptive field 345
 
 

@@ -14,11 +14,13 @@ import torch.nn as nn
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
+from helpers import RUN_NAMES
+
 from acoustic_mlm import config as C
 from acoustic_mlm.flops import step_flops
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = list(C.RUN_NAMES)
+RUNS = list(RUN_NAMES)
 
 
 def _load_benchmark():

@@ -14,7 +14,7 @@ PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "gpu-small.yaml"]
 @pytest.mark.parametrize("name", PRESETS)
 def test_presets_are_complete_and_valid(root, name):
     cfg = C.load(root / "config" / name)
-    assert list(cfg["runs"]) == list(C.RUN_NAMES)
+    assert [r["role"] for r in cfg["runs"].values()] == list(C.ROLES)
     # a complete file: the same keys as the default, section by section
     default = yaml.safe_load((root / "config" / "config.yaml").read_text())
     for section in default:
@@ -33,8 +33,9 @@ def test_arms_match_the_paper(root):
     ]
     r = cfg["runs"]
     assert (r["prenorm_clip10"]["clip"], r["prenorm_clip1"]["clip"]) == (10.0, 1.0)
-    assert r["postnorm_deepnorm_clip1"]["norm"] == "post" and r["postnorm_deepnorm_clip1"]["deepnorm"]
-    assert r["prenorm_attnrelax_clip1"]["attn_relax"] and not r["prenorm_clip1"]["attn_relax"]
+    assert r["postnorm_deepnorm_clip1"]["norm"] == "deepnorm"
+    assert [x["attention"] for x in r.values()] == ["softmax", "softmax", "softmax", "pb_relax"]
+    assert [x["role"] for x in r.values()] == list(C.ROLES)
 
 
 def _set(cfg, dotted, value):
@@ -54,7 +55,11 @@ def _set(cfg, dotted, value):
         ("train.steps", "many", "'train.steps'"),
         ("train.lr", -1.0, "'train.lr'"),
         ("runs.prenorm_clip10.clip", -1.0, "'runs.prenorm_clip10.clip'"),
-        ("runs.prenorm_clip1.deepnorm", True, "'runs.prenorm_clip1.deepnorm'"),
+        ("runs.prenorm_clip1.deepnorm", True, "'runs.prenorm_clip1.deepnorm' was replaced by 'norm: deepnorm'"),
+        ("runs.prenorm_clip1.attn_relax", False, "'runs.prenorm_clip1.attn_relax' was replaced by 'attention: pb_relax'"),
+        ("runs.prenorm_clip1.attention", "flash", "'runs.prenorm_clip1.attention'"),
+        ("runs.prenorm_clip1.role", "clip10", "'runs.prenorm_clip1.role' is clip10, as is 'runs.prenorm_clip10.role'"),
+        ("runs.prenorm_clip1.role", "baseline", "'runs.prenorm_clip1.role'"),
         ("runs.prenorm_clip1.norm", "sandwich", "'runs.prenorm_clip1.norm'"),
         ("model.conv_layers", [[32, 10, 5], [32, 3, 2]], "'model.conv_layers'"),
         ("model.heads", 3, "'model.dim'"),
@@ -78,17 +83,20 @@ def test_missing_key(smoke_cfg):
         C.validate(smoke_cfg)
 
 
-def test_deepnorm_with_prenorm_refused(smoke_cfg):
-    smoke_cfg["runs"]["prenorm_clip1"]["deepnorm"] = True
-    with pytest.raises(C.ConfigError, match="DeepNorm is a Post-Norm scheme"):
-        C.validate(smoke_cfg)
+def test_roles_find_arms_by_what_they_are_not_their_names(smoke_cfg):
+    smoke_cfg["runs"] = {f"arm{i}": r for i, r in enumerate(smoke_cfg["runs"].values())}  # renamed arms
+    smoke_cfg["runs"]["extra"] = {**smoke_cfg["runs"]["arm0"], "label": "an extra arm", "clip": 3.0}
+    del smoke_cfg["runs"]["extra"]["role"]  # an arm without a role is drawn, not judged
+    C.validate(smoke_cfg)
+    assert C.runs_by_role(smoke_cfg) == {"clip10": "arm0", "clip1": "arm1", "deepnorm": "arm2", "attn_relax": "arm3"}
+    assert C.run_config(smoke_cfg, "extra").role is None
 
 
 def test_arm_settings_reach_model_and_train_configs(root):
     cfg = C.load(root / "config" / "smoke.yaml")
     m = C.model_config(cfg, "postnorm_deepnorm_clip1")
-    assert (m.norm, m.deepnorm, m.attn_relax, m.stride) == ("post", True, False, 320)
-    assert C.model_config(cfg, "prenorm_attnrelax_clip1").attn_relax
+    assert (m.norm, m.attention, C.total_stride(m.conv_layers)) == ("deepnorm", "softmax", 320)
+    assert C.model_config(cfg, "prenorm_attnrelax_clip1").attention == "pb_relax"
     assert C.train_config(cfg, "prenorm_clip10").clip == 10.0
     with pytest.raises(C.ConfigError, match="no run 'nope'"):
         C.run_config(cfg, "nope")

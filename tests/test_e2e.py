@@ -13,9 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import copy_repo
+from helpers import copy_repo, RUN_NAMES
 
-from acoustic_mlm import config as C
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +45,7 @@ def _set_clip(path: Path, run: str, clip: float) -> None:
 
 def _check_outputs(repo: Path):
     curves = pd.read_csv(repo / "results" / "loss_curves.csv")
-    assert set(curves["run"]) == set(C.RUN_NAMES)
+    assert set(curves["run"]) == set(RUN_NAMES)
     cb0 = curves[(curves.split == "train") & (curves.codebook == 0)]
     for run, g in cb0.groupby("run"):
         g = g.sort_values("step")
@@ -55,7 +54,7 @@ def _check_outputs(repo: Path):
         assert last < first - 0.1, f"{run}: codebook-0 loss did not fall ({first:.3f} -> {last:.3f})"
     for f in FIGURES:
         assert (repo / f).stat().st_size > 1000
-    for run in C.RUN_NAMES:
+    for run in RUN_NAMES:
         metrics = pd.read_csv(repo / "results" / "runs" / run / "metrics.csv")
         assert {"step", "train_loss_cb0", "valid_loss_cb0", "lr", "grad_norm", "clipped", "wall_time"} <= set(metrics.columns)
     # PB-Relax is the identity in exact arithmetic: in fp32 with the same seed, data and masks the
@@ -78,7 +77,7 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     elapsed = time.monotonic() - t0
     print(f"snakemake smoke preset: {elapsed:.0f} s")
     _check_outputs(repo)
-    for run in C.RUN_NAMES:
+    for run in RUN_NAMES:
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
     # 12 clips in shards of 4: three prepare jobs and three tokenize jobs, one log each
     for stage in ("prepare", "tokenize"):
@@ -153,7 +152,17 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     assert "train@prenorm_clip10:" in status
     for stage in ("train@prenorm_clip1:", "train@postnorm_deepnorm_clip1:", "tokenize:", "prepare:", "fetch:"):
         assert stage not in status, status
+    # An invalid config stops `dvc repro` at its first stage, before any stage deletes its outputs.
+    bad = yaml.safe_load(original)
+    bad["model"]["heads"] = 3  # the width is not divisible by it: a cross-field rule, not the schema
+    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(bad, sort_keys=False))
+    proc = subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=repo, env=_env(), capture_output=True, text=True)
+    assert proc.returncode != 0 and "must be divisible by 'model.heads'" in proc.stdout + proc.stderr
+    for run in RUN_NAMES:
+        assert (repo / "results" / "runs" / run / "metrics.csv").is_file(), run
+    assert (repo / "results" / "loss_curves.csv").is_file() and (repo / "data" / "codes").is_dir()
     (repo / "config" / "config.yaml").write_text(original)
+    _run([sys.executable, "-m", "dvc", "repro"], repo)  # only the check reruns: its marker is unchanged
 
     # Round trip: push to a local remote, pull into a fresh clone, nothing to retrain.
     remote = tmp_path / "remote"

@@ -166,7 +166,7 @@ def test_block_matches_torch_transformer_encoder_layer(norm):
 def test_deepnorm_residual_is_scaled_by_alpha():
     torch.manual_seed(0)
     D, H, FF, a = 16, 4, 32, 2.5
-    block = EncoderBlock(D, H, FF, norm="post", deepnorm_alpha=a).double().eval()
+    block = EncoderBlock(D, H, FF, norm="deepnorm", deepnorm_alpha=a).double().eval()
     with torch.no_grad():
         for p in block.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -199,7 +199,7 @@ def test_deepnorm_scales_exactly_v_out_fc1_fc2_by_beta():
     torch.manual_seed(0)
     plain = TransformerEncoder(cfg)
     torch.manual_seed(0)
-    deep = TransformerEncoder(tiny_config(norm="post", layers=3, deepnorm=True))
+    deep = TransformerEncoder(tiny_config(norm="deepnorm", layers=3))
     alpha, beta = deepnorm_coefficients(3)
     scaled = deepnorm_scaled_parameters(deep)
     suffixes = ("ffn.fc1.weight", "ffn.fc2.weight", "attn.v_proj.weight", "attn.out_proj.weight")
@@ -224,16 +224,21 @@ def test_bert_init():
     assert torch.all(enc.blocks[0].ln1.weight == 1) and torch.all(enc.layer_norm.bias == 0)
 
 
-def test_deepnorm_with_prenorm_is_refused():
-    with pytest.raises(ValueError, match="deepnorm requires norm='post'"):
-        TransformerEncoder(tiny_config(norm="pre", deepnorm=True))
-    with pytest.raises(ValueError, match="deepnorm requires norm='post'"):
-        EncoderBlock(16, 4, 32, norm="pre", deepnorm_alpha=2.0)
+def test_residual_scale_only_under_deepnorm_and_unknown_axes_refused():
+    """The norm axis is one value: a DeepNorm alpha handed to a Pre- or Post-Norm block is ignored,
+    so no combination of settings can build a Pre-Norm block with a scaled residual."""
+    assert EncoderBlock(16, 4, 32, norm="pre", deepnorm_alpha=2.0).alpha == 1.0
+    assert EncoderBlock(16, 4, 32, norm="post", deepnorm_alpha=2.0).alpha == 1.0
+    assert EncoderBlock(16, 4, 32, norm="deepnorm", deepnorm_alpha=2.0).alpha == 2.0
     with pytest.raises(ValueError, match="norm must be"):
         EncoderBlock(16, 4, 32, norm="sandwich")
+    with pytest.raises(ValueError, match="norm must be"):
+        TransformerEncoder(tiny_config(norm="sandwich"))
+    with pytest.raises(ValueError, match="attention must be"):
+        TransformerEncoder(tiny_config(attention="flash"))
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("norm", ["pre", "post", "deepnorm"])
 def test_encoder_final_norm_placement(norm):
     """Pre-Norm ends on a LayerNorm; Post-Norm normalises the input of the first block."""
     torch.manual_seed(0)
@@ -243,7 +248,7 @@ def test_encoder_final_norm_placement(norm):
     out = enc(5 * torch.randn(2, 6, 32) + 3)
     rms_in = seen["in"].pow(2).mean(-1)
     rms_out = out.pow(2).mean(-1)
-    if norm == "post":
+    if norm != "pre":
         torch.testing.assert_close(rms_in, torch.ones_like(rms_in), atol=1e-3, rtol=0)
     else:
         torch.testing.assert_close(rms_out, torch.ones_like(rms_out), atol=1e-3, rtol=0)

@@ -149,8 +149,8 @@ def test_bad_inputs_are_refused():
 
 ARMS = {
     "pre": dict(norm="pre"),
-    "pre_attn_relax": dict(norm="pre", attn_relax=True),
-    "post_deepnorm": dict(norm="post", deepnorm=True),
+    "pre_attn_relax": dict(norm="pre", attention="pb_relax"),
+    "post_deepnorm": dict(norm="deepnorm"),
     "post": dict(norm="post"),
 }
 

@@ -25,9 +25,8 @@ import pandas as pd
 import pytest
 import soundfile as sf
 import yaml
-from helpers import copy_repo, make_tar, make_zip, sha256
+from helpers import copy_repo, make_tar, make_zip, sha256, RUN_NAMES
 
-from acoustic_mlm import config as C
 from acoustic_mlm import synth
 
 pytestmark = pytest.mark.e2e
@@ -147,7 +146,7 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
 
     assert (repo / FIGURE).stat().st_size > 1000
     curves = pd.read_csv(repo / "results" / "loss_curves.csv")
-    assert sorted(curves["run"].unique()) == sorted(C.RUN_NAMES)
+    assert sorted(curves["run"].unique()) == sorted(RUN_NAMES)
     cb0 = curves[(curves["split"] == "train") & (curves["codebook"] == 0)]
     for run_name, g in cb0.groupby("run"):
         assert g["step"].max() == STEPS and np.isfinite(g["loss_bits"]).all(), run_name

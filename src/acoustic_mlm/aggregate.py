@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import config as C
+from .errors import UserError
 from .utils import atomic_path, log
 
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")
@@ -22,7 +23,7 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's wide metrics table as tidy rows, one per (step, split, codebook)."""
     loss_cols = [c for c in metrics.columns if LOSS_COLUMN.match(c)]
     if "step" not in metrics.columns or not loss_cols:
-        raise ValueError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
+        raise UserError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
     if "seed" not in metrics.columns:  # a single seed's own metrics file
         metrics = metrics.assign(seed=run.seeds[0])
     long = metrics.melt(id_vars=["seed", "step"], value_vars=loss_cols, var_name="column", value_name="loss_bits")
@@ -37,7 +38,7 @@ def run(cfg: dict, runs_dir: Path, out_path: Path) -> pd.DataFrame:
     for name in cfg["runs"]:
         path = Path(runs_dir) / name / "metrics.csv"
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: metrics of run '{name}' not found; train it first")
+            raise UserError(f"{path}: metrics of run '{name}' not found; train it first")
         frames.append(tidy(pd.read_csv(path), C.run_config(cfg, name)))
     curves = pd.concat(frames, ignore_index=True)
     curves = curves.sort_values(["run", "seed", "split", "codebook", "step"], key=_run_order(cfg), kind="stable")

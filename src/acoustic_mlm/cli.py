@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
                       "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
     p = _stage_parser(sub, "claims", "check the figure's claims on the reproduced curves",
@@ -143,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-hours", type=float, default=None,
                    help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
 
-    _stage_parser(sub, "validate", "check a configuration file", "Validate --config against the schema and rules; exit 0 if valid.")
+    p = _stage_parser(sub, "validate", "check a configuration file",
+                      "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
+                      "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
+                      "invalid config stops `dvc repro` before any stage deletes its outputs.")
+    p.add_argument("--out", type=Path, default=None, help="marker file to write when the config is valid")
     return parser
 
 
@@ -152,6 +158,11 @@ def dispatch(args: argparse.Namespace) -> None:
     threads = args.threads if args.threads is not None else cfg["train"]["threads"]
     if args.command == "validate":
         print(f"{args.config}: valid ({len(cfg['runs'])} runs: {', '.join(cfg['runs'])})")
+        if args.out is not None:
+            from .utils import atomic_path
+
+            with atomic_path(args.out) as tmp:  # constant content: a valid change reruns nothing downstream
+                tmp.write_text("the configuration is valid\n")
     elif args.command == "fetch":
         from . import fetch
 
@@ -182,7 +193,7 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import train
 
         if (args.run is None) == (args.run_name is None):
-            raise ValueError("name the run once: amlm train RUN (or --run RUN)")
+            raise UserError("name the run once: amlm train RUN (or --run RUN)")
         args.run = args.run or args.run_name
         C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
         out = args.out if args.out is not None else Path("results/runs") / args.run
@@ -194,12 +205,11 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "figure":
         from . import figure
 
-        figure.run(cfg, args.curves, args.out)
+        figure.run(cfg, args.curves, args.out, reference_path=args.reference)
     elif args.command == "claims":
         from . import claims
 
-        claims.run(cfg["claims"], args.curves, args.out_json, args.out_md,
-                   split=cfg["figure"]["split"], reference_path=args.reference)
+        claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference)
     elif args.command == "preflight":
         from . import preflight
 
@@ -209,9 +219,9 @@ def dispatch(args: argparse.Namespace) -> None:
                       gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
                       full_update=args.full_update, threads=threads)
     elif args.command == "compare":
-        from . import reference
+        from . import figure
 
-        reference.run(cfg, args.curves, args.out, reference_path=args.reference)
+        figure.compare(cfg, args.curves, args.out, reference_path=args.reference)
 
 
 def main(argv: list[str] | None = None) -> int:

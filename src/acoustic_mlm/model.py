@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig
+from .config import ATTENTIONS, NORMS, ModelConfig, total_stride  # noqa: F401  (total_stride: re-exported for the front end)
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions: one per formula
@@ -34,11 +34,6 @@ def receptive_field(conv_layers) -> int:
         field += (kernel - 1) * jump
         jump *= stride
     return field
-
-
-def total_stride(conv_layers) -> int:
-    """Samples between consecutive output frames (the product of strides; 320 in every config)."""
-    return math.prod(stride for _, _, stride in conv_layers)
 
 
 def deepnorm_coefficients(n_layers: int) -> tuple[float, float]:
@@ -191,9 +186,9 @@ class FeedForward(nn.Module):
 class EncoderBlock(nn.Module):
     """One transformer layer, (B, T, D) -> (B, T, D).
 
-    norm "pre":  x = x + F(LN(x))                 (final LN after the stack, in the encoder)
-    norm "post": x = LN(alpha * x + F(x))         alpha = 1: Post-Norm (Vaswani et al. 2017)
-                                                  alpha = (2N)^(1/4): DeepNorm (arXiv 2203.00555)
+    norm "pre":      x = x + F(LN(x))             (final LN after the stack, in the encoder)
+    norm "post":     x = LN(x + F(x))             Post-Norm (Vaswani et al. 2017)
+    norm "deepnorm": x = LN(alpha * x + F(x))     alpha = (2N)^(1/4) (arXiv 2203.00555), passed in
     """
 
     def __init__(
@@ -208,12 +203,10 @@ class EncoderBlock(nn.Module):
         relax_alpha: float | None = None,
     ):
         super().__init__()
-        if norm not in ("pre", "post"):
-            raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
-        if norm == "pre" and deepnorm_alpha != 1.0:
-            raise ValueError("deepnorm requires norm='post': a residual scale alpha != 1 is a Post-Norm scheme")
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         self.norm = norm
-        self.alpha = deepnorm_alpha
+        self.alpha = deepnorm_alpha if norm == "deepnorm" else 1.0  # the residual scale; 1 but for DeepNorm
         self.attn = MultiheadSelfAttention(dim, heads, attention_dropout, relax_alpha)
         self.ffn = FeedForward(dim, ffn_dim, dropout)
         self.ln1 = nn.LayerNorm(dim, eps=1e-5)
@@ -259,19 +252,19 @@ def deepnorm_scaled_parameters(model: nn.Module) -> list[str]:
 class TransformerEncoder(nn.Module):
     """Positional conv + N blocks, (B, T, D) -> (B, T, D); wav2vec 2.0's TransformerEncoder.
 
-    Post-Norm (and DeepNorm) normalise right after adding positions (fairseq
+    Post-Norm and DeepNorm normalise right after adding positions (fairseq
     layer_norm_first=False); Pre-Norm normalises after the last block instead.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.deepnorm and cfg.norm != "post":
-            raise ValueError(f"deepnorm requires norm='post', got norm={cfg.norm!r}")
-        if cfg.norm not in ("pre", "post"):
-            raise ValueError(f"norm must be 'pre' or 'post', got {cfg.norm!r}")
+        if cfg.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {cfg.norm!r}")
+        if cfg.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {cfg.attention!r}")
         self.norm = cfg.norm
-        alpha, beta = deepnorm_coefficients(cfg.layers) if cfg.deepnorm else (1.0, 1.0)
-        relax = cfg.relax_alpha if cfg.attn_relax else None
+        alpha, beta = deepnorm_coefficients(cfg.layers) if cfg.norm == "deepnorm" else (1.0, 1.0)
+        relax = cfg.relax_alpha if cfg.attention == "pb_relax" else None
         self.pos_conv = ConvPositionalEmbedding(cfg.dim, cfg.pos_conv_kernel, cfg.pos_conv_groups)
         self.layer_norm = nn.LayerNorm(cfg.dim, eps=1e-5)  # after positions (post) or after the stack (pre)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -280,14 +273,14 @@ class TransformerEncoder(nn.Module):
             for _ in range(cfg.layers)
         )
         self.apply(init_bert_params)  # Linear and LayerNorm only; the positional conv keeps its init
-        if cfg.deepnorm:
+        if cfg.norm == "deepnorm":
             with torch.no_grad():
                 for name in deepnorm_scaled_parameters(self):
                     self.get_parameter(name).mul_(beta)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.pos_conv(x)  # (B, T, D)
-        if self.norm == "post":
+        if self.norm != "pre":
             x = self.layer_norm(x)
         x = self.dropout(x)
         for block in self.blocks:

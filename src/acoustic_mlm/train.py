@@ -9,8 +9,8 @@ steps, and at the last step:
   step, train_loss_cb{k} (bits, mean since the previous row), train_loss (objective, mean),
   valid_loss_cb{k} (bits, fixed held-out crops and masks), lr, grad_norm (total norm before
   clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
-  clip_frac (since previous row), feature_penalty, nonfinite (cumulative count of skipped
-  non-finite steps), diverged (1 on the row where train.max_nonfinite non-finite steps in a row
+  clip_frac (since previous row), clipped_steps (cumulative clipped updates), feature_penalty,
+  nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite non-finite steps in a row
   stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
   wall_time (s since start).
 """
@@ -23,7 +23,9 @@ import math
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -31,11 +33,13 @@ import torch
 import torch.distributed as dist
 
 from . import config as C
+from . import curves
 from .devices import pick_device
+from .errors import UserError
 from .objective import AcousticMLM, compute_mask_indices
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
-from .utils import Progress, atomic_path, log, set_threads, write_json
+from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -83,7 +87,7 @@ class CropData(torch.utils.data.Dataset):
         manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
-            raise ValueError(
+            raise UserError(
                 f"no {split} clip holds {crop_frames} frames ({crop_frames / 75:.2f} s): "
                 "lower 'train.crop_seconds' or use longer clips"
             )
@@ -189,18 +193,18 @@ def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
     summary = Path(codes_dir) / "tokenizer.json"
     if not summary.is_file():
-        raise FileNotFoundError(f"{summary}: not found; run the tokenize stage first")
+        raise UserError(f"{summary}: not found; run the tokenize stage first")
     meta = json.loads(summary.read_text())
     if meta.get("n_codebooks", 0) < m.codebooks:
-        raise ValueError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
+        raise UserError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
     if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
-        raise ValueError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
+        raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
                          f"'model.codebook_size' ({m.codebook_size})")
     for k in corpus.shards:
         codes = shard_codes(codes_dir, k)
         frames = len(corpus.audio(k)) // C.ENCODEC_HOP
         if codes.ndim != 2 or codes.shape[0] < m.codebooks or codes.shape[1] != frames:
-            raise ValueError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
+            raise UserError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
                              f"({m.codebooks}+, {frames}) for its shard's audio; rerun tokenize")
 
 
@@ -211,19 +215,42 @@ KEEP_STATES = 2  # the latest and the one before it, in case the latest is damag
 
 
 def save_state(state_dir: Path, step: int, state: dict) -> None:
-    """Write the resumable state atomically, then drop all but the newest KEEP_STATES."""
+    """Write the resumable state atomically with its sha256 beside it (step-N.pt.sha256, in place
+    before the state appears), then drop all but the newest KEEP_STATES."""
     path = Path(state_dir) / f"step-{step:09d}.pt"
-    with atomic_path(path) as tmp:
+    tensors, stack = [], [state]
+    while stack:  # the bytes its tensors hold: what a full disk or a size limit is told it needs
+        node = stack.pop()
+        if isinstance(node, torch.Tensor):
+            tensors.append(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    with atomic_path(path, needed=sum(t.numel() * t.element_size() for t in tensors)) as tmp:
         torch.save(state, tmp)
+        with atomic_path(path.with_name(path.name + ".sha256")) as side:
+            side.write_text(f"{file_sha256(tmp)}  {path.name}\n")  # sha256sum's format: `sha256sum -c` checks it
     for old in sorted(path.parent.glob("step-*.pt"))[:-KEEP_STATES]:
         old.unlink()
+        old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 
 
 def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
-    """The newest readable state in state_dir, or None. A truncated or corrupt file (a kill
-    during a write cannot make one, but a full disk or a bad copy can) is skipped with a warning
-    and the previous one is used."""
+    """The newest intact state in state_dir, or None. A state whose content does not match the
+    sha256 written beside it (a bad copy, a flipped bit), that has none, or that cannot be read is
+    skipped with a warning and the previous one is used."""
     for path in sorted(Path(state_dir).glob("step-*.pt"), reverse=True):
+        side = path.with_name(path.name + ".sha256")
+        try:
+            expected, actual = side.read_text().split()[0], file_sha256(path)
+        except (OSError, IndexError) as exc:
+            log.warning("resume: %s has no readable checksum (%s); trying the previous state", path,
+                        str(exc).splitlines()[0] if str(exc) else "empty")
+            continue
+        if actual != expected:
+            log.warning("resume: %s does not match its checksum %s (damaged); trying the previous state", path, side.name)
+            continue
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file means: try the previous one
@@ -286,23 +313,21 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     out_dir = Path(out_dir)
     rank, world = init_distributed(cfg["train"]["device"])
     if cfg["train"]["batch_size"] % world:
-        raise ValueError(f"'train.batch_size' ({cfg['train']['batch_size']}) must be divisible by the {world} processes")
-    summaries, frames = [], []
-    for seed in rc.seeds:
-        summary = train_seed(cfg, run_name, seed, prepared_dir, codes_dir, out_dir / "seeds" / f"seed{seed}",
-                             out_dir / STATE_DIR / f"seed{seed}", threads)
-        summaries.append(summary)
-        if rank == 0:
-            frames.append(pd.read_csv(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed))
+        raise UserError(f"'train.batch_size' ({cfg['train']['batch_size']}) must be divisible by the {world} processes")
+    summaries = [train_seed(cfg, run_name, seed, prepared_dir, codes_dir, out_dir / "seeds" / f"seed{seed}",
+                            out_dir / STATE_DIR / f"seed{seed}", threads, rank=rank, world=world)
+                 for seed in rc.seeds]
     if rank != 0:  # only the first process writes
         return summaries[0]
     shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
+    frames = [pd.read_csv(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed) for seed in rc.seeds]
     metrics = pd.concat(frames, ignore_index=True)
     metrics = metrics[["seed"] + [c for c in metrics.columns if c != "seed"]]
     finals = [s["final_train_loss_cb0"] for s in summaries]
     summary = {
         "run": rc.name, "label": rc.label, "seeds": list(rc.seeds),
-        "status": "completed" if all(s["status"] == "completed" for s in summaries) else "diverged",
+        "status": run_status([s["status"] for s in summaries]),
+        "nonfinite_steps": int(sum(s["nonfinite_steps"] for s in summaries)),
         "final_train_loss_cb0": float(np.mean(finals)),
         "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
         "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
@@ -314,34 +339,129 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     return summary
 
 
+def fingerprint(cfg: dict, run_name: str, world: int) -> dict:
+    """Everything that shapes one arm's numbers: the settings the train stage and every stage before
+    it depend on (config.result_keys), and the process count. A resumable state or a completed
+    seed (its folder names the seed) made under another fingerprint is not reused."""
+    keys = C.result_keys("train", cfg, run_name, upstream=True)
+    keys.remove(f"runs.{run_name}.seeds")  # one seed's numbers do not depend on which other seeds the arm has
+    return json.loads(json.dumps({"settings": C.settings(cfg, keys), "processes": world}))
+
+
+# ----------------------------------------------------------------------------- one seed, in named steps
+#
+#   train_seed = build -> restore -> (train_step -> record -> checkpoint)* -> finish
+
+
+@dataclass
+class Setup:
+    """What stays fixed during one seed's run: settings, model, optimizer, data."""
+
+    run_name: str
+    seed: int
+    rc: C.RunConfig
+    m: C.ModelConfig
+    t: C.TrainConfig
+    device: torch.device
+    rank: int
+    world: int
+    fingerprint: dict
+    model: torch.nn.Module  # the parameters (saved, evaluated)
+    step_model: torch.nn.Module  # what the step calls: the model, wrapped in DDP and/or compiled
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    train_data: CropData
+    valid: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # fixed held-out (wav, codes, mask)
+    rows_at: set[int]  # steps that get a metrics row
+    out_dir: Path
+    state_dir: Path
+
+    @property
+    def writer(self) -> bool:  # with several processes only the first writes files
+        return self.rank == 0
+
+
+@dataclass
+class Loop:
+    """What changes as the seed trains; all of it is in the resumable state."""
+
+    acc: "_Accumulator"
+    step: int = 0  # the last completed step
+    rows: list = field(default_factory=list)
+    nonfinite: int = 0  # updates skipped for a non-finite loss
+    streak: int = 0  # ... in a row
+    overflow: int = 0  # fp16 updates skipped by the loss scaler
+    clipped: int = 0  # updates whose gradient norm was clipped
+    elapsed: float = 0.0  # seconds of training before this process started
+    diverged_at: int | None = None
+
+    def state(self) -> dict:
+        return {"step": self.step, "rows": self.rows, "nonfinite": self.nonfinite, "streak": self.streak,
+                "overflow": self.overflow, "clipped": self.clipped, "elapsed": self.elapsed,
+                "accumulator": self.acc.state()}
+
+
+class StepResult(NamedTuple):
+    lr: float
+    grad_norm: float  # total norm before clipping (NaN when the update was skipped)
+    clipped: bool
+
+
 def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Path, out_dir: Path,
-               state_dir: Path, threads: int | None = None) -> dict:
+               state_dir: Path, threads: int | None = None, rank: int = 0, world: int = 1) -> dict:
     """Train one arm with one seed; write metrics.csv, checkpoint.pt and summary.json into out_dir."""
-    rc = C.run_config(cfg, run_name)
-    m = C.model_config(cfg, run_name)
-    t = C.train_config(cfg, run_name, seed)
-    set_threads(threads if threads is not None else t.threads)
-    rank, world = init_distributed(t.device)
-    device = pick_device(t.device)
-    out_dir, state_dir = Path(out_dir), Path(state_dir)
-    corpus = load_prepared(prepared_dir)
-    check_codes(codes_dir, corpus, m)
-    # Everything that shapes the numbers; a state or result made under other settings is not reused.
-    fingerprint = {"model": C.to_dict(m), "train": {**C.to_dict(t), "threads": None, "workers": None},
-                   "label": rc.label, "data": cfg["data"], "tokenizer": cfg["tokenizer"], "processes": world}
+    set_threads(threads if threads is not None else cfg["train"]["threads"])
+    out_dir = Path(out_dir)
+    done = _completed(out_dir, fingerprint(cfg, run_name, world))
+    if done is not None:
+        log.info("train %s seed %d: already complete in %s", run_name, seed, out_dir)
+        return done
+    s = build(cfg, run_name, seed, prepared_dir, codes_dir, out_dir, state_dir, rank, world)
+    loop = restore(s)
+    t = s.t
+    t0 = time.monotonic() - loop.elapsed
+    loader = iter(batches(s.train_data, loop.step * t.accum_steps, t.steps * t.accum_steps, t.workers,
+                          pin=s.device.type == "cuda"))
+    with Progress(t.steps, f"train {run_name}", unit="step", stream=None if s.writer else open(os.devnull, "w")) as bar:
+        bar.update(loop.step)
+        for step in range(loop.step + 1, t.steps + 1):
+            result = train_step(s, loop, loader, step)
+            bar.update(1)
+            if step in s.rows_at or loop.diverged_at:
+                row = record(s, loop, step, result, time.monotonic() - t0)
+                if row is not None:
+                    bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
+            if loop.diverged_at:
+                break
+            if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps and s.writer:
+                loop.elapsed = time.monotonic() - t0
+                save_state(s.state_dir, step, {"fingerprint": s.fingerprint, **loop.state(), "model": s.model.state_dict(),
+                                               "optimizer": s.opt.state_dict(), "scaler": s.scaler.state_dict(),
+                                               "rng": _rng_state(s.device)})
+    return finish(s, loop)
+
+
+def _completed(out_dir: Path, fp: dict) -> dict | None:
+    """The summary of a seed already completed under the same fingerprint, else None."""
     done = out_dir / "summary.json"
     if done.is_file() and (out_dir / "metrics.csv").is_file() and (out_dir / "checkpoint.pt").is_file():
         previous = json.loads(done.read_text())
-        if previous.get("fingerprint") == json.loads(json.dumps(fingerprint)):
-            log.info("train %s seed %d: already complete in %s", run_name, seed, out_dir)
+        if previous.get("fingerprint") == fp:
             return previous
-    out_dir.mkdir(parents=True, exist_ok=True)
-    writer = rank == 0  # with several processes only the first writes files
+    return None
 
+
+def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Path, out_dir: Path,
+          state_dir: Path, rank: int = 0, world: int = 1) -> Setup:
+    """Settings, data (training crops and the fixed validation set), model, optimizer and scaler."""
+    rc, m, t = C.run_config(cfg, run_name), C.model_config(cfg, run_name), C.train_config(cfg, run_name, seed)
+    device = pick_device(t.device)
+    corpus = load_prepared(prepared_dir)
+    check_codes(codes_dir, corpus, m)
     crop_frames = C.crop_frames(cfg)
     train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
     # The validation set is fixed (crops and masks) and shared by every arm.
-    v_wav, v_codes, v_mask = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
+    valid = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
     torch.manual_seed(t.seed)
     model = AcousticMLM(m).to(device)
@@ -352,113 +472,118 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
-
-    rows_at = set(log_steps(t.steps, t.log_interval))
-    rows: list[dict] = []
-    acc = _Accumulator(m.codebooks)
-    nonfinite = overflow = streak = 0  # streak: consecutive non-finite steps
-    diverged_at = None
-    start, elapsed_before = 1, 0.0
-    state = load_latest_state(state_dir, fingerprint) if t.checkpoint_interval else None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        _set_rng_state(state["rng"], device)
-        rows, nonfinite, overflow = list(state["rows"]), state["nonfinite"], state["overflow"]
-        streak = state["streak"]
-        acc.load(state["accumulator"], device)
-        start, elapsed_before = state["step"] + 1, state["elapsed"]
-        log.info("train %s seed %d: resuming after step %d from %s", run_name, seed, state["step"], state_dir)
-    t0 = time.monotonic() - elapsed_before
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     log.info(
         "train %s: %s, %d params, %d steps of %d x %d x %d frames on %s (%s)",
         run_name, rc.label, sum(p.numel() for p in model.parameters()), t.steps, t.accum_steps,
         t.batch_size, crop_frames, device, t.precision,
     )
-    partial = out_dir / "metrics.partial.csv"
-    loader = iter(batches(train_data, (start - 1) * t.accum_steps, t.steps * t.accum_steps, t.workers,
-                          pin=device.type == "cuda"))
-    with Progress(t.steps, f"train {run_name}", unit="step", stream=None if writer else open(os.devnull, "w")) as bar:
-        bar.update(start - 1)
-        for step in range(start, t.steps + 1):
-            lr = lr_at(step, t)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            outs, finite = [], True
-            for _ in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
-                wav, tgt, mask = (x.to(device, non_blocking=True) for x in next(loader))
-                with autocast(device, t.precision):
-                    out = step_model(wav, tgt, mask)
-                outs.append(out)
-                # every process must agree before backward: DDP's gradient all-reduce needs them all
-                if not bool(_all_mean(torch.isfinite(out.loss.detach()).float().reshape(1), world) == 1):
-                    finite = False
-                    break
-                scaler.scale(out.loss / t.accum_steps).backward()
-            if not finite:
-                nonfinite += 1  # skipped: no update from a non-finite loss
-                streak += 1
-                grad_norm, clipped = float("nan"), False
-            else:
-                streak = 0
-                grad_norm, clipped, skipped = optimizer_step(model, opt, scaler, t.clip)
-                overflow += skipped
-                acc.add(outs, grad_norm, clipped, world)
-            bar.update(1)
-            if t.max_nonfinite and streak >= t.max_nonfinite:
-                diverged_at = step  # divergence is a result: record it and stop this seed
-                log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
-                            run_name, seed, streak, step)
-            if (step in rows_at or diverged_at) and writer:
-                v_bits = evaluate(model, v_wav, v_codes, v_mask, device, t.precision)
-                row = {"step": step, **acc.flush(), "lr": lr, "grad_norm": grad_norm, "clipped": int(clipped)}
-                row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
-                row.update(nonfinite=nonfinite, overflow_skips=overflow, diverged=int(diverged_at is not None),
-                           wall_time=time.monotonic() - t0)
-                rows.append(row)
-                bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
-                pd.DataFrame(rows).to_csv(partial, index=False)  # visible progress, never the final name
-            elif step in rows_at:
-                acc.flush()  # the other processes keep their accumulators in step with the writer's
-            if diverged_at:
-                break
-            if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps and writer:
-                save_state(state_dir, step, {
-                    "fingerprint": fingerprint, "step": step, "elapsed": time.monotonic() - t0,
-                    "model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
-                    "rng": _rng_state(device), "rows": rows, "accumulator": acc.state(),
-                    "nonfinite": nonfinite, "overflow": overflow, "streak": streak,
-                })
+    return Setup(run_name, seed, rc, m, t, device, rank, world, fingerprint(cfg, run_name, world), model,
+                 step_model, opt, scaler, train_data, valid, set(log_steps(t.steps, t.log_interval)),
+                 Path(out_dir), Path(state_dir))
 
-    if world > 1:
+
+def restore(s: Setup) -> Loop:
+    """A fresh loop, or the newest resumable state of this seed (model, optimizer, scaler, RNG, rows)."""
+    loop = Loop(acc=_Accumulator(s.m.codebooks))
+    state = load_latest_state(s.state_dir, s.fingerprint) if s.t.checkpoint_interval else None
+    if state is None:
+        return loop
+    s.model.load_state_dict(state["model"])
+    s.opt.load_state_dict(state["optimizer"])
+    s.scaler.load_state_dict(state["scaler"])
+    _set_rng_state(state["rng"], s.device)
+    loop.acc.load(state["accumulator"], s.device)
+    loop.step, loop.rows, loop.elapsed = state["step"], list(state["rows"]), state["elapsed"]
+    loop.nonfinite, loop.streak, loop.overflow, loop.clipped = (state["nonfinite"], state["streak"],
+                                                                state["overflow"], state["clipped"])
+    log.info("train %s seed %d: resuming after step %d from %s", s.run_name, s.seed, loop.step, s.state_dir)
+    return loop
+
+
+def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
+    """One update: the schedule's lr, accum_steps micro-batches forward and backward, clip, step.
+
+    A non-finite loss on any micro-batch (in any process) skips the update; train.max_nonfinite
+    of them in a row end the seed as diverged.
+    """
+    t = s.t
+    lr = lr_at(step, t)
+    for group in s.opt.param_groups:
+        group["lr"] = lr
+    s.opt.zero_grad(set_to_none=True)
+    outs, finite = [], True
+    for _ in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
+        wav, tgt, mask = (x.to(s.device, non_blocking=True) for x in next(loader))
+        with autocast(s.device, t.precision):
+            out = s.step_model(wav, tgt, mask)
+        outs.append(out)
+        # every process must agree before backward: DDP's gradient all-reduce needs them all
+        if not bool(_all_mean(torch.isfinite(out.loss.detach()).float().reshape(1), s.world) == 1):
+            finite = False
+            break
+        s.scaler.scale(out.loss / t.accum_steps).backward()
+    loop.step = step
+    if not finite:
+        loop.nonfinite += 1  # skipped: no update from a non-finite loss
+        loop.streak += 1
+        if t.max_nonfinite and loop.streak >= t.max_nonfinite:
+            loop.diverged_at = step  # divergence is a result: record it and stop this seed
+            log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
+                        s.run_name, s.seed, loop.streak, step)
+        return StepResult(lr, float("nan"), False)
+    loop.streak = 0
+    grad_norm, clipped, skipped = optimizer_step(s.model, s.opt, s.scaler, t.clip)
+    loop.overflow += skipped
+    loop.clipped += int(clipped)
+    loop.acc.add(outs, grad_norm, clipped, s.world)
+    return StepResult(lr, grad_norm, clipped)
+
+
+def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float) -> dict | None:
+    """A metrics row: the means since the previous row, this step's values and the fixed validation
+    loss; appended to the loop's rows and to metrics.partial.csv. Only the writer records; the other
+    processes flush their accumulators in step with it."""
+    if not s.writer:
+        loop.acc.flush()
+        return None
+    v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
+    row = {"step": step, **loop.acc.flush(), "lr": result.lr, "grad_norm": result.grad_norm,
+           "clipped": int(result.clipped)}
+    row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
+    row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
+               diverged=int(loop.diverged_at is not None), wall_time=wall_time)
+    loop.rows.append(row)
+    pd.DataFrame(loop.rows).to_csv(s.out_dir / PARTIAL, index=False)  # visible progress, never the final name
+    return row
+
+
+def finish(s: Setup, loop: Loop) -> dict:
+    """The seed's final checkpoint, metrics.csv and summary.json (last: it marks the seed complete)."""
+    if s.world > 1:
         dist.barrier()
-    if not writer:
-        return {"seed": seed}
-    metrics = pd.DataFrame(rows)
-    with atomic_path(out_dir / "checkpoint.pt") as tmp:
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "model_config": C.to_dict(m),
-                "train_config": C.to_dict(t),
-                "run": C.to_dict(rc),
-                "step": diverged_at or t.steps,
-            },
-            tmp,
-        )
-    summary = {**summarize(metrics, rc, t), "fingerprint": fingerprint}
-    with atomic_path(out_dir / "metrics.csv") as tmp:
+    if not s.writer:
+        return {"seed": s.seed}
+    metrics = pd.DataFrame(loop.rows)
+    with atomic_path(s.out_dir / "checkpoint.pt") as tmp:
+        torch.save({"model": s.model.state_dict(), "model_config": C.to_dict(s.m), "train_config": C.to_dict(s.t),
+                    "run": C.to_dict(s.rc), "step": loop.diverged_at or s.t.steps}, tmp)
+    summary = {**summarize(metrics, s.rc, s.t), "fingerprint": s.fingerprint}
+    with atomic_path(s.out_dir / "metrics.csv") as tmp:
         metrics.to_csv(tmp, index=False)
-    write_json(out_dir / "summary.json", summary)  # last: its presence marks the seed complete
-    partial.unlink(missing_ok=True)
-    shutil.rmtree(state_dir, ignore_errors=True)  # the seed is complete: nothing to resume
-    log.info("train %s: done in %.0f s, final codebook-0 loss %.3f bits", run_name, summary["wall_time_s"], summary["final_train_loss_cb0"])
+    write_json(s.out_dir / "summary.json", summary)
+    (s.out_dir / PARTIAL).unlink(missing_ok=True)
+    shutil.rmtree(s.state_dir, ignore_errors=True)  # the seed is complete: nothing to resume
+    log.info("train %s: done in %.0f s, final codebook-0 loss %.3f bits", s.run_name, summary["wall_time_s"],
+             summary["final_train_loss_cb0"])
     return summary
 
 
+PARTIAL = "metrics.partial.csv"  # the rows so far, while a seed trains
+
+
 class _Accumulator:
+
     """Means since the last metrics row, summed on the training device so that a step adds no
     device-to-host copy; the sums reach the host only when a row is written."""
 
@@ -501,24 +626,36 @@ class _Accumulator:
         return row
 
 
+COMPLETED_WITH_NONFINITE = "completed_with_nonfinite"  # every step ran, some updates skipped as non-finite
+
+
+def run_status(statuses: list[str]) -> str:
+    """An arm's status from its seeds': the worst of completed < completed_with_nonfinite < diverged."""
+    order = ["completed", COMPLETED_WITH_NONFINITE, "diverged"]
+    return max(statuses, key=order.index)
+
+
 def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
-    """Scalars for `dvc metrics show`: final losses (mean of the last 3 rows), clipping, status."""
-    tail = metrics[np.isfinite(metrics["train_loss_cb0"])].tail(3)  # a diverged run: its last finite rows
-    steps_per_row = metrics["step"].diff().fillna(metrics["step"].iloc[0])
+    """Scalars for `dvc metrics show`: final losses (curves.final_loss), clipping, status."""
+    finite = metrics[np.isfinite(metrics["train_loss_cb0"])]  # a diverged run: its finite rows
+    last = metrics.iloc[-1]
     diverged = bool(metrics["diverged"].any())
+    updates = int(last["step"]) - int(last["nonfinite"])  # updates taken: skipped steps are not updates
+    nonfinite = int(last["nonfinite"])
     return {
         "run": rc.name,
         "label": rc.label,
         "seed": t.seed,
-        "steps": int(metrics["step"].iloc[-1]),
-        "status": "diverged" if diverged else "completed",
-        "diverged_at_step": int(metrics["step"].iloc[-1]) if diverged else None,
-        "final_train_loss_cb0": float(tail["train_loss_cb0"].mean()),
-        "final_valid_loss_cb0": float(tail["valid_loss_cb0"].mean()),
+        "steps": int(last["step"]),
+        # a skipped non-finite update is not a clean run: say so rather than "completed"
+        "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
+        "diverged_at_step": int(last["step"]) if diverged else None,
+        "final_train_loss_cb0": curves.final_loss(finite["step"], finite["train_loss_cb0"]),
+        "final_valid_loss_cb0": curves.final_loss(finite["step"], finite["valid_loss_cb0"]),
         "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
         "max_grad_norm": float(metrics["grad_norm_max"].max()),
-        "clipped_frac": float((metrics["clip_frac"] * steps_per_row).sum() / steps_per_row.sum()),
-        "nonfinite_steps": int(metrics["nonfinite"].iloc[-1]),
-        "overflow_skips": int(metrics["overflow_skips"].iloc[-1]),
-        "wall_time_s": float(metrics["wall_time"].iloc[-1]),
+        "clipped_frac": curves.clipped_fraction(int(last["clipped_steps"]), updates),
+        "nonfinite_steps": nonfinite,
+        "overflow_skips": int(last["overflow_skips"]),
+        "wall_time_s": float(last["wall_time"]),
     }

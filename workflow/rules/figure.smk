@@ -9,7 +9,7 @@ rule aggregate:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        runs=config["runs"],
+        settings=settings_for("aggregate"),
     log:
         "results/logs/aggregate.log",
     threads: 1
@@ -21,7 +21,8 @@ rule aggregate:
 
 rule figure:
     input:
-        "results/loss_curves.csv",
+        curves="results/loss_curves.csv",
+        reference="data/reference/paper_curves.csv",  # overlaid when figure.overlay_paper
     output:
         png=report(
             "results/figures/acoustic_mlm_loss_codebook0.png",
@@ -33,15 +34,15 @@ rule figure:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        figure=config["figure"],
-        runs=config["runs"],
+        settings=settings_for("figure"),
     log:
         "results/logs/figure.log",
     threads: 1
     conda:
         ENV
     shell:
-        "{params.cli} figure --config {params.config} --curves {input} --out results/figures > {log} 2>&1"
+        "{params.cli} figure --config {params.config} --curves {input.curves} --reference {input.reference} "
+        "--out results/figures > {log} 2>&1"
 
 
 rule claims:
@@ -54,8 +55,7 @@ rule claims:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        claims=config["claims"],
-        split=config["figure"]["split"],
+        settings=settings_for("claims"),
     log:
         "results/logs/claims.log",
     threads: 1
@@ -79,8 +79,7 @@ rule compare:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        figure=config["figure"],
-        runs=config["runs"],
+        settings=settings_for("compare"),
     log:
         "results/logs/compare.log",
     threads: 1

@@ -10,9 +10,8 @@ rule preflight:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        model=config["model"],
-        train=without("train", "threads", "workers"),
-        runs=config["runs"],
+        # what its numbers depend on: the model, training and arms, the corpus size and the codes' bandwidth
+        settings={key: config[key] for key in ("data", "tokenizer", "model", "train", "runs")},
     log:
         "results/logs/preflight.log",
     threads: config["train"]["threads"]
