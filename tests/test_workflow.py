@@ -36,7 +36,7 @@ def test_every_rule_has_log_threads_and_conda(root):
     rules = re.split(r"^(?:rule|checkpoint) ", text, flags=re.M)[1:]
     assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
                                                 "tokenize_shard", "tokenize", "train", "aggregate", "figure",
-                                                "claims", "compare"}
+                                                "claims", "compare", "preflight"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -71,6 +71,18 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
         assert f"train {run} " in out
     assert re.search(r"train\s+4", out)  # four training jobs in the job table
     assert f"--config {repo}/config/{preset}" in out or f"--config config/{preset}" in out
+
+
+def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
+    repo = copy_repo(root, tmp_path / "repo")
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--printshellcmds", "preflight", "--configfile",
+                                       "config/paper.yaml"], cwd=repo, capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert re.search(r"preflight --config config/paper\.yaml --threads \d+ --out results", out), out
+    assert not re.search(r"\btrain\s+\d", out)  # no data or training jobs: preflight needs none
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0 and "rule preflight" not in proc.stdout + proc.stderr
 
 
 def test_snakemake_refuses_command_line_overrides(root, tmp_path):

@@ -8,6 +8,7 @@
     amlm figure     the loss-vs-steps chart (png, pdf, svg)    -> results/figures/
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
+    amlm preflight  measure every arm before a GPU run       -> results/preflight.{json,md}
     amlm validate   check a configuration file and exit
 
 Every subcommand reads and validates `--config` before doing any work.
@@ -119,6 +120,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
 
+    p = _stage_parser(sub, "preflight", "measure time, memory and disk of every arm before a run",
+                      "Build each arm's model at the preset's size on its device and precision, time a few "
+                      "micro-batches and optimizer steps on synthetic inputs, and project the time per update, per "
+                      "arm and for the whole figure, the memory (and the micro-batch that fits) and the disk.")
+    p.add_argument("--out", type=Path, default=Path("results"), help="folder for preflight.json and preflight.md "
+                   "(default: results)")
+    p.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                   help="crops per measured micro-batch (default: train.batch_size / train.processes)")
+    p.add_argument("--micro-batches", type=int, default=4, metavar="N", help="timed micro-batches per model (default: 4)")
+    p.add_argument("--optimizer-steps", type=int, default=2, metavar="N",
+                   help="timed optimizer steps per model (default: 2)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1)")
+    p.add_argument("--no-full-update", dest="full_update", action="store_false",
+                   help="do not run a whole update even when it is projected under a minute")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="override train.device")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None, help="override train.precision")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes for the whole-figure projection (default: 1)")
+    p.add_argument("--gpus-per-node", type=int, default=None,
+                   help="GPUs per node for the projection (default: the GPUs visible here, 1 on CPU)")
+    p.add_argument("--corpus-hours", type=float, default=None,
+                   help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
+
     p = _stage_parser(sub, "validate", "check a configuration file",
                       "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
                       "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
@@ -184,6 +210,14 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import claims
 
         claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference)
+    elif args.command == "preflight":
+        from . import preflight
+
+        preflight.run(cfg, args.config, args.out, micro_batch=args.micro_batch, micro_batches=args.micro_batches,
+                      optimizer_steps=args.optimizer_steps, warmup=args.warmup, device_name=args.device,
+                      precision=args.precision, peak=args.peak_tflops, nodes=args.nodes,
+                      gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
+                      full_update=args.full_update, threads=threads)
     elif args.command == "compare":
         from . import figure
 

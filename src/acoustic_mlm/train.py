@@ -164,9 +164,10 @@ def evaluate(model, wav, codes, mask, device, precision, chunk: int = 16) -> np.
     for i in range(0, wav.shape[0], chunk):
         with autocast(device, precision):
             out = model(wav[i : i + chunk].to(device), codes[i : i + chunk].to(device), mask[i : i + chunk].to(device))
-        bits = out.bits.float().cpu().numpy() * out.n_masked
+        n = float(out.n_masked)
+        bits = out.bits.float().cpu().numpy() * n
         total = bits if total is None else total + bits
-        count += out.n_masked
+        count += n
     model.train()
     return total / count
 
