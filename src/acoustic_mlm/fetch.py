@@ -13,11 +13,19 @@ complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or no
   came partly from an earlier transfer (then the file is downloaded once more from the start). Extraction
   (archive.extract) checks every member first and writes only audio files (wav, flac, ogg,
   mp3); FMA's known-corrupt tracks are never extracted.
-- `folder`: every audio file under `data.folder` (recursive, hidden files and folders left
-  out) appears in `out_dir` at the same relative path, as a hard link when the folder is on the
-  same filesystem (no second copy of a large corpus; nothing in the pipeline writes to these
-  files, and replacing `out_dir` only removes the links) and as a copy otherwise. A real folder
-  rather than symlinks: DVC caches file contents, and a symlinked corpus would change under it.
+- `librosa`: librosa's example recordings, file by file from `data.base_url`, each checked
+  against its sha256 (sources.LIBROSA_SHA256) and kept in `downloads/librosa/`.
+- `folder`: every audio file under `data.folder` (recursive; audio by name, else by content:
+  whatever libsndfile recognises) appears in `out_dir` at the same relative path, as a hard link
+  when the folder is on the same filesystem (no second copy of a large corpus; nothing in the
+  pipeline writes to these files, and replacing `out_dir` only removes the links) and as a copy
+  otherwise. A real folder rather than symlinks: DVC caches file contents, and a symlinked corpus
+  would change under it.
+
+Every path of the source that fetch does not bring (hidden, not audio, an unsupported format such
+as .m4a, a broken link or loop, a FIFO, a device, a name that is not UTF-8; in an archive: members
+that are not audio-named, links, devices, FIFOs) is listed with its reason in SOURCE.json's
+`skipped`, which prepare copies into rejects.csv: every file is accounted for.
 
 Decoding is prepare's job: fetch never opens the audio, so a bad file travels on to prepare,
 which lists it in rejects.csv with its reason.

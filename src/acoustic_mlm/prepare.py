@@ -3,8 +3,11 @@
 Three steps, so that a cluster can decode shards in parallel (Snakemake: one job per shard;
 `run` does all three in one process for DVC and by hand):
 
-1. `plan`: `shards.csv` lists every audio-named path under the raw folder (sorted) with its
-   clip id (unique over the corpus) and its shard: consecutive runs of `data.shard_files` paths.
+1. `plan`: `shards.csv` lists every path under the raw folder (sorted) with its clip id (unique
+   over the corpus) and its shard: consecutive runs of `data.shard_files` paths. Files are decoded
+   by content, whatever their name; paths that cannot be (hidden, links that lead nowhere, FIFOs,
+   devices, names that are not UTF-8) and the files fetch did not bring (SOURCE.json's `skipped`)
+   carry their reason in `skip`.
 2. `prepare_shard`: one shard's files decoded, mixed to mono, resampled, trimmed to whole
    EnCodec frames, into `shard-<k>/`: `audio.npy` (ONE 1-D float32 array, the shard's clips
    concatenated; memory-map it), `clips.csv` (the manifest's columns but shard and split),
@@ -15,10 +18,14 @@ Three steps, so that a cluster can decode shards in parallel (Snakemake: one job
      split (train | valid), offset (first sample in its shard's audio.npy), num_samples (a multiple
      of 320), num_frames (num_samples // 320, EnCodec frames), orig_sample_rate, orig_channels,
      duration_s.
-   - `rejects.csv`: path, reason for every audio-named file that is not in the manifest (empty,
-     not decodable, truncated or corrupt, NaN or infinite samples, digital silence, shorter than
-     one training crop, hidden). Every path of the plan is in exactly one of the two.
+   - `rejects.csv`: path, reason for every file that is not in the manifest (not audio, an
+     unsupported format, empty, not decodable, truncated or corrupt, NaN or infinite samples,
+     digital silence, shorter than one training crop, hidden, a broken link, ...). Every path of
+     the plan is in exactly one of the two.
    - `prepare.json`: clips and seconds per split, sample rate, shards, kept and rejected counts by reason.
+
+With the calibrated tokenizer, `merge` refuses a corpus whose train split is shorter than one
+frame per code (1024 EnCodec frames, 13.7 s), saying how many minutes of audio are missing.
 
 The split is a pure function of (split_seed, clip_id): adding, removing or reordering other
 files never moves a clip between train and valid (except the guarantee that neither split

@@ -9,7 +9,12 @@ Two modes, one per `tokenizer.mode`:
   embeddings of the train split. Why not EnCodec as it comes: an untrained model's codebooks are
   all zero until a training-mode forward runs its k-means init, so it emits **all-zero codes**;
   and that k-means builds an (n, 1024, 128) tensor per iteration, far too slow on CPU.
-  After calibration the codes still come out of EnCodec's own `model.encode`. The fit centres
+  After calibration the codes still come out of EnCodec's own `model.encode`. The tokenizer sees
+  each clip at a normalised level (`tokenizer.level`: lufs, ITU-R BS.1770 integrated loudness per
+  clip through pyloudnorm; rms, per 1 s window; none), so that codebook 0 describes the music
+  rather than how loud it was recorded; silence stays silence, and the model still trains on the
+  raw waveform (MERT: `normalize: false`). Pretrained mode feeds EnCodec 24 kHz as released,
+  which does not normalise (encodec/model.py: `audio_normalize=False` for the 24 kHz model). The fit centres
   the encoder's output (its last bias absorbs the mean), and runs on a fixed thread count, so
   `tokenizer.pt` is identical for any --threads; the codes then differ between thread counts
   only at float near-ties (measured: under 0.05% of codes).
@@ -27,8 +32,12 @@ process for DVC and by hand), each written atomically into the stage's output fo
    Clips are encoded in zero-padded batches of `tokenizer.batch_size` and trimmed to their own
    frames; clips longer than `tokenizer.segment_seconds` in segments with `context_seconds` of
    left context. `encode.json`: clips, seconds, speed.
-3. `merge` -> `tokenizer.json`: the fit, codes used and unigram entropy per level on the whole
-   corpus, total encode time and speed. Written last: it marks the codes complete.
+   `levels.csv`: each clip's RMS dBFS, LUFS and the gain applied.
+3. `merge` -> `files.csv` (one row per clip: level, codebook-0 codes used, entropy, most frequent
+   code's share) and `tokenizer.json`: the fit, the level normalisation applied, codes used,
+   unigram entropy and most frequent code's share per level on the whole corpus, total encode time
+   and speed; one warning line when a code holds more than 10% of a level's frames. Written last:
+   it marks the codes complete.
 
 Tensor axes: K codebooks (RVQ levels), T frames, D = 128 embedding channels, N points.
 """
@@ -855,7 +864,11 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
         c = code_counts(np.asarray(codes[0, o // ENCODEC_HOP : o // ENCODEC_HOP + nf]))
         rows.append((cid, int((c > 0).sum()), round(_entropy_bits(c), 4), round(float(c.max()) / max(int(c.sum()), 1), 5)))
     stats = pd.DataFrame(rows, columns=["clip_id", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"])
-    table = clips[["clip_id", "path", "split", "duration_s"]].merge(levels, on="clip_id", how="left").merge(stats, on="clip_id")
+    table = pd.DataFrame({"clip_id": clips["clip_id"].to_numpy(),
+                          "path": clips["path"].to_numpy() if "path" in clips else clips["clip_id"].to_numpy(),
+                          "split": clips["split"].to_numpy(),
+                          "seconds": (clips["num_samples"].to_numpy(np.int64) / SAMPLE_RATE).round(3)})
+    table = table.merge(levels, on="clip_id", how="left").merge(stats, on="clip_id")
     if table["gain_db"].isna().any():
         raise TokenizerError(f"{path}: does not list every clip of its shard; rerun tokenize")
     return table
