@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 
 from acoustic_mlm import fetch, prepare
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 
 SR = 24000
@@ -464,3 +465,26 @@ def test_npy_writer_matches_np_save(tmp_path):
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="run fetch first"):
         prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
+
+
+def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i in range(4):  # 4 clips of 3 s (225 frames): the train split holds under 1024 frames (13.65 s)
+        sf.write(raw / f"c{i}.wav", sine(300 + 50 * i, 3.0, SR), SR)
+    cfg = make_cfg(valid_fraction=0.25)
+    cfg["tokenizer"] = {"mode": "calibrated", "calibration_frames": 4096}
+    with pytest.raises(UserError) as err:
+        prepare.run(cfg, raw, tmp_path / "prepared")
+    msg = str(err.value)
+    train_frames = int(msg.split("holds ")[1].split(" ")[0])
+    assert train_frames in (675, 450)  # 3 or 2 train clips of 225 frames
+    need = (1024 - train_frames) / 75 / 60 / 0.75
+    assert msg == (f"prepare: the train split holds {train_frames} EnCodec frames ({train_frames / 75 / 60:.2f} min); "
+                   f"the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
+                   f"with data.valid_fraction 0.25): add at least {need:.2f} min of audio, or set tokenizer.mode: "
+                   "pretrained")
+    assert not (tmp_path / "prepared").exists()
+    cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
+    prepare.run(cfg, raw, tmp_path / "prepared")
+    assert len(prepare.load_prepared(tmp_path / "prepared").manifest) == 4

@@ -430,8 +430,8 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame) -> None:
     """Refuse, before tokenize, a corpus whose train split cannot fit the calibrated tokenizer.
 
     k-means needs at least one frame per code (1024 per level); `tokenizer.calibration_frames`
-    (a multiple of 1024) is what the fit uses when the train split has it. Below the minimum:
-    a UserError saying how many minutes of audio are needed. Between the two: a warning.
+    (a multiple of 1024) is what the fit uses when the train split has it, else all of it (the
+    fit warns). Below the minimum: a UserError saying how many minutes of audio are needed.
     """
     tc = cfg.get("tokenizer") or {}
     if tc.get("mode") != "calibrated":
@@ -439,7 +439,6 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame) -> None:
     from acoustic_mlm.tokenizer import CODEBOOK_SIZE, FRAME_RATE
 
     have = int(manifest.loc[manifest["split"] == "train", "num_frames"].sum())
-    wanted = int(tc.get("calibration_frames", CODEBOOK_SIZE))
     if have < CODEBOOK_SIZE:
         share = 1 - float(cfg["data"]["valid_fraction"])
         raise UserError(
@@ -448,10 +447,6 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame) -> None:
             f"{CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
             f"{cfg['data']['valid_fraction']}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} min "
             "of audio, or set tokenizer.mode: pretrained")
-    if have < wanted:
-        log.warning("prepare: the train split holds %d frames (%.1f min), fewer than tokenizer.calibration_frames "
-                    "(%d, %.1f min): the codebooks will be fitted on all of it, %.1f frames per code", have,
-                    have / FRAME_RATE / 60, wanted, wanted / FRAME_RATE / 60, have / CODEBOOK_SIZE)
 
 
 def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:

@@ -455,7 +455,9 @@ def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_fr
     if available < bins:
         raise TokenizerError(f"calibration needs at least {bins} train frames; the train split has {available}")
     if available < frames:
-        log.warning("calibration: %d frames requested, the train split has %d; using all", frames, available)
+        log.warning("calibration: tokenizer.calibration_frames is %d (%.0f per code), the train split has %d "
+                    "(%.1f per code, %.1f min); fitting on all of it", frames, frames / bins, available,
+                    available / bins, available / FRAME_RATE / 60)
     picked, have = [], 0
     for i in torch.randperm(len(windows), generator=g).tolist():
         if have >= frames:
