@@ -151,25 +151,44 @@ def test_activation_dropout_acts_on_the_ffn_hidden_units_only():
     assert all(b.ffn.dropout.p == 0.25 and b.dropout.p == 0.1 for b in enc.blocks)
 
 
-def _count_block_calls(enc: TransformerEncoder, x: torch.Tensor, n: int) -> int:
-    calls = []
-    hooks = [b.register_forward_hook(lambda *a: calls.append(1)) for b in enc.blocks]
-    with torch.no_grad():
-        for _ in range(n):
-            enc(x)
-    for h in hooks:
-        h.remove()
-    return len(calls)
-
-
-def test_encoder_layerdrop_skips_blocks_at_its_rate_in_training_only():
+def test_encoder_layerdrop_drops_the_drawn_blocks_in_training_only():
+    cfg = tiny_config(layers=6, dim=8, heads=2, ffn_dim=8, encoder_layerdrop=0.4)
     torch.manual_seed(0)
-    enc = TransformerEncoder(tiny_config(layers=10, dim=8, heads=2, ffn_dim=8, encoder_layerdrop=0.3))
-    x = torch.randn(1, 4, 8)
-    ran = _count_block_calls(enc.train(), x, 60)
-    assert abs(ran / 600 - 0.7) < 0.06  # binomial sd 0.019
-    assert _count_block_calls(enc.eval(), x, 3) == 30
-    assert _count_block_calls(TransformerEncoder(tiny_config(layers=10, dim=8, heads=2, ffn_dim=8)).train(), x, 3) == 30
+    enc = TransformerEncoder(cfg).train()
+    x = torch.randn(1, 5, 8)
+    torch.manual_seed(3)
+    keep = torch.rand(6) > 0.4  # the draws the forward will make, one per block
+    assert 0 < int(keep.sum()) < 6
+    torch.manual_seed(3)
+    y = enc(x)
+    ref = x + enc.pos_conv(x)  # Pre-Norm: positions, the kept blocks, the final LayerNorm
+    for i, block in enumerate(enc.blocks):
+        if keep[i]:
+            ref = block(ref)
+    torch.testing.assert_close(y, enc.layer_norm(ref))
+    (y * torch.randn_like(y)).sum().backward()  # (a plain sum has no gradient through the LayerNorm)
+    for i, block in enumerate(enc.blocks):  # a dropped block gets zero gradients, as in fairseq fp16
+        g = block.ffn.fc1.weight.grad
+        assert bool(g.abs().sum() > 0) == bool(keep[i])
+    enc.eval()
+    ref = x + enc.pos_conv(x)
+    for block in enc.blocks:
+        ref = block(ref)
+    torch.testing.assert_close(enc(x), enc.layer_norm(ref))  # evaluation: every block
+
+
+def test_encoder_layerdrop_rate():
+    enc = TransformerEncoder(tiny_config(layers=2, dim=8, heads=2, ffn_dim=8, encoder_layerdrop=0.3)).train()
+    x = torch.randn(1, 3, 8)
+    torch.manual_seed(1)
+    kept = []
+    for _ in range(300):
+        state = torch.get_rng_state()
+        enc(x)
+        torch.set_rng_state(state)
+        kept.append(torch.rand(2) > 0.3)  # replays the forward's draws
+        enc(x)  # keep the stream as the forward leaves it
+    assert abs(torch.stack(kept).float().mean().item() - 0.7) < 0.05
 
 
 def test_layerdrop_draws_follow_torch_seed():

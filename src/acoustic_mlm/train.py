@@ -471,8 +471,7 @@ def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Pa
     model = AcousticMLM(m).to(device)
     step_model = model
     if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
-        step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                                               find_unused_parameters=m.encoder_layerdrop > 0)  # as MERT
+        step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
     step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
