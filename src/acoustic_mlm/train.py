@@ -36,7 +36,8 @@ from . import config as C
 from . import curves
 from .devices import pick_device
 from .errors import UserError
-from .objective import AcousticMLM, compute_mask_indices
+from .augment import apply_mixture, draw_mixture
+from .objective import AcousticMLM, compute_group_masks, mask_groups
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
 from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
@@ -74,16 +75,21 @@ def log_steps(steps: int, interval: int) -> list[int]:
 
 
 class CropData(torch.utils.data.Dataset):
-    """Training batches indexed by micro-batch number: item i is (wav, codes, mask) for micro-batch i.
+    """Training batches indexed by micro-batch number: item i is (wav, codes, mask) for micro-batch i,
+    plus the clean crops (wav before noise mixing) as a fourth item when model.mixture_prob > 0.
 
     Item i depends only on (seed, i), never on which worker made it or what came before, so a
     run is identical with any number of loader workers and can restart at any step. Audio and
     codes are memory-mapped lazily in each worker (a memmap must not be pickled to workers).
-    Crops start on EnCodec frame boundaries: wav (B, T*320), codes (B, K, T), mask (B, T).
+    wav (B, T*320), codes (B, K, T), mask (B, T). crop_unit "frame": crops start on EnCodec
+    frame boundaries; "sample": at any sample, as MERT's random_crop, with the codes starting at
+    the rounded frame (label_offset). Masks are equalised per group of mask_group crops
+    (objective.compute_group_masks) and noise is mixed within those groups (augment.py).
     """
 
     def __init__(self, corpus, codes_dir: Path, split: str, crop_frames: int, batch: int,
-                 m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1):
+                 m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1,
+                 crop_unit: str = "frame", mask_group: int = 0, mixture: bool = False):
         manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
@@ -93,13 +99,16 @@ class CropData(torch.utils.data.Dataset):
             )
         self.corpus, self.codes_dir = corpus, Path(codes_dir)
         self.shard = rows["shard"].to_numpy().astype(np.int64)  # shard per clip
-        self.starts = (rows["offset"].to_numpy() // C.ENCODEC_HOP).astype(np.int64)  # first frame in its shard
+        self.offsets = rows["offset"].to_numpy().astype(np.int64)  # first sample in its shard
+        self.starts = (self.offsets // C.ENCODEC_HOP).astype(np.int64)  # first frame in its shard
         self.frames = rows["num_frames"].to_numpy().astype(np.int64)
         # Clips are drawn in proportion to the crops they hold, so every frame is equally likely.
         weights = (self.frames - crop_frames + 1).astype(np.float64)
         self.p = weights / weights.sum()
         self.crop_frames, self.batch, self.m, self.seed = crop_frames, batch, m, seed
         self.rank, self.world = rank, world  # DDP: each process keeps rows rank, rank+world, ... of a batch
+        self.crop_unit, self.mask_group = crop_unit, mask_group
+        self.mixture = mixture and m.mixture_prob > 0  # noise mixing: training crops only
         self._codes: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
@@ -111,23 +120,42 @@ class CropData(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         rng = np.random.default_rng([self.seed, int(i)])
         clips = rng.choice(len(self.starts), size=self.batch, p=self.p)
-        first = self.starts[clips] + rng.integers(0, self.frames[clips] - self.crop_frames + 1)
+        T, hop = self.crop_frames, C.ENCODEC_HOP
+        if self.crop_unit == "sample":  # any sample whose rounded frame leaves T codes
+            offset = rng.integers(0, (self.frames[clips] - T) * hop + 1)  # samples into the clip
+            samples = self.offsets[clips] + offset
+            first = self.starts[clips] + np.array([label_offset(int(o)) for o in offset], dtype=np.int64)
+        else:
+            first = self.starts[clips] + rng.integers(0, self.frames[clips] - T + 1)
+            samples = first * hop
         m = self.m
-        mask = compute_mask_indices((self.batch, self.crop_frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng)
+        mask = compute_group_masks(self.batch, T, m.mask_prob, m.mask_length, m.mask_min_masks, rng, self.mask_group)
         rows = slice(self.rank, None, self.world)  # the global batch is drawn whole, then split
-        wav, codes = self.gather(self.shard[clips][rows], first[rows])
-        return wav, codes, torch.from_numpy(mask[rows])
+        wav, codes = self.gather(self.shard[clips][rows], samples[rows], first[rows])
+        if not self.mixture:
+            return wav, codes, torch.from_numpy(mask[rows])
+        groups = mask_groups(self.batch, self.mask_group)
+        plan = draw_mixture(rng, groups, T * hop, m.mixture_prob, m.mixture_segments, m.mixture_samples)
+        mixed = apply_mixture(wav.numpy(), np.arange(self.batch)[rows], groups, plan, m.mixture_volume)
+        return torch.from_numpy(mixed), codes, torch.from_numpy(mask[rows]), wav
 
     def codes(self, shard: int) -> np.ndarray:
         if shard not in self._codes:
             self._codes[shard] = shard_codes(self.codes_dir, shard)
         return self._codes[shard]
 
-    def gather(self, shards: np.ndarray, first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, shards: np.ndarray, first_samples: np.ndarray,
+               first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         T, hop, K = self.crop_frames, C.ENCODEC_HOP, self.m.codebooks
-        wav = np.stack([self.corpus.audio(s)[f * hop : (f + T) * hop] for s, f in zip(shards, first_frames)])
+        wav = np.stack([self.corpus.audio(s)[a : a + T * hop] for s, a in zip(shards, first_samples)])
         codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
         return torch.from_numpy(wav.astype(np.float32)), torch.from_numpy(codes.astype(np.int64))
+
+
+def label_offset(sample: int, sample_rate: int = 24000, label_rate: float = 75.0) -> int:
+    """The first code frame of a crop starting at `sample`: int(round(sample * label_rate / sample_rate)),
+    as MERT's collater_frm_label (mert_fairseq/data/mert_dataset.py; Python's round: halves to even)."""
+    return int(round(sample * (label_rate / sample_rate)))
 
 
 def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
@@ -459,7 +487,8 @@ def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Pa
     corpus = load_prepared(prepared_dir)
     check_codes(codes_dir, corpus, m)
     crop_frames = C.crop_frames(cfg)
-    train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
+    train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world,
+                          t.crop_unit, t.mask_group, mixture=True)
     # The validation set is fixed (crops and masks) and shared by every arm.
     valid = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
@@ -514,9 +543,9 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     s.opt.zero_grad(set_to_none=True)
     outs, finite = [], True
     for _ in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
-        wav, tgt, mask = (x.to(s.device, non_blocking=True) for x in next(loader))
+        batch = [x.to(s.device, non_blocking=True) for x in next(loader)]  # wav, codes, mask[, clean wav]
         with autocast(s.device, t.precision):
-            out = s.step_model(wav, tgt, mask)
+            out = s.step_model(*batch)
         outs.append(out)
         # every process must agree before backward: DDP's gradient all-reduce needs them all
         if not bool(_all_mean(torch.isfinite(out.loss.detach()).float().reshape(1), s.world) == 1):
