@@ -456,7 +456,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     groups: dict[tuple, list[str]] = {}
     for run_name in cfg["runs"]:
         mc = C.model_config(cfg, run_name)
-        groups.setdefault((mc.norm, mc.deepnorm, mc.attn_relax), []).append(run_name)
+        groups.setdefault(mc, []).append(run_name)
     probe = MemoryProbe(device)
     units = len(groups) * (warmup + micro_batches + optimizer_steps)
     log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, device_label,
