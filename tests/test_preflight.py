@@ -173,12 +173,16 @@ def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch)
 
 
 def test_cpu_fit_is_linear_in_the_micro_batch():
-    res = {"measured_micro_batch": 1, "activation_gb_per_micro_batch": 1.0, "peak_memory_gb": 6.0}
-    s = preflight._fit_summary(res, torch.device("cpu"), 32, 32, int(20e9))  # 5 GB static + 1 GB per crop
+    # 312.5 M parameters: 5 GB of weights, gradients and Adam state, then 1 GB per crop
+    res = {"measured_micro_batch": 1, "activation_gb_per_micro_batch": 1.0, "peak_memory_gb": 5.5,
+           "params": 312_500_000}
+    s = preflight._fit_summary(res, torch.device("cpu"), 32, 32, int(20e9))
     assert s["fits"] is False and s["max_micro_batch"] == 15
     assert (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
     s = preflight._fit_summary(res, torch.device("cpu"), 8, 32, int(20e9))
     assert s["fits"] is True and (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
+    s = preflight._fit_summary({**res, "peak_memory_gb": 25.0}, torch.device("cpu"), 8, 32, int(20e9))
+    assert s["fits"] is False and s["max_micro_batch"] == 0 and s["suggested_micro_batch"] == 0  # nothing fits
 
 
 @pytest.mark.parametrize("args, message", [

@@ -567,11 +567,19 @@ def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_p
         max_fit, how = (mb if res["did_not_fit"] else None), "tried on the device"
         best = preset_micro if fits else mb
     else:
+        # A steady update holds fp32 weights, gradients and Adam state (16 bytes per parameter: RSS
+        # after a step also counts memory the allocator kept) plus the micro-batch's activations.
         per_crop = res["activation_gb_per_micro_batch"] * GB / mb
-        static = res["peak_memory_gb"] * GB - res["activation_gb_per_micro_batch"] * GB
-        fits = static + per_crop * preset_micro <= avail
-        max_fit = int((avail - static) // per_crop) if per_crop > 0 and avail > static else 0
-        how = "estimated: peak linear in the micro-batch, against the memory available"
+        steady = res["params"] * (2 * PARAM_BYTES + ADAM_STATE_BYTES)
+        peak = res["peak_memory_gb"] * GB
+
+        def peak_at(b: int) -> float:
+            return max(peak, steady + b * per_crop)
+
+        fits = peak_at(preset_micro) <= avail
+        max_fit = int((avail - steady) // per_crop) if per_crop > 0 and peak_at(1) <= avail else 0
+        how = ("estimated: fp32 weights, gradients and Adam state plus the measured activations per crop "
+               "times the micro-batch, against the memory available")
         best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(max_fit, crops_per_process))
     return {
         "fits": fits if fits is None else bool(fits),
