@@ -490,8 +490,8 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
             bar.update(0, model=names[0])
 
     arms = []
-    for name, res in measured.items():
-        rc = C.run_config(cfg, name)
+    for name in cfg["runs"]:  # the configuration's order, whatever order the models were measured in
+        res, rc = measured[name], C.run_config(cfg, name)
         n_micro = crops_per_process // res["measured_micro_batch"]
         update_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
         flops = n_micro * step_flops(C.model_config(cfg, name), res["measured_micro_batch"], frames)
