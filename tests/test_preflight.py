@@ -185,6 +185,13 @@ def test_cpu_fit_is_linear_in_the_micro_batch():
     assert s["fits"] is False and s["max_micro_batch"] == 0 and s["suggested_micro_batch"] == 0  # nothing fits
 
 
+def test_asking_for_cuda_without_one_is_an_error(root, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), "--device", "cuda"])
+    assert code == 2 and "'--device' is cuda but torch sees no CUDA device" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 crops per update and process"),
     (["--optimizer-steps", "3", "--micro-batches", "2"], "--optimizer-steps (3) cannot exceed --micro-batches (2)"),

@@ -439,13 +439,13 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         raise UserError(f"preflight: --optimizer-steps ({optimizer_steps}) cannot exceed --micro-batches ({micro_batches})")
     wanted = device_name or t0.device
     device_note = None
-    if wanted == "cuda" and not torch.cuda.is_available():
+    if device_name is None and wanted == "cuda" and not torch.cuda.is_available():  # the preset's, not asked for
         wanted = "cpu"
         device_note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
                        "(memory and plumbing; the times are CPU times)")
         log.warning("preflight: %s", device_note)
     set_threads(threads if threads is not None else t0.threads)
-    device = pick_device(wanted, key="train.device")
+    device = pick_device(wanted, key="train.device" if device_name is None else "--device")
     device_label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if peak is None and device.type == "cuda":
         peak = peak_tflops(device_label, precision)
