@@ -350,7 +350,7 @@ def test_folder_of_only_bad_files_fails_with_one_line(root, tmp_path):
     assert cli.stderr.rstrip("\n").splitlines()[-1] == error  # the last line, and a line of its own
     assert error.startswith("amlm prepare: error: prepare: no usable audio"), error
     assert ".tmp-" not in error, error  # names no temporary folder (gone by the time it is read)
-    assert error.endswith(f": all {len(BAD)} audio files rejected ({BAD_KINDS})"), error
+    assert error.endswith(f": all {len(BAD)} files rejected ({BAD_KINDS})"), error
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "music"]  # no temporary folder left
 
@@ -362,7 +362,7 @@ def test_folder_of_only_bad_files_fails_with_one_line(root, tmp_path):
     merge_log = (repo / "results" / "logs" / "prepare" / "merge.log").read_text()
     error = last_error(merge_log)
     assert error.startswith("amlm prepare: error: prepare: no usable audio"), error
-    assert error.endswith(f": all {len(BAD)} audio files rejected ({BAD_KINDS})"), error
+    assert error.endswith(f": all {len(BAD)} files rejected ({BAD_KINDS})"), error
     assert sorted(p.name for p in (repo / "data" / "prepared").glob("shard-*")) == ["shard-00000", "shard-00001"]
     assert not (repo / "data" / "prepared" / "manifest.csv").exists()
     assert not (repo / "data" / "codes").exists() and not (repo / "results" / "runs").exists()

@@ -5,9 +5,9 @@ Seaborn line chart, logarithmic step axis labelled in thousands, codebook-0 loss
 legend at the top right in the config's arm order. Arms are styled by their `role` (which of the
 paper's curves they reproduce), never by name or position: tab10 blue circles, orange, green and
 pink triangles as in the paper; arms without a role get the remaining tab10 colours. Arms whose
-curves coincide stay visible: later arms are drawn dashed where the paper's are solid, markers
-are staggered along the line, and a note names the coinciding arms. Written as PNG (300 dpi),
-PDF and SVG.
+curves coincide stay visible: the Attn. Relax arm (PB-Relax is the identity in fp32) is drawn
+dashed with hollow markers over the solid Clip=1 arm, and the legend names coinciding arms.
+Written as PNG (300 dpi), PDF and SVG.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class ArmStyle(NamedTuple):
     color: tuple
     marker: str
     dashes: tuple | str  # "" solid, else (on, off) in points
+    hollow: bool = False  # markers drawn as outlines: what lies under them stays visible
 
 
 # The paper's curves: blue circles, then orange, green and pink triangles. Attn. Relax is dashed so
@@ -54,7 +55,7 @@ ROLE_STYLES = {
     "clip10": ArmStyle(_TAB10[0], "o", ""),
     "clip1": ArmStyle(_TAB10[1], "^", ""),
     "deepnorm": ArmStyle(_TAB10[2], "^", ""),
-    "attn_relax": ArmStyle(_TAB10[6], "^", (4, 2)),
+    "attn_relax": ArmStyle(_TAB10[6], "^", (4, 2), hollow=True),
 }
 # Arms without a role get the remaining tab10 colours and other markers, dash-dotted.
 EXTRA_STYLES = [ArmStyle(_TAB10[i], mk, (6, 2, 1, 2)) for i, mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))]
@@ -110,6 +111,12 @@ def coinciding(data: pd.DataFrame, labels: list[str]) -> list[tuple[str, str, fl
     return pairs
 
 
+def coincidence_note(data: pd.DataFrame, labels: list[str]) -> str | None:
+    """The legend's title when arms coincide: which arm's curve hides under which."""
+    pairs = coinciding(data, labels)
+    return "\n".join(f"{b} coincides with\n{a} (within {COINCIDE_BITS:g} bits)" for a, b, _ in pairs) or None
+
+
 def mark_divergence(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> list[str]:
     """An X and "diverged" at the last finite point of every run (seed) whose curve ends non-finite."""
     marked = []
@@ -128,7 +135,7 @@ def mark_divergence(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> 
 
 
 def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], ax, markersize: float) -> None:
-    """The arms' mean curves (and 95 % bands over seeds), markers staggered so coinciding arms show."""
+    """The arms' mean curves (and 95 % bands over seeds), in their styles."""
     present = [lab for lab in labels if lab in set(data["label"])]
     before = len(ax.get_lines())
     sns.lineplot(data=data, x="step", y="loss_bits", hue="label", hue_order=present, style="label",
@@ -136,8 +143,11 @@ def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], a
                  markers={k: styles[k].marker for k in present}, dashes={k: styles[k].dashes for k in present},
                  errorbar=("ci", 95),  # a band only appears when an arm has several seeds
                  linewidth=1.4, markersize=markersize, ax=ax)
-    for i, line in enumerate(ax.get_lines()[before : before + len(present)]):  # equal spacing along the line, each arm starting a little later
-        line.set_markevery((0.015 * i, 0.08))
+    for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
+        line.set_markevery(0.08)  # equal spacing along the line: readable on a log axis
+        if styles[label].hollow:
+            line.set_markerfacecolor("none")
+            line.set_markeredgecolor(styles[label].color)
 
 
 def _selected(curves: pd.DataFrame, runs: dict, split: str, codebook: int) -> pd.DataFrame:
@@ -166,11 +176,7 @@ def draw(curves: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
     ax.set_title(TITLE)
     ax.set_xlabel(XLABEL)
     ax.set_ylabel(YLABEL)
-    ax.legend(loc="upper right", title=None, frameon=True)
-    notes = [f"{b} coincides with {a} (within {d:.3f} bits)" for a, b, d in coinciding(data, labels)]
-    if notes:
-        ax.text(0.01, 0.01, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="bottom", ha="left",
-                color="0.3")
+    ax.legend(loc="upper right", title=coincidence_note(data, labels), title_fontsize=7, frameon=True)
     fig.tight_layout()
     return fig, ax
 
