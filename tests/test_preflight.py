@@ -147,10 +147,6 @@ def test_peak_table():
     assert preflight.peak_tflops("Some New GPU", "bf16") is None
 
 
-def test_codebooks_for_bandwidth():
-    assert [preflight.codebooks_for_bandwidth(b) for b in (1.5, 3.0, 6.0, 12.0, 24.0)] == [2, 4, 8, 16, 32]
-
-
 def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch):
     """On CUDA, a micro-batch that runs out of memory is retried at smaller divisors of the batch."""
     tried = []

@@ -123,11 +123,6 @@ def suggest_micro_batch(crops_per_process: int, max_fit: int) -> int:
     return max((d for d in range(1, crops_per_process + 1) if crops_per_process % d == 0 and d <= max_fit), default=0)
 
 
-def codebooks_for_bandwidth(bandwidth_kbps: float) -> int:
-    """EnCodec 24 kHz: each codebook costs 10 bits x 75 Hz = 0.75 kbps (6 kbps: 8 codebooks)."""
-    return round(bandwidth_kbps * 1000 / 750)
-
-
 def corpus_seconds(cfg: dict, corpus_hours: float | None = None) -> float | None:
     """Seconds of audio the preset's source holds, where it can be known before fetching."""
     if corpus_hours is not None:
@@ -147,7 +142,7 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
     """
     seconds = corpus_seconds(cfg, corpus_hours)
     rate = cfg["data"]["sample_rate"]
-    k = codebooks_for_bandwidth(cfg["tokenizer"]["bandwidth"])
+    k = C.encodec_codebooks(float(cfg["tokenizer"]["bandwidth"]))  # rows of every codes.npy
     final_gb = params * PARAM_BYTES / GB
     state_gb = params * (PARAM_BYTES + ADAM_STATE_BYTES) / GB
     seeds = sum(a["seeds"] for a in arms)
@@ -156,7 +151,7 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
         "corpus_note": None if seconds is not None else
         f"data.source {cfg['data']['source']}: size unknown before fetching; pass --corpus-hours",
         "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
-        "codes_gb": None if seconds is None else seconds * (rate / C.ENCODEC_HOP) * k * CODE_BYTES / GB,
+        "codes_gb": None if seconds is None else seconds * C.ENCODEC_FRAME_RATE * k * CODE_BYTES / GB,
         "codebooks_stored": k,
         "checkpoint_gb_per_seed": final_gb,
         "state_gb_per_file": state_gb,
