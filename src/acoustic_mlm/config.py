@@ -66,7 +66,7 @@ class TrainConfig:
     """The `train:` section plus one arm's gradient clip and seed."""
 
     device: str
-    processes: int  # DDP processes per run (torchrun); batch_size is the global batch, split between them
+    processes: int  # DDP processes per node (torchrun); batch_size is the global micro-batch, split between all
     precision: str
     steps: int
     batch_size: int  # crops per micro-batch
@@ -88,6 +88,24 @@ class TrainConfig:
     compile: bool  # torch.compile the model
     clip: float = 0.0  # max total gradient norm; 0 disables clipping
     seed: int = 0
+    nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
+    total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
+    log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
+
+    @property
+    def world(self) -> int:
+        """DDP processes in all: nodes * processes."""
+        return self.nodes * self.processes
+
+    @property
+    def schedule_updates(self) -> int:
+        """Updates over which the learning rate decays to end_lr: total_updates, else steps."""
+        return self.total_updates if self.total_updates is not None else self.steps
+
+    @property
+    def crops_per_update(self) -> int:
+        """Crops in one optimizer update: batch_size (the global micro-batch) * accum_steps."""
+        return self.batch_size * self.accum_steps
 
 
 @dataclass(frozen=True)
@@ -163,10 +181,16 @@ def validate(cfg: Any, source: str = "config") -> dict:
             f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.pos_conv_groups' ({m['pos_conv_groups']})"
         )
     t = cfg["train"]
-    if t["batch_size"] % t["processes"]:
-        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by 'train.processes' ({t['processes']})")
-    if t["warmup_steps"] >= t["steps"]:
-        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below 'train.steps' ({t['steps']})")
+    world = t["processes"] * t.get("nodes", 1)
+    if t["batch_size"] % world:
+        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} processes "
+                          "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them")
+    total = t.get("total_updates") or t["steps"]
+    if t["warmup_steps"] >= total:
+        key = "train.total_updates" if t.get("total_updates") else "train.steps"
+        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below '{key}' ({total})")
+    if t["steps"] > total:
+        raise ConfigError(f"{source}: 'train.steps' ({t['steps']}) must not exceed 'train.total_updates' ({total})")
     if crop_frames(cfg) < 2 * m["mask_length"]:
         raise ConfigError(f"{source}: 'train.crop_seconds' is too short for 'model.mask_length' spans")
     if cfg["tokenizer"]["mode"] == "calibrated" and cfg["tokenizer"]["calibration_frames"] < m["codebook_size"]:
