@@ -37,7 +37,8 @@ def train_launcher(train: dict, src: str) -> str:
     if nodes == 1:
         return f"{env} python {' '.join(torchrun(1, processes, '', ''))} -m acoustic_mlm"
     args = torchrun(nodes, processes, f'"{FIRST_NODE}:{RDZV_PORT}"', '"$SLURM_JOB_ID"')
-    return (f"srun --nodes {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 env {env} "
+    gpus = f"--gpus-per-task {processes} " if train.get("device") == "cuda" else ""  # each node's torchrun: its GPUs
+    return (f"srun --nodes {nodes} --ntasks-per-node 1 {gpus}--kill-on-bad-exit=1 env {env} "
             f"python {' '.join(args)} -m acoustic_mlm")
 
 

@@ -301,6 +301,10 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     rc = C.run_config(cfg, run_name)
     out_dir = Path(out_dir)
     rank, world = init_distributed(cfg["train"]["device"])
+    planned = cfg["train"]["processes"] * cfg["train"].get("nodes", 1)
+    if world != planned and rank == 0:  # the same global batch either way; only memory and speed differ
+        log.warning("train %s: %d processes, where train.nodes x train.processes is %d (launch it with the "
+                    "workflow or torchrun); the global batch is the same", run_name, world, planned)
     if cfg["train"]["batch_size"] % world:
         raise UserError(f"'train.batch_size' ({cfg['train']['batch_size']}) must be divisible by the {world} processes")
     summaries = [train_seed(cfg, run_name, seed, prepared_dir, codes_dir, out_dir / "seeds" / f"seed{seed}",
