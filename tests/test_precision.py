@@ -129,9 +129,9 @@ def test_gradients_are_unscaled_and_clipped_to_the_norm():
     opt.scale(model(torch.randn(8, 4).half()).float().sum() * 10).backward()
     grads = [p.grad.float() / opt.loss_scale for p in model.parameters()]
     expected = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
-    outcome = opt.step(clip=0.5)
+    outcome = opt.step(clip=0.5, multiplier=0.25)  # fairseq's multiply_grads(world / sample_size)
     assert outcome.clipped and not outcome.overflow
-    assert outcome.grad_norm == pytest.approx(expected, rel=1e-5)
+    assert outcome.grad_norm == pytest.approx(0.25 * expected, rel=1e-5)
     step = torch.cat([(b - m.detach()).flatten() for b, m in zip(before, opt.master)])  # SGD lr 1: the gradient
     assert float(step.norm()) == pytest.approx(0.5, rel=1e-4)
 

@@ -112,6 +112,20 @@ def test_fp16_fairseq_trains_with_master_weights_and_a_loss_scale(data_dirs, tin
     assert all(v.dtype == torch.float32 for v in ckpt["model"].values() if v.is_floating_point())  # fp32 masters
 
 
+def test_fp16_fairseq_gradient_is_the_mean_over_masked_frames(data_dirs, tiny_cfg, tmp_path):
+    """The backward runs on the loss summed over masked frames (fairseq's criterion) and the update
+    divides by their count: the first update's gradient norm is the fp32 run's, up to fp16 rounding."""
+    prepared, codes = data_dirs
+    tiny_cfg["train"].update(steps=2, log_interval=1)
+    norms = {}
+    for precision in ("fp32", "fp16_fairseq"):
+        cfg = copy.deepcopy(tiny_cfg)
+        cfg["train"]["precision"] = precision
+        train.run(cfg, "prenorm_clip10", prepared, codes, tmp_path / precision, threads=1)
+        norms[precision] = pd.read_csv(tmp_path / precision / "metrics.csv")["grad_norm"].iloc[0]
+    assert norms["fp16_fairseq"] == pytest.approx(norms["fp32"], rel=0.02)
+
+
 def test_fp16_fairseq_overflow_is_not_an_update(data_dirs, tiny_cfg, tmp_path, monkeypatch):
     """Overflowing steps (training calls 3 and 4: the second update, twice) are skipped without counting:
     the run still makes 8 updates, the lr schedule does not move, the scale halves twice, and the

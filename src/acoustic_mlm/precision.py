@@ -165,12 +165,13 @@ class FP16Optimizer:
         for m in self.master:
             m.grad = None
 
-    def step(self, clip: float) -> StepOutcome:
-        """Unscale the fp16 gradients into the fp32 copies, clip to `clip` (0: no clipping), step,
-        copy back; or, when they overflowed, drop them and halve the scale."""
+    def step(self, clip: float, multiplier: float = 1.0) -> StepOutcome:
+        """Unscale the fp16 gradients into the fp32 copies and multiply them by `multiplier` (fairseq's
+        trainer: data-parallel size / sample size, turning summed losses into a mean), clip to `clip`
+        (0: no clipping), step, copy back; or, when they overflowed, drop them and halve the scale."""
         for p, m in zip(self.params, self.master):
             m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
-        factor = 1.0 / self.scaler.scale
+        factor = multiplier / self.scaler.scale
         norm = float(torch.nn.utils.get_total_norm([m.grad for m in self.master])) * factor
         if not math.isfinite(norm):
             self.zero_grad()

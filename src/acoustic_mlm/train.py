@@ -525,8 +525,8 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     s.opt.zero_grad(set_to_none=True)
     if s.fp16 is not None:
         s.fp16.zero_grad()
-    scale = s.fp16.scale if s.fp16 is not None else s.scaler.scale
-    outs, finite = [], True
+    outs, finite, sample_size = [], True, 0
+
     for i in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
         wav, tgt, mask = (x.to(s.device, non_blocking=True) for x in next(loader))
         loop.batches += 1
@@ -540,9 +540,13 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
                 next(loader)  # so that micro-batch n is the same after a skip as after a resume
                 loop.batches += 1
             break
-        scale(out.loss / t.accum_steps).backward()
+        if s.fp16 is not None:  # fairseq's criterion sums over masked frames; the update divides by their count
+            s.fp16.scale(out.loss * out.n_masked).backward()
+            sample_size += out.n_masked
+        else:
+            s.scaler.scale(out.loss / t.accum_steps).backward()
     if s.fp16 is not None:
-        return _fairseq_fp16_update(s, loop, step, lr, outs, finite)
+        return _fairseq_fp16_update(s, loop, step, lr, outs, finite, sample_size)
     loop.step = step
     if not finite:
         loop.nonfinite += 1  # skipped: no update from a non-finite loss
@@ -560,8 +564,14 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     return StepResult(lr, grad_norm, clipped)
 
 
-def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list, finite: bool) -> StepResult:
+def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list, finite: bool,
+                         sample_size: int) -> StepResult:
     """precision fp16_fairseq: unscale, clip and step the fp32 master weights (precision.FP16Optimizer).
+
+    The backward ran on the loss summed over each micro-batch's masked frames, as fairseq's
+    hubert_criterion returns it, so the fp16 gradients have fairseq's magnitude; DDP averaged them
+    over processes, and the update multiplies them by processes / masked frames of all processes
+    and micro-batches (fairseq/trainer.py: multiply_grads(data_parallel_world_size / sample_size)).
 
     As fairseq/trainer.py: an overflow (a non-finite loss, whose gradients would overflow, included)
     is not an update: the step counter, the schedule and the metrics' means skip it, the loss scale
@@ -571,7 +581,8 @@ def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list,
     nan = float("nan")
     try:
         if finite:
-            grad_norm, clipped, overflow = s.fp16.step(s.t.clip)
+            total = float(_all_mean(torch.tensor([float(sample_size)], device=s.device), s.world)) * s.world
+            grad_norm, clipped, overflow = s.fp16.step(s.t.clip, multiplier=s.world / total)
         else:
             s.fp16.zero_grad()
             s.fp16.scaler.overflow()
