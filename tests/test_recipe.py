@@ -248,3 +248,25 @@ def test_presets_have_no_duplicate_keys(root):
     Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     for name in ("paper.yaml", "paper-1node.yaml", "gpu-small.yaml"):
         yaml.load((root / "config" / name).read_text(), Loader=Strict)
+
+
+def test_cost_at_merts_batch_is_the_documented_one(root):
+    """benchmarks/recipe_cost.py: the numbers docs/recipe.md states for the paper preset."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(root / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("recipe_cost", root / "benchmarks" / "recipe_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    paper = module.cost(C.load(root / "config" / "paper.yaml"), [0.3, 0.4], 989.0)
+    assert paper["crop_frames"] == 384 and paper["crops_per_update"] == 3_584 and paper["gpus"] == 64
+    assert paper["tflop_per_crop"] == pytest.approx(0.875, abs=0.001)  # "about 1 TFLOP per crop step"
+    arm = paper["tflop_per_crop"] * 1e12 * 3_584 * 100_000
+    assert paper["zflop_per_arm"] == pytest.approx(arm / 1e21)
+    assert paper["gpu_days_per_arm"]["30%"] == pytest.approx(arm / (0.3 * 989e12) / 86_400)
+    assert round(paper["gpu_days_per_arm"]["30%"], 1) == 12.2 and round(paper["gpu_days_per_arm"]["40%"], 1) == 9.2
+    assert paper["gpu_days_per_figure"]["30%"] == pytest.approx(4 * paper["gpu_days_per_arm"]["30%"])
+    assert paper["wall_days_per_arm"]["30%"] * 24 == pytest.approx(4.59, abs=0.01)
+    doc = (root / "docs" / "recipe.md").read_text()
+    assert "| 0.875 | 3,584 | 3.14 | 100,000 | 12.2 / 9.2 |" in doc

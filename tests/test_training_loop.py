@@ -196,3 +196,37 @@ def test_a_skipped_step_draws_its_micro_batches_so_data_does_not_shift(data_dirs
     summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["per_seed"]["1"]["nonfinite_steps"] == 1
     assert drawn == list(range(8))  # 4 steps x 2 micro-batches, none carried into the next step
+
+
+def test_fp16_fairseq_resumes_with_its_scale_masters_and_micro_batch_count(data_dirs, tiny_cfg, tmp_path, monkeypatch):
+    """A run stopped after its state at update 4 (taken after an overflow, so micro-batch 5 is next,
+    not 4) resumes to the same metrics as a run never stopped."""
+    prepared, codes = data_dirs
+    tiny_cfg["train"].update(precision="fp16_fairseq", steps=8, log_interval=2, checkpoint_interval=4)
+    forward, _ = _overflow_on({3})
+    monkeypatch.setattr(AcousticMLM, "forward", forward)
+    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "whole", threads=1)
+
+    class Stop(Exception):
+        pass
+
+    real_step = train.train_step
+
+    def stop_at_6(s, loop, loader, step):
+        if step == 6:
+            raise Stop
+        return real_step(s, loop, loader, step)
+
+    forward, _ = _overflow_on({3})
+    monkeypatch.setattr(AcousticMLM, "forward", forward)
+    monkeypatch.setattr(train, "train_step", stop_at_6)
+    with pytest.raises(Stop):
+        train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "cut", threads=1)
+    state = torch.load(next((tmp_path / "cut" / "state" / "seed1").glob("step-*.pt")), weights_only=True)
+    assert (state["step"], state["batches"], state["overflow"]) == (4, 5, 1)
+    assert state["fp16"]["scaler"]["scale"] == 64.0
+    monkeypatch.undo()  # no overflow after the resume: micro-batch 3 is behind it
+    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "cut", threads=1)
+    whole = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns=["wall_time"])
+    resumed = pd.read_csv(tmp_path / "cut" / "metrics.csv").drop(columns=["wall_time"])
+    pd.testing.assert_frame_equal(whole, resumed)
