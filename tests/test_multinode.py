@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 import yaml
 
 from acoustic_mlm import config as C

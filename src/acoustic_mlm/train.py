@@ -472,6 +472,7 @@ def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Pa
         step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
     step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
+
     def adamw(params):
         return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
 
@@ -525,8 +526,7 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     s.opt.zero_grad(set_to_none=True)
     if s.fp16 is not None:
         s.fp16.zero_grad()
-    outs, finite, sample_size = [], True, 0
-
+    outs, finite, sample_size = [], True, 0  # sample_size: masked frames (fp16_fairseq's normaliser)
     for i in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
         wav, tgt, mask = (x.to(s.device, non_blocking=True) for x in next(loader))
         loop.batches += 1
