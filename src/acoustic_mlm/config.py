@@ -81,7 +81,7 @@ class TrainConfig:
     """The `train:` section plus one arm's gradient clip and seed."""
 
     device: str
-    processes: int  # DDP processes per run (torchrun); batch_size is the global batch, split between them
+    processes: int  # DDP processes per node (torchrun); batch_size is the global micro-batch, split between all
     precision: str
     steps: int
     batch_size: int  # crops per micro-batch
@@ -105,6 +105,24 @@ class TrainConfig:
     seed: int = 0
     crop_unit: str = "frame"  # frame: crops start on EnCodec frames; sample: at any sample (MERT random_crop)
     mask_group: int = 0  # crops whose masks are equalised together (MERT: one GPU's micro-batch); 0: whole micro-batch
+    nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
+    total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
+    log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
+
+    @property
+    def world(self) -> int:
+        """DDP processes in all: nodes * processes."""
+        return self.nodes * self.processes
+
+    @property
+    def schedule_updates(self) -> int:
+        """Updates over which the learning rate decays to end_lr: total_updates, else steps."""
+        return self.total_updates if self.total_updates is not None else self.steps
+
+    @property
+    def crops_per_update(self) -> int:
+        """Crops in one optimizer update: batch_size (the global micro-batch) * accum_steps."""
+        return self.batch_size * self.accum_steps
 
 
 @dataclass(frozen=True)
@@ -217,10 +235,16 @@ def validate(cfg: Any, source: str = "config") -> dict:
             f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.pos_conv_groups' ({m['pos_conv_groups']})"
         )
     t = cfg["train"]
-    if t["batch_size"] % t["processes"]:
-        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by 'train.processes' ({t['processes']})")
-    if t["warmup_steps"] >= t["steps"]:
-        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below 'train.steps' ({t['steps']})")
+    world = t["processes"] * t.get("nodes", 1)
+    if t["batch_size"] % world:
+        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} processes "
+                          "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them")
+    total = t.get("total_updates") or t["steps"]
+    if t["warmup_steps"] >= total:
+        key = "train.total_updates" if t.get("total_updates") else "train.steps"
+        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below '{key}' ({total})")
+    if t["steps"] > total:
+        raise ConfigError(f"{source}: 'train.steps' ({t['steps']}) must not exceed 'train.total_updates' ({total})")
     _check_recipe(cfg, source)
     if crop_frames(cfg) < 2 * m["mask_length"]:
         raise ConfigError(f"{source}: 'train.crop_seconds' is too short for 'model.mask_length' spans")
@@ -244,10 +268,12 @@ def _check_recipe(cfg: dict, source: str) -> None:
     """Cross-field rules of the MERT recipe switches: mask groups, noise mixing, CQT bins (docs/recipe.md)."""
     m, t = cfg["model"], cfg["train"]
     groups = mask_groups(t["batch_size"], t["mask_group"])
-    if len(groups) % t["processes"] and (t["mask_group"] or m["mixture_prob"] > 0):
+    world = t["processes"] * t.get("nodes", 1)
+    if len(groups) % world and (t["mask_group"] or m["mixture_prob"] > 0):
         raise ConfigError(
             f"{source}: 'train.mask_group' ({t['mask_group']}) splits 'train.batch_size' ({t['batch_size']}) into "
-            f"{len(groups)} groups, which 'train.processes' ({t['processes']}) must divide (each process holds whole groups)"
+            f"{len(groups)} groups, which the {world} processes ('train.nodes' x 'train.processes') must divide "
+            "(each process holds whole groups)"
         )
     if m["mixture_prob"] > 0:
         crop = crop_frames(cfg) * ENCODEC_HOP
