@@ -57,7 +57,8 @@ def main() -> None:
             meta = json.loads((out / "tokenizer.json").read_text())
             files = pd.read_csv(out / tokenizer.FILES)
             rho = files["rms_dbfs"].corr(files["cb0_entropy_bits"], method="spearman")
-            rows.append({"variant": variant, "rms_window_frames": args.rms_window_frames, "rms_floor": args.rms_floor, "cb0_top_share": meta["top_code_share"][0],
+            rows.append({"variant": variant, "rms_window_frames": args.rms_window_frames, "rms_floor": args.rms_floor,
+                         "cb0_top_share": meta["top_code_share"][0],
                          "cb0_entropy_bits": meta["unigram_entropy_bits"][0], "cb0_codes": meta["distinct_codes"][0],
                          "codes_per_level": meta["distinct_codes"], "min_file_cb0_entropy": files["cb0_entropy_bits"].min(),
                          "rho_level_entropy": round(float(rho), 3), "seconds": round(time.perf_counter() - t0, 1)})

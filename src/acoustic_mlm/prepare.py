@@ -108,9 +108,10 @@ def scan(raw_dir: Path) -> tuple[list[Path], list[tuple[str, str]]]:
     """(files to decode; [(relative path, reason)] for every other path under raw_dir).
 
     Every regular file (or link to one) is decoded by content, whatever its name, except fetch's
-    SOURCE.json record and Snakemake's `.snakemake_timestamp` (written into folder outputs) at the top. Left out, each with its reason (sources.walk): hidden files and
-    folders, names that are not UTF-8, broken links, link loops, links to folders, FIFOs, devices;
-    and the files of the source that fetch did not bring (the record's `skipped` list).
+    SOURCE.json record and Snakemake's `.snakemake_timestamp` (written into folder outputs) at the
+    top. Left out, each with its reason (sources.walk): hidden files and folders, names that are
+    not UTF-8, broken links, link loops, links to folders, FIFOs, devices; and the files of the
+    source that fetch did not bring (the record's `skipped` list).
     """
     raw_dir = Path(raw_dir)
     record = _fetch_record(raw_dir)
