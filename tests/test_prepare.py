@@ -386,6 +386,7 @@ def test_every_path_is_in_the_manifest_or_the_rejects(tmp_path):
     (raw / "up").symlink_to(raw / "sub")  # a link to a folder is not followed
     (raw / "null.wav").symlink_to("/dev/null")
     (raw / "folder.wav").mkdir()  # a folder with an audio name is a folder
+    (raw / ".snakemake_timestamp").write_text("")  # Snakemake's mark on a folder output: not a file of the corpus
     os.mkfifo(raw / "pipe.wav")  # never opened: must not block
     (raw / os.fsdecode(b"bad\xff.wav")).write_bytes((raw / "a.flac").read_bytes())  # a good file, a bad name
     prepare.run(make_cfg(), raw, tmp_path / "prepared")

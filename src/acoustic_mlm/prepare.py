@@ -109,15 +109,19 @@ def scan(raw_dir: Path) -> tuple[list[Path], list[tuple[str, str]]]:
     """(files to decode; [(relative path, reason)] for every other path under raw_dir).
 
     Every regular file (or link to one) is decoded by content, whatever its name, except fetch's
-    SOURCE.json record at the top. Left out, each with its reason (sources.walk): hidden files and
-    folders, names that are not UTF-8, broken links, link loops, links to folders, FIFOs, devices;
-    and the files of the source that fetch did not bring (the record's `skipped` list).
+    SOURCE.json record and Snakemake's `.snakemake_timestamp` (written into folder outputs) at the
+    top. Left out, each with its reason (sources.walk): hidden files and folders, names that are
+    not UTF-8, broken links, link loops, links to folders, FIFOs, devices; and the files of the
+    source that fetch did not bring (the record's `skipped` list).
     """
     raw_dir = Path(raw_dir)
     record = _fetch_record(raw_dir)
-    listing = walk(raw_dir, skip_top=(SOURCE_RECORD,) if record is not None else ())
+    listing = walk(raw_dir, skip_top=(SNAKEMAKE_MARKER, *((SOURCE_RECORD,) if record is not None else ())))
     skipped = [(str(s["path"]), str(s["reason"])) for s in (record or {}).get("skipped", [])]
     return [p for _, p in listing.files], sorted(listing.left_out + skipped)
+
+
+SNAKEMAKE_MARKER = ".snakemake_timestamp"  # Snakemake's mark in a directory() output such as data/raw
 
 
 def _fetch_record(raw_dir: Path) -> dict | None:

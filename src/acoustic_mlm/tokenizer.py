@@ -203,8 +203,9 @@ def load_calibrated(path: str | Path, bandwidth: float = 6.0):
 # ----------------------------------------------------------------------------- level
 
 LEVEL_METHODS = ("lufs", "rms", "none")
-SILENCE_GATE_DB = -70.0  # ITU-R BS.1770's absolute gate: a clip (or rms window) below it is silence, left as is
-RMS_WINDOW_FRAMES = FRAME_RATE  # level rms: one gain per 1 s window, the segment EnCodec's 48 kHz model normalises
+LUFS_GATE_DB = -70.0  # ITU-R BS.1770's absolute gate: a clip quieter than this is silence, left as is
+RMS_SILENCE_DB = -90.0  # level rms: a window at or below this RMS (about 16-bit audio's noise floor) is left as is
+RMS_WINDOW_FRAMES = 8  # level rms: one gain per 8 frames (107 ms); measured against 75 (1 s) in docs/tokenizer.md
 LUFS_MIN_SAMPLES = int(0.4 * SAMPLE_RATE)  # BS.1770 measures in 400 ms blocks: a shorter clip is left as is
 
 
@@ -233,9 +234,9 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
     """The gain the tokenizer applies to each EnCodec frame of `clip` (float32, len(clip) // 320).
 
     lufs: one gain per clip, bringing its integrated loudness to `target_db` LUFS.
-    rms: one gain per 1 s window (RMS_WINDOW_FRAMES), bringing its RMS to `target_db` dBFS.
-    none: 1. Silence stays silence: a clip or window whose level is below SILENCE_GATE_DB (or
-    cannot be measured) keeps gain 1.
+    rms: one gain per window of RMS_WINDOW_FRAMES frames, bringing its RMS to `target_db` dBFS.
+    none: 1. Silence stays silence: a clip below LUFS_GATE_DB, a window at or below RMS_SILENCE_DB,
+    or a clip that cannot be measured keeps gain 1 (and digital zeros stay zeros whatever the gain).
     """
     n = len(clip) // ENCODEC_HOP
     gains = np.ones(n, dtype=np.float32)
@@ -243,14 +244,14 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
         return gains
     if method == "lufs":
         level = loudness_lufs(clip)
-        if math.isfinite(level) and level > SILENCE_GATE_DB:
+        if math.isfinite(level) and level > LUFS_GATE_DB:
             gains[:] = 10 ** ((target_db - level) / 20)
         return gains
     if method == "rms":
         for st in range(0, n, RMS_WINDOW_FRAMES):
             end = min(n, st + RMS_WINDOW_FRAMES)
             level = rms_dbfs(clip[st * ENCODEC_HOP : end * ENCODEC_HOP])
-            if level > SILENCE_GATE_DB:
+            if level > RMS_SILENCE_DB:
                 gains[st:end] = 10 ** ((target_db - level) / 20)
         return gains
     raise TokenizerError(f"config: 'tokenizer.level' must be one of {', '.join(LEVEL_METHODS)}, got {method!r}")
@@ -269,8 +270,8 @@ def level_of(cfg: dict) -> dict:
     target = float(tc.get("level_target", -23.0)) if method != "none" else None
     unit = {"lufs": "LUFS", "rms": "dBFS RMS"}.get(method)
     return {"method": method, "target": target, "unit": unit,
-            "per": {"lufs": "clip", "rms": "1 s window"}.get(method),
-            "silence_gate_db": SILENCE_GATE_DB if method != "none" else None,
+            "per": {"lufs": "clip", "rms": f"window of {RMS_WINDOW_FRAMES} frames"}.get(method),
+            "silence_gate_db": {"lufs": LUFS_GATE_DB, "rms": RMS_SILENCE_DB}.get(method),
             "applies_to": "the tokenizer's input only; the model trains on the raw waveform"}
 
 
