@@ -23,6 +23,7 @@ import yaml
 from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
 from acoustic_mlm import archive, fetch, prepare, sources
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import SCHEMA_PATH
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -215,7 +216,7 @@ def test_not_an_archive_is_a_one_line_error(server, tmp_path):
 def test_archive_without_audio_is_an_error(server, tmp_path):
     blob = make_zip({"docs/README.txt": b"text only"})
     url = server.serve("/noaudio.zip", blob)
-    with pytest.raises(ValueError, match="holds no audio files"):
+    with pytest.raises(UserError, match="holds no audio files"):
         fetch.run(url_cfg(url, sha256(blob)), tmp_path / "data" / "raw", retries=0, timeout=10)
     assert not (tmp_path / "data" / "raw").exists()
 
@@ -323,9 +324,9 @@ def test_url_source_resolution():
                              "known_hash": "SHA256:" + "AB" * 32})
     assert s.filename == "My_Corpus.tar.gz" and s.known_hash == "sha256:" + "ab" * 32 and s.layout is None
     assert sources.filename_from_url("https://example.org/") == "download"
-    with pytest.raises(ValueError, match="has 64 hex digits"):
+    with pytest.raises(UserError, match="has 64 hex digits"):
         sources.archive_for({"source": "url", "url": "https://e.org/a.zip", "known_hash": "sha256:abc"})
-    with pytest.raises(ValueError, match="not an http"):
+    with pytest.raises(UserError, match="not an http"):
         sources.archive_for({"source": "url", "url": "file:///tmp/a.zip", "known_hash": "md5:" + "0" * 32})
 
 
@@ -354,7 +355,7 @@ def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypa
     monkeypatch.setitem(sources.ARCHIVES, "fma_medium", replace(sources.ARCHIVES["fma_medium"], url=url,
                                                                 known_hash=sha256(blob)))
     cfg = {"data": {"source": "fma_medium", "url": None, "known_hash": None, "folder": None, "sample_rate": SR}}
-    with pytest.raises(ValueError, match=r"does not look like fma_medium.*'music/song.mp3'"):
+    with pytest.raises(UserError, match=r"does not look like fma_medium.*'music/song.mp3'"):
         fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
 
 
@@ -420,13 +421,13 @@ def test_folder_source_errors(tmp_path):
     def cfg(folder):
         return {"data": {"source": "folder", "folder": str(folder), "url": None, "known_hash": None}}
 
-    with pytest.raises(FileNotFoundError, match="is not a folder"):
+    with pytest.raises(UserError, match="is not a folder"):
         fetch.run(cfg(tmp_path / "missing"), tmp_path / "data" / "raw")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("x")
-    with pytest.raises(FileNotFoundError, match="no audio files"):
+    with pytest.raises(UserError, match="no audio files"):
         fetch.run(cfg(tmp_path / "empty"), tmp_path / "data" / "raw")
-    with pytest.raises(ValueError, match="must not contain each other"):
+    with pytest.raises(UserError, match="must not contain each other"):
         fetch.run(cfg(tmp_path / "data"), tmp_path / "data" / "raw")
     assert not (tmp_path / "data" / "raw").exists()
 
@@ -510,7 +511,7 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
 
 
 def test_librosa_source_needs_an_http_base_url():
-    with pytest.raises(ValueError, match="^data.base_url: 'file:///x' is not an http"):
+    with pytest.raises(UserError, match="^data.base_url: 'file:///x' is not an http"):
         sources.file_set_for({"source": "librosa", "base_url": "file:///x"})
     assert sources.file_set_for({"source": "librosa", "base_url": None}).base_url == "https://librosa.org/data/audio/"
     member = {m.filename: m for m in sources.file_set_for({"source": "librosa", "base_url": None}).members()}

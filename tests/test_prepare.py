@@ -58,7 +58,7 @@ def test_fetch_writes_flac_and_source_json(prepared):
 def test_fetch_rejects_an_unknown_source(tmp_path):
     cfg = make_cfg()
     cfg["data"]["source"] = "cassette"
-    with pytest.raises(ValueError, match=r"^data\.source: unknown source 'cassette'") as err:
+    with pytest.raises(UserError, match=r"^data\.source: unknown source 'cassette'") as err:
         fetch.run(cfg, tmp_path / "raw")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "raw").exists()
@@ -111,7 +111,7 @@ def test_sharded_steps_run_separately_match_the_whole_stage(prepared, tmp_path):
     todo = prepare.plan(cfg, root / "raw", out)
     for shard in sorted(todo["shard"].unique(), reverse=True):  # any order
         prepare.prepare_shard(cfg, root / "raw", out, shard)
-    with pytest.raises(ValueError, match=r"shards\.csv: no shard 7 \(the plan has shards 0-1\)"):
+    with pytest.raises(UserError, match=r"shards\.csv: no shard 7 \(the plan has shards 0-1\)"):
         prepare.prepare_shard(cfg, root / "raw", out, 7)
     prepare.merge(cfg, out)
     for name in ("manifest.csv", "rejects.csv", "prepare.json", "shards.csv", "shard-00000/audio.npy",
@@ -124,7 +124,7 @@ def test_merge_names_a_missing_shard(prepared, tmp_path):
     out = tmp_path / "partial"
     prepare.plan(cfg, root / "raw", out)
     prepare.prepare_shard(cfg, root / "raw", out, 0)
-    with pytest.raises(FileNotFoundError, match=r"shard-00001/clips\.csv: not found \(run `amlm prepare --shard 1`"):
+    with pytest.raises(UserError, match=r"shard-00001/clips\.csv: not found \(run `amlm prepare --shard 1`"):
         prepare.merge(cfg, out)
     assert not (out / "manifest.csv").exists()
 
@@ -171,17 +171,17 @@ def test_neither_split_is_ever_empty(fraction):
 
 
 def test_one_clip_cannot_be_split():
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(UserError, match="at least 2"):
         prepare.assign_splits(["only"], 0.1, 0)
 
 
 def test_empty_folder_is_a_one_line_error(tmp_path):
     (tmp_path / "raw").mkdir()
-    with pytest.raises(FileNotFoundError, match="no files") as err:
+    with pytest.raises(UserError, match="no files") as err:
         prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
     assert str(tmp_path / "raw") in str(err.value) and "\n" not in str(err.value)
     (tmp_path / "raw" / "notes.txt").write_text("not audio")  # a file, judged by content: not audio
-    with pytest.raises(ValueError, match=r"^prepare: no usable audio: all 1 files rejected \(1 not audio\)$"):
+    with pytest.raises(UserError, match=r"^prepare: no usable audio: all 1 files rejected \(1 not audio\)$"):
         prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
     assert not (tmp_path / "prepared").exists()
 
@@ -240,10 +240,10 @@ def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
     shutil.copytree(root / "prepared", bad)
     audio = np.load(bad / "shard-00001" / "audio.npy")
     np.save(bad / "shard-00001" / "audio.npy", audio[:-ENCODEC_HOP])
-    with pytest.raises(ValueError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
+    with pytest.raises(UserError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
         prepare.load_prepared(bad)
     shutil.rmtree(bad / "shard-00001")
-    with pytest.raises(FileNotFoundError, match=r"shard-00001/audio\.npy: not found"):
+    with pytest.raises(UserError, match=r"shard-00001/audio\.npy: not found"):
         prepare.load_prepared(bad)
 
 
@@ -438,7 +438,7 @@ def test_files_fetch_did_not_take_are_in_the_rejects(tmp_path):
 def test_only_bad_files_is_a_one_line_error(tmp_path):
     _, bad = make_messy_folder(tmp_path / "music")
     shutil.rmtree(tmp_path / "music" / "good")
-    with pytest.raises(ValueError, match=rf"^prepare: no usable audio: all {len(bad)} files rejected \(") as err:
+    with pytest.raises(UserError, match=rf"^prepare: no usable audio: all {len(bad)} files rejected \(") as err:
         prepare.run(make_cfg(crop_seconds=0.5), tmp_path / "music", tmp_path / "prepared")
     assert "\n" not in str(err.value) and "digital silence" in str(err.value)
     assert not (tmp_path / "prepared").exists()
@@ -450,7 +450,7 @@ def test_one_usable_file_cannot_be_split(tmp_path):
     raw.mkdir()
     sf.write(raw / "a.wav", sine(440, 0.5, SR), SR)
     (raw / "b.wav").write_bytes(b"")
-    with pytest.raises(ValueError, match="1 usable clip"):
+    with pytest.raises(UserError, match="1 usable clip"):
         prepare.run(make_cfg(), raw, tmp_path / "prepared")
 
 
@@ -464,7 +464,7 @@ def test_npy_writer_matches_np_save(tmp_path):
 
 
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="run fetch first"):
+    with pytest.raises(UserError, match="run fetch first"):
         prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
 
 

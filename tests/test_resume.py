@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from acoustic_mlm import train
+from acoustic_mlm.errors import UserError
 
 TIMING = ["wall_time"]
 
@@ -78,7 +79,7 @@ def test_state_of_other_settings_is_refused(data_dirs, resume_cfg, tmp_path):
     cfg, _ = resume_cfg
     out = tmp_path / "run"
     train.save_state(out / "state" / "seed1", 10, {"fingerprint": {"other": 1}, "step": 10})
-    with pytest.raises(ValueError, match="resumable state of a run with other settings"):
+    with pytest.raises(UserError, match="resumable state of a run with other settings"):
         train.run(cfg, "prenorm_clip1", *data_dirs, out, threads=1)
 
 

@@ -35,6 +35,7 @@ from typing import Callable
 import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to read Deflate64, as FMA's zips need)
 import zipfile  # isort: skip
 
+from acoustic_mlm.errors import UserError
 from .utils import OutOfSpaceError, is_out_of_space
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -69,11 +70,11 @@ class ExtractLimits:
                    max_ratio=float(data.get("max_compression_ratio", default.max_ratio)))
 
 
-class UnsafeArchiveError(ValueError):
+class UnsafeArchiveError(UserError, ValueError):
     """An archive member would land outside the extraction folder; nothing was extracted."""
 
 
-class ArchiveError(ValueError):
+class ArchiveError(UserError, ValueError):
     """An archive that cannot be read (not a zip or tar, truncated, bad CRC)."""
 
 

@@ -164,6 +164,15 @@ def _r(x: float, nd: int = 4):
 # ----------------------------------------------------------------------------- the claims
 
 
+# What MERT's released code shows about claim (e) (docs/recipe.md, "Attention relaxation in MERT's released code").
+PB_RELAX_FINDING = (
+    "in MERT's released training code the relaxation never runs (mert_fairseq/models/mert/mert_model.py: "
+    "MultiheadAttention_extend.forward, lines 1710-1754, returns through F.multi_head_attention_forward before "
+    "the PB-Relax branch at lines 1928-1945), so the paper's Attn. Relax arm computed plain softmax attention "
+    "and its gap to clip 1 cannot come from relaxation; here the arm does relax, which changes nothing in fp32 "
+    "and only fp16 overflow in fp16"
+)
+
 CLAIMS = {
     "a": ("Every arm starts near 10 bits (a uniform guess over 1024 codes)",
           "first points ~9.3-9.5 bits for all four arms"),
@@ -385,6 +394,7 @@ class _Context:
         if verdict != REPRODUCED:
             notes.append("PB-Relax equals softmax attention in exact arithmetic: in fp32 the Attn. Relax arm "
                          "should match clip 1 up to seed noise")
+        notes.append(PB_RELAX_FINDING)
         return verdict, measured, notes
 
     # f: every arm stabilises by 40 % of the x-range

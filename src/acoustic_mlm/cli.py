@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(args, "verbose", False))
     try:
         dispatch(args)
-    except (UserError, C.ConfigError, ValueError, FileNotFoundError) as exc:
-        # Expected problems with inputs: one line, no traceback.
+    except UserError as exc:
+        # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
         print(f"amlm {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

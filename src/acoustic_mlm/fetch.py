@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 import soundfile as sf
 
+from acoustic_mlm.errors import UserError
 from acoustic_mlm import __version__, archive, sources, synth
 from acoustic_mlm.sources import AUDIO_SUFFIXES
 from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
@@ -54,7 +55,7 @@ DEFAULT_RETRIES = 3  # further attempts after a network error or a resumed downl
 DEFAULT_TIMEOUT_S = 60.0  # seconds to connect, and between two received chunks
 
 
-class DownloadError(ValueError):
+class DownloadError(UserError, ValueError):
     """A download that failed for good (network, HTTP status, hash mismatch); one line."""
 
 
@@ -263,11 +264,11 @@ def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
                            limits=archive.ExtractLimits.from_config(cfg["data"]))
     excluded = sorted(r for r in done.not_kept if sources.is_audio_name(r))
     if not done.files:
-        raise ValueError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
+        raise UserError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
                          + (f" besides {len(excluded)} known-corrupt ones" if excluded else ""))
     off_layout = [f for f in done.files if not src.expects(f)]
     if src.layout is not None and len(off_layout) == len(done.files):
-        raise ValueError(f"fetch: {path.name} does not look like {src.name}: no audio member matches "
+        raise UserError(f"fetch: {path.name} does not look like {src.name}: no audio member matches "
                          f"{src.layout!r} (first: {off_layout[0]!r})")
     if off_layout:
         log.warning("fetch: %d audio files in %s do not match %s's layout (first: %s); kept",
@@ -313,10 +314,10 @@ def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
     other path listed with the reason it is left out."""
     folder = Path(cfg["data"]["folder"]).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(f"data.folder: {folder} is not a folder")
+        raise UserError(f"data.folder: {folder} is not a folder")
     folder, final = folder.resolve(), ctx.out_dir.resolve()
     if folder == final or final in folder.parents or folder in final.parents:
-        raise ValueError(f"data.folder: {folder} and the output folder {final} must not contain each other")
+        raise UserError(f"data.folder: {folder} and the output folder {final} must not contain each other")
     listing = sources.walk(folder)
     files, skipped = [], [{"path": r, "reason": why} for r, why in listing.left_out]
     for rel, src in listing.files:
@@ -328,7 +329,7 @@ def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
             skipped.append({"path": rel, "reason": sources.not_audio_reason(rel)})
     skipped.sort(key=lambda d: d["path"])
     if not files:
-        raise FileNotFoundError(f"data.folder: no audio files under {folder} ({len(skipped)} other files)")
+        raise UserError(f"data.folder: no audio files under {folder} ({len(skipped)} other files)")
     linked = copied = size = 0
     with Progress(len(files), "fetch", unit="file") as bar:
         for rel, src in files:
@@ -391,7 +392,7 @@ def run(cfg: dict, out_dir: Path, downloads_dir: Path | None = None, *, retries:
     """
     source = cfg["data"]["source"]
     if source not in SOURCES:
-        raise ValueError(f"data.source: unknown source '{source}' (known: {', '.join(SOURCES)})")
+        raise UserError(f"data.source: unknown source '{source}' (known: {', '.join(SOURCES)})")
     out_dir = Path(out_dir)
     downloads_dir = Path(downloads_dir) if downloads_dir is not None else out_dir.parent / "downloads"
     ctx = Context(out_dir=out_dir, downloads_dir=downloads_dir, retries=retries, timeout=timeout)

@@ -91,7 +91,7 @@ def split_hash(split_seed: int, clip_id: str) -> float:
 def assign_splits(ids: list[str], valid_fraction: float, split_seed: int) -> list[str]:
     """'valid' where the clip's hash < valid_fraction, else 'train'; neither split left empty."""
     if len(ids) < 2:
-        raise ValueError(f"prepare: {len(ids)} usable clip(s); a train and a valid split need at least 2")
+        raise UserError(f"prepare: {len(ids)} usable clip(s); a train and a valid split need at least 2")
     u = [split_hash(split_seed, i) for i in ids]
     split = ["valid" if x < valid_fraction else "train" for x in u]
     if "valid" not in split:  # the clip closest to the threshold from above
@@ -312,10 +312,10 @@ def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     """
     raw_dir = Path(raw_dir)
     if not raw_dir.is_dir():
-        raise FileNotFoundError(f"prepare: {raw_dir} is not a folder; run fetch first")
+        raise UserError(f"prepare: {raw_dir} is not a folder; run fetch first")
     files, left_out = scan(raw_dir)
     if not files and not left_out:
-        raise FileNotFoundError(f"prepare: no files under {raw_dir}")
+        raise UserError(f"prepare: no files under {raw_dir}")
     rel = [p.relative_to(raw_dir).as_posix() for p in files]
     rows = [(r, i, "") for r, i in zip(rel, plan_clip_ids(rel))] + [(r, "", why) for r, why in left_out]
     frame = pd.DataFrame(sorted(rows), columns=["path", "clip_id", "skip"])
@@ -331,15 +331,15 @@ def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
 def read_plan(out_dir: Path) -> pd.DataFrame:
     path = Path(out_dir) / PLAN
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found (run `amlm prepare --plan` first)")
+        raise UserError(f"{path}: not found (run `amlm prepare --plan` first)")
     try:
         frame = pd.read_csv(path, dtype={"path": str, "clip_id": str, "shard": np.int64, "skip": str},
                             keep_default_na=False)
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
     missing = [c for c in PLAN_COLUMNS if c not in frame.columns]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
     return frame
 
 
@@ -356,7 +356,7 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     todo = read_plan(out_dir)
     todo = todo[todo["shard"] == int(shard)]
     if todo.empty:
-        raise ValueError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards 0-{read_plan(out_dir)['shard'].max()})")
+        raise UserError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards 0-{read_plan(out_dir)['shard'].max()})")
     rows, rejects = [], []
     with atomic_dir(out_dir / shard_name(shard)) as tmp:
         with NpyWriter(tmp / "audio.npy") as writer, \
@@ -402,7 +402,7 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
         folder = out_dir / shard_name(shard)
         for name in ("clips.csv", "rejects.csv", "audio.npy"):
             if not (folder / name).is_file():
-                raise FileNotFoundError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
+                raise UserError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
         clips = pd.read_csv(folder / "clips.csv", dtype=_MANIFEST_DTYPES, keep_default_na=False)
         clips.insert(2, "shard", int(shard))
         kept.append(clips)
@@ -412,14 +412,14 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
     accounted = sorted(manifest["path"].tolist() + rejects["path"].tolist())
     if accounted != sorted(todo["path"].tolist()):
         lost = sorted(set(todo["path"]) ^ set(accounted))
-        raise ValueError(f"{out_dir}: the shards do not match {PLAN} (e.g. {lost[0] if lost else 'a duplicate'}); "
+        raise UserError(f"{out_dir}: the shards do not match {PLAN} (e.g. {lost[0] if lost else 'a duplicate'}); "
                          "rerun prepare")
     by_kind = dict(sorted(Counter(reason_kind(r) for r in rejects["reason"]).items()))
     kinds = ", ".join(f"{v} {k}" for k, v in by_kind.items())
     log.info("prepare: kept %d files, rejected %d%s", len(manifest), len(rejects),
              f" ({kinds}); see rejects.csv" if len(rejects) else "")
     if manifest.empty:
-        raise ValueError(f"prepare: no usable audio: all {len(rejects)} files rejected ({kinds})")
+        raise UserError(f"prepare: no usable audio: all {len(rejects)} files rejected ({kinds})")
     manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg["data"]["valid_fraction"],
                                       cfg["data"]["split_seed"])
     check_calibration_data(cfg, manifest)
@@ -519,13 +519,13 @@ class Corpus:
 
 def _open_audio(path: Path) -> np.ndarray:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found (run the prepare stage first)")
+        raise UserError(f"{path}: not found (run the prepare stage first)")
     try:
         audio = np.load(path, mmap_mode="r")
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line error
-        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+        raise UserError(f"{path}: not a readable .npy array ({exc})") from None
     if audio.ndim != 1 or audio.dtype != np.float32:
-        raise ValueError(f"{path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+        raise UserError(f"{path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
     return audio
 
 
@@ -538,19 +538,19 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     prepared_dir = Path(prepared_dir)
     manifest_path = prepared_dir / "manifest.csv"
     if not manifest_path.is_file():
-        raise FileNotFoundError(f"{manifest_path}: not found (run the prepare stage first)")
+        raise UserError(f"{manifest_path}: not found (run the prepare stage first)")
     try:  # keep_default_na: a clip called "NA" or "null" stays a string
         manifest = pd.read_csv(manifest_path, dtype=_MANIFEST_DTYPES, keep_default_na=False)
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{manifest_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"{manifest_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in manifest.columns]
     if missing:
-        raise ValueError(f"{manifest_path}: missing column(s) {', '.join(missing)}")
+        raise UserError(f"{manifest_path}: missing column(s) {', '.join(missing)}")
     if manifest.empty:
-        raise ValueError(f"{manifest_path}: no clips")
+        raise UserError(f"{manifest_path}: no clips")
     bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
     if bad_split:
-        raise ValueError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
+        raise UserError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
     corpus = Corpus(prepared_dir, manifest)
     sh, o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("shard", "offset", "num_samples", "num_frames"))
     length = {k: len(corpus.audio(k)) for k in corpus.shards}  # also checks every shard's audio.npy
@@ -564,10 +564,10 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     for bad, what in checks:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
+            raise UserError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
     order = np.lexsort((o, sh))
     overlap = (sh[order][1:] == sh[order][:-1]) & (o[order][1:] < (o + s)[order][:-1])
     if overlap.any():
         i = int(order[1:][overlap][0])
-        raise ValueError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
+        raise UserError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
     return corpus

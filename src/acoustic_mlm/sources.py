@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote, unquote, urlsplit
 
+from acoustic_mlm.errors import UserError
+
 FMA_URL = "https://os.unil.cloud.switch.ch/fma/{name}.zip"
 FMA_SHA1 = {  # github.com/mdeff/fma README, "Data"
     "fma_small": "ade154f733639d52e35e32f5593efe5be76c6d70",  # 8,000 tracks, 7.2 GiB
@@ -267,7 +269,7 @@ def file_set_for(data: dict) -> FileSetSource:
     source = data["source"]
     base = data.get("base_url") or FILE_SET_URLS[source]
     if urlsplit(base).scheme.lower() not in ("http", "https", "ftp"):
-        raise ValueError(f"data.base_url: '{base}' is not an http(s):// or ftp:// URL")
+        raise UserError(f"data.base_url: '{base}' is not an http(s):// or ftp:// URL")
     return FileSetSource(name=source, base_url=base if base.endswith("/") else base + "/", files=FILE_SETS[source])
 
 
@@ -277,10 +279,10 @@ def normalise_hash(known_hash: str, key: str = "data.known_hash") -> str:
     alg, digest = alg.lower(), digest.lower()
     lengths = {"sha256": 64, "sha1": 40, "md5": 32}
     if not sep or alg not in lengths or not re.fullmatch(r"[0-9a-f]+", digest):
-        raise ValueError(f"{key}: '{known_hash}' is not <algorithm>:<hex> with algorithm one of "
+        raise UserError(f"{key}: '{known_hash}' is not <algorithm>:<hex> with algorithm one of "
                          f"{', '.join(HASH_ALGORITHMS)}")
     if len(digest) != lengths[alg]:
-        raise ValueError(f"{key}: a {alg} digest has {lengths[alg]} hex digits, '{known_hash}' has {len(digest)}")
+        raise UserError(f"{key}: a {alg} digest has {lengths[alg]} hex digits, '{known_hash}' has {len(digest)}")
     return f"{alg}:{digest}"
 
 
@@ -297,12 +299,12 @@ def archive_for(data: dict) -> ArchiveSource:
     if source in ARCHIVES:
         return ARCHIVES[source]
     if source != "url":
-        raise ValueError(f"data.source: '{source}' is not a download source")
+        raise UserError(f"data.source: '{source}' is not a download source")
     url = data.get("url") or ""
     scheme = urlsplit(url).scheme.lower()
     if scheme not in ("http", "https", "ftp"):
-        raise ValueError(f"data.url: '{url}' is not an http(s):// or ftp:// URL")
+        raise UserError(f"data.url: '{url}' is not an http(s):// or ftp:// URL")
     if not data.get("known_hash"):
-        raise ValueError("data.known_hash: required for data.source url (sha256:<hex>, sha1:<hex> or md5:<hex>)")
+        raise UserError("data.known_hash: required for data.source url (sha256:<hex>, sha1:<hex> or md5:<hex>)")
     return ArchiveSource(name="url", url=url, known_hash=normalise_hash(data["known_hash"]),
                          filename=filename_from_url(url))

@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, keep_freed_memory, log, set_threads, write_json
@@ -75,7 +76,7 @@ OFFICIAL_SHA256_PREFIX = "d7cc33bc"  # EnCodec names its checkpoints <name>-<sha
 CALIBRATION_THREADS = 2
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """An input or checkpoint problem; the message is one line naming the file."""
 
 
@@ -686,7 +687,7 @@ def load_tokenizer(cfg: dict, out_dir: Path):
     tc = cfg["tokenizer"]
     folder = Path(out_dir) / MODEL_DIR
     if not (folder / "fit.json").is_file():
-        raise FileNotFoundError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
+        raise UserError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
     fitted = json.loads((folder / "fit.json").read_text()).get("level", level_of({"tokenizer": {"mode": "pretrained"}}))
     wanted = level_of(cfg)
     if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
@@ -781,11 +782,11 @@ def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
 
     path = Path(codes_dir) / shard_name(shard) / "codes.npy"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: codes not found; run the tokenize stage first")
+        raise UserError(f"{path}: codes not found; run the tokenize stage first")
     try:
         return np.load(path, mmap_mode="r")
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+        raise UserError(f"{path}: not a readable .npy array ({exc})") from None
 
 
 def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:

@@ -298,7 +298,7 @@ def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
             log.warning("resume: %s is unreadable (%s); trying the previous state", path, str(exc).splitlines()[0])
             continue
         if state.get("fingerprint") != fingerprint:
-            raise ValueError(
+            raise UserError(
                 f"{path}: resumable state of a run with other settings; delete {path.parent} to start afresh"
             )
         return state
