@@ -35,7 +35,7 @@ from typing import Callable
 import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to read Deflate64, as FMA's zips need)
 import zipfile  # isort: skip
 
-from acoustic_mlm.errors import UserError
+from acoustic_mlm.errors import UserError, one_line
 from .utils import OutOfSpaceError, is_out_of_space
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -254,7 +254,7 @@ def list_members(archive: Path) -> list[Member]:
             with tarfile.open(archive) as tf:
                 members = _tar_members(tf)
     except _READ_ERRORS as exc:
-        raise ArchiveError(f"{archive.name}: unreadable {kind} archive ({_one_line(exc)})") from None
+        raise ArchiveError(f"{archive.name}: unreadable {kind} archive ({one_line(exc)})") from None
     check_members(members, archive.name)
     return members
 
@@ -303,9 +303,9 @@ def extract(archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name
             except OSError as exc:
                 if is_out_of_space(exc):  # a full disk: the path and the bytes this member needs
                     raise OutOfSpaceError(target, target.stat().st_size if target.exists() else 0, m.size) from None
-                raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({_one_line(exc)})") from None
+                raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({one_line(exc)})") from None
             except _READ_ERRORS as exc:
-                raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({_one_line(exc)})") from None
+                raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({one_line(exc)})") from None
             done.files.append(rel)
             done.bytes += m.size
     return done
@@ -335,5 +335,3 @@ class _Budget:
             out.write(block)
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

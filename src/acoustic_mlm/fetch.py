@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 import soundfile as sf
 
-from acoustic_mlm.errors import UserError
+from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm import __version__, archive, sources, synth
 from acoustic_mlm.sources import AUDIO_SUFFIXES
 from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
@@ -188,12 +188,12 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
             raise DownloadError(f"fetch: downloading {src.url} failed: {exc}") from None
         except requests.RequestException as exc:  # network: retry, resuming where the transfer broke
             if attempt == retries:
-                raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {_one_line(exc)}") from None
-            log.warning("fetch: download of %s failed (%s); %d more attempt(s)", src.filename, _one_line(exc),
+                raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {one_line(exc)}") from None
+            log.warning("fetch: download of %s failed (%s); %d more attempt(s)", src.filename, one_line(exc),
                         retries - attempt)
             time.sleep(min(attempt + 1, 10))
         except ftplib.all_errors as exc:
-            raise DownloadError(f"fetch: downloading {src.url} failed: {_one_line(exc)}") from None
+            raise DownloadError(f"fetch: downloading {src.url} failed: {one_line(exc)}") from None
         except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
             if downloader is not None and downloader.resumed and attempt < retries:
                 # the bytes of an earlier, broken transfer may be at fault: once more, from the start
@@ -202,12 +202,10 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
                 continue
             hint = ("; check data.known_hash" if src.name == "url"
                     else "; check data.base_url" if src.name in sources.FILE_SETS else "")
-            raise DownloadError(f"fetch: {src.url}: {_one_line(exc)}{hint}") from None
+            raise DownloadError(f"fetch: {src.url}: {one_line(exc)}{hint}") from None
     raise AssertionError("unreachable")
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 # ------------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass

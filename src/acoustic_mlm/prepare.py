@@ -47,7 +47,7 @@ import pandas as pd
 import soundfile as sf
 
 from acoustic_mlm.config import ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE, ENCODEC_HOP, crop_frames
-from acoustic_mlm.errors import UserError
+from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.sources import SOURCE_RECORD, find_audio, is_audio_name, not_audio_reason, walk  # noqa: F401
 from acoustic_mlm.utils import OutOfSpaceError, Progress, atomic_dir, atomic_path, is_out_of_space, log, write_json
 
@@ -194,7 +194,7 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     try:
         size = path.stat().st_size
     except OSError as exc:
-        raise Unusable(f"cannot read: {_one_line(exc)}") from None
+        raise Unusable(f"cannot read: {one_line(exc)}") from None
     if size == 0:
         raise Unusable("empty file (0 bytes)")
     try:
@@ -223,19 +223,11 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     return np.ascontiguousarray(audio[:n], dtype=np.float32), sr, channels
 
 
-def load_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, int, int]:
-    """Decode (soundfile), mix to mono (channel mean), resample: (float32 1-D, orig rate, orig channels)."""
-    mono, sr, channels, _ = _mono_blocks(Path(path))
-    return np.ascontiguousarray(_resample(mono, sr, sample_rate), dtype=np.float32), sr, channels
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _libsndfile_reason(exc: BaseException) -> str:
     """libsndfile's message without the absolute path, and without its misleading MP3 wording."""
-    msg = re.sub(r"^Error opening .*?: ", "", _one_line(exc)).removeprefix("Error : ")
+    msg = re.sub(r"^Error opening .*?: ", "", one_line(exc)).removeprefix("Error : ")
     if msg.startswith("File does not exist or is not a regular file"):  # what it says of an unrecognised .mp3
         return "format not recognised"
     msg = msg.rstrip(".")
