@@ -84,7 +84,7 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
         assert sorted(p.name for p in (repo / "results" / "logs" / stage).glob("shard-*.log")) == [
             f"shard-{k:05d}.log" for k in range(3)]
     assert sorted(p.name for p in (repo / "data" / "codes").iterdir()) == [
-        "model", "shard-00000", "shard-00001", "shard-00002", "tokenizer.json"]
+        "files.csv", "model", "shard-00000", "shard-00001", "shard-00002", "tokenizer.json"]
     again = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert "Nothing to be done" in again, again
     # SIGKILL mid-training through Snakemake, then run it again: the same metrics, timing aside.

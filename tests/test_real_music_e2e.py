@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -22,16 +24,22 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import copy_repo, real_audio_dir, real_audio_missing, sha256
-from test_sources_e2e import FIGURE, read_csv, show, snakemake, write_config
+from test_sources_e2e import FIGURE, read_csv, run, show, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing()))]
 
 # Codebook 0 over the 14 recordings (docs/tokenizer.md): measured 9.3% and 8.35 bits with level rms,
 # 36.8% and 6.14 bits without level normalisation. The 9.3% is one recording: glacier-bay-humpback, a
 # stationary low-frequency field recording (9.7% of the corpus' frames), 96% of its frames on one code.
+PIPELINE_TIMEOUT_S = 2400  # 11 min of audio through every stage: about 5 min on 2 idle cores, far more on busy ones
 MAX_TOP_CODE_SHARE = 0.10  # codebook 0: no code on more than 10% of the frames
 MIN_ENTROPY_BITS = 8.0  # codebook 0's unigram entropy over the corpus (10 bits: all 1024 codes alike)
 STATIONARY = "glacier-bay-humpback.ogg"
+
+
+def snakemake(repo: Path, *targets: str) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", "config/test.yaml"],
+               repo, timeout=PIPELINE_TIMEOUT_S)
 
 
 def recordings() -> list[Path]:
