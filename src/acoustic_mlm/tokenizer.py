@@ -633,7 +633,7 @@ def read_prepared(prepared_dir: str | Path):
 
     try:
         return load_prepared(prepared_dir)
-    except (ValueError, FileNotFoundError) as exc:
+    except UserError as exc:
         raise TokenizerError(str(exc)) from None
 
 
