@@ -88,6 +88,7 @@ class TrainConfig:
     compile: bool  # torch.compile the model
     clip: float = 0.0  # max total gradient norm; 0 disables clipping
     seed: int = 0
+    diagnostics: bool = True  # stability diagnostics in every metrics row (diagnostics.py)
 
 
 @dataclass(frozen=True)

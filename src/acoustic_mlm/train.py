@@ -13,6 +13,9 @@ steps, and at the last step:
   nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite non-finite steps in a row
   stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
   wall_time (s since start).
+With train.diagnostics, each row also holds the stability diagnostics of `diagnostics.py`
+(per-block gradient norms and update ratios, attention logit maxima, loss scale, masked share,
+codebook-0 accuracy), measured at the row steps only.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from . import config as C
-from . import curves
+from . import curves, diagnostics
 from .devices import pick_device
 from .errors import UserError
 from .objective import AcousticMLM, compute_mask_indices
@@ -380,6 +383,7 @@ class StepResult(NamedTuple):
     lr: float
     grad_norm: float  # total norm before clipping (NaN when the update was skipped)
     clipped: bool
+    diagnostics: dict | None = None  # at row steps with train.diagnostics: diagnostics.UpdateProbe's row
 
 
 def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Path, out_dir: Path,
@@ -508,11 +512,15 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
                         s.run_name, s.seed, loop.streak, step)
         return StepResult(lr, float("nan"), False)
     loop.streak = 0
+    probe = diagnostics.UpdateProbe(s.model, s.scaler) if t.diagnostics and step in s.rows_at and s.writer else None
     grad_norm, clipped, skipped = optimizer_step(s.model, s.opt, s.scaler, t.clip)
     loop.overflow += skipped
     loop.clipped += int(clipped)
     loop.acc.add(outs, grad_norm, clipped, s.world)
-    return StepResult(lr, grad_norm, clipped)
+    if probe is None:
+        return StepResult(lr, grad_norm, clipped)
+    masked = diagnostics.masked_fraction(sum(o.n_masked for o in outs), t.accum_steps * mask.numel())
+    return StepResult(lr, grad_norm, clipped, {**probe.finish(s.scaler), "masked_frac": masked})
 
 
 def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float) -> dict | None:
@@ -522,10 +530,14 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     if not s.writer:
         loop.acc.flush()
         return None
-    v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
+    probe = diagnostics.ValidProbe(s.model) if s.t.diagnostics else contextlib.nullcontext()
+    with probe:  # attention logits and codebook-0 accuracy, hooked into the validation pass
+        v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
     row = {"step": step, **loop.acc.flush(), "lr": result.lr, "grad_norm": result.grad_norm,
            "clipped": int(result.clipped)}
     row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
+    if s.t.diagnostics:
+        row.update({**(result.diagnostics or {}), **probe.values()})
     row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
                diverged=int(loop.diverged_at is not None), wall_time=wall_time)
     loop.rows.append(row)
