@@ -35,7 +35,7 @@ def test_every_rule_has_log_threads_and_conda(root):
     rules = re.split(r"^(?:rule|checkpoint) ", text, flags=re.M)[1:]
     assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
                                                 "tokenize_shard", "tokenize", "train", "aggregate", "figure",
-                                                "claims", "compare"}
+                                                "stability", "claims", "compare"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -93,7 +93,8 @@ def test_dvc_stages_call_the_same_commands_as_the_rules(root):
     dvc = yaml.safe_load((root / "dvc.yaml").read_text())
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     stages = dvc["stages"]
-    assert set(stages) == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "compare"}
+    assert set(stages) == {"fetch", "prepare", "tokenize", "train", "aggregate", "figure", "stability", "claims",
+                           "compare"}
     for name, stage in stages.items():
         cmd = (stage.get("do") or stage)["cmd"]
         sub = cmd.split()[1]

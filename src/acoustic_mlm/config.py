@@ -282,6 +282,8 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "figure": (("figure", "runs.*.label", "runs.*.role"), ()),
     "claims": (("claims", "figure.split", "runs.*.role"), ()),
     "compare": (("figure", "runs.*.label", "runs.*.role"), ()),
+    "stability": (("figure", "runs.*.label", "runs.*.role", "runs.*.clip", "claims.spike_threshold",
+                   "claims.recovery_margin"), ()),
 }
 # The steps before each step, whose settings also shape its outputs.
 UPSTREAM = {
@@ -297,6 +299,7 @@ DVC_STAGES = {
     "fetch": ("fetch",), "prepare": ("plan", "prepare_shard", "prepare_merge"),
     "tokenize": ("tokenize_fit", "tokenize_shard", "tokenize_merge"), "train": ("train",),
     "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("compare",),
+    "stability": ("stability",),
 }
 
 
