@@ -1,6 +1,7 @@
 """The findings stage: the figure's six claims, checked on the reproduced loss curves.
 
-Reads only `loss_curves.csv` (codebook 0, one split) and writes `claims.json` and `claims.md`.
+Reads `loss_curves.csv` (codebook 0, one split) and writes `claims.json` and `claims.md`; given
+`diagnostics.csv`, it also says what the diagnostics show at every spike (explain_spikes).
 Each claim comes back with the numbers it was judged on and one of three verdicts:
 
     reproduced       the measured curves show what the paper's figure shows
