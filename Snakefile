@@ -35,6 +35,7 @@ localrules:
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/figure.smk"
+include: "workflow/rules/preflight.smk"
 
 
 rule all:

@@ -14,8 +14,8 @@ own, so the ratio isolates the blocks. The arms are timed in the same process, r
 interleaved (baseline, arm 1, ..., arm 4, baseline, arm 1, ...); each ratio is the median of
 the per-repetition ratios arm_fps / baseline_fps, so slow drift in a shared machine cancels.
 
-Model FLOPs are counted analytically (`model_flops`: matmuls and convolutions, forward and
-backward, the same count for every arm whatever kernel runs it); MFU divides the achieved
+Model FLOPs are counted analytically (`acoustic_mlm.flops.step_flops`: matmuls and convolutions,
+forward and backward, the same count for every arm whatever kernel runs it); MFU divides the achieved
 rate by `--peak-tflops` (default 989, an H200's dense bf16 peak, on CUDA; none on CPU).
 
     python benchmarks/train_throughput.py --config config/config.yaml --threads 1
@@ -40,6 +40,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm.model import init_bert_params
 from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
 from acoustic_mlm.devices import pick_device
+from acoustic_mlm.flops import step_flops
 from acoustic_mlm.train import autocast, optimizer_step
 from acoustic_mlm.utils import machine_info, set_threads
 
@@ -76,40 +77,6 @@ def build_baseline(cfg: dict) -> AcousticMLM:
     stack.apply(init_bert_params)  # the arms' init (fused in_proj keeps PyTorch's xavier init)
     model.encoder.transformer.blocks = nn.ModuleList([stack])  # iterated once: x = stack(x)
     return model
-
-
-def model_flops(m: C.ModelConfig, batch: int, frames: int, n_masked: int, scope: str = "step") -> int:
-    """Matmul and convolution FLOPs of one training step (forward + backward), all arms alike.
-
-    A matmul of an (n x a) input by an (a x b) weight costs 2nab forward and 4nab backward
-    (gradients of input and weight): 6nab. The first convolution needs no input gradient
-    (the waveform is data): 4x its forward cost. Attention: QK^T and PV, 4 T^2 D per layer and
-    sequence forward, 12 T^2 D with backward. Heads run on the N masked frames only. Norms,
-    activations, softmax and the optimizer are not counted (MFU convention).
-    (torch.utils.flop_counter agrees exactly for ungrouped convolutions; it ignores `groups` in
-    the backward of the grouped positional conv and overcounts it.) scope "transformer": the
-    positional conv and the blocks only.
-    """
-    tokens = batch * frames
-    conv, t_out, c_in = 0, frames, 1
-    lengths = []  # each conv layer's output length, computed back from the last (= frames)
-    for _, kernel, stride in reversed(m.conv_layers):
-        lengths.append(t_out)
-        t_out = (t_out - 1) * stride + kernel
-    lengths.reverse()
-    for i, ((channels, kernel, _), t) in enumerate(zip(m.conv_layers, lengths)):
-        fwd = 2 * c_in * channels * kernel * t * batch
-        conv += (2 if i == 0 else 3) * fwd
-        c_in = channels
-    pos_frames = frames + 1 - m.pos_conv_kernel % 2  # an even kernel yields one frame more, then dropped
-    pos_conv = 6 * (m.dim // m.pos_conv_groups) * m.dim * m.pos_conv_kernel * pos_frames * batch
-    proj = 6 * c_in * m.dim * tokens
-    block_params = 4 * m.dim * m.dim + 2 * m.dim * m.ffn_dim  # q, k, v, out, fc1, fc2
-    blocks = m.layers * (6 * block_params * tokens + 12 * frames * frames * m.dim * batch)
-    heads = 6 * n_masked * m.codebooks * m.final_dim * (m.dim + m.codebook_size)  # proj_k and cos logits
-    if scope == "transformer":
-        return pos_conv + blocks
-    return conv + pos_conv + proj + blocks + heads
 
 
 # ----------------------------------------------------------------------------- one step
@@ -186,7 +153,7 @@ def fixed_batch(cfg: dict, device: torch.device, scope: str = "step"):
     """Random audio (B, 320 T), random codes (B, K, T) and one fairseq span mask (B, T);
     scope "transformer": random states (B, T, D) only."""
     m, t = C.model_config(cfg), C.train_config(cfg)
-    frames = crop_frames(cfg)
+    frames = C.crop_frames(cfg)
     g = torch.Generator().manual_seed(BENCH_SEED)
     if scope == "transformer":
         return (torch.randn(t.batch_size, frames, m.dim, generator=g).to(device),)
@@ -196,11 +163,6 @@ def fixed_batch(cfg: dict, device: torch.device, scope: str = "step"):
         (t.batch_size, frames), m.mask_prob, m.mask_length, m.mask_min_masks, np.random.default_rng(BENCH_SEED)
     )
     return wav.to(device), codes.to(device), torch.from_numpy(mask).to(device)
-
-
-def crop_frames(cfg: dict) -> int:
-    """Frames per crop, as acoustic_mlm.train computes them."""
-    return int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // C.ENCODEC_HOP
 
 
 # ----------------------------------------------------------------------------- timing
@@ -371,11 +333,11 @@ def main(argv=None) -> dict:
         peak = H200_BF16_DENSE_TFLOPS
 
     m, t = C.model_config(cfg), C.train_config(cfg)
-    frames = crop_frames(cfg)
+    frames = C.crop_frames(cfg)
     n_masked = int(fixed_batch(cfg, torch.device("cpu"))[2].sum())
     batch = fixed_batch(cfg, device, args.scope)
     frames_per_step = t.accum_steps * t.batch_size * frames
-    flops = t.accum_steps * model_flops(m, t.batch_size, frames, n_masked, args.scope)
+    flops = t.accum_steps * step_flops(m, t.batch_size, frames, args.scope)
     models = trainees(cfg, device)
     info = machine_info(device)
     print(

@@ -21,7 +21,8 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
     return ignored
 
 _GENERATED = ("data/raw", "data/prepared", "data/codes", "data/downloads", "results/runs", "results/logs",
-              "results/figures", "results/loss_curves.csv", "results/claims.json", "results/claims.md")
+              "results/figures", "results/loss_curves.csv", "results/claims.json", "results/claims.md",
+              "results/config_check.txt")
 
 
 def copy_repo(root: Path, dest: Path) -> Path:

@@ -7,6 +7,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from acoustic_mlm import aggregate, figure
+from acoustic_mlm.errors import UserError
 
 
 def fake_metrics(steps, start=10.0, end=6.0, k=2):
@@ -45,7 +46,7 @@ def test_aggregate_tidy(runs_dir, tmp_path, smoke_cfg):
 
 def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
     (runs_dir / "prenorm_clip1" / "metrics.csv").unlink()
-    with pytest.raises(FileNotFoundError, match=r"prenorm_clip1/metrics.csv"):
+    with pytest.raises(UserError, match=r"prenorm_clip1/metrics.csv"):
         aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv")
     assert not (tmp_path / "c.csv").exists()
 
@@ -64,11 +65,11 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     labels = [r["label"] for r in smoke_cfg["runs"].values()]
-    fig, ax = figure.draw(pd.read_csv(curves_path), labels, {"x_max": 100_000, "y_min": 5.0, "y_max": 10.0, "split": "train"})
+    fig, ax = figure.draw(pd.read_csv(curves_path), smoke_cfg["runs"], {"x_max": 100_000, "y_min": 5.0, "y_max": 10.0, "split": "train"})
     assert ax.get_title() == "Acoustic MLM Loss on Codebook-0 vs Training Steps"
     assert ax.get_xlabel() == "Training Step" and ax.get_ylabel() == "Acoustic MLM Loss on Codebook-0"
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
-    assert ax.get_xlim()[1] == 100_000 and ax.get_ylim() == (5.0, 10.0)
+    assert ax.get_xlim()[1] == pytest.approx(100_000 * figure.X_PAD) and ax.get_ylim() == (5.0, 10.0)
     legend = ax.get_legend()
     assert [t.get_text() for t in legend.get_texts()] == labels
     assert legend._loc in (1, "upper right")  # matplotlib stores 'upper right' as code 1
@@ -92,11 +93,42 @@ def test_several_seeds_draw_a_mean_with_a_band(tmp_path, smoke_cfg):
         both.to_csv(d / "metrics.csv", index=False)
     curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
     assert sorted(curves["seed"].unique()) == [1, 2]
-    labels = [r["label"] for r in smoke_cfg["runs"].values()]
-    fig, ax = figure.draw(curves, labels, smoke_cfg["figure"])
+    fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
     bands = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
     assert len(bands) == 4  # one 95 % band per arm
     y = ax.get_lines()[0].get_ydata()
     per_seed = [e + (10.0 - e) * np.exp(-32 / 20) for e in (6.2, 6.4)]
     assert y[-1] == pytest.approx(np.mean(per_seed))  # the line is the mean over seeds
     matplotlib.pyplot.close(fig)
+
+
+def test_coinciding_arms_stay_visible_and_no_marker_is_cut(tmp_path, smoke_cfg):
+    """Attn. Relax equals Clip=1 in fp32: it is drawn dashed with hollow markers, the legend names
+    the pair; the axes reach past the first and last points."""
+    runs = tmp_path / "runs"
+    steps = [1, 2, 4, 8, 16, 32, 64, 100]
+    for i, name in enumerate(smoke_cfg["runs"]):
+        (runs / name).mkdir(parents=True)
+        end = 6.0 + 0.3 * i if i < 3 else 6.3  # the fourth arm repeats the second exactly
+        fake_metrics(steps, end=end).to_csv(runs / name / "metrics.csv", index=False)
+    curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
+    fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
+    lines = ax.get_lines()[:4]
+    assert [l.get_linestyle() for l in lines] == ["-", "-", "-", "--"]
+    assert [l.get_markerfacecolor() for l in lines][3] == "none"  # hollow: the marker under it shows
+    labels = [r["label"] for r in smoke_cfg["runs"].values()]
+    assert ax.get_legend().get_title().get_text() == f"{labels[3]} coincides with\n{labels[1]} (within 0.02 bits)"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == labels
+    lo, hi = ax.get_xlim()
+    assert lo < 1 and hi > 100  # the first and last markers are inside the axes
+    matplotlib.pyplot.close(fig)
+
+
+def test_arms_are_styled_by_role_not_position(smoke_cfg):
+    runs = dict(reversed(list(smoke_cfg["runs"].items())))  # the arms in the opposite order
+    runs["extra"] = {**runs["prenorm_clip10"], "label": "extra arm", "role": None}
+    styles = figure.arm_styles(runs)
+    assert to_hex(styles["Pre-Norm | Gradient Clip=10 | Run 1"].color) == "#1f77b4"
+    assert styles["Pre-Norm | Gradient Clip=10 | Run 1"].marker == "o"
+    assert to_hex(styles["Pre-Norm | Attn. Relax | Gradient Clip=1"].color) == "#e377c2"
+    assert to_hex(styles["extra arm"].color) == "#d62728" and styles["extra arm"].marker == "s"

@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 
 from acoustic_mlm import claims as CL
+from acoustic_mlm import curves as CV
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
 # logged like train.py with the default config: steps 1, 2, 4, ... then every 50, up to 1200
@@ -46,12 +48,21 @@ def make_curves(spec=GOOD, seeds=(1,), per_seed=None):
     return pd.DataFrame(rows, columns=["run", "label", "seed", "step", "split", "codebook", "loss_bits"])
 
 
+ROLES = {"clip10": "prenorm_clip10", "clip1": "prenorm_clip1", "deepnorm": "postnorm_deepnorm_clip1",
+         "attn_relax": "prenorm_attnrelax_clip1"}
+
+
 def verdicts(curves, **kw):
-    return {c["id"]: c["verdict"] for c in CL.evaluate(curves, ClaimThresholds(**kw))}
+    return {c["id"]: c["verdict"] for c in CL.evaluate(curves, ClaimThresholds(**kw), ROLES)}
 
 
 def by_id(curves, **kw):
-    return {c["id"]: c for c in CL.evaluate(curves, ClaimThresholds(**kw))}
+    return {c["id"]: c for c in CL.evaluate(curves, ClaimThresholds(**kw), ROLES)}
+
+
+def claims_cfg(smoke_cfg, **thresholds):
+    smoke_cfg["claims"].update(thresholds)
+    return smoke_cfg
 
 
 def with_arm(**changes):
@@ -64,7 +75,7 @@ def with_arm(**changes):
 def test_spike_detection_positive():
     steps = np.arange(10) * 100
     loss = np.array([10, 8, 7, 6.0, 9.2, 7.0, 6.1, 5.9, 5.8, 5.8])
-    (spike,) = CL.detect_spikes(steps, loss, threshold=0.5, recovery_margin=0.2)
+    (spike,) = CV.detect_spikes(steps, loss, threshold=0.5, recovery_margin=0.2)
     assert spike["peak_step"] == 400 and spike["onset_step"] == 400
     assert spike["base_bits"] == 6.0 and spike["height_bits"] == pytest.approx(3.2)
     assert spike["recovery_step"] == 600  # 6.1 <= 6.0 + 0.2
@@ -73,26 +84,35 @@ def test_spike_detection_positive():
 def test_spike_detection_negative_and_unrecovered():
     steps = np.arange(8) * 100
     smooth = np.array([10, 9, 8, 7, 6.5, 6.6, 6.4, 6.3])  # a 0.1-bit wobble is no spike
-    assert CL.detect_spikes(steps, smooth, threshold=0.5, recovery_margin=0.2) == []
+    assert CV.detect_spikes(steps, smooth, threshold=0.5, recovery_margin=0.2) == []
     rising = np.array([10, 8, 6, 6.1, 7.5, 8.0, 8.5, 9.0])  # rises and never comes back
-    (spike,) = CL.detect_spikes(steps, rising, threshold=0.5, recovery_margin=0.2)
+    (spike,) = CV.detect_spikes(steps, rising, threshold=0.5, recovery_margin=0.2)
     assert spike["recovery_step"] is None and spike["peak_step"] == 700
 
 
 def test_two_spikes_are_both_found():
     steps = np.arange(9)
     loss = np.array([10, 7, 9, 7, 6, 8, 6.1, 6, 6])
-    spikes = CL.detect_spikes(steps, loss, threshold=1.0, recovery_margin=0.2)
+    spikes = CV.detect_spikes(steps, loss, threshold=1.0, recovery_margin=0.2)
     assert [(k["peak_step"], k["recovery_step"]) for k in spikes] == [(2, 3), (5, 6)]
 
 
 def test_final_and_converged_step():
     steps = np.array([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0])
-    loss = np.array([10, 8, 7, 6.5, 6.2, 6.0, 6.3, 6.05, 6.0, 6.0, 6.0])
-    assert CL.final_loss(steps, loss, 0.2) == pytest.approx(6.0)  # steps >= 80
+    loss = np.array([10, 8, 7, 6.5, 6.2, 6.0, 6.3, 6.05, 6.0, 6.0, 5.9])
+    assert CV.final_loss(steps, loss) == pytest.approx(5.95)  # the last 10 % of the range: steps >= 90
     # 6.3 at step 60 leaves the 0.1 band: converged only from 70 on
-    assert CL.converged_step(steps, loss, 6.0, 0.1) == 70
-    assert math.isnan(CL.converged_step(steps, np.r_[loss[:-1], 7.0], 6.0, 0.1))
+    assert CV.converged_step(steps, loss, 6.0, 0.1) == 70
+    assert math.isnan(CV.converged_step(steps, np.r_[loss[:-1], 7.0], 6.0, 0.1))
+    # within the band only from the final window on (step 90 of 0-100) is not converged
+    late = np.array([10, 9, 9, 9, 9, 9, 9, 9, 9, 6.0, 6.0])
+    assert math.isnan(CV.converged_step(steps, late, 6.0, 0.1))
+    assert CV.converged_step(steps, np.r_[late[:8], 6.0, 6.0, 6.0], 6.0, 0.1) == 80
+
+
+def test_clipped_fraction_counts_updates():
+    assert CV.clipped_fraction(3, 12) == 0.25
+    assert math.isnan(CV.clipped_fraction(0, 0))
 
 
 def test_thresholds_reject_bad_values():
@@ -109,7 +129,7 @@ def test_thresholds_reject_bad_values():
 
 
 def test_all_claims_reproduced_on_one_seed():
-    out = CL.evaluate(make_curves(), ClaimThresholds())
+    out = CL.evaluate(make_curves(), ClaimThresholds(), ROLES)
     assert [c["id"] for c in out] == list("abcdef")
     assert {c["id"]: c["verdict"] for c in out} == dict.fromkeys("abcdef", REPRODUCED)
     for c in out:
@@ -244,17 +264,32 @@ def test_diverged_clip10_has_no_final_loss():
 
 def test_roles_map_to_other_run_names():
     curves = make_curves().replace({"run": {"prenorm_clip10": "my_clip10"}})
-    assert verdicts(curves)["b"] == INCONCLUSIVE  # the default name is missing
-    out = CL.evaluate(curves, ClaimThresholds(), runs={"clip10": "my_clip10"})
+    assert verdicts(curves)["b"] == INCONCLUSIVE  # the old name is missing
+    out = CL.evaluate(curves, ClaimThresholds(), {**ROLES, "clip10": "my_clip10"})
     assert {c["id"]: c["verdict"] for c in out} == dict.fromkeys("abcdef", REPRODUCED)
-    with pytest.raises(ValueError, match="unknown role 'clip5'"):
-        CL.evaluate(curves, ClaimThresholds(), runs={"clip5": "x"})
+    with pytest.raises(UserError, match="unknown role 'clip5'"):
+        CL.evaluate(curves, ClaimThresholds(), {"clip5": "x"})
+    no_deepnorm = {r: n for r, n in ROLES.items() if r != "deepnorm"}
+    d = {c["id"]: c for c in CL.evaluate(curves, ClaimThresholds(), no_deepnorm)}["d"]
+    assert d["verdict"] == INCONCLUSIVE and "(no arm with role deepnorm)" in d["note"]
+
+
+def test_renamed_arms_keep_their_verdicts(smoke_cfg, tmp_path):
+    """Claims find arms by role: renaming every arm in the config changes no verdict."""
+    renamed = {name: f"arm_{i}" for i, name in enumerate(GOOD)}
+    curves_path = tmp_path / "loss_curves.csv"
+    make_curves().replace({"run": renamed}).to_csv(curves_path, index=False)
+    smoke_cfg["runs"] = {renamed[name]: r for name, r in smoke_cfg["runs"].items()}
+    doc_claims = CL.run(smoke_cfg, curves_path, tmp_path / "c.json", tmp_path / "c.md")
+    assert {c["id"]: c["verdict"] for c in doc_claims} == dict.fromkeys("abcdef", REPRODUCED)
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["n_seeds"] == {f"arm_{i}": 1 for i in range(4)}
 
 
 def test_valid_split_is_evaluated_when_asked():
     curves = make_curves()
-    train = CL.evaluate(curves, ClaimThresholds(), split="train")
-    valid = CL.evaluate(curves, ClaimThresholds(), split="valid")
+    train = CL.evaluate(curves, ClaimThresholds(), ROLES, split="train")
+    valid = CL.evaluate(curves, ClaimThresholds(), ROLES, split="valid")
     assert valid[1]["measured"]["final_bits"]["prenorm_clip10"] == pytest.approx(
         train[1]["measured"]["final_bits"]["prenorm_clip10"] + 0.2, abs=1e-3)
 
@@ -262,11 +297,11 @@ def test_valid_split_is_evaluated_when_asked():
 # ----------------------------------------------------------------------------- files
 
 
-def test_run_writes_json_and_markdown(tmp_path):
+def test_run_writes_json_and_markdown(tmp_path, smoke_cfg):
     curves_path = tmp_path / "loss_curves.csv"
     make_curves(seeds=(1,)).to_csv(curves_path, index=False)
     out_json, out_md = tmp_path / "claims.json", tmp_path / "claims.md"
-    result = CL.run({"spike_threshold": 1.0}, curves_path, out_json, out_md)
+    result = CL.run(claims_cfg(smoke_cfg, spike_threshold=1.0), curves_path, out_json, out_md)
     assert len(result) == 6
 
     doc = json.loads(out_json.read_text())  # strict JSON: no NaN
@@ -286,16 +321,16 @@ def test_run_writes_json_and_markdown(tmp_path):
     assert not list(tmp_path.glob(".*.tmp-*"))
 
 
-def test_run_without_curves_names_the_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="loss curves not found"):
-        CL.run(None, tmp_path / "nope.csv", tmp_path / "c.json", tmp_path / "c.md")
+def test_run_without_curves_names_the_file(tmp_path, smoke_cfg):
+    with pytest.raises(UserError, match="loss curves not found"):
+        CL.run(smoke_cfg, tmp_path / "nope.csv", tmp_path / "c.json", tmp_path / "c.md")
     assert not (tmp_path / "c.json").exists()
 
 
-def test_run_without_reference_still_writes(tmp_path):
+def test_run_without_reference_still_writes(tmp_path, smoke_cfg):
     curves_path = tmp_path / "loss_curves.csv"
     make_curves().to_csv(curves_path, index=False)
-    CL.run(None, curves_path, tmp_path / "c.json", tmp_path / "c.md", reference_path=tmp_path / "none.csv")
+    CL.run(smoke_cfg, curves_path, tmp_path / "c.json", tmp_path / "c.md", reference_path=tmp_path / "none.csv")
     doc = json.loads((tmp_path / "c.json").read_text())
     assert "paper_verdicts" not in doc and len(doc["claims"]) == 6
     assert "on the paper's curves" not in (tmp_path / "c.md").read_text()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from acoustic_mlm import devices
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.devices import claim_gpu
 
 
@@ -59,8 +60,8 @@ def test_pick_device_assigns_distinct_gpus_with_a_simulated_count(monkeypatch, t
 
 def test_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match="torch sees no CUDA device"):
+    with pytest.raises(UserError, match="torch sees no CUDA device"):
         devices.pick_device("cuda")
-    with pytest.raises(ValueError, match="^'tokenizer.device' is cuda but torch sees no CUDA device"):
+    with pytest.raises(UserError, match="^'tokenizer.device' is cuda but torch sees no CUDA device"):
         devices.pick_device("cuda", "tokenizer.device")
     assert devices.pick_device("auto").type == "cpu"

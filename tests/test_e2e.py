@@ -158,7 +158,17 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     assert "train@prenorm_clip10:" in status
     for stage in ("train@prenorm_clip1:", "train@postnorm_deepnorm_clip1:", "tokenize:", "prepare:", "fetch:"):
         assert stage not in status, status
+    # An invalid config stops `dvc repro` at its first stage, before any stage deletes its outputs.
+    bad = yaml.safe_load(original)
+    bad["model"]["heads"] = 3  # the width is not divisible by it: a cross-field rule, not the schema
+    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(bad, sort_keys=False))
+    proc = subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=repo, env=_env(), capture_output=True, text=True)
+    assert proc.returncode != 0 and "must be divisible by 'model.heads'" in proc.stdout + proc.stderr
+    for run in RUN_NAMES:
+        assert (repo / "results" / "runs" / run / "metrics.csv").is_file(), run
+    assert (repo / "results" / "loss_curves.csv").is_file() and (repo / "data" / "codes").is_dir()
     (repo / "config" / "config.yaml").write_text(original)
+    _run([sys.executable, "-m", "dvc", "repro"], repo)  # only the check reruns: its marker is unchanged
 
     # Round trip: push to a local remote, pull into a fresh clone, nothing to retrain.
     remote = tmp_path / "remote"

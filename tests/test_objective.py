@@ -141,8 +141,8 @@ def test_bad_inputs_are_refused():
     cfg = tiny_config()
     model = AcousticMLM(cfg)
     wav, codes, mask = batch(cfg)
-    with pytest.raises(ValueError, match="no frames"):
-        model(wav, codes, torch.zeros_like(mask))
+    # no masked frame: the loss is 0 / 0 (no data-dependent check, no host sync); training skips it
+    assert torch.isnan(model(wav, codes, torch.zeros_like(mask)).loss)
     with pytest.raises(ValueError, match="frames"):
         model(wav[:, :-320], codes, mask)
 

@@ -8,9 +8,12 @@ from matplotlib.colors import to_hex
 
 from acoustic_mlm import claims as CL
 from acoustic_mlm import figure, reference
+from acoustic_mlm.curves import detect_spikes
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
 RUNS = ["prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1"]
+BY_ROLE = dict(zip(["clip10", "clip1", "deepnorm", "attn_relax"], RUNS))
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#e377c2"]
 
 
@@ -25,8 +28,9 @@ def labels(smoke_cfg) -> list[str]:
 
 
 def test_reference_has_four_plausible_arms(ref, labels):
-    assert list(ref.columns) == ["run", "label", "step", "loss_bits", "note"]
+    assert list(ref.columns) == ["run", "role", "label", "step", "loss_bits", "note"]
     assert list(dict.fromkeys(ref["run"])) == RUNS
+    assert {r["role"]: name for name, r in reference.runs_of(ref).items()} == BY_ROLE
     assert list(dict.fromkeys(ref["label"])) == labels  # the figure's legend text, in order
     assert ref.groupby("run").size().between(8, 15).all()
     assert ref["loss_bits"].between(5.0, 10.0).all()
@@ -51,7 +55,7 @@ def test_stated_points_are_in_the_reference(ref):
 
 def test_only_the_green_arm_spikes(ref):
     for run, rows in ref.groupby("run"):
-        spikes = CL.detect_spikes(rows["step"].to_numpy(), rows["loss_bits"].to_numpy(), 0.5, 0.2)
+        spikes = detect_spikes(rows["step"].to_numpy(), rows["loss_bits"].to_numpy(), 0.5, 0.2)
         if run == "postnorm_deepnorm_clip1":
             (spike,) = spikes
             assert spike["peak_step"] == 20_000 and spike["height_bits"] == pytest.approx(3.3)
@@ -62,7 +66,7 @@ def test_only_the_green_arm_spikes(ref):
 
 def test_claims_on_the_paper_curves(ref):
     """What the description's own numbers support (documented in data/reference/README.md)."""
-    out = {c["id"]: c for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds())}
+    out = {c["id"]: c for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(), BY_ROLE)}
     assert {k: c["verdict"] for k, c in out.items()} == {
         "a": REPRODUCED,
         # per-line plateaus put Post-Norm (5.6-5.7) 0.05 bits below clip 10's final ~5.7
@@ -79,15 +83,15 @@ def test_claims_on_the_paper_curves(ref):
         "postnorm_deepnorm_clip1": 30_000, "prenorm_attnrelax_clip1": 30_000}
     assert out["f"]["measured"]["converged_fraction"]["prenorm_clip1"] == 0.5
     # at the reading precision (0.1 bits) the final losses of clip 10 and Post-Norm are a tie
-    coarse = {c["id"]: c["verdict"] for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(min_final_gap=0.1))}
+    coarse = {c["id"]: c["verdict"] for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(min_final_gap=0.1), BY_ROLE)}
     assert coarse["b"] == INCONCLUSIVE
 
 
 def test_missing_reference_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="digitised curves are not found"):
+    with pytest.raises(UserError, match="digitised curves are not found"):
         reference.load_reference(tmp_path / "absent.csv")
     (tmp_path / "bad.csv").write_text("run,step\nx,1\n")
-    with pytest.raises(ValueError, match="missing column"):
+    with pytest.raises(UserError, match="missing column"):
         reference.load_reference(tmp_path / "bad.csv")
 
 
@@ -101,11 +105,11 @@ def reproduction(labels) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "label", "seed", "step", "split", "codebook", "loss_bits"])
 
 
-def test_overlay_draws_dashed_lines_in_arm_styles(ref, labels):
+def test_overlay_draws_dashed_lines_in_arm_styles(ref, smoke_cfg):
     fig, ax = matplotlib.pyplot.subplots()
     ax.plot([1, 2], [1, 2], label="reproduction")
     ax.legend()
-    lines = reference.overlay(ax, ref, labels)
+    lines = figure.overlay(ax, ref, smoke_cfg["runs"])
     assert len(lines) == 4
     assert [to_hex(l.get_color()) for l in lines] == COLOURS
     assert [l.get_marker() for l in lines] == ["o", "^", "^", "^"]
@@ -113,44 +117,45 @@ def test_overlay_draws_dashed_lines_in_arm_styles(ref, labels):
     green = dict(zip(lines[2].get_xdata(), lines[2].get_ydata()))
     assert green[20_000] == pytest.approx(9.2)  # the spike
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert texts == ["reproduction", reference.PAPER_LEGEND]
+    assert texts == ["reproduction", figure.PAPER_LEGEND]
     matplotlib.pyplot.close(fig)
 
 
-def test_overlay_matches_by_run_name_when_labels_differ(ref):
+def test_overlay_matches_arms_by_role_whatever_their_names(ref, smoke_cfg):
     fig, ax = matplotlib.pyplot.subplots()
-    lines = reference.overlay(ax, ref, ["A", "B", "C", "D"], runs=RUNS, legend=False)
+    renamed = {f"arm{i}": {**r, "label": "ABCD"[i]} for i, r in enumerate(smoke_cfg["runs"].values())}
+    lines = figure.overlay(ax, ref, renamed, legend=False)
     assert [to_hex(l.get_color()) for l in lines] == COLOURS
-    assert reference.overlay(ax, ref, ["A", "B", "C", "D"]) == []  # by label: nothing matches
+    no_roles = {k: {key: v for key, v in r.items() if key != "role"} for k, r in renamed.items()}
+    assert figure.overlay(ax, ref, no_roles) == []  # arms without a role have no paper curve
     matplotlib.pyplot.close(fig)
 
 
-def test_side_by_side_png(ref, labels, tmp_path):
+def test_side_by_side_png(ref, labels, smoke_cfg, tmp_path):
     curves = reproduction(labels)
     fig_cfg = {"x_max": None, "y_min": None, "y_max": None, "split": "train"}
-    fig, (ax_p, ax_r) = reference.side_by_side(curves, ref, labels, fig_cfg)
+    fig, (ax_p, ax_r) = figure.side_by_side(curves, ref, smoke_cfg["runs"], fig_cfg)
     assert fig._suptitle.get_text() == figure.TITLE
     assert ax_p.get_xlabel() == ax_r.get_xlabel() == figure.XLABEL and ax_p.get_ylabel() == figure.YLABEL
     assert ax_p.get_xscale() == ax_r.get_xscale() == "log"
-    assert ax_p.get_xlim() == (500, 100_000) and ax_r.get_xlim() == (1, 1200)
+    pad = figure.X_PAD
+    assert ax_p.get_xlim() == pytest.approx((500 / pad, 100_000 * pad))
+    assert ax_r.get_xlim() == pytest.approx((1 / pad, 1200 * pad))
     (legend,) = fig.legends  # one legend for both panels
     assert [t.get_text() for t in legend.get_texts()] == labels
     assert all(l.get_linestyle() == "--" for l in ax_p.get_lines())
-    solid = [l for l in ax_r.get_lines() if l.get_linestyle() == "-" and len(l.get_xdata()) == 12]
-    assert [to_hex(l.get_color()) for l in solid] == COLOURS
-    assert solid[0].get_ydata()[-1] == pytest.approx(6.5 + 3.8 * np.exp(-12))  # codebook 0
+    drawn = [l for l in ax_r.get_lines() if len(l.get_xdata()) == 12]
+    assert [to_hex(l.get_color()) for l in drawn] == COLOURS
+    assert drawn[0].get_ydata()[-1] == pytest.approx(6.5 + 3.8 * np.exp(-12))  # codebook 0
     matplotlib.pyplot.close(fig)
 
-    out = reference.draw_side_by_side(curves, ref, labels, fig_cfg, tmp_path / "figures" / reference.SIDE_BY_SIDE)
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    assert not list(out.parent.glob(".*.tmp-*"))
 
-
-def test_run_from_config(smoke_cfg, labels, tmp_path):
+def test_compare_from_config(smoke_cfg, labels, tmp_path):
     curves_path = tmp_path / "loss_curves.csv"
     reproduction(labels).to_csv(curves_path, index=False)
     smoke_cfg["figure"].update(y_min=5.0, y_max=10.0)
-    out = reference.run(smoke_cfg, curves_path, tmp_path / "paper_vs_reproduction.png")
-    assert out.is_file()
-    with pytest.raises(FileNotFoundError, match="loss curves not found"):
-        reference.run(smoke_cfg, tmp_path / "nope.csv", tmp_path / "x.png")
+    out = figure.compare(smoke_cfg, curves_path, tmp_path / "figures" / figure.SIDE_BY_SIDE)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert not list(out.parent.glob(".*.tmp-*"))
+    with pytest.raises(UserError, match="loss curves not found"):
+        figure.compare(smoke_cfg, tmp_path / "nope.csv", tmp_path / "x.png")

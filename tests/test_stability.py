@@ -73,11 +73,11 @@ def test_panels_axes_thresholds_and_the_spike_on_every_panel(smoke_cfg, fp16):
     assert axes["attn_logit"].get_ylim()[1] > FP16_MAX  # the limit is inside the panel
     # one spike (curves.detect_spikes), marked at its peak step on every panel in the arm's colour
     assert [(k["run"], k["peak_step"]) for k in found] == [("postnorm_deepnorm_clip1", 100)]
-    palette, _ = figure.arm_styles([r["label"] for r in runs.values()])
+    styles = figure.arm_styles(runs)
     for ax in axes.values():
         marks = [line for line in ax.get_lines() if line.get_gid() == "spike:postnorm_deepnorm_clip1:seed1"]
         assert len(marks) == 1 and list(marks[0].get_xdata()) == [100, 100]
-        assert marks[0].get_color() == palette[runs["postnorm_deepnorm_clip1"]["label"]]
+        assert marks[0].get_color() == styles[runs["postnorm_deepnorm_clip1"]["label"]].color
     # the legend names every arm, in the config's order
     assert [t.get_text() for t in axes["loss"].get_legend().get_texts()] == [r["label"] for r in runs.values()]
 
@@ -111,7 +111,7 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     quiet = diag["diagnostic"].eq("grad_norm_max") & diag["step"].eq(100)
     loss.to_csv(tmp_path / "loss_curves.csv", index=False)
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
-    claims.run(smoke_cfg["claims"], tmp_path / "loss_curves.csv", tmp_path / "c.json", tmp_path / "c.md",
+    claims.run(smoke_cfg, tmp_path / "loss_curves.csv", tmp_path / "c.json", tmp_path / "c.md",
                check_reference=False, diagnostics_path=tmp_path / "diagnostics.csv")
     md = (tmp_path / "c.md").read_text()
     assert "## What the diagnostics show at each spike" in md
@@ -120,7 +120,7 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     # the same spike with a quiet gradient norm: nothing unusual, said plainly
     diag.loc[quiet, "value"] = 5.0
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
-    claims.run(smoke_cfg["claims"], tmp_path / "loss_curves.csv", tmp_path / "c.json", tmp_path / "c.md",
+    claims.run(smoke_cfg, tmp_path / "loss_curves.csv", tmp_path / "c.json", tmp_path / "c.md",
                check_reference=False, diagnostics_path=tmp_path / "diagnostics.csv")
     line = next(x for x in (tmp_path / "c.md").read_text().splitlines() if x.startswith("- `postnorm_deepnorm_clip1`"))
     assert "**nothing unusual** in the diagnostics" in line and "(1.00x its median 5" in line

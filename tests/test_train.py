@@ -13,6 +13,7 @@ import torch
 from helpers import RUN_NAMES
 
 from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
 from acoustic_mlm import train
 from acoustic_mlm.prepare import load_prepared
 
@@ -153,7 +154,7 @@ def test_reduced_precision_on_cpu(data_dirs, tiny_cfg, tmp_path, precision):
 
 def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
-    with pytest.raises(FileNotFoundError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
+    with pytest.raises(UserError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
     partial = tmp_path / "partial"
     shutil.copytree(codes, partial)
@@ -165,7 +166,7 @@ def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
 def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["train"]["crop_seconds"] = 3.0
-    with pytest.raises(ValueError, match="crop_seconds"):
+    with pytest.raises(UserError, match="crop_seconds"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r")
 
 
@@ -213,3 +214,30 @@ def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
                       prepared, codes, tmp_path / "e", threads=1)
     # compiled kernels round differently, nothing more
     assert summary["final_train_loss_cb0"] == pytest.approx(eager["final_train_loss_cb0"], abs=0.05)
+
+
+def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cfg, tmp_path, monkeypatch):
+    """A run that skipped non-finite updates without diverging says so: its status is
+    completed_with_nonfinite (per seed and for the arm) and it counts them."""
+    from acoustic_mlm.objective import AcousticMLM
+
+    real_forward = AcousticMLM.forward
+    calls = {"n": 0}
+
+    def two_bad_steps(self, wav, codes, mask):
+        out = real_forward(self, wav, codes, mask)
+        calls["n"] += self.training
+        if self.training and calls["n"] in (4, 9):  # training steps 4 and 9 only
+            return out._replace(loss=out.loss * float("nan"))
+        return out
+
+    monkeypatch.setattr(AcousticMLM, "forward", two_bad_steps)
+    tiny_cfg["train"].update(steps=12, max_nonfinite=5)
+    prepared, codes = data_dirs
+    summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    assert summary["status"] == train.COMPLETED_WITH_NONFINITE and summary["nonfinite_steps"] == 2
+    assert summary["per_seed"]["1"]["status"] == train.COMPLETED_WITH_NONFINITE
+    assert summary["per_seed"]["1"]["steps"] == 12 and summary["per_seed"]["1"]["diverged_at_step"] is None
+    assert train.run_status(["completed", "completed_with_nonfinite"]) == "completed_with_nonfinite"
+    assert train.run_status(["completed_with_nonfinite", "diverged"]) == "diverged"
+    assert train.run_status(["completed", "completed"]) == "completed"

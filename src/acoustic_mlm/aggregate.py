@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import config as C
+from .errors import UserError
 from .utils import atomic_path, log
 
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")
@@ -28,7 +29,7 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's wide metrics table as tidy rows, one per (step, split, codebook)."""
     loss_cols = [c for c in metrics.columns if LOSS_COLUMN.match(c)]
     if "step" not in metrics.columns or not loss_cols:
-        raise ValueError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
+        raise UserError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
     if "seed" not in metrics.columns:  # a single seed's own metrics file
         metrics = metrics.assign(seed=run.seeds[0])
     long = metrics.melt(id_vars=["seed", "step"], value_vars=loss_cols, var_name="column", value_name="loss_bits")
@@ -41,7 +42,7 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
 def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's non-loss metrics columns as tidy rows, one per (seed, step, diagnostic)."""
     if "step" not in metrics.columns:
-        raise ValueError(f"metrics of run '{run.name}' lack 'step'")
+        raise UserError(f"metrics of run '{run.name}' lack 'step'")
     if "seed" not in metrics.columns:
         metrics = metrics.assign(seed=run.seeds[0])
     cols = [c for c in metrics.columns if c not in NOT_DIAGNOSTICS and not LOSS_COLUMN.match(c)]
@@ -56,7 +57,7 @@ def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None
     for name in cfg["runs"]:
         path = Path(runs_dir) / name / "metrics.csv"
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: metrics of run '{name}' not found; train it first")
+            raise UserError(f"{path}: metrics of run '{name}' not found; train it first")
         metrics, rc = pd.read_csv(path), C.run_config(cfg, name)
         frames.append(tidy(metrics, rc))
         diag.append(tidy_diagnostics(metrics, rc))

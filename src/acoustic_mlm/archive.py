@@ -7,6 +7,14 @@ whole archive, naming the member, when one could land outside `dest`:
 - a symbolic link whose target is absolute or climbs out of the archive root;
 - a hard link (tar) whose target is such a path.
 
+It also refuses, naming the member, two members whose paths conflict (a file `a.wav` and a
+member `a.wav/b.wav`, or the same path twice) and a name longer than the file system allows
+(a component over NAME_MAX bytes, a path over PATH_MAX). Against decompression bombs it refuses,
+from the member headers and before writing anything, an archive whose regular files add up to
+more than `ExtractLimits.max_bytes` or a member (or a whole tar) that expands more than
+`ExtractLimits.max_ratio` times its compressed size; while writing it counts the bytes really
+decompressed, so a header that lies about a size cannot get past either limit.
+
 Then it writes only the regular-file members that `keep(name)` selects, itself (never through
 `tarfile.extract` or `zipfile.extract`): links, devices and FIFOs are never created, so no
 later member can be written through one. Links that stay inside the archive are skipped (they
@@ -17,7 +25,6 @@ from __future__ import annotations
 
 import lzma
 import re
-import shutil
 import stat
 import tarfile
 import zlib
@@ -28,10 +35,38 @@ from typing import Callable
 import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to read Deflate64, as FMA's zips need)
 import zipfile  # isort: skip
 
+from .utils import OutOfSpaceError, is_out_of_space
+
 _DRIVE = re.compile(r"^[A-Za-z]:")
 # What reading a damaged archive raises (zip: bad CRC, unsupported method; gzip/xz: bad stream).
 _READ_ERRORS = (zipfile.BadZipFile, tarfile.TarError, EOFError, NotImplementedError, RuntimeError,
                 zlib.error, lzma.LZMAError, OSError)
+
+
+NAME_MAX = 255  # bytes in one path component (Linux, macOS, Windows)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+RATIO_MIN_BYTES = 1 << 20  # members smaller than this are not held to the ratio (tiny files compress well)
+
+
+@dataclass(frozen=True)
+class ExtractLimits:
+    """How much an archive may expand: `data.max_extract_gb` and `data.max_compression_ratio`.
+
+    Defaults: 256 GB (FMA large, the biggest named corpus, is about 100 GB of MP3s, stored) and a
+    ratio of 100. Compressed audio (MP3, FLAC, Ogg) does not compress further and PCM WAV of real
+    recordings deflates by well under 3x; only near-silence reaches 100x, which prepare would
+    reject as digital silence anyway. A 1 GB WAV of zeros deflates about 1000x.
+    """
+
+    max_bytes: int = 256 * 10**9
+    max_ratio: float = 100.0
+
+    @classmethod
+    def from_config(cls, data: dict) -> "ExtractLimits":
+        """From the `data:` section (a validated config has both keys; a partial dict gets the defaults)."""
+        default = cls()
+        return cls(max_bytes=int(float(data.get("max_extract_gb", default.max_bytes / 1e9)) * 1e9),
+                   max_ratio=float(data.get("max_compression_ratio", default.max_ratio)))
 
 
 class UnsafeArchiveError(ValueError):
@@ -50,6 +85,7 @@ class Member:
     size: int
     link: str | None = None  # link target (symlink, hardlink)
     ref: object = field(default=None, repr=False)  # ZipInfo or TarInfo
+    compressed: int | None = None  # bytes stored in the archive (zip members; None for tar)
 
 
 @dataclass
@@ -118,7 +154,7 @@ def _zip_members(zf: zipfile.ZipFile) -> list[Member]:
         else:
             kind = "file"
         link = zf.read(info).decode("utf-8", "replace") if kind == "symlink" else None
-        members.append(Member(info.filename, None, kind, info.file_size, link, info))
+        members.append(Member(info.filename, None, kind, info.file_size, link, info, info.compress_size))
     return members
 
 
@@ -147,8 +183,62 @@ def check_members(members: list[Member], archive_name: str) -> None:
             why = f"is a {'hard' if m.kind == 'hardlink' else 'symbolic'} link to {m.link!r}, outside the archive"
         if why is None and m.kind == "file" and m.path is None:
             why = "has an empty name"
+        if why is None and m.path is not None:
+            why = _too_long(m.path)
         if why is not None:
             raise UnsafeArchiveError(f"refusing {archive_name}: member {m.name!r} {why}; nothing was extracted")
+    _check_conflicts(members, archive_name)
+
+
+def _too_long(path: PurePosixPath) -> str | None:
+    """Why a path is longer than the file system allows, or None."""
+    longest = max(path.parts, key=lambda part: len(part.encode("utf-8", "surrogateescape")))
+    if len(longest.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        return f"has a name component of {len(longest.encode('utf-8', 'surrogateescape'))} bytes (at most {NAME_MAX})"
+    if len(path.as_posix().encode("utf-8", "surrogateescape")) > PATH_MAX:
+        return f"has a path of over {PATH_MAX} bytes"
+    return None
+
+
+def _check_conflicts(members: list[Member], archive_name: str) -> None:
+    """Refuse a path used twice, or a non-folder member that another member needs as a folder."""
+    seen: dict[PurePosixPath, Member] = {}
+    for m in members:
+        if m.path is None:
+            continue
+        other = seen.get(m.path)
+        if other is not None and not (m.kind == other.kind == "dir"):
+            raise UnsafeArchiveError(f"refusing {archive_name}: members {other.name!r} and {m.name!r} have the same "
+                                     "path; nothing was extracted")
+        seen.setdefault(m.path, m)
+    for m in members:
+        if m.path is None:
+            continue
+        for parent in m.path.parents:
+            holder = seen.get(parent)
+            if holder is not None and holder.kind != "dir":
+                raise UnsafeArchiveError(f"refusing {archive_name}: member {m.name!r} needs {holder.name!r} to be a "
+                                         f"folder, but it is a {holder.kind}; nothing was extracted")
+
+
+def check_limits(members: list[Member], archive: Path, limits: ExtractLimits) -> None:
+    """Refuse an archive whose headers promise more than `limits` allows (before writing anything)."""
+    files = [m for m in members if m.kind == "file"]
+    total = sum(m.size for m in files)
+    if total > limits.max_bytes:
+        raise UnsafeArchiveError(f"refusing {archive.name}: its files expand to {total} bytes, over the limit of "
+                                 f"{limits.max_bytes} (data.max_extract_gb); nothing was extracted")
+    for m in files:
+        if m.compressed is not None and m.size >= RATIO_MIN_BYTES and m.size > limits.max_ratio * max(m.compressed, 1):
+            raise UnsafeArchiveError(
+                f"refusing {archive.name}: member {m.name!r} expands {m.size / max(m.compressed, 1):.0f}x "
+                f"({m.compressed} -> {m.size} bytes), over data.max_compression_ratio ({limits.max_ratio:g}); "
+                "nothing was extracted")
+    stored = archive.stat().st_size
+    if any(m.compressed is None for m in files) and total >= RATIO_MIN_BYTES and total > limits.max_ratio * max(stored, 1):
+        raise UnsafeArchiveError(
+            f"refusing {archive.name}: it expands {total / max(stored, 1):.0f}x ({stored} -> {total} bytes), over "
+            f"data.max_compression_ratio ({limits.max_ratio:g}); nothing was extracted")
 
 
 def list_members(archive: Path) -> list[Member]:
@@ -168,13 +258,18 @@ def list_members(archive: Path) -> list[Member]:
     return members
 
 
-def extract(archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name: True) -> Extracted:
+def extract(archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name: True,
+            limits: ExtractLimits | None = None) -> Extracted:
     """Write the regular files of `archive` that `keep(relative path)` selects under `dest`.
 
     `dest` should be a fresh (temporary) folder: the caller makes the result appear atomically.
+    `limits` (default: ExtractLimits()) bound the bytes written and the compression ratio.
     """
     archive, dest = Path(archive), Path(dest)
+    limits = limits if limits is not None else ExtractLimits()
     members = list_members(archive)  # every member checked before anything is written
+    check_limits(members, archive, limits)
+    budget = _Budget(archive, limits)
     done = Extracted()
     root = dest.resolve()
     kind = archive_kind(archive)
@@ -201,12 +296,42 @@ def extract(archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name
             try:
                 src = handle.open(m.ref) if kind == "zip" else handle.extractfile(m.ref)
                 with src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out, length=1 << 20)
-            except _READ_ERRORS as exc:  # also OSError: a full disk is reported in one line too
+                    budget.copy(src, out, m)
+            except UnsafeArchiveError:
+                raise
+            except OSError as exc:
+                if is_out_of_space(exc):  # a full disk: the path and the bytes this member needs
+                    raise OutOfSpaceError(target, target.stat().st_size if target.exists() else 0, m.size) from None
+                raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({_one_line(exc)})") from None
+            except _READ_ERRORS as exc:
                 raise ArchiveError(f"{archive.name}: cannot extract member {m.name!r} ({_one_line(exc)})") from None
             done.files.append(rel)
             done.bytes += m.size
     return done
+
+
+class _Budget:
+    """Counts the bytes really decompressed, against each member's header size and the limits."""
+
+    def __init__(self, archive: Path, limits: ExtractLimits):
+        self.archive, self.limits, self.total = archive, limits, 0
+        self.stored = archive.stat().st_size
+
+    def copy(self, src, out, m: Member) -> None:
+        written = 0
+        while block := src.read(1 << 20):
+            written += len(block)
+            self.total += len(block)
+            why = None
+            if written > m.size:
+                why = f"decompresses to more than the {m.size} bytes its header declares"
+            elif self.total > self.limits.max_bytes:
+                why = f"takes the files past the limit of {self.limits.max_bytes} bytes (data.max_extract_gb)"
+            elif written >= RATIO_MIN_BYTES and written > self.limits.max_ratio * max(m.compressed or self.stored, 1):
+                why = f"expands over data.max_compression_ratio ({self.limits.max_ratio:g})"
+            if why:
+                raise UnsafeArchiveError(f"refusing {self.archive.name}: member {m.name!r} {why}; extraction stopped")
+            out.write(block)
 
 
 def _one_line(exc: BaseException) -> str:

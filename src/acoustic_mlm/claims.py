@@ -9,7 +9,7 @@ Each claim comes back with the numbers it was judged on and one of three verdict
     inconclusive     they cannot tell: a run is missing or diverged, or the difference between
                      arms is smaller than the spread between seeds (or than `min_final_gap`)
 
-The claims, as read from the paper's figure (shared/seed/figure_description.txt):
+The claims, as read from a description of the paper's figure (data/reference/README.md):
 
     a  every arm starts near 10 bits (a uniform guess over 1024 codes)
     b  Gradient Clip=10 reaches the lowest final loss
@@ -18,15 +18,14 @@ The claims, as read from the paper's figure (shared/seed/figure_description.txt)
     e  attention relaxation lies between clip 10 and clip 1 in convergence speed
     f  every arm stabilises by 30-40 % of the x-range
 
-Definitions (all per run and seed, on the rows of that curve, steps as logged):
+Arms are found by their `role` in the config (clip10, clip1, deepnorm, attn_relax), never by
+their names. Definitions (all per run and seed, on the rows of that curve, steps as logged):
 
     first     the first logged loss
-    final     mean loss over the last `final_fraction` of the curve's step range
-    converged the first logged step from which every later point stays within
-              `converge_margin` bits of the curve's own final loss
-    spike     a point more than `spike_threshold` bits above the running minimum of the points
-              before it; it has recovered at the first later point within `recovery_margin`
-              bits of that minimum
+    final     curves.final_loss: mean loss over the last 10 % of the curve's step range
+    converged curves.converged_step with `converge_margin` bits: from there on the curve stays
+              within the margin of its own final loss, through the whole final window
+    spike     curves.detect_spikes with `spike_threshold` and `recovery_margin` bits
     diverged  the curve holds a non-finite loss (the step of the first one is reported)
 
 With several seeds per arm, comparisons use the mean over seeds, and a comparison whose
@@ -37,119 +36,22 @@ inconclusive. With one seed per arm, each verdict's note says that it rests on o
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from . import config as C
+from .config import ClaimThresholds
+from .curves import _EPS, converged_step, detect_spikes, final_loss
+from .errors import UserError
 from .utils import atomic_path, log, write_json
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
-
-# Roles in the claims -> run names (the keys of `runs:` in the config). Override with `runs=`.
-DEFAULT_RUNS = {
-    "clip10": "prenorm_clip10",  # Pre-Norm | Gradient Clip=10 | Run 1
-    "clip1": "prenorm_clip1",  # Pre-Norm | Gradient Clip=1 | Run 2
-    "deepnorm": "postnorm_deepnorm_clip1",  # Post-Norm | DeepNorm | Gradient Clip=1
-    "attn_relax": "prenorm_attnrelax_clip1",  # Pre-Norm | Attn. Relax | Gradient Clip=1
-}
-ROLE_NAMES = {
-    "clip10": "Gradient Clip=10",
-    "clip1": "Gradient Clip=1",
-    "deepnorm": "Post-Norm | DeepNorm",
-    "attn_relax": "Attn. Relax",
-}
-
-
-@dataclass(frozen=True)
-class ClaimThresholds:
-    """Every number the verdicts depend on (the config's `claims:` section, same names)."""
-
-    start_min: float = 9.0  # (a) lowest first loss, in bits, that counts as "near 10 bits"
-    start_max: float = 10.6  # (a) highest; uniform guessing is 10 bits, the paper starts at 9.3-9.5
-    final_fraction: float = 0.1  # final loss = mean over the last 10 % of a curve's step range
-    converge_margin: float = 0.1  # (c, e, f) converged = stays within this many bits of its final loss
-    spike_threshold: float = 0.5  # (d) a spike rises more than this many bits above the running minimum
-    recovery_margin: float = 0.2  # (d) recovered = back within this many bits of that minimum
-    stabilise_fraction: float = 0.4  # (f) converged step / last step must not exceed this
-    min_final_gap: float = 0.02  # (b) final losses closer than this many bits are a tie: inconclusive
-    seed_spread: str = "range"  # with several seeds: "range" (max - min) or "2std" (two sample std)
-
-    def __post_init__(self):
-        if not self.start_min < self.start_max:
-            raise ValueError("claims: 'start_min' must be below 'start_max'")
-        if not 0 < self.final_fraction <= 1:
-            raise ValueError("claims: 'final_fraction' must be in (0, 1]")
-        if not 0 < self.stabilise_fraction <= 1:
-            raise ValueError("claims: 'stabilise_fraction' must be in (0, 1]")
-        for name in ("converge_margin", "spike_threshold", "recovery_margin", "min_final_gap"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"claims: '{name}' must not be negative")
-        if not self.recovery_margin < self.spike_threshold:
-            raise ValueError("claims: 'recovery_margin' must be below 'spike_threshold'")
-        if self.seed_spread not in ("range", "2std"):
-            raise ValueError("claims: 'seed_spread' must be 'range' or '2std'")
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "ClaimThresholds":
-        d = dict(d or {})
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"claims: unknown key '{unknown[0]}'")
-        return cls(**d)
 
 
 # ----------------------------------------------------------------------------- curve statistics
-
-_EPS = 1e-9  # float slack: 5.8 - 5.7 is 0.0999... and must count as within 0.1
-
-
-def final_loss(steps: np.ndarray, loss: np.ndarray, fraction: float) -> float:
-    """Mean loss over the last `fraction` of the step range (at least the last point)."""
-    cut = steps[-1] - fraction * (steps[-1] - steps[0])
-    return float(np.mean(loss[steps >= cut - _EPS]))
-
-
-def converged_step(steps: np.ndarray, loss: np.ndarray, final: float, margin: float) -> float:
-    """First step from which every later point stays within `margin` of `final` (NaN if none)."""
-    outside = np.flatnonzero(np.abs(loss - final) > margin + _EPS)
-    if len(outside) == 0:
-        return float(steps[0])
-    i = outside[-1] + 1
-    return float(steps[i]) if i < len(steps) else math.nan
-
-
-def detect_spikes(steps, loss, threshold: float, recovery_margin: float) -> list[dict]:
-    """Transient rises above the running minimum, in step order.
-
-    A spike starts at a point more than `threshold` above the minimum of all points before it
-    (`base`); it ends at the first later point within `recovery_margin` of `base`. Its peak is
-    the highest point in between. Unrecovered spikes have `recovery_step` None.
-    """
-    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
-    spikes, base, i = [], math.inf, 0
-    while i < len(loss):
-        if loss[i] - base > threshold:
-            after = np.flatnonzero(loss[i + 1 :] <= base + recovery_margin + _EPS)
-            end = i + 1 + after[0] if len(after) else len(loss)
-            peak = i + int(np.argmax(loss[i:end]))
-            spikes.append({
-                "onset_step": int(steps[i]),
-                "peak_step": int(steps[peak]),
-                "peak_bits": float(loss[peak]),
-                "base_bits": float(base),
-                "height_bits": float(loss[peak] - base),
-                "recovery_step": int(steps[end]) if end < len(loss) else None,
-            })
-            if end >= len(loss):
-                break
-            i = end  # the recovery point is the next candidate base
-            continue
-        base = min(base, loss[i])
-        i += 1
-    return spikes
 
 
 @dataclass
@@ -175,7 +77,7 @@ def curve_stats(run: str, seed: int, steps, loss, th: ClaimThresholds) -> CurveS
     finite_steps, finite_loss = (steps[: bad[0]], loss[: bad[0]]) if len(bad) else (steps, loss)
     final = conv = math.nan
     if diverged is None:
-        final = final_loss(steps, loss, th.final_fraction)
+        final = final_loss(steps, loss)
         conv = converged_step(steps, loss, final, th.converge_margin)
     return CurveStats(
         run=run,
@@ -196,7 +98,7 @@ def collect(curves: pd.DataFrame, runs: list[str], th: ClaimThresholds, split: s
     """Statistics per run (those present in `curves`), one entry per seed, seeds ascending."""
     need = {"run", "step", "split", "codebook", "loss_bits"}
     if not need <= set(curves.columns):
-        raise ValueError(f"loss curves lack column(s): {', '.join(sorted(need - set(curves.columns)))}")
+        raise UserError(f"loss curves lack column(s): {', '.join(sorted(need - set(curves.columns)))}")
     data = curves[(curves["split"] == split) & (curves["codebook"] == codebook) & curves["run"].isin(runs)]
     if "seed" not in data.columns:
         data = data.assign(seed=0)
@@ -281,19 +183,25 @@ CLAIMS = {
 }
 
 
-def evaluate(curves: pd.DataFrame, thresholds: ClaimThresholds | None = None,
-             runs: dict[str, str] | None = None, split: str = "train") -> list[dict]:
+def role_map(by_role: dict[str, str]) -> dict[str, str]:
+    """Every role -> the run name that has it; a role no arm has maps to a placeholder name that
+    no curve carries, so its claims come out inconclusive with the reason in their notes."""
+    unknown = sorted(set(by_role) - set(C.ROLES))
+    if unknown:
+        raise UserError(f"claims: unknown role '{unknown[0]}' (roles: {', '.join(C.ROLES)})")
+    return {role: by_role.get(role, f"(no arm with role {role})") for role in C.ROLES}
+
+
+def evaluate(curves: pd.DataFrame, thresholds: ClaimThresholds | None, by_role: dict[str, str],
+             split: str = "train") -> list[dict]:
     """The six claims on codebook-0 curves of `split`; one dict per claim, in order a-f.
 
     Each dict: id, claim (text), paper (what the paper shows), measured (numbers), verdict,
-    note. `runs` maps roles (clip10, clip1, deepnorm, attn_relax) to run names; missing roles
-    take DEFAULT_RUNS.
+    note. `by_role` maps roles (clip10, clip1, deepnorm, attn_relax) to run names
+    (config.runs_by_role).
     """
     th = thresholds or ClaimThresholds()
-    roles = {**DEFAULT_RUNS, **(runs or {})}
-    unknown = sorted(set(roles) - set(DEFAULT_RUNS))
-    if unknown:
-        raise ValueError(f"claims: unknown role '{unknown[0]}' (roles: {', '.join(DEFAULT_RUNS)})")
+    roles = role_map(by_role)
     stats = collect(curves, list(roles.values()), th, split=split)
     ctx = _Context(th, roles, stats)
     return [ctx.claim(cid) for cid in CLAIMS]
@@ -651,27 +559,28 @@ def to_markdown(claims: list[dict], header: dict, paper_verdicts: dict[str, str]
     return "\n".join(lines) + "\n"
 
 
-def run(cfg_claims: dict | None, curves_path, out_json, out_md, *, runs: dict[str, str] | None = None,
-        split: str = "train", reference_path=None, check_reference: bool = True,
+def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True,
         diagnostics_path=None) -> list[dict]:
     """Evaluate the claims on `curves_path`; write `out_json` and `out_md` atomically.
 
-    `cfg_claims`: the config's `claims:` section (ClaimThresholds fields; None = defaults).
-    With `check_reference`, the same checks run on the paper's digitised curves as well and
-    their verdicts are reported beside the reproduction's (skipped with a log line if absent).
-    With `diagnostics_path` (diagnostics.csv), every spike is explained by the diagnostics.
+    Thresholds from the config's `claims:` section, arms by their `role`, the split drawn in the
+    figure (`figure.split`). With `check_reference`, the same checks run on the paper's digitised
+    curves as well and their verdicts are reported beside the reproduction's (skipped with a log
+    line if absent). With `diagnostics_path` (diagnostics.csv), every spike is explained by the
+    diagnostics.
     """
-    th = ClaimThresholds.from_dict(cfg_claims)
+    th = ClaimThresholds.from_dict(cfg["claims"])
+    split = cfg["figure"]["split"]
     curves_path = Path(curves_path)
     if not curves_path.is_file():
-        raise FileNotFoundError(f"{curves_path}: loss curves not found; run the aggregate stage first")
+        raise UserError(f"{curves_path}: loss curves not found; run the aggregate stage first")
     curves = pd.read_csv(curves_path)
-    roles = {**DEFAULT_RUNS, **(runs or {})}
+    roles = role_map(C.runs_by_role(cfg))
     claims = evaluate(curves, th, roles, split=split)
     explained = None
     if diagnostics_path is not None:
         if not Path(diagnostics_path).is_file():
-            raise FileNotFoundError(f"{diagnostics_path}: diagnostics not found; run the aggregate stage first")
+            raise UserError(f"{diagnostics_path}: diagnostics not found; run the aggregate stage first")
         explained = explain_spikes(collect(curves, list(roles.values()), th, split=split), pd.read_csv(diagnostics_path))
 
     paper_verdicts = None
@@ -679,9 +588,10 @@ def run(cfg_claims: dict | None, curves_path, out_json, out_md, *, runs: dict[st
         from . import reference
 
         try:
-            ref = reference.as_curves(reference.load_reference(reference_path))
-            paper_verdicts = {c["id"]: c["verdict"] for c in evaluate(ref, th, DEFAULT_RUNS)}  # its own run names
-        except FileNotFoundError as exc:
+            ref = reference.load_reference(reference_path)
+            by_role = {r["role"]: name for name, r in reference.runs_of(ref).items()}
+            paper_verdicts = {c["id"]: c["verdict"] for c in evaluate(reference.as_curves(ref), th, by_role)}
+        except UserError as exc:
             log.warning("claims: %s; skipping the check on the paper's curves", exc)
 
     data = curves[(curves["split"] == split) & (curves["codebook"] == 0)]

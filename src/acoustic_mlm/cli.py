@@ -9,6 +9,7 @@
     amlm stability  loss beside gradient norm, attention logits -> results/figures/stability.{png,pdf,svg}
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
+    amlm preflight  measure every arm before a GPU run       -> results/preflight.{json,md}
     amlm validate   check a configuration file and exit
 
 Every subcommand reads and validates `--config` before doing any work.
@@ -102,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
                       "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
     p = _stage_parser(sub, "stability", "draw the stability figure: loss, gradient norm, attention logits",
@@ -128,7 +131,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
 
-    _stage_parser(sub, "validate", "check a configuration file", "Validate --config against the schema and rules; exit 0 if valid.")
+    p = _stage_parser(sub, "preflight", "measure time, memory and disk of every arm before a run",
+                      "Build each arm's model at the preset's size on its device and precision, time a few "
+                      "micro-batches and optimizer steps on synthetic inputs, and project the time per update, per "
+                      "arm and for the whole figure, the memory (and the micro-batch that fits) and the disk.")
+    p.add_argument("--out", type=Path, default=Path("results"), help="folder for preflight.json and preflight.md "
+                   "(default: results)")
+    p.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                   help="crops per measured micro-batch (default: train.batch_size / train.processes)")
+    p.add_argument("--micro-batches", type=int, default=4, metavar="N", help="timed micro-batches per model (default: 4)")
+    p.add_argument("--optimizer-steps", type=int, default=2, metavar="N",
+                   help="timed optimizer steps per model (default: 2)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1)")
+    p.add_argument("--no-full-update", dest="full_update", action="store_false",
+                   help="do not run a whole update even when it is projected under a minute")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="override train.device")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None, help="override train.precision")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes for the whole-figure projection (default: 1)")
+    p.add_argument("--gpus-per-node", type=int, default=None,
+                   help="GPUs per node for the projection (default: the GPUs visible here, 1 on CPU)")
+    p.add_argument("--corpus-hours", type=float, default=None,
+                   help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
+
+    p = _stage_parser(sub, "validate", "check a configuration file",
+                      "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
+                      "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
+                      "invalid config stops `dvc repro` before any stage deletes its outputs.")
+    p.add_argument("--out", type=Path, default=None, help="marker file to write when the config is valid")
     return parser
 
 
@@ -137,6 +169,11 @@ def dispatch(args: argparse.Namespace) -> None:
     threads = args.threads if args.threads is not None else cfg["train"]["threads"]
     if args.command == "validate":
         print(f"{args.config}: valid ({len(cfg['runs'])} runs: {', '.join(cfg['runs'])})")
+        if args.out is not None:
+            from .utils import atomic_path
+
+            with atomic_path(args.out) as tmp:  # constant content: a valid change reruns nothing downstream
+                tmp.write_text("the configuration is valid\n")
     elif args.command == "fetch":
         from . import fetch
 
@@ -167,7 +204,7 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import train
 
         if (args.run is None) == (args.run_name is None):
-            raise ValueError("name the run once: amlm train RUN (or --run RUN)")
+            raise UserError("name the run once: amlm train RUN (or --run RUN)")
         args.run = args.run or args.run_name
         C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
         out = args.out if args.out is not None else Path("results/runs") / args.run
@@ -179,7 +216,7 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "figure":
         from . import figure
 
-        figure.run(cfg, args.curves, args.out)
+        figure.run(cfg, args.curves, args.out, reference_path=args.reference)
     elif args.command == "stability":
         from . import stability
 
@@ -187,12 +224,20 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "claims":
         from . import claims
 
-        claims.run(cfg["claims"], args.curves, args.out_json, args.out_md,
-                   split=cfg["figure"]["split"], reference_path=args.reference, diagnostics_path=args.diagnostics)
-    elif args.command == "compare":
-        from . import reference
+        claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference,
+                   diagnostics_path=args.diagnostics)
+    elif args.command == "preflight":
+        from . import preflight
 
-        reference.run(cfg, args.curves, args.out, reference_path=args.reference)
+        preflight.run(cfg, args.config, args.out, micro_batch=args.micro_batch, micro_batches=args.micro_batches,
+                      optimizer_steps=args.optimizer_steps, warmup=args.warmup, device_name=args.device,
+                      precision=args.precision, peak=args.peak_tflops, nodes=args.nodes,
+                      gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
+                      full_update=args.full_update, threads=threads)
+    elif args.command == "compare":
+        from . import figure
+
+        figure.compare(cfg, args.curves, args.out, reference_path=args.reference)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,41 @@ class RunConfig:
     role: str | None = None  # which of the paper's curves it reproduces (ROLES), None for an extra arm
 
 
+@dataclass(frozen=True)
+class ClaimThresholds:
+    """Every number the verdicts depend on (the config's `claims:` section, same names)."""
+
+    start_min: float = 9.0  # (a) lowest first loss, in bits, that counts as "near 10 bits"
+    start_max: float = 10.6  # (a) highest; uniform guessing is 10 bits, the paper starts at 9.3-9.5
+    converge_margin: float = 0.1  # (c, e, f) converged = stays within this many bits of its final loss
+    spike_threshold: float = 0.5  # (d) a spike rises more than this many bits above the running minimum
+    recovery_margin: float = 0.2  # (d) recovered = back within this many bits of that minimum
+    stabilise_fraction: float = 0.4  # (f) converged step / last step must not exceed this
+    min_final_gap: float = 0.02  # (b) final losses closer than this many bits are a tie: inconclusive
+    seed_spread: str = "range"  # with several seeds: "range" (max - min) or "2std" (two sample std)
+
+    def __post_init__(self):
+        if not self.start_min < self.start_max:
+            raise ConfigError("claims: 'start_min' must be below 'start_max'")
+        if not 0 < self.stabilise_fraction <= 1:
+            raise ConfigError("claims: 'stabilise_fraction' must be in (0, 1]")
+        for name in ("converge_margin", "spike_threshold", "recovery_margin", "min_final_gap"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"claims: '{name}' must not be negative")
+        if not self.recovery_margin < self.spike_threshold:
+            raise ConfigError("claims: 'recovery_margin' must be below 'spike_threshold'")
+        if self.seed_spread not in ("range", "2std"):
+            raise ConfigError("claims: 'seed_spread' must be 'range' or '2std'")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "ClaimThresholds":
+        d = dict(d or {})
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"claims: unknown key '{unknown[0]}'")
+        return cls(**d)
+
+
 @lru_cache(maxsize=1)
 def _schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text())
@@ -119,6 +154,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
     import jsonschema
 
     _check_renamed_keys(cfg, source)
+    check_finite(cfg, source)
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
@@ -133,6 +169,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
             key = f"{where}.{missing[0]}" if where != "<top level>" else missing[0]
             raise ConfigError(f"{source}: missing key '{key}'")
         raise ConfigError(f"{source}: '{where}': {err.message}")
+    check_integers(cfg, _schema(), source)
 
     d = cfg["data"]
     if d["source"] == "url" and not (d["url"] and d["known_hash"]):
@@ -174,8 +211,6 @@ def validate(cfg: Any, source: str = "config") -> dict:
         raise ConfigError(
             f"{source}: 'tokenizer.calibration_frames' must be at least 'model.codebook_size' ({m['codebook_size']})"
         )
-    from .claims import ClaimThresholds  # the claims module owns the cross-field rules of its thresholds
-
     try:
         ClaimThresholds.from_dict(cfg["claims"])
     except ValueError as exc:
@@ -183,11 +218,17 @@ def validate(cfg: Any, source: str = "config") -> dict:
     f = cfg["figure"]
     if f["y_min"] is not None and f["y_max"] is not None and f["y_min"] >= f["y_max"]:
         raise ConfigError(f"{source}: 'figure.y_min' must be below 'figure.y_max'")
+    check_codebooks(cfg, source)
+    check_labels(cfg, source)
     return cfg
 
 
 def _check_renamed_keys(cfg: Any, source: str) -> None:
     """Keys of earlier versions get a sentence saying what replaced them, not 'unknown key'."""
+    claims = cfg.get("claims") if isinstance(cfg, dict) else None
+    if isinstance(claims, dict) and "final_fraction" in claims:
+        raise ConfigError(f"{source}: 'claims.final_fraction' was removed: the final loss has one definition, the "
+                          "mean over the last 10% of the steps (acoustic_mlm.curves); delete the key")
     runs = cfg.get("runs") if isinstance(cfg, dict) else None
     for name, run in (runs.items() if isinstance(runs, dict) else ()):
         for old in RENAMED_RUN_KEYS:
@@ -200,11 +241,7 @@ def load(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: configuration file not found")
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return validate(cfg, source=str(path))
+    return validate(read_yaml(path), source=str(path))
 
 
 def run_config(cfg: dict, run: str) -> RunConfig:
@@ -278,12 +315,13 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "tokenize_merge": (("tokenizer.batch_size",), ()),
     "train": (("model", "train", "runs.{run}"), ("train.threads", "train.workers", "train.checkpoint_interval",
                                                  "runs.{run}.label", "runs.{run}.role")),
-    "aggregate": (("runs.*.label",), ()),
-    "figure": (("figure", "runs.*.label", "runs.*.role"), ()),
-    "claims": (("claims", "figure.split", "runs.*.role"), ()),
-    "compare": (("figure", "runs.*.label", "runs.*.role"), ()),
-    "stability": (("figure", "runs.*.label", "runs.*.role", "runs.*.clip", "claims.spike_threshold",
-                   "claims.recovery_margin"), ()),
+    # The summary steps read every arm's label and role; they take the whole `runs:` section (which
+    # DVC can name), since an arm's other settings reach them through its retrained metrics anyway.
+    "aggregate": (("runs",), ()),
+    "figure": (("figure", "runs"), ()),
+    "claims": (("claims", "figure.split", "runs"), ()),
+    "compare": (("figure", "runs"), ()),
+    "stability": (("figure", "runs", "claims.spike_threshold", "claims.recovery_margin"), ()),  # spikes as claim (d)
 }
 # The steps before each step, whose settings also shape its outputs.
 UPSTREAM = {
@@ -350,3 +388,152 @@ def get(cfg: dict, dotted: str) -> Any:
 def settings(cfg: dict, keys: list[str]) -> dict:
     """{dotted key: value} for these keys: what a step's outputs depend on."""
     return {k: get(cfg, k) for k in keys}
+# ----------------------------------------------------------------------------- strict reading
+
+MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
+ENCODEC_CODEBOOK_SIZE = 1024  # codes per EnCodec RVQ codebook (encodec/model.py: bins=1024)
+ENCODEC_FRAME_RATE = 24000 // ENCODEC_HOP  # EnCodec 24 kHz frames per second (75)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses aliases and duplicate keys.
+
+    Aliases are refused outright, not capped: a configuration never needs one, and refusing the
+    first alias event ends a "billion laughs" file before anything is expanded. Duplicate keys
+    (PyYAML keeps the last silently) are refused with the key and both lines.
+    """
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(f"line {event.start_mark.line + 1}: YAML alias '*{_short(event.anchor)}' is not "
+                              "supported in a configuration; write the value out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {_short(key)!r} "
+                                  f"(first at line {first}); keep one")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _short(value, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_yaml(path: str | Path):
+    """The YAML document in `path`, read strictly: UTF-8 only, no aliases, no duplicate keys, at
+    most MAX_CONFIG_BYTES. Every refusal is one ConfigError line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); "
+                          "save the file as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
+# ----------------------------------------------------------------------------- checks the schema cannot express
+
+
+def _dotted(parts: tuple) -> str:
+    return ".".join(str(p) for p in parts) if parts else "<top level>"
+
+
+def check_finite(cfg: Any, source: str = "config", at: tuple = ()) -> None:
+    """Refuse NaN and infinity anywhere: JSON schema ranges let NaN through (every comparison is false)."""
+    if isinstance(cfg, float) and not math.isfinite(cfg):
+        raise ConfigError(f"{source}: '{_dotted(at)}' is {cfg}; it must be a finite number")
+    if isinstance(cfg, dict):
+        for k, v in cfg.items():
+            check_finite(v, source, at + (k,))
+    elif isinstance(cfg, list):
+        for i, v in enumerate(cfg):
+            check_finite(v, source, at + (i,))
+
+
+def check_integers(cfg: Any, schema: dict, source: str = "config", at: tuple = ()) -> None:
+    """Refuse a float where the schema asks for an integer. JSON schema counts 150.0 as an
+    integer, but the code would receive a float (range(150.0) fails deep inside training)."""
+    kind = schema.get("type")
+    wants_int = kind == "integer" or (isinstance(kind, list) and "integer" in kind) or (
+        isinstance(schema.get("const"), int) and not isinstance(schema.get("const"), bool))
+    if isinstance(cfg, float) and wants_int:
+        raise ConfigError(f"{source}: '{_dotted(at)}' is {cfg!r}; it must be a whole number, written without "
+                          "a decimal point")
+    if isinstance(cfg, dict):
+        props, other = schema.get("properties", {}), schema.get("additionalProperties")
+        for k, v in cfg.items():
+            sub = props.get(k, other if isinstance(other, dict) else None)
+            if sub is not None:
+                check_integers(v, sub, source, at + (k,))
+    elif isinstance(cfg, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(cfg):
+            check_integers(v, schema["items"], source, at + (i,))
+
+
+def encodec_codebooks(bandwidth: float) -> int:
+    """Codebooks EnCodec 24 kHz uses at `bandwidth` kbps: each costs log2(1024) bits x 75 Hz =
+    0.75 kbps (encodec/quantization/vq.py, get_num_quantizers_for_bandwidth), so 1.5/3/6/12/24
+    kbps give 2/4/8/16/32."""
+    per_codebook = math.log2(ENCODEC_CODEBOOK_SIZE) * ENCODEC_FRAME_RATE / 1000
+    return max(1, math.floor(bandwidth / per_codebook + 1e-9))
+
+
+def check_codebooks(cfg: dict, source: str = "config") -> None:
+    """The model predicts codebooks the tokenizer will write (known before tokenize runs)."""
+    m, bandwidth = cfg["model"], float(cfg["tokenizer"]["bandwidth"])
+    have = encodec_codebooks(bandwidth)
+    if m["codebooks"] > have:
+        raise ConfigError(
+            f"{source}: 'model.codebooks' is {m['codebooks']} but 'tokenizer.bandwidth' {bandwidth:g} kbps gives "
+            f"{have} codebooks (EnCodec 24 kHz: 1.5/3/6/12/24 kbps give 2/4/8/16/32); lower model.codebooks "
+            "or raise tokenizer.bandwidth"
+        )
+    if m["codebook_size"] < ENCODEC_CODEBOOK_SIZE:
+        raise ConfigError(f"{source}: 'model.codebook_size' is {m['codebook_size']} but EnCodec codes run from 0 "
+                          f"to {ENCODEC_CODEBOOK_SIZE - 1}; set it to {ENCODEC_CODEBOOK_SIZE}")
+
+
+def check_labels(cfg: dict, source: str = "config") -> None:
+    """Every arm's label is drawn once with matplotlib's mathtext parser, as the figure will draw it
+    in its legend, so a label it cannot render fails now rather than after training."""
+    labels = {name: run["label"] for name, run in cfg["runs"].items() if "$" in run["label"]}
+    if not labels:
+        return  # plain text: nothing to parse (and no matplotlib import)
+    try:
+        from matplotlib import cbook
+        from matplotlib.mathtext import MathTextParser
+    except ImportError:  # e.g. Snakemake's own environment; every amlm stage has matplotlib and checks again
+        return
+
+    parser = MathTextParser("path")
+    for name, label in labels.items():
+        if not cbook.is_math_text(label):  # an odd number of unescaped '$' is drawn as plain text
+            continue
+        try:
+            parser.parse(label)
+        except ValueError as exc:
+            why = " ".join([line for line in str(exc).splitlines() if line.strip()][-1].split())
+            raise ConfigError(f"{source}: 'runs.{name}.label' \"{_short(label)}\" cannot be drawn by matplotlib "
+                              f"({why}); fix the math or write a literal dollar sign as \\$") from None

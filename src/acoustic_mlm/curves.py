@@ -5,8 +5,9 @@ A curve is a run's logged rows: `steps` ascending, `loss` in bits at those steps
 
     final loss      mean loss over the last FINAL_FRACTION (10 %) of the curve's step range
     converged step  the first logged step from which every later point stays within a margin of
-                    the final loss, if the curve then stays there for the whole final window
-                    (a curve that enters the band only at its last rows has not converged)
+                    the final loss, if that step comes before the final window (a curve that
+                    enters the band only inside the window its final loss averages has not
+                    been seen to stay there: not converged)
     spike           a point more than a threshold above the running minimum of the points
                     before it; recovered at the first later point within a margin of that minimum
     clipped share   clipped updates / updates taken (skipped non-finite updates are not updates)
@@ -34,12 +35,12 @@ def final_loss(steps, loss) -> float:
 
 
 def converged_step(steps, loss, final: float, margin: float) -> float:
-    """First step from which every later point stays within `margin` of `final`; NaN when the
-    curve has not stayed there for the whole final window (or never gets there)."""
+    """First step from which every later point stays within `margin` of `final`; NaN when that
+    step is not before the final window (or the curve never gets there)."""
     steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
     outside = np.flatnonzero(np.abs(loss - final) > margin + _EPS)
     i = outside[-1] + 1 if len(outside) else 0
-    if i >= len(steps) or steps[i] > final_window_start(steps) + _EPS:
+    if i >= len(steps) or steps[i] >= final_window_start(steps) - _EPS:
         return math.nan
     return float(steps[i])
 

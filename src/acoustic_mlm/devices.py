@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .errors import UserError
+
 from .utils import log
 
 LOCK_DIR_ENV = "AMLM_GPU_LOCK_DIR"
@@ -78,7 +80,7 @@ def pick_device(name: str, key: str = "train.device") -> torch.device:
     if name == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(f"'{key}' is cuda but torch sees no CUDA device")
+        raise UserError(f"'{key}' is cuda but torch sees no CUDA device")
     n = torch.cuda.device_count()
     if torch.distributed.is_available() and torch.distributed.is_initialized():  # torchrun: one process per GPU
         local = int(os.environ.get("LOCAL_RANK", 0))

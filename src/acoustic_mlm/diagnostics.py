@@ -170,8 +170,8 @@ class ValidProbe:
         self.model = model
         self.attention = [m for m in model.modules() if isinstance(m, MultiheadSelfAttention)]
         self.logit_max: list[torch.Tensor | None] = [None] * len(self.attention)
-        self.correct, self.total = None, 0
-        self._targets = None
+        self.correct, self.total = None, None  # device scalars, summed over the pass's chunks
+        self._codes = self._mask = None
         self._handles = []
 
     def __enter__(self) -> "ValidProbe":
@@ -197,14 +197,21 @@ class ValidProbe:
     def _inputs_hook(self, module, args, kwargs):
         names = ("wav", "codes", "mask")
         given = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
-        codes, mask = given["codes"], given["mask"]
-        self._targets = codes.transpose(1, 2)[mask]  # (N, K), as the objective selects them
+        self._codes, self._mask = given["codes"], given["mask"]  # (B, K, T), (B, T)
 
     def _heads_hook(self, module, args, logits):
+        codes, mask = self._codes, self._mask
         with torch.no_grad():
-            c = codebook_correct(logits, self._targets)
+            if logits.shape[0] == mask.numel():  # static shapes: every frame scored, unmasked ones weighted 0
+                flat = mask.reshape(-1)  # (B T,)
+                targets = codes.transpose(1, 2).reshape(flat.shape[0], -1)  # (B T, K)
+                c = ((logits[:, 0].argmax(dim=-1) == targets[:, 0]) & flat).sum()
+                n = flat.sum()
+            else:  # the masked frames only, as h[mask] selected them
+                c = codebook_correct(logits, codes.transpose(1, 2)[mask])
+                n = torch.tensor(logits.shape[0], device=c.device)
         self.correct = c if self.correct is None else self.correct + c
-        self.total += int(self._targets.shape[0])
+        self.total = n if self.total is None else self.total + n
 
     def values(self) -> dict[str, float]:
         row = {}
@@ -214,5 +221,6 @@ class ValidProbe:
         top = max((m for m in maxima if not math.isnan(m)), default=math.nan)
         row["attn_logit_max"] = top
         row["attn_logit_fp16_frac"] = fp16_fraction(top)
-        row["valid_acc_cb0"] = float(self.correct) / self.total if self.total else math.nan
+        total = int(self.total) if self.total is not None else 0
+        row["valid_acc_cb0"] = float(self.correct) / total if total else math.nan
         return row

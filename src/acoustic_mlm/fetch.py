@@ -227,7 +227,8 @@ def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
     src = sources.archive_for(cfg["data"])
     path = download(src, ctx.downloads_dir, ctx.retries, ctx.timeout)
     log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
-    done = archive.extract(path, out, keep=lambda rel: _is_audio(rel) and not src.excluded(rel))
+    done = archive.extract(path, out, keep=lambda rel: _is_audio(rel) and not src.excluded(rel),
+                           limits=archive.ExtractLimits.from_config(cfg["data"]))
     excluded = sorted(r for r in done.not_kept if _is_audio(r))
     if not done.files:
         raise ValueError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"

@@ -1,13 +1,20 @@
-"""The figure stage: "Acoustic MLM Loss on Codebook-0 vs Training Steps", from loss_curves.csv only.
+"""The figure stage: "Acoustic MLM Loss on Codebook-0 vs Training Steps", from loss_curves.csv only,
+and the comparison chart beside the paper's digitised curves (the compare stage).
 
 Seaborn line chart, logarithmic step axis labelled in thousands, codebook-0 loss in bits,
-legend at the top right in the paper's order with its colours and markers (tab10 blue
-circles, orange, green and pink triangles). Written as PNG (300 dpi), PDF and SVG.
+legend at the top right in the config's arm order. Arms are styled by their `role` (which of the
+paper's curves they reproduce), never by name or position: tab10 blue circles, orange, green and
+pink triangles as in the paper; arms without a role get the remaining tab10 colours. Arms whose
+curves coincide stay visible: the Attn. Relax arm (PB-Relax is the identity in fp32) is drawn
+dashed with hollow markers over the solid Clip=1 arm, and the legend names coinciding arms.
+Written as PNG (300 dpi), PDF and SVG.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -15,8 +22,11 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from .errors import UserError  # noqa: E402
+from .reference import load_reference  # noqa: E402
 from .utils import atomic_path, log  # noqa: E402
 
 TITLE = "Acoustic MLM Loss on Codebook-0 vs Training Steps"
@@ -24,12 +34,31 @@ XLABEL = "Training Step"
 YLABEL = "Acoustic MLM Loss on Codebook-0"
 STEM = "acoustic_mlm_loss_codebook0"
 FORMATS = ("png", "pdf", "svg")
+SIDE_BY_SIDE = "paper_vs_reproduction.png"
+PAPER_LEGEND = "Paper (digitised), dashed"
+COINCIDE_BITS = 0.02  # two arms whose mean curves stay this close at every logged step coincide
+X_PAD = 1.12  # the step axis reaches this factor beyond the first and last points: no marker is cut
 
 _TAB10 = sns.color_palette("tab10")
-# The paper's arms in legend order: blue circles, then orange, green and pink triangles.
-ARM_STYLES = [(_TAB10[0], "o"), (_TAB10[1], "^"), (_TAB10[2], "^"), (_TAB10[6], "^")]
-# Further arms a user adds get the remaining tab10 colours and other markers.
-EXTRA_STYLES = [(_TAB10[i], mk) for i, mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))]
+
+
+class ArmStyle(NamedTuple):
+    color: tuple
+    marker: str
+    dashes: tuple | str  # "" solid, else (on, off) in points
+    hollow: bool = False  # markers drawn as outlines: what lies under them stays visible
+
+
+# The paper's curves: blue circles, then orange, green and pink triangles. Attn. Relax is dashed so
+# that it stays visible where it coincides with Clip=1 (PB-Relax is the identity in fp32).
+ROLE_STYLES = {
+    "clip10": ArmStyle(_TAB10[0], "o", ""),
+    "clip1": ArmStyle(_TAB10[1], "^", ""),
+    "deepnorm": ArmStyle(_TAB10[2], "^", ""),
+    "attn_relax": ArmStyle(_TAB10[6], "^", (4, 2), hollow=True),
+}
+# Arms without a role get the remaining tab10 colours and other markers, dash-dotted.
+EXTRA_STYLES = [ArmStyle(_TAB10[i], mk, (6, 2, 1, 2)) for i, mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))]
 
 
 def step_label(x: float, _pos=None) -> str:
@@ -39,96 +68,206 @@ def step_label(x: float, _pos=None) -> str:
     return f"{x:g}"
 
 
-def arm_styles(labels: list[str]) -> tuple[dict, dict]:
-    styles = ARM_STYLES + EXTRA_STYLES
-    if len(labels) > len(styles):
-        raise ValueError(f"the figure can style {len(styles)} arms, the config has {len(labels)}")
-    palette = {lab: styles[i][0] for i, lab in enumerate(labels)}
-    markers = {lab: styles[i][1] for i, lab in enumerate(labels)}
-    return palette, markers
+def log_step_axis(ax, first: float, last: float) -> None:
+    """A logarithmic step axis labelled in thousands from `first` to `last`, padded by X_PAD so
+    that markers at either end are drawn whole."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10))
+    ax.xaxis.set_major_formatter(FuncFormatter(step_label))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(max(1.0, first) / X_PAD, last * X_PAD)
 
 
-def mark_divergence(ax, selected: pd.DataFrame, labels: list[str], palette: dict) -> list[str]:
+def arm_styles(runs: dict) -> dict[str, ArmStyle]:
+    """label -> style for the config's `runs:` mapping, by role; extra arms in config order."""
+    extra = iter(EXTRA_STYLES)
+    styles = {}
+    for name, r in runs.items():
+        role = r.get("role")
+        if role is not None:
+            styles[r["label"]] = ROLE_STYLES[role]
+            continue
+        try:
+            styles[r["label"]] = next(extra)
+        except StopIteration:
+            raise UserError(f"runs.{name}: the figure can style {len(EXTRA_STYLES)} arms without a role") from None
+    return styles
+
+
+def labels_of(runs: dict) -> list[str]:
+    return [r["label"] for r in runs.values()]
+
+
+def coinciding(data: pd.DataFrame, labels: list[str]) -> list[tuple[str, str, float]]:
+    """Pairs of arms whose mean curves stay within COINCIDE_BITS at every shared step: (a, b, max diff)."""
+    means = data.groupby(["label", "step"])["loss_bits"].mean().unstack("label")
+    pairs = []
+    for i, a in enumerate(labels):
+        for b in labels[i + 1 :]:
+            if a in means and b in means:
+                diff = (means[a] - means[b]).abs().dropna()
+                if len(diff) and diff.max() <= COINCIDE_BITS:
+                    pairs.append((a, b, float(diff.max())))
+    return pairs
+
+
+def coincidence_note(data: pd.DataFrame, labels: list[str]) -> str | None:
+    """The legend's title when arms coincide: which arm's curve hides under which."""
+    pairs = coinciding(data, labels)
+    return "\n".join(f"{b} coincides with\n{a} (within {COINCIDE_BITS:g} bits)" for a, b, _ in pairs) or None
+
+
+def mark_divergence(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> list[str]:
     """An X and "diverged" at the last finite point of every run (seed) whose curve ends non-finite."""
     marked = []
     for (label, seed), g in selected.groupby(["label", "seed"], sort=False):
         g = g.sort_values("step")
         finite = g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))
-        if finite.all() or not finite.any() or label not in palette:
+        if finite.all() or not finite.any() or label not in styles:
             continue
         last = g[finite].iloc[-1]
-        ax.plot([last["step"]], [last["loss_bits"]], marker="X", markersize=11, color=palette[label],
+        ax.plot([last["step"]], [last["loss_bits"]], marker="X", markersize=11, color=styles[label].color,
                 markeredgecolor="black", linestyle="none", zorder=5)
         ax.annotate(f"diverged (seed {seed})", (last["step"], last["loss_bits"]), textcoords="offset points",
-                    xytext=(6, 6), fontsize=8, color=palette[label])
+                    xytext=(6, 6), fontsize=8, color=styles[label].color)
         marked.append(label)
     return marked
 
 
-def draw(curves: pd.DataFrame, labels: list[str], fig_cfg: dict, codebook: int = 0):
+def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], ax, markersize: float) -> None:
+    """The arms' mean curves (and 95 % bands over seeds), in their styles."""
+    present = [lab for lab in labels if lab in set(data["label"])]
+    before = len(ax.get_lines())
+    sns.lineplot(data=data, x="step", y="loss_bits", hue="label", hue_order=present, style="label",
+                 style_order=present, palette={k: styles[k].color for k in present},
+                 markers={k: styles[k].marker for k in present}, dashes={k: styles[k].dashes for k in present},
+                 errorbar=("ci", 95),  # a band only appears when an arm has several seeds
+                 linewidth=1.4, markersize=markersize, ax=ax)
+    for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
+        line.set_markevery(0.08)  # equal spacing along the line: readable on a log axis
+        if styles[label].hollow:
+            line.set_markerfacecolor("none")
+            line.set_markeredgecolor(styles[label].color)
+
+
+def _selected(curves: pd.DataFrame, runs: dict, split: str, codebook: int) -> pd.DataFrame:
+    """The curves of the config's arms, labelled by the config (whatever the CSV says)."""
+    data = curves[(curves["split"] == split) & (curves["codebook"] == codebook) & curves["run"].isin(list(runs))]
+    return data.assign(label=data["run"].map({name: r["label"] for name, r in runs.items()}))
+
+
+def draw(curves: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
     """The chart on a new matplotlib figure; returns (fig, ax)."""
     split = fig_cfg.get("split", "train")
-    selected = curves[(curves["split"] == split) & (curves["codebook"] == codebook)]
+    labels, styles = labels_of(runs), arm_styles(runs)
+    selected = _selected(curves, runs, split, codebook)
     data = selected.dropna(subset=["loss_bits"])
     missing = [lab for lab in labels if lab not in set(data["label"])]
     if missing:
-        raise ValueError(f"loss curves hold no {split} codebook-{codebook} rows for: {', '.join(missing)}")
-    palette, markers = arm_styles(labels)
+        raise UserError(f"loss curves hold no {split} codebook-{codebook} rows for: {', '.join(missing)}")
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
-    sns.lineplot(
-        data=data,
-        x="step",
-        y="loss_bits",
-        hue="label",
-        hue_order=labels,
-        style="label",
-        style_order=labels,
-        palette=palette,
-        markers=markers,
-        dashes=False,
-        errorbar=("ci", 95),  # a band only appears when an arm has several seeds
-        linewidth=1.4,
-        markersize=6,
-        markevery=0.08,  # equal visual spacing along the line: readable on a log axis
-        ax=ax,
-    )
-    mark_divergence(ax, selected, labels, palette)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10))
-    ax.xaxis.set_major_formatter(FuncFormatter(step_label))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    x_max = fig_cfg.get("x_max") or float(data["step"].max())
-    ax.set_xlim(max(1.0, float(data["step"].min())), x_max)
+    _lines(data, labels, styles, ax, markersize=6)
+    mark_divergence(ax, selected, styles)
+    log_step_axis(ax, float(data["step"].min()), fig_cfg.get("x_max") or float(data["step"].max()))
     y_min, y_max = fig_cfg.get("y_min"), fig_cfg.get("y_max")
     if y_min is not None or y_max is not None:
         ax.set_ylim(y_min, y_max)
     ax.set_title(TITLE)
     ax.set_xlabel(XLABEL)
     ax.set_ylabel(YLABEL)
-    ax.legend(loc="upper right", title=None, frameon=True)
+    ax.legend(loc="upper right", title=coincidence_note(data, labels), title_fontsize=7, frameon=True)
     fig.tight_layout()
     return fig, ax
 
 
-def run(cfg: dict, curves_path: Path, out_dir: Path) -> list[Path]:
-    curves_path = Path(curves_path)
-    if not curves_path.is_file():
-        raise FileNotFoundError(f"{curves_path}: loss curves not found; run the aggregate stage first")
-    curves = pd.read_csv(curves_path)
-    labels = [r["label"] for r in cfg["runs"].values()]
-    fig, ax = draw(curves, labels, cfg["figure"])
-    if cfg["figure"].get("overlay_paper"):
-        from . import reference
+def overlay(ax, reference: pd.DataFrame, runs: dict, legend: bool = True) -> list[Line2D]:
+    """Draw the paper's curves dashed onto `ax`, each in the style of the arm with the same role.
 
-        reference.overlay(ax, reference.load_reference(), labels, runs=list(cfg["runs"]))
-    out_dir = Path(out_dir)
-    written = []
-    for fmt in FORMATS:
-        path = out_dir / f"{STEM}.{fmt}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=300 if fmt == "png" else None)
-        written.append(path)
+    The lines stay out of the legend; with `legend`, an existing legend gains one entry saying
+    that dashed lines are the paper's. Returns the lines drawn.
+    """
+    styles = arm_styles(runs)
+    lines = []
+    for r in runs.values():
+        rows = reference[reference["role"] == r.get("role")].sort_values("step")
+        if r.get("role") is None or rows.empty:
+            continue
+        st = styles[r["label"]]
+        (line,) = ax.plot(rows["step"], rows["loss_bits"], linestyle="--", linewidth=1.2, color=st.color,
+                          marker=st.marker, markersize=5, markerfacecolor="none",
+                          label=f"_paper {r['label']}")  # "_": not in the legend
+        lines.append(line)
+    if legend and ax.get_legend() is not None:
+        handles, texts = ax.get_legend_handles_labels()
+        handles.append(Line2D([], [], color="0.35", linestyle="--", linewidth=1.2))
+        texts.append(PAPER_LEGEND)
+        ax.legend(handles, texts, loc="upper right", title=None, frameon=True)
+    return lines
+
+
+def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
+    """Left: the paper's curves (dashed); right: the reproduction. Returns (fig, (ax_paper, ax_repro))."""
+    split = fig_cfg.get("split", "train")
+    labels, styles = labels_of(runs), arm_styles(runs)
+    data = _selected(curves, runs, split, codebook).dropna(subset=["loss_bits"])
+    if data.empty:
+        raise UserError(f"loss curves hold no {split} codebook-{codebook} rows for any arm")
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    fig, (ax_p, ax_r) = plt.subplots(1, 2, figsize=(12.0, 5.4), sharey=True)
+
+    overlay(ax_p, reference, runs, legend=False)
+    ax_p.set_title("Paper (digitised from the figure's description)")
+    _lines(data, labels, styles, ax_r, markersize=5)
+    ax_r.set_title(f"Reproduction ({split})")
+    log_step_axis(ax_p, float(reference["step"].min()), float(reference["step"].max()))
+    log_step_axis(ax_r, float(data["step"].min()), fig_cfg.get("x_max") or float(data["step"].max()))
+    for ax in (ax_p, ax_r):
+        ax.set_xlabel(XLABEL)
+    ax_p.set_ylabel(YLABEL)
+    ax_r.set_ylabel("")
+    y_min, y_max = fig_cfg.get("y_min"), fig_cfg.get("y_max")
+    if y_min is not None or y_max is not None:
+        ax_p.set_ylim(y_min, y_max)
+    # one legend for both panels, below them: the arms (dashed on the left, solid on the right)
+    ax_r.get_legend().remove()
+    handles = [Line2D([], [], color=styles[lab].color, marker=styles[lab].marker, linewidth=1.4, markersize=5)
+               for lab in labels]
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), title=None, frameon=True)
+    fig.suptitle(TITLE)
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 2), 1, 1))
+    return fig, (ax_p, ax_r)
+
+
+def _read_curves(path: Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: loss curves not found; run the aggregate stage first")
+    return pd.read_csv(path)
+
+
+def _save(fig, path: Path, fmt: str, dpi: int | None) -> Path:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=dpi)
+    return path
+
+
+def run(cfg: dict, curves_path: Path, out_dir: Path, reference_path: Path | None = None) -> list[Path]:
+    """The figure stage: the chart as PNG, PDF and SVG in out_dir (the paper's curves overlaid
+    when figure.overlay_paper)."""
+    fig, ax = draw(_read_curves(curves_path), cfg["runs"], cfg["figure"])
+    if cfg["figure"].get("overlay_paper"):
+        overlay(ax, load_reference(reference_path), cfg["runs"])
+    written = [_save(fig, Path(out_dir) / f"{STEM}.{fmt}", fmt, 300 if fmt == "png" else None) for fmt in FORMATS]
     plt.close(fig)
     log.info("figure: wrote %s", ", ".join(str(p) for p in written))
     return written
+
+
+def compare(cfg: dict, curves_path: Path, out_path: Path, reference_path: Path | None = None) -> Path:
+    """The compare stage: the paper's curves beside the reproduction, one PNG (200 dpi)."""
+    fig, _ = side_by_side(_read_curves(curves_path), load_reference(reference_path), cfg["runs"], cfg["figure"])
+    out = _save(fig, Path(out_path), "png", 200)
+    plt.close(fig)
+    log.info("compare: wrote %s", out)
+    return out

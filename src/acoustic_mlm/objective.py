@@ -5,7 +5,7 @@ cross-entropy on masked frames only, reported in bits as fairseq logs it.
 
 Tensor axes, used throughout:
     B batch, L waveform samples (L = 320 T), T frames (75 Hz), K codebooks, V codebook size,
-    D transformer width, F final (projection) width, N masked frames in the batch.
+    D transformer width, F final (projection) width, N frames scored by the heads.
 """
 
 from __future__ import annotations
@@ -102,20 +102,37 @@ class MLMOutput(NamedTuple):
     loss: torch.Tensor  # scalar to backprop: sum_k CE_k (nats) + feature_penalty_weight * penalty
     bits: torch.Tensor  # (K,) detached: per-codebook mean masked cross-entropy in bits
     feature_penalty: torch.Tensor  # detached scalar, unweighted
-    n_masked: int  # masked frames in the batch (N)
+    n_masked: torch.Tensor  # detached scalar: masked frames in the batch (a tensor: reading it syncs a GPU)
 
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-codebook mean cross-entropy in nats: logits (N, K, V), targets (N, K) -> (K,)."""
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-codebook mean cross-entropy in nats over the frames with weight 1 (None: every frame).
+
+    logits (N, K, V), targets (N, K), weights (N,) of 0 / 1 -> (K,): sum_n w_n CE_nk / sum_n w_n.
+    No frame at all (N = 0, or every weight 0) gives 0 / 0 = NaN, which the training loop's
+    finite-loss check skips.
+    """
     ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (N, K)
-    return ce.mean(dim=0)  # (K,)
+    if weights is None:
+        return ce.mean(dim=0)  # (K,)
+    return (ce * weights.unsqueeze(1)).sum(dim=0) / weights.sum()  # (K,)
 
 
 class AcousticMLM(nn.Module):
     """MERT's acoustic MLM: backbone + per-codebook heads; forward returns the loss as MLMOutput.
 
-    forward(wav (B, L), codes (B, K, T) long, mask (B, T) bool). Logits are computed only at
-    masked frames; unmasked frames do not enter the loss.
+    forward(wav (B, L), codes (B, K, T) long, mask (B, T) bool). Only masked frames enter the
+    loss, computed one of two ways that agree to float rounding (tests/test_gpu_paths.py):
+
+    - static shapes (on a GPU, and whenever torch.compile traces the model): the heads score
+      every frame and the unmasked ones are weighted 0. No shape depends on the mask and nothing
+      is read back to the host: no GPU sync, one compiled graph for every batch. It scores
+      1 / (masked share) times the frames (1.7x at mask_prob 0.8, mask_length 5).
+    - selection (eager on CPU, where a host read costs nothing): the heads score the masked
+      frames only, `h[mask]`; at the CPU default's size the heads are a large part of the step
+      (BENCHMARKS.md, benchmarks/masked_loss.py).
+
+    `static_shapes` forces one or the other (None: as above).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -123,6 +140,7 @@ class AcousticMLM(nn.Module):
         self.cfg = cfg
         self.encoder = AcousticEncoder(cfg)
         self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size)
+        self.static_shapes: bool | None = None
 
     def forward(self, wav: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor) -> MLMOutput:
         B, K, T = codes.shape
@@ -132,12 +150,18 @@ class AcousticMLM(nn.Module):
         if wav.shape[-1] != stride * T:
             raise ValueError(f"codes have T={T} frames but the waveform has {wav.shape[-1]} samples, not {stride} T")
         h, penalty = self.encoder(wav, mask)  # (B, T, D), scalar
-        n_masked = int(mask.sum())
-        if n_masked == 0:
-            raise ValueError("mask selects no frames: the loss is undefined")
-        hm = h[mask]  # (N, D)
-        targets = codes.transpose(1, 2)[mask]  # (N, K)
-        logits = self.heads(hm, self.cfg.logit_temp)  # (N, K, V)
-        ce = masked_cross_entropy(logits, targets)  # (K,) nats
+        static = self.static_shapes
+        if static is None:
+            static = mask.device.type != "cpu" or torch.compiler.is_compiling()
+        if static:
+            weights = mask.reshape(B * T).float()  # (B T,) 1 = masked frame
+            targets = codes.transpose(1, 2).reshape(B * T, K)  # (B T, K)
+            logits = self.heads(h.reshape(B * T, -1), self.cfg.logit_temp)  # (B T, K, V)
+            ce = masked_cross_entropy(logits, targets, weights)  # (K,) nats
+            n_masked = weights.sum()
+        else:
+            logits = self.heads(h[mask], self.cfg.logit_temp)  # (N, K, V), N masked frames
+            ce = masked_cross_entropy(logits, codes.transpose(1, 2)[mask])  # (K,) nats
+            n_masked = mask.sum()
         loss = ce.sum() + self.cfg.feature_penalty * penalty
-        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), n_masked)
+        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), n_masked.detach().float())

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -39,7 +40,7 @@ import soundfile as sf
 
 from acoustic_mlm.config import ENCODEC_HOP, crop_frames
 from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio  # noqa: F401  (re-exported: prepare.find_audio)
-from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, log, write_json
+from acoustic_mlm.utils import OutOfSpaceError, Progress, atomic_dir, atomic_path, is_out_of_space, log, write_json
 
 MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
@@ -141,15 +142,23 @@ def _resample(mono: np.ndarray, sr: int, sample_rate: int) -> np.ndarray:
 _MAX_RESAMPLE_RATIO_PRODUCT = 4_000_000  # 5507 x 3000 (44056 Hz) resamples in ~1 s; 44101 x 24000 takes 2 min
 TRUNCATION_TOLERANCE = 0.05  # reject when more than this share of the frames a header declares fails to decode
 SILENCE_PEAK = 2.0**-15  # a peak at or below one 16-bit step is digital silence
+# Integer formats decode to [-1, 1]; float formats may carry headroom above full scale, but a peak
+# 60 dB over it is no recording at any sane gain: +-3e38 passed the finite check and made k-means
+# and training non-finite. Such files are rejected, never rescaled (their content is unknown).
+MAX_ABS_SAMPLE = 1000.0
+# Plausible sample rates: 4 kHz (below telephone speech) to 384 kHz (the highest studio rate). A
+# header declaring 1 Hz would otherwise be resampled into a clip 24,000 times longer.
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 4_000, 384_000
 
 
 def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, int, int]:
     """One file -> (mono float32 at sample_rate in whole EnCodec frames, orig rate, orig channels).
 
     Raises Unusable(reason) for: an empty file, one soundfile cannot open or decode (not audio,
-    corrupt, truncated FLAC), a truncated or corrupt MP3 (decodes to fewer frames than its header
-    declares), NaN or infinite samples, digital silence, or fewer than `min_samples` samples
-    (one training crop) once resampled and trimmed to whole frames.
+    corrupt, truncated FLAC), a sample rate outside MIN_SAMPLE_RATE..MAX_SAMPLE_RATE, a truncated
+    or corrupt MP3 (decodes to fewer frames than its header declares), NaN or infinite samples,
+    a peak beyond MAX_ABS_SAMPLE, digital silence, or fewer than `min_samples` samples (one
+    training crop) once resampled and trimmed to whole frames.
     """
     try:
         size = path.stat().st_size
@@ -161,6 +170,9 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
         mono, sr, channels, declared = _mono_blocks(path)
     except Exception as exc:  # libsndfile: not audio, malformed, lost sync, ...
         raise Unusable(f"not decodable: {_libsndfile_reason(exc)}") from None
+    if not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
+        raise Unusable(f"implausible sample rate: {sr} Hz, outside {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz "
+                       "(a damaged header or not audio)")
     if declared > 0 and len(mono) < (1 - TRUNCATION_TOLERANCE) * declared:
         raise Unusable(f"truncated or corrupt: decoded {len(mono)} of the {declared} frames its header declares")
     if len(mono) == 0:
@@ -168,6 +180,9 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     if not np.isfinite(mono).all():
         raise Unusable("non-finite samples (NaN or infinity)")
     peak = float(np.abs(mono).max())
+    if peak > MAX_ABS_SAMPLE:
+        raise Unusable(f"samples out of range: peak {peak:.3g}, beyond +-{MAX_ABS_SAMPLE:g} "
+                       f"({20 * math.log10(MAX_ABS_SAMPLE):.0f} dB over full scale)")
     if peak <= SILENCE_PEAK:
         raise Unusable(f"digital silence (peak {peak:.2g})")
     audio = _resample(mono, sr, sample_rate)
@@ -222,7 +237,13 @@ class NpyWriter:
     def append(self, x: np.ndarray) -> int:
         """Write x; return its offset (in samples)."""
         offset = self.n
-        np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
+        try:
+            np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
+        except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
+            if not is_out_of_space(exc):
+                raise
+            raise OutOfSpaceError(self.path, os.fstat(self.f.fileno()).st_size,
+                                  self.header_bytes + 4 * (self.n + len(x))) from None
         self.n += len(x)
         return offset
 

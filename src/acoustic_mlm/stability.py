@@ -27,11 +27,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from . import curves as K  # noqa: E402
 from . import figure  # noqa: E402
 from .diagnostics import FP16_MAX  # noqa: E402
+from .errors import UserError  # noqa: E402
 from .utils import atomic_path, log  # noqa: E402
 
 TITLE = "Training stability: loss, gradient norm, attention logits"
@@ -62,12 +62,19 @@ def spikes(loss_curves: pd.DataFrame, runs: list[str], threshold: float, recover
     return out
 
 
-def _log_steps(ax, steps: pd.Series, x_max) -> None:
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10))
-    ax.xaxis.set_major_formatter(FuncFormatter(figure.step_label))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlim(max(1.0, float(steps.min())), x_max or float(steps.max()))
+def _lines(ax, data: pd.DataFrame, labels: list[str], styles: dict, band: bool, legend: bool) -> None:
+    """The arms' mean `value` per step in the main figure's styles (a 95 % band over seeds if `band`)."""
+    present = [lab for lab in labels if lab in set(data["label"])]
+    before = len(ax.get_lines())
+    sns.lineplot(data=data, x="step", y="value", hue="label", hue_order=present, style="label", style_order=present,
+                 palette={k: styles[k].color for k in present}, markers={k: styles[k].marker for k in present},
+                 dashes={k: styles[k].dashes for k in present}, errorbar=("ci", 95) if band else None,
+                 linewidth=1.3, markersize=5, legend=legend, ax=ax)
+    for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
+        line.set_markevery(0.08)
+        if styles[label].hollow:
+            line.set_markerfacecolor("none")
+            line.set_markeredgecolor(styles[label].color)
 
 
 def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, dict], fig_cfg: dict,
@@ -78,23 +85,23 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
     `diagnostics` are the aggregate stage's tidy tables.
     """
     names = list(runs)
-    labels = [runs[n]["label"] for n in names]
+    labels, styles = figure.labels_of(runs), figure.arm_styles(runs)
+    label_of = {n: runs[n]["label"] for n in names}  # the config's labels, whatever the files say
     split = fig_cfg.get("split", "train")
     loss = loss_curves[(loss_curves["split"] == split) & (loss_curves["codebook"] == 0)
                        & loss_curves["run"].isin(names)]
+    loss = loss.assign(label=loss["run"].map(label_of))
     missing = [n for n in names if n not in set(loss.dropna(subset=["loss_bits"])["run"])]
     if missing:
-        raise ValueError(f"loss curves hold no {split} codebook-0 rows for: {', '.join(missing)}")
+        raise UserError(f"loss curves hold no {split} codebook-0 rows for: {', '.join(missing)}")
     diag = diagnostics[diagnostics["run"].isin(names)]
+    diag = diag.assign(label=diag["run"].map(label_of))
     fp16 = (diag["diagnostic"] == "loss_scale") & diag["value"].notna()
     panels = [p for p in PANELS if p[0] != "loss_scale" or fp16.any()]  # loss scale: fp16 arms only
-    palette, markers = figure.arm_styles(labels)
 
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.3 * len(panels) + 0.6), sharex=True)
     axes = dict(zip((p[0] for p in panels), np.atleast_1d(axes)))
-    line_kw = dict(hue="label", hue_order=labels, style="label", style_order=labels, palette=palette,
-                   markers=markers, dashes=False, linewidth=1.3, markersize=5, markevery=0.08)
     for key, column, ylabel, log_y in panels:
         ax = axes[key]
         if column is None:
@@ -107,8 +114,7 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
             ax.text(0.5, 0.5, f"not measured ({column} absent: train.diagnostics false?)", transform=ax.transAxes,
                     ha="center", va="center", fontsize=9, color="0.4")
         else:
-            sns.lineplot(data=data, x="step", y="value", errorbar=("ci", 95) if key == "loss" else None, ax=ax,
-                         legend=key == "loss", **line_kw)
+            _lines(ax, data, labels, styles, band=key == "loss", legend=key == "loss")
         if log_y:
             ax.set_yscale("log")
         ax.set_ylabel(ylabel)
@@ -127,7 +133,7 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
     ax.set_ylim(min(low, FP16_MAX / 10), FP16_MAX * 8)
     # spikes: one dashed line per spike on every panel, at its peak step
     found = spikes(loss, names, spike_threshold, recovery_margin)
-    colour = {n: palette[runs[n]["label"]] for n in names}
+    colour = {n: styles[label_of[n]].color for n in names}
     for k in found:
         for key, ax in axes.items():
             line = ax.axvline(k["peak_step"], color=colour[k["run"]], linestyle="--", linewidth=1.0, alpha=0.8)
@@ -136,7 +142,7 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
                               xytext=(4, -10), textcoords="offset points", fontsize=7, color=colour[k["run"]])
     steps = pd.concat([loss["step"], diag["step"]])
     last = axes[panels[-1][0]]
-    _log_steps(last, steps, fig_cfg.get("x_max"))
+    figure.log_step_axis(last, float(steps.min()), fig_cfg.get("x_max") or float(steps.max()))
     last.set_xlabel(figure.XLABEL)
     for ax in axes.values():
         if ax is not last:
@@ -150,11 +156,11 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
 def run(cfg: dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> list[Path]:
     for path, what in ((Path(curves_path), "loss curves"), (Path(diagnostics_path), "diagnostics")):
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: {what} not found; run the aggregate stage first")
+            raise UserError(f"{path}: {what} not found; run the aggregate stage first")
     loss_curves, diagnostics = pd.read_csv(curves_path), pd.read_csv(diagnostics_path)
     need = {"run", "seed", "step", "diagnostic", "value"}
     if not need <= set(diagnostics.columns):
-        raise ValueError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")
+        raise UserError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")
     fig, _, found = draw(loss_curves, diagnostics, cfg["runs"], cfg["figure"], cfg["claims"]["spike_threshold"],
                          cfg["claims"]["recovery_margin"])
     written = []

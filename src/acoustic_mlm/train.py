@@ -42,7 +42,7 @@ from .errors import UserError
 from .objective import AcousticMLM, compute_mask_indices
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
-from .utils import Progress, atomic_path, log, set_threads, write_json
+from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -90,7 +90,7 @@ class CropData(torch.utils.data.Dataset):
         manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
-            raise ValueError(
+            raise UserError(
                 f"no {split} clip holds {crop_frames} frames ({crop_frames / 75:.2f} s): "
                 "lower 'train.crop_seconds' or use longer clips"
             )
@@ -167,9 +167,10 @@ def evaluate(model, wav, codes, mask, device, precision, chunk: int = 16) -> np.
     for i in range(0, wav.shape[0], chunk):
         with autocast(device, precision):
             out = model(wav[i : i + chunk].to(device), codes[i : i + chunk].to(device), mask[i : i + chunk].to(device))
-        bits = out.bits.float().cpu().numpy() * out.n_masked
+        n = float(out.n_masked)
+        bits = out.bits.float().cpu().numpy() * n
         total = bits if total is None else total + bits
-        count += out.n_masked
+        count += n
     model.train()
     return total / count
 
@@ -195,18 +196,18 @@ def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
     summary = Path(codes_dir) / "tokenizer.json"
     if not summary.is_file():
-        raise FileNotFoundError(f"{summary}: not found; run the tokenize stage first")
+        raise UserError(f"{summary}: not found; run the tokenize stage first")
     meta = json.loads(summary.read_text())
     if meta.get("n_codebooks", 0) < m.codebooks:
-        raise ValueError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
+        raise UserError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
     if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
-        raise ValueError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
+        raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
                          f"'model.codebook_size' ({m.codebook_size})")
     for k in corpus.shards:
         codes = shard_codes(codes_dir, k)
         frames = len(corpus.audio(k)) // C.ENCODEC_HOP
         if codes.ndim != 2 or codes.shape[0] < m.codebooks or codes.shape[1] != frames:
-            raise ValueError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
+            raise UserError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
                              f"({m.codebooks}+, {frames}) for its shard's audio; rerun tokenize")
 
 
@@ -217,19 +218,42 @@ KEEP_STATES = 2  # the latest and the one before it, in case the latest is damag
 
 
 def save_state(state_dir: Path, step: int, state: dict) -> None:
-    """Write the resumable state atomically, then drop all but the newest KEEP_STATES."""
+    """Write the resumable state atomically with its sha256 beside it (step-N.pt.sha256, in place
+    before the state appears), then drop all but the newest KEEP_STATES."""
     path = Path(state_dir) / f"step-{step:09d}.pt"
-    with atomic_path(path) as tmp:
+    tensors, stack = [], [state]
+    while stack:  # the bytes its tensors hold: what a full disk or a size limit is told it needs
+        node = stack.pop()
+        if isinstance(node, torch.Tensor):
+            tensors.append(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    with atomic_path(path, needed=sum(t.numel() * t.element_size() for t in tensors)) as tmp:
         torch.save(state, tmp)
+        with atomic_path(path.with_name(path.name + ".sha256")) as side:
+            side.write_text(f"{file_sha256(tmp)}  {path.name}\n")  # sha256sum's format: `sha256sum -c` checks it
     for old in sorted(path.parent.glob("step-*.pt"))[:-KEEP_STATES]:
         old.unlink()
+        old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 
 
 def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
-    """The newest readable state in state_dir, or None. A truncated or corrupt file (a kill
-    during a write cannot make one, but a full disk or a bad copy can) is skipped with a warning
-    and the previous one is used."""
+    """The newest intact state in state_dir, or None. A state whose content does not match the
+    sha256 written beside it (a bad copy, a flipped bit), that has none, or that cannot be read is
+    skipped with a warning and the previous one is used."""
     for path in sorted(Path(state_dir).glob("step-*.pt"), reverse=True):
+        side = path.with_name(path.name + ".sha256")
+        try:
+            expected, actual = side.read_text().split()[0], file_sha256(path)
+        except (OSError, IndexError) as exc:
+            log.warning("resume: %s has no readable checksum (%s); trying the previous state", path,
+                        str(exc).splitlines()[0] if str(exc) else "empty")
+            continue
+        if actual != expected:
+            log.warning("resume: %s does not match its checksum %s (damaged); trying the previous state", path, side.name)
+            continue
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file means: try the previous one
@@ -305,7 +329,8 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     finals = [s["final_train_loss_cb0"] for s in summaries]
     summary = {
         "run": rc.name, "label": rc.label, "seeds": list(rc.seeds),
-        "status": "completed" if all(s["status"] == "completed" for s in summaries) else "diverged",
+        "status": run_status([s["status"] for s in summaries]),
+        "nonfinite_steps": int(sum(s["nonfinite_steps"] for s in summaries)),
         "final_train_loss_cb0": float(np.mean(finals)),
         "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
         "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
@@ -519,7 +544,7 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     loop.acc.add(outs, grad_norm, clipped, s.world)
     if probe is None:
         return StepResult(lr, grad_norm, clipped)
-    masked = diagnostics.masked_fraction(sum(o.n_masked for o in outs), t.accum_steps * mask.numel())
+    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * mask.numel())
     return StepResult(lr, grad_norm, clipped, {**probe.finish(s.scaler), "masked_frac": masked})
 
 
@@ -613,25 +638,36 @@ class _Accumulator:
         return row
 
 
+COMPLETED_WITH_NONFINITE = "completed_with_nonfinite"  # every step ran, some updates skipped as non-finite
+
+
+def run_status(statuses: list[str]) -> str:
+    """An arm's status from its seeds': the worst of completed < completed_with_nonfinite < diverged."""
+    order = ["completed", COMPLETED_WITH_NONFINITE, "diverged"]
+    return max(statuses, key=order.index)
+
+
 def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
     """Scalars for `dvc metrics show`: final losses (curves.final_loss), clipping, status."""
     finite = metrics[np.isfinite(metrics["train_loss_cb0"])]  # a diverged run: its finite rows
     last = metrics.iloc[-1]
     diverged = bool(metrics["diverged"].any())
     updates = int(last["step"]) - int(last["nonfinite"])  # updates taken: skipped steps are not updates
+    nonfinite = int(last["nonfinite"])
     return {
         "run": rc.name,
         "label": rc.label,
         "seed": t.seed,
         "steps": int(last["step"]),
-        "status": "diverged" if diverged else "completed",
+        # a skipped non-finite update is not a clean run: say so rather than "completed"
+        "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
         "diverged_at_step": int(last["step"]) if diverged else None,
         "final_train_loss_cb0": curves.final_loss(finite["step"], finite["train_loss_cb0"]),
         "final_valid_loss_cb0": curves.final_loss(finite["step"], finite["valid_loss_cb0"]),
         "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
         "max_grad_norm": float(metrics["grad_norm_max"].max()),
         "clipped_frac": curves.clipped_fraction(int(last["clipped_steps"]), updates),
-        "nonfinite_steps": int(last["nonfinite"]),
+        "nonfinite_steps": nonfinite,
         "overflow_skips": int(last["overflow_skips"]),
         "wall_time_s": float(last["wall_time"]),
     }

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
+
+from .errors import UserError
 
 log = logging.getLogger("acoustic_mlm")
 
@@ -40,14 +45,23 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         if final.exists():
             shutil.rmtree(final) if final.is_dir() else final.unlink()
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as exc:
+        written = _tree_bytes(tmp) if is_out_of_space(exc) else 0
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OutOfSpaceError):  # from a file inside: name it where it was meant to land
+            raise exc.moved(tmp, final) from None
+        if is_out_of_space(exc):
+            raise OutOfSpaceError(final, written) from None
         raise
 
 
 @contextlib.contextmanager
-def atomic_path(final: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling file name; on success it is renamed onto `final`."""
+def atomic_path(final: str | Path, needed: int | None = None) -> Iterator[Path]:
+    """Yield a temporary sibling file name; on success it is renamed onto `final`.
+
+    A full disk or a file-size limit while writing becomes one OutOfSpaceError line naming
+    `final` and the bytes needed (`needed`, when the caller knows it), and the partial file is removed.
+    """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", suffix=final.suffix, dir=final.parent)
@@ -57,9 +71,76 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as exc:
+        written = tmp.stat().st_size if tmp.exists() else 0
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OutOfSpaceError):
+            raise exc.moved(tmp, final) from None
+        if is_out_of_space(exc):
+            raise OutOfSpaceError(final, written, needed) from None
         raise
+
+
+# What a write that ran out of room raises: OSError ENOSPC (disk full), EDQUOT (quota), EFBIG
+# (the file-size limit, `ulimit -f`, with SIGXFSZ ignored); numpy's tofile reports a short write
+# without an errno; torch.save's archive writer a RuntimeError without one.
+_NO_ROOM_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written|unexpected pos|failed writing|file write failed", re.I)
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` says a write found no room (disk full, quota, file-size limit)."""
+    if isinstance(exc, OSError) and exc.errno in _NO_ROOM_ERRNOS:
+        return True
+    return isinstance(exc, (OSError, RuntimeError)) and bool(_SHORT_WRITE.search(str(exc)))
+
+
+class OutOfSpaceError(UserError):
+    """A write stopped by a full disk, a quota or the file-size limit; the partial output was removed."""
+
+    def __init__(self, path: Path, written: int, needed: int | None = None):
+        self.path, self.written, self.needed = Path(path), int(written), needed
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and self.written >= limit:
+            cause, advice = f"stopped by the file-size limit (ulimit -f) of {limit} bytes", "raise the limit"
+        else:
+            try:
+                free = shutil.disk_usage(_existing_parent(self.path)).free
+            except OSError:
+                free = -1
+            cause, advice = f"no space left on its file system ({free} bytes free)", "free some space"
+        need = f"{needed} bytes" if needed is not None and needed > self.written else f"more than {self.written} bytes"
+        super().__init__(f"{self.path}: not written: {cause}; it needs {need}; {advice} and rerun "
+                         "(nothing partial was kept)")
+
+    def moved(self, tmp: Path, final: Path) -> "OutOfSpaceError":
+        """The same error naming the path under `final` instead of its temporary name `tmp`."""
+        try:
+            path = Path(final) / self.path.relative_to(tmp)
+        except ValueError:
+            path = Path(final) if self.path == Path(tmp) else self.path
+        return OutOfSpaceError(path, self.written, self.needed)
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's content, read in 16 MB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _umask() -> int:

@@ -1,15 +1,17 @@
 # Shared definitions: the config file the CLI reads, the CLI invocation, the arms.
 import csv
 import os
+import sys
 
 import yaml
 from pathlib import Path
 
 from snakemake.utils import validate
 
+# The package from this source tree, for its configuration check and STEP_KEYS (no torch needed).
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from acoustic_mlm import config as amlm_config
 
-# The package's own schema: the same file the CLI validates against, so both engines agree.
-validate(config, str(Path(workflow.basedir) / "src/acoustic_mlm/config.schema.json"))
 
 # The CLI reads the configuration from a file, so the file must be the whole truth:
 # the last --configfile, or the default. `--config key=value` overrides would be lost.
@@ -18,6 +20,16 @@ CONFIGFILE = (
     if workflow.overwrite_configfiles
     else "config/config.yaml"
 )
+# The CLI's own validation (schema, cross-field and cross-stage rules), at parse time: an invalid
+# file stops Snakemake before any job runs, so no output is deleted for a job that would fail.
+try:
+    amlm_config.load(CONFIGFILE)
+except amlm_config.ConfigError as _exc:
+    print(f"snakemake: invalid configuration: {_exc}", file=sys.stderr)
+    sys.exit(2)  # as the CLI: exit status 2 for a problem with the user's input
+except ImportError as _exc:  # Snakemake's own environment lacks a dependency of the package
+    print(f"snakemake: warning: full configuration check skipped ({_exc}); schema only", file=sys.stderr)
+    validate(config, str(Path(workflow.basedir) / "src/acoustic_mlm/config.schema.json"))
 with open(CONFIGFILE) as _fh:
     if yaml.safe_load(_fh) != config:
         raise ValueError(
@@ -51,9 +63,10 @@ wildcard_constraints:
     shard=r"\d{5}",
 
 
-def without(section, *keys):
-    """A config section minus keys that do not change results (rerun triggers use params)."""
-    return {k: v for k, v in config[section].items() if k not in keys}
+def settings_for(step, run=None):
+    """The settings a step's outputs depend on (acoustic_mlm.config.STEP_KEYS, the one statement of
+    them; dvc.yaml lists the same): as rule params, a changed value reruns the rule."""
+    return amlm_config.settings(config, amlm_config.result_keys(step, config, run))
 
 
 # The shards of data/prepared/shards.csv, written by the `plan` checkpoint (data.smk); until it

@@ -13,7 +13,7 @@ rule fetch:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        data=without("data", "shard_files", "valid_fraction", "split_seed"),
+        settings=settings_for("fetch"),
     log:
         "results/logs/fetch.log",
     threads: 1
@@ -31,7 +31,7 @@ checkpoint plan:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        shard_files=config["data"]["shard_files"],
+        settings=settings_for("plan"),
     log:
         "results/logs/prepare/plan.log",
     threads: 1
@@ -51,8 +51,7 @@ rule prepare_shard:
         cli=AMLM,
         config=CONFIGFILE,
         k=lambda wildcards: int(wildcards.shard),
-        sample_rate=config["data"]["sample_rate"],
-        crop=config["train"]["crop_seconds"],  # clips shorter than one crop are rejected
+        settings=settings_for("prepare_shard"),
     log:
         "results/logs/prepare/shard-{shard}.log",
     threads: 1
@@ -74,7 +73,7 @@ rule prepare:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        split=[config["data"]["valid_fraction"], config["data"]["split_seed"]],
+        settings=settings_for("prepare_merge"),
     log:
         "results/logs/prepare/merge.log",
     threads: 1
@@ -93,7 +92,7 @@ rule fit_tokenizer:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        tokenizer=without("tokenizer", "batch_size", "device", "segment_seconds", "context_seconds"),
+        settings=settings_for("tokenize_fit"),
     log:
         "results/logs/tokenize/fit.log",
     threads: 2
@@ -115,7 +114,7 @@ rule tokenize_shard:
         cli=AMLM,
         config=CONFIGFILE,
         k=lambda wildcards: int(wildcards.shard),
-        tokenizer=config["tokenizer"],
+        settings=settings_for("tokenize_shard"),
     log:
         "results/logs/tokenize/shard-{shard}.log",
     threads: 2
@@ -138,6 +137,7 @@ rule tokenize:
     params:
         cli=AMLM,
         config=CONFIGFILE,
+        settings=settings_for("tokenize_merge"),
     log:
         "results/logs/tokenize/merge.log",
     threads: 1

@@ -10,7 +10,7 @@ rule aggregate:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        runs=config["runs"],
+        settings=settings_for("aggregate"),
     log:
         "results/logs/aggregate.log",
     threads: 1
@@ -22,7 +22,8 @@ rule aggregate:
 
 rule figure:
     input:
-        "results/loss_curves.csv",
+        curves="results/loss_curves.csv",
+        reference="data/reference/paper_curves.csv",  # overlaid when figure.overlay_paper
     output:
         png=report(
             "results/figures/acoustic_mlm_loss_codebook0.png",
@@ -34,15 +35,15 @@ rule figure:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        figure=config["figure"],
-        runs=config["runs"],
+        settings=settings_for("figure"),
     log:
         "results/logs/figure.log",
     threads: 1
     conda:
         ENV
     shell:
-        "{params.cli} figure --config {params.config} --curves {input} --out results/figures > {log} 2>&1"
+        "{params.cli} figure --config {params.config} --curves {input.curves} --reference {input.reference} "
+        "--out results/figures > {log} 2>&1"
 
 
 rule stability:
@@ -60,9 +61,7 @@ rule stability:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        figure=config["figure"],
-        runs=config["runs"],
-        spikes=[config["claims"]["spike_threshold"], config["claims"]["recovery_margin"]],
+        settings=settings_for("stability"),
     log:
         "results/logs/stability.log",
     threads: 1
@@ -84,8 +83,7 @@ rule claims:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        claims=config["claims"],
-        split=config["figure"]["split"],
+        settings=settings_for("claims"),
     log:
         "results/logs/claims.log",
     threads: 1
@@ -110,8 +108,7 @@ rule compare:
     params:
         cli=AMLM,
         config=CONFIGFILE,
-        figure=config["figure"],
-        runs=config["runs"],
+        settings=settings_for("compare"),
     log:
         "results/logs/compare.log",
     threads: 1

@@ -18,9 +18,7 @@ rule train:
     params:
         cli=TRAIN_CLI,
         config=CONFIGFILE,
-        arm=lambda wildcards: config["runs"][wildcards.run],
-        model=config["model"],
-        train=without("train", "threads"),
+        settings=lambda wildcards: settings_for("train", wildcards.run),
         out=lambda wildcards: f"results/runs/{wildcards.run}",
     log:
         "results/logs/train/{run}.log",

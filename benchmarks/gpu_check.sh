@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The GPU measurements in one prepared run: a machine with one GPU, under 8 minutes, results as JSON.
+#
+#   bash benchmarks/gpu_check.sh             # run everything on the GPU -> results/gpu_check/gpu_check.json
+#   bash benchmarks/gpu_check.sh --dry-run   # print every command and check it on CPU (configs, options); no GPU
+#
+# Runs from the repository root with the package importable (pip install -e . or PYTHONPATH=src):
+#   1-4. amlm preflight of gpu-small and of paper, in bf16 and fp16 (preflight retries smaller
+#        micro-batches by itself when the preset's does not fit, and reports the one it measured);
+#   5.   benchmarks/train_throughput.py at paper size: the four arms against nn.TransformerEncoder;
+#   6.   benchmarks/relax_fp16.py: PB-Relax against plain attention in fp16 on the same inputs;
+#   7.   benchmarks/tokenize_throughput.py on the GPU at EnCodec batches 1, 4 and 16.
+# Each step has its own time limit; a failed or timed-out step is recorded (return code, seconds,
+# the tail of its log) and the next one runs. OUT_DIR overrides the output folder.
+set -uo pipefail
+
+DRY_RUN=0
+case "${1:-}" in
+  "") ;;
+  --dry-run) DRY_RUN=1 ;;
+  *) echo "usage: bash benchmarks/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
+esac
+
+cd "$(dirname "$0")/.."
+OUT="${OUT_DIR:-results/gpu_check}"
+PY="${PYTHON:-python}"
+
+# name | time limit (s) | command; each writes its JSON into $OUT
+STEPS=(
+  "preflight_gpu-small_bf16|60|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision bf16 --out $OUT/preflight_gpu-small_bf16"
+  "preflight_gpu-small_fp16|60|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision fp16 --out $OUT/preflight_gpu-small_fp16"
+  "preflight_paper_bf16|80|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision bf16 --out $OUT/preflight_paper_bf16"
+  "preflight_paper_fp16|80|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision fp16 --out $OUT/preflight_paper_fp16"
+  "train_throughput|70|$PY benchmarks/train_throughput.py --config config/paper.yaml --device cuda --precision bf16,fp16 --steps 5 --warmup 2 --repeats 3 --json $OUT/train_throughput.json"
+  "relax_fp16|30|$PY benchmarks/relax_fp16.py --config config/paper.yaml --device cuda --batch-size 4 --json $OUT/relax_fp16.json"
+  "tokenize_throughput|60|$PY benchmarks/tokenize_throughput.py --device cuda --batch-sizes 1,4,16 --clips 24 --repeats 2 --threads 4 --json $OUT/tokenize_throughput.json"
+)
+# The limits add up to 440 s, so the whole check ends within 8 minutes even when every step times out.
+
+check() {  # parse every command's options and its config on CPU, without running any (one process)
+  "$PY" - "$@" <<'EOF'
+import importlib.util, shlex, sys
+from acoustic_mlm import cli, config
+failed = 0
+for i, command in enumerate(sys.argv[1:]):
+    argv = shlex.split(command)[1:]  # without the interpreter
+    try:
+        if argv[:2] == ["-m", "acoustic_mlm"]:
+            args = cli.build_parser().parse_args(argv[2:])
+        elif argv and argv[0].endswith(".py"):
+            spec = importlib.util.spec_from_file_location(f"bench{i}", argv[0])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # dataclasses look their module up here
+            spec.loader.exec_module(module)
+            args = module.parse_args(argv[1:])
+        else:
+            raise ValueError("not a package or benchmark command")
+        if getattr(args, "config", None):
+            config.load(args.config)
+    except (SystemExit, Exception) as exc:  # argparse exits on a bad option
+        print(f"  FAILED the check ({type(exc).__name__}: {exc}): {command}", file=sys.stderr)
+        failed = 1
+sys.exit(failed)
+EOF
+}
+
+if [[ $DRY_RUN == 1 ]]; then
+  commands=()
+  for step in "${STEPS[@]}"; do
+    IFS='|' read -r name limit cmd <<<"$step"
+    echo "[$name, limit ${limit}s] $cmd"
+    commands+=("$cmd")
+  done
+  check "${commands[@]}" || exit 1
+  echo "dry run: ${#STEPS[@]} commands checked"
+  exit 0
+fi
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_check: torch sees no CUDA device; use --dry-run to check the commands on CPU" >&2
+  exit 2
+fi
+mkdir -p "$OUT/logs"
+START=$(date +%s)
+: >"$OUT/steps.jsonl"
+for step in "${STEPS[@]}"; do
+  IFS='|' read -r name limit cmd <<<"$step"
+  echo "== $name (limit ${limit}s): $cmd" >&2
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout "$limit" $cmd >"$OUT/logs/$name.log" 2>&1
+  rc=$?
+  t1=$(date +%s)
+  echo "   rc $rc in $((t1 - t0)) s" >&2
+  "$PY" - "$name" "$rc" "$((t1 - t0))" "$cmd" "$OUT/logs/$name.log" >>"$OUT/steps.jsonl" <<'EOF'
+import json, sys
+name, rc, seconds, cmd, log = sys.argv[1:]
+tail = open(log, errors="replace").read()[-2000:]
+print(json.dumps({"name": name, "rc": int(rc), "timed_out": int(rc) == 124, "seconds": int(seconds),
+                  "command": cmd, "log_tail": tail}))
+EOF
+done
+"$PY" - "$OUT" "$(( $(date +%s) - START ))" <<'EOF'
+import json, sys
+from pathlib import Path
+import torch
+out, total = Path(sys.argv[1]), int(sys.argv[2])
+steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+for s in steps:  # attach each step's own JSON results
+    found = sorted(out.glob(f"{s['name']}.json")) + sorted((out / s["name"]).glob("*.json"))
+    s["results"] = {p.name: json.loads(p.read_text()) for p in found}
+summary = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "total_seconds": total,
+           "steps": steps}
+tmp = out / ".gpu_check.json.tmp"
+tmp.write_text(json.dumps(summary, indent=2) + "\n")
+tmp.replace(out / "gpu_check.json")
+print(f"gpu_check: {sum(s['rc'] == 0 for s in steps)} of {len(steps)} steps succeeded in {total} s "
+      f"on {summary['device']}; results in {out / 'gpu_check.json'}")
+EOF

@@ -1,0 +1,632 @@
+"""`amlm preflight`: measure a preset before spending GPU-days on it.
+
+For each arm, the model is built at the preset's size on the preset's device and precision and
+trained for a few real micro-batches (forward, finite-loss check, backward through the loss
+scaler) and optimizer steps (`train.optimizer_step`: clipping, AdamW), on synthetic audio,
+codes and span masks of the right shape, as `train.train_seed` runs them; no data stage is
+needed. From the medians it projects one update,
+
+    ms/update = micro-batches per update and process x ms/micro-batch + ms/optimizer step,
+
+runs one whole update too when that projection is under a minute (and then uses the measured
+update), and reports frames/s, model TFLOP/s (`flops.step_flops`), MFU where the device's peak
+is known, peak memory and whether the preset fits (if not: the largest micro-batch that fits
+and the `accum_steps` that keeps the global batch), the projected wall time of every arm and of
+the whole figure, GPU-hours, and the disk the corpus, codes and checkpoints take. Results go to
+`preflight.json` and `preflight.md`, written atomically.
+
+Memory: on CUDA, the peak of `torch.cuda.max_memory_allocated` (tensors; the caching allocator
+reserves a little more), and fitting is decided by trying. On CPU, the peak resident set size
+(RSS) of the process above its size before the arm's model was built (Linux: VmHWM, reset
+through /proc/self/clear_refs), and fitting is estimated against the memory available
+(MemAvailable, or the cgroup limit when lower), linear in the micro-batch.
+
+Arms whose models are identical (they differ only in the gradient clip, which costs nothing:
+`clip_grad_norm_` always computes the norm and rescales) are measured once.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import config as C
+from .devices import pick_device
+from .errors import UserError
+from .flops import step_flops
+from .objective import AcousticMLM, compute_mask_indices
+from .train import KEEP_STATES, autocast, optimizer_step
+from .utils import Progress, atomic_path, log, set_threads, write_json
+
+FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this
+GB = 1e9  # memory and disk in decimal gigabytes
+CODE_BYTES = 2  # int16 codes (tokenizer stage)
+AUDIO_BYTES = 4  # float32 samples (prepare stage)
+ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32, per parameter
+PARAM_BYTES = 4  # fp32 master weights (autocast keeps them fp32)
+
+# Dense tensor-core peak (bf16 = fp16) and plain fp32 peak in TFLOP/s, from NVIDIA's datasheets
+# (SXM parts unless named); matched as substrings of torch.cuda.get_device_name, first match wins.
+PEAK_TFLOPS: tuple[tuple[str, float | None, float], ...] = (
+    ("H200", 989.0, 67.0),
+    ("H100 PCIe", 756.0, 51.0),
+    ("H100", 989.0, 67.0),
+    ("A100", 312.0, 19.5),
+    ("L40S", 362.0, 91.6),
+    ("A10", 125.0, 31.2),  # after A100: "A10" is a substring of "A100"
+    ("V100", None, 15.7),  # fp16 tensor cores (125) but no bf16
+)
+V100_FP16_TFLOPS = 125.0
+
+# Corpus sizes of the named sources that can be known before a download (sources.py: track counts
+# of github.com/mdeff/fma, 30 s clips each).
+KNOWN_CORPUS_SECONDS = {"fma_small": 8_000 * 30.0, "fma_medium": 25_000 * 30.0, "fma_large": 106_574 * 30.0}
+
+
+# ----------------------------------------------------------------------------- formulas
+
+
+def peak_tflops(device_name: str, precision: str) -> float | None:
+    """The device's peak for this precision from PEAK_TFLOPS, or None when the name is unknown."""
+    for key, half, fp32 in PEAK_TFLOPS:
+        if key in device_name:
+            if precision == "fp32":
+                return fp32
+            if key == "V100":
+                return V100_FP16_TFLOPS if precision == "fp16" else None
+            return half
+    return None
+
+
+def update_ms_at(flops: float, peak: float, utilisation: float) -> float:
+    """A projection, not a measurement: ms for `flops` model FLOPs at `utilisation` of a `peak` TFLOP/s device."""
+    return flops / (peak * 1e12 * utilisation) * 1000.0
+
+
+def micro_batches_per_update(batch_size: int, accum_steps: int, processes: int, micro_batch: int) -> int:
+    """Micro-batches each process runs per update: its share of the global batch / the micro-batch."""
+    crops = batch_size * accum_steps // processes
+    if crops % micro_batch:
+        raise UserError(f"--micro-batch {micro_batch} does not divide the {crops} crops per update and process "
+                        "(train.batch_size x train.accum_steps / train.processes)")
+    return crops // micro_batch
+
+
+def projected_update_ms(n_micro: int, micro_ms: float, optimizer_ms: float) -> float:
+    """One update from its parts: n micro-batches and one optimizer step."""
+    return n_micro * micro_ms + optimizer_ms
+
+
+def wall_hours(steps: int, update_ms: float, seeds: int = 1) -> float:
+    """Hours of one arm's job: its seeds one after another, `steps` updates each."""
+    return seeds * steps * update_ms / 3.6e6
+
+
+def figure_wall_hours(job_hours: list[float], slots: int) -> float:
+    """Wall time of jobs on `slots` parallel slots, longest job first onto the least loaded slot."""
+    loads = [0.0] * max(1, slots)
+    for h in sorted(job_hours, reverse=True):
+        loads[loads.index(min(loads))] += h
+    return max(loads)
+
+
+def suggest_micro_batch(crops_per_process: int, max_fit: int) -> int:
+    """The largest divisor of a process's crops per update that is at most `max_fit` (0: none fits)."""
+    return max((d for d in range(1, crops_per_process + 1) if crops_per_process % d == 0 and d <= max_fit), default=0)
+
+
+def codebooks_for_bandwidth(bandwidth_kbps: float) -> int:
+    """EnCodec 24 kHz: each codebook costs 10 bits x 75 Hz = 0.75 kbps (6 kbps: 8 codebooks)."""
+    return round(bandwidth_kbps * 1000 / 750)
+
+
+def corpus_seconds(cfg: dict, corpus_hours: float | None = None) -> float | None:
+    """Seconds of audio the preset's source holds, where it can be known before fetching."""
+    if corpus_hours is not None:
+        return corpus_hours * 3600.0
+    d = cfg["data"]
+    if d["source"] == "synthetic":
+        return d["synthetic"]["n_clips"] * d["synthetic"]["clip_seconds"]
+    return KNOWN_CORPUS_SECONDS.get(d["source"])
+
+
+def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_hours: float | None = None) -> dict:
+    """Disk of prepared audio (float32, 24 kHz), codes (int16, K x 75 Hz) and checkpoints.
+
+    Checkpoints: each seed's final checkpoint holds the fp32 weights; while a job runs, its
+    resumable states (weights + Adam state, the last KEEP_STATES kept) sit beside it, for as
+    many jobs as run at once.
+    """
+    seconds = corpus_seconds(cfg, corpus_hours)
+    rate = cfg["data"]["sample_rate"]
+    k = codebooks_for_bandwidth(cfg["tokenizer"]["bandwidth"])
+    final_gb = params * PARAM_BYTES / GB
+    state_gb = params * (PARAM_BYTES + ADAM_STATE_BYTES) / GB
+    seeds = sum(a["seeds"] for a in arms)
+    out = {
+        "corpus_seconds": seconds,
+        "corpus_note": None if seconds is not None else
+        f"data.source {cfg['data']['source']}: size unknown before fetching; pass --corpus-hours",
+        "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
+        "codes_gb": None if seconds is None else seconds * (rate / C.ENCODEC_HOP) * k * CODE_BYTES / GB,
+        "codebooks_stored": k,
+        "checkpoint_gb_per_seed": final_gb,
+        "state_gb_per_file": state_gb,
+        "checkpoints_gb": seeds * final_gb + min(slots, len(arms)) * KEEP_STATES * state_gb,
+    }
+    out["total_gb"] = None if seconds is None else out["audio_gb"] + out["codes_gb"] + out["checkpoints_gb"]
+    return out
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+class MemoryProbe:
+    """Peak memory of a phase: CUDA allocated bytes, or the process's peak RSS on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.kind = ("peak CUDA memory allocated by torch (torch.cuda.max_memory_allocated)" if self.cuda else
+                     "peak resident set size (RSS) of the process above its size before the arm's model was built")
+        self.resettable = self.cuda or self._reset_rss_peak()
+
+    @staticmethod
+    def _status(field: str) -> int:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise OSError(f"/proc/self/status has no {field}")
+
+    @staticmethod
+    def _reset_rss_peak() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+            return True
+        except OSError:
+            return False
+
+    def current(self) -> int:
+        if self.cuda:
+            return torch.cuda.memory_allocated(self.device)
+        try:
+            return self._status("VmRSS")
+        except OSError:
+            return 0
+
+    def reset(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._reset_rss_peak()
+
+    def peak(self) -> int:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device)
+        try:
+            return self._status("VmHWM")
+        except OSError:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB; never reset
+
+    def available(self) -> int:
+        """Bytes the measured quantity may grow to: the device's total, or the memory available to
+        this process (MemAvailable, or the cgroup v2 limit minus its usage when lower)."""
+        if self.cuda:
+            return torch.cuda.get_device_properties(self.device).total_memory
+        avail = None
+        try:
+            with open("/proc/meminfo") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        avail = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        try:
+            limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            if limit != "max":
+                avail = min(avail or math.inf, int(limit) - used)
+        except (OSError, ValueError):
+            pass
+        if avail is None:
+            import psutil
+
+            avail = psutil.virtual_memory().available
+        return int(avail)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------- measuring one arm
+
+
+@dataclass
+class Plan:
+    """What to run per arm."""
+
+    micro_batch: int  # crops per measured micro-batch (per process)
+    micro_batches: int  # timed micro-batches
+    optimizer_steps: int  # timed optimizer steps (the micro-batches are shared out between them)
+    warmup: int  # untimed updates of one micro-batch first (compilation, kernel selection, Adam state)
+    full_update: bool = True  # run one whole update when projected under FULL_UPDATE_LIMIT_S
+
+
+def synthetic_batch(m: C.ModelConfig, batch: int, frames: int, device: torch.device, seed: int = 0):
+    """Audio (B, 320 T), codes (B, K, T) and one fairseq span mask (B, T), shaped as a training batch."""
+    g = torch.Generator().manual_seed(seed)
+    wav = 0.1 * torch.randn(batch, frames * C.ENCODEC_HOP, generator=g)
+    codes = torch.randint(m.codebook_size, (batch, m.codebooks, frames), generator=g)
+    mask = compute_mask_indices((batch, frames), m.mask_prob, m.mask_length, m.mask_min_masks,
+                                np.random.default_rng(seed))
+    return wav.to(device), codes.to(device), torch.from_numpy(mask).to(device)
+
+
+class _Trainer:
+    """One arm's model, optimizer and loss scaler, stepped as train.train_seed steps them."""
+
+    def __init__(self, m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precision: str):
+        torch.manual_seed(t.seed)
+        self.model = AcousticMLM(m).to(device)
+        self.step_model = torch.compile(self.model) if t.compile else self.model
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps,
+                                     weight_decay=t.weight_decay)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        self.device, self.precision, self.clip = device, precision, t.clip
+        self.losses: list[float] = []
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def micro_batch(self, batch, scale: float) -> float:
+        """Forward, finite-loss check, backward; returns seconds."""
+        self._sync()
+        t0 = time.perf_counter()
+        with autocast(self.device, self.precision):
+            out = self.step_model(*batch)
+        loss = out.loss.detach()
+        if bool(torch.isfinite(loss)):  # the host sync training makes too
+            self.scaler.scale(out.loss * scale).backward()
+        self._sync()
+        self.losses.append(float(loss))
+        return time.perf_counter() - t0
+
+    def optimizer_step(self) -> float:
+        self._sync()
+        t0 = time.perf_counter()
+        optimizer_step(self.model, self.opt, self.scaler, self.clip)
+        self.opt.zero_grad(set_to_none=True)
+        self._sync()
+        return time.perf_counter() - t0
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """`total` micro-batches shared out between `parts` updates, the first ones taking the remainder."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precision: str, frames: int,
+                plan: Plan, n_micro_update: int, probe: MemoryProbe, bar: Progress | None = None) -> dict:
+    """Time and memory of one arm's micro-batches, optimizer steps and (if short) one whole update.
+
+    Raises torch.OutOfMemoryError on CUDA when the micro-batch does not fit.
+    """
+    _free(device)
+    base = probe.current()
+    tr = _Trainer(m, t, device, precision)
+    params = sum(p.numel() for p in tr.model.parameters())
+    batch = synthetic_batch(m, plan.micro_batch, frames, device, seed=t.seed)
+    t0 = time.perf_counter()
+    for _ in range(plan.warmup):  # untimed: compilation, kernel selection, the Adam state
+        tr.micro_batch(batch, 1.0)
+        tr.optimizer_step()
+        if bar is not None:
+            bar.update(1)
+    warmup_s = time.perf_counter() - t0
+    micro_s, micro_peak, activation, opt_s, opt_peak = [], 0, 0, [], 0
+    for share in _split(plan.micro_batches, plan.optimizer_steps):
+        for i in range(share):
+            grads_absent = i == 0  # zero_grad(set_to_none) empties them between updates, as in training
+            probe.reset()
+            start = probe.current()
+            micro_s.append(tr.micro_batch(batch, 1.0 / max(1, share)))
+            peak = probe.peak()
+            micro_peak = max(micro_peak, peak)
+            # activations: the peak above the start, less the gradients the first micro-batch creates
+            activation = max(activation, peak - start - (params * PARAM_BYTES if grads_absent else 0))
+            if bar is not None:
+                bar.update(1)
+        probe.reset()
+        opt_s.append(tr.optimizer_step())
+        opt_peak = max(opt_peak, probe.peak())
+        if bar is not None:
+            bar.update(1)
+    static = probe.current() - base  # weights and Adam state (gradients are freed between updates)
+    micro_ms, opt_ms = 1000 * statistics.median(micro_s), 1000 * statistics.median(opt_s)
+    projected = projected_update_ms(n_micro_update, micro_ms, opt_ms)
+    full_ms = None
+    if plan.full_update and projected / 1000 < FULL_UPDATE_LIMIT_S:
+        probe.reset()
+        t0 = time.perf_counter()
+        for _ in range(n_micro_update):
+            tr.micro_batch(batch, 1.0 / n_micro_update)
+        tr.optimizer_step()
+        full_ms = 1000 * (time.perf_counter() - t0)
+        micro_peak = max(micro_peak, probe.peak())
+    losses = tr.losses
+    del tr, batch
+    _free(device)
+    return {
+        "params": params,
+        "warmup_s": warmup_s,
+        "ms_per_micro_batch": micro_ms,
+        "ms_per_micro_batch_all": [1000 * s for s in micro_s],
+        "ms_optimizer_step": opt_ms,
+        "ms_optimizer_step_all": [1000 * s for s in opt_s],
+        "ms_per_update_projected": projected,
+        "ms_per_update_measured": full_ms,
+        "peak_memory_gb": (max(micro_peak, opt_peak) - base) / GB,
+        "static_memory_gb": static / GB,
+        "activation_gb_per_micro_batch": activation / GB,
+        "losses_finite": bool(np.all(np.isfinite(losses))),
+        "first_loss": losses[0] if losses else None,
+    }
+
+
+# ----------------------------------------------------------------------------- the whole preset
+
+
+def _fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, bar) -> tuple[dict, int, list[int]]:
+    """Measure at plan.micro_batch; when it runs out of memory, at the largest divisor of the
+    process's crops per update that fits (tried in descending order). Returns (measurement,
+    micro-batch measured, micro-batches that did not fit)."""
+    tried_out = []
+    candidates = [plan.micro_batch] + sorted(
+        (d for d in range(1, plan.micro_batch) if crops_per_process % d == 0), reverse=True)
+    for mb in candidates:
+        try:
+            p = Plan(mb, plan.micro_batches, plan.optimizer_steps, plan.warmup, plan.full_update)
+            return measure_arm(m, t, device, precision, frames, p, crops_per_process // mb, probe, bar), mb, tried_out
+        except torch.OutOfMemoryError:
+            tried_out.append(mb)
+            log.info("preflight: micro-batch %d does not fit on %s", mb, device)
+        _free(device)  # outside the except block: its traceback no longer holds the failed attempt's tensors
+    raise UserError(f"preflight: the model does not fit on {device} even at micro-batch 1")
+
+
+def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, micro_batch: int | None = None,
+        micro_batches: int = 4, optimizer_steps: int = 2, warmup: int = 1, device_name: str | None = None,
+        precision: str | None = None, peak: float | None = None, nodes: int = 1, gpus_per_node: int | None = None,
+        corpus_hours: float | None = None, full_update: bool = True, threads: int | None = None) -> dict:
+    """Measure every arm of the preset; write preflight.json and preflight.md into out_dir."""
+    t0 = C.train_config(cfg)
+    precision = precision or t0.precision
+    for name, value, low in (("--micro-batches", micro_batches, 1), ("--optimizer-steps", optimizer_steps, 1),
+                             ("--warmup", warmup, 0), ("--nodes", nodes, 1)):
+        if value < low:
+            raise UserError(f"preflight: {name} must be at least {low}, got {value}")
+    if optimizer_steps > micro_batches:
+        raise UserError(f"preflight: --optimizer-steps ({optimizer_steps}) cannot exceed --micro-batches ({micro_batches})")
+    wanted = device_name or t0.device
+    device_note = None
+    if wanted == "cuda" and not torch.cuda.is_available():
+        wanted = "cpu"
+        device_note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
+                       "(memory and plumbing; the times are CPU times)")
+        log.warning("preflight: %s", device_note)
+    set_threads(threads if threads is not None else t0.threads)
+    device = pick_device(wanted, key="train.device")
+    device_label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if peak is None and device.type == "cuda":
+        peak = peak_tflops(device_label, precision)
+    if gpus_per_node is None:
+        gpus_per_node = torch.cuda.device_count() if device.type == "cuda" else 1
+    processes = t0.processes
+    if processes > gpus_per_node:
+        raise UserError(f"preflight: train.processes ({processes}) exceeds --gpus-per-node ({gpus_per_node}); "
+                        "one run's processes share one node (torchrun --standalone)")
+    crops_per_process = t0.batch_size * t0.accum_steps // processes
+    preset_micro = t0.batch_size // processes
+    mb = preset_micro if micro_batch is None else micro_batch
+    if mb < 1:
+        raise UserError(f"preflight: --micro-batch must be at least 1, got {mb}")
+    micro_batches_per_update(t0.batch_size, t0.accum_steps, processes, mb)  # refuses a micro-batch that does not divide
+    frames = C.crop_frames(cfg)
+    plan = Plan(mb, micro_batches, optimizer_steps, warmup, full_update)
+
+    # Arms whose models are identical cost the same: measure each model once.
+    groups: dict[tuple, list[str]] = {}
+    for run_name in cfg["runs"]:
+        mc = C.model_config(cfg, run_name)
+        groups.setdefault((mc.norm, mc.deepnorm, mc.attn_relax), []).append(run_name)
+    probe = MemoryProbe(device)
+    units = len(groups) * (warmup + micro_batches + optimizer_steps)
+    log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, device_label,
+             precision, len(groups), mb, frames)
+    measured: dict[str, dict] = {}
+    with Progress(units, "preflight", unit="step") as bar:
+        for names in groups.values():
+            m, t = C.model_config(cfg, names[0]), C.train_config(cfg, names[0])
+            avail = probe.available()
+            if device.type == "cuda":
+                res, used_mb, no_fit = _fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, bar)
+            else:
+                res = measure_arm(m, t, device, precision, frames, plan, crops_per_process // mb, probe, bar)
+                used_mb, no_fit = mb, []
+            res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit)
+            res.update(_fit_summary(res, device, preset_micro, crops_per_process, avail))
+            for name in names:
+                measured[name] = {**res, "measured_as": names[0]}
+            bar.update(0, model=names[0])
+
+    arms = []
+    for name, res in measured.items():
+        rc = C.run_config(cfg, name)
+        n_micro = crops_per_process // res["measured_micro_batch"]
+        update_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
+        flops = n_micro * step_flops(C.model_config(cfg, name), res["measured_micro_batch"], frames)
+        tflops = flops / (update_ms / 1000) / 1e12
+        arms.append({
+            "run": name, "label": rc.label, "seeds": len(rc.seeds), "steps": t0.steps, **res,
+            "micro_batches_per_update": n_micro,
+            "update_source": "measured" if res["ms_per_update_measured"] else "projected",
+            "ms_per_update": update_ms,
+            "frames_per_update": crops_per_process * frames,
+            "frames_per_s": crops_per_process * frames / (update_ms / 1000),
+            "model_flops_per_update": flops,
+            "tflops": tflops,
+            "mfu": tflops / peak if peak else None,
+            "hours_per_seed": wall_hours(t0.steps, update_ms),
+            "hours": wall_hours(t0.steps, update_ms, len(rc.seeds)),
+            "gpu_hours": wall_hours(t0.steps, update_ms, len(rc.seeds)) * processes,
+        })
+    gpus = nodes * gpus_per_node
+    slots = gpus // processes
+    figure = {
+        "arms": len(arms), "jobs": len(arms), "seeds": sum(a["seeds"] for a in arms), "steps": t0.steps,
+        "processes": processes, "nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus,
+        "concurrent_jobs": min(slots, len(arms)),
+        "wall_hours": figure_wall_hours([a["hours"] for a in arms], slots),
+        "gpu_hours": sum(a["gpu_hours"] for a in arms),
+    }
+    result = {
+        "config": str(config_path),
+        "device": device_label,
+        "device_type": device.type,
+        "preset_device": t0.device,
+        "device_note": device_note,
+        "precision": precision,
+        "preset_precision": t0.precision,
+        "compile": t0.compile,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "peak_tflops": peak,
+        "memory_kind": probe.kind,
+        "crop_frames": frames,
+        "batch_size": t0.batch_size,
+        "accum_steps": t0.accum_steps,
+        "global_batch": t0.batch_size * t0.accum_steps,
+        "preset_micro_batch": preset_micro,
+        "micro_batch": mb,
+        "micro_batches_measured": micro_batches,
+        "optimizer_steps_measured": optimizer_steps,
+        "warmup_updates": warmup,
+        "arms": arms,
+        "figure": figure,
+        "disk": disk_estimate(cfg, arms[0]["params"], arms, slots, corpus_hours),
+    }
+    out_dir = Path(out_dir)
+    write_json(out_dir / "preflight.json", result)
+    with atomic_path(out_dir / "preflight.md") as tmp:
+        tmp.write_text(markdown(result))
+    log.info("preflight: the figure takes %.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
+             figure["wall_hours"], gpus, figure["gpu_hours"], out_dir / "preflight.md")
+    return result
+
+
+def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int) -> dict:
+    """Whether the preset's micro-batch fits, the largest that fits, and the setting that keeps the global batch.
+
+    CUDA: decided by trying (the micro-batch measured is the largest that fitted). CPU: the peak
+    grows linearly in the micro-batch from the measured one, against the memory available.
+    """
+    mb = res["measured_micro_batch"]
+    if device.type == "cuda":
+        # a smaller micro-batch asked for (--micro-batch) says nothing about the preset's: not tried
+        fits = False if res["did_not_fit"] else (True if mb >= preset_micro else None)
+        max_fit, how = (mb if res["did_not_fit"] else None), "tried on the device"
+        best = preset_micro if fits else mb
+    else:
+        per_crop = res["activation_gb_per_micro_batch"] * GB / mb
+        static = res["peak_memory_gb"] * GB - res["activation_gb_per_micro_batch"] * GB
+        fits = static + per_crop * preset_micro <= avail
+        max_fit = int((avail - static) // per_crop) if per_crop > 0 and avail > static else 0
+        how = "estimated: peak linear in the micro-batch, against the memory available"
+        best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(max_fit, crops_per_process))
+    return {
+        "fits": fits if fits is None else bool(fits),
+        "fits_at_micro_batch": preset_micro,
+        "max_micro_batch": max_fit,
+        "max_micro_batch_method": how,
+        "suggested_micro_batch": best,
+        "suggested_accum_steps": crops_per_process // best if best else None,
+    }
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _yes_no(x) -> str:
+    return "not tried" if x is None else ("yes" if x else "no")
+
+
+def _num(x, fmt: str = ".3g") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def markdown(r: dict) -> str:
+    """preflight.json as a readable page."""
+    f, d = r["figure"], r["disk"]
+    lines = [
+        f"# Preflight: {r['config']}",
+        "",
+        f"Measured on **{r['device']}** ({r['precision']}, torch {r['torch']}, {r['threads']} CPU threads), "
+        f"micro-batch {r['micro_batch']} of {r['crop_frames']} frames; {r['micro_batches_measured']} timed "
+        f"micro-batches, {r['optimizer_steps_measured']} optimizer steps and {r['warmup_updates']} warm-up "
+        "update(s) per model, on synthetic inputs.",
+        "",
+    ]
+    if r["device_note"]:
+        lines += [f"Note: {r['device_note']}.", ""]
+    lines += [
+        "| arm | ms/update | from | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | micro-batch x accum | hours | GPU-hours |",
+        "|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for a in r["arms"]:
+        mfu = "n/a" if a["mfu"] is None else f"{100 * a['mfu']:.1f}%"
+        suggestion = (f"{a['suggested_micro_batch']} x {a['suggested_accum_steps']}" if a["suggested_micro_batch"]
+                      else "none fits")
+        lines.append(
+            f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['frames_per_s']:.0f} | "
+            f"{a['tflops']:.3g} | {mfu} | {a['peak_memory_gb']:.2f} | {_yes_no(a['fits'])} | "
+            f"{suggestion} | {a['hours']:.2f} | {a['gpu_hours']:.2f} |"
+        )
+    lines += [
+        "",
+        f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), {f['processes']} "
+        f"process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), {f['concurrent_jobs']} job(s) "
+        f"at once: **{f['wall_hours']:.1f} h** wall, {f['gpu_hours']:.1f} GPU-hours.",
+        "",
+        f"**Disk**: audio {_num(d['audio_gb'])} GB (float32, 24 kHz), codes {_num(d['codes_gb'])} GB "
+        f"(int16, {d['codebooks_stored']} x 75 Hz), checkpoints {d['checkpoints_gb']:.3g} GB "
+        f"({d['checkpoint_gb_per_seed']:.3g} GB per seed; resumable states of {d['state_gb_per_file']:.3g} GB, "
+        f"the last {KEEP_STATES} per running job); total {_num(d['total_gb'])} GB."
+        + (f" {d['corpus_note']}." if d["corpus_note"] else ""),
+        "",
+        "How: ms/update = micro-batches per update and process x median ms per micro-batch (forward, finite-loss "
+        "check, backward) + median ms per optimizer step (clipping, AdamW); when that is under a minute one whole "
+        "update is run and its time used ('measured'). Wall time = seeds x steps x ms/update; GPU-hours = wall x "
+        "processes; the figure's jobs share the GPUs longest first. Several processes are assumed to scale "
+        "perfectly (the all-reduce is not measured). Model FLOPs: acoustic_mlm.flops.step_flops. "
+        f"Memory: {r['memory_kind']}.",
+        "",
+    ]
+    return "\n".join(lines)

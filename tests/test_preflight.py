@@ -1,0 +1,193 @@
+"""`amlm preflight`: every field of preflight.json, and numbers that agree with each other."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from acoustic_mlm import cli, preflight
+from acoustic_mlm import config as C
+from acoustic_mlm.flops import step_flops
+
+ARM_FIELDS = {
+    "run", "label", "seeds", "steps", "params", "measured_as", "warmup_s", "ms_per_micro_batch",
+    "ms_per_micro_batch_all", "ms_optimizer_step", "ms_optimizer_step_all", "micro_batches_per_update",
+    "ms_per_update_projected", "ms_per_update_measured", "ms_per_update", "update_source", "frames_per_update",
+    "frames_per_s", "model_flops_per_update", "tflops", "mfu", "peak_memory_gb", "static_memory_gb",
+    "activation_gb_per_micro_batch", "available_memory_gb", "fits", "fits_at_micro_batch", "max_micro_batch",
+    "max_micro_batch_method", "suggested_micro_batch", "suggested_accum_steps", "measured_micro_batch",
+    "did_not_fit", "hours_per_seed", "hours", "gpu_hours", "losses_finite", "first_loss",
+}
+FIGURE_FIELDS = {"arms", "jobs", "seeds", "steps", "processes", "nodes", "gpus_per_node", "gpus", "concurrent_jobs",
+                 "wall_hours", "gpu_hours"}
+DISK_FIELDS = {"corpus_seconds", "corpus_note", "audio_gb", "codes_gb", "codebooks_stored", "checkpoint_gb_per_seed",
+               "state_gb_per_file", "checkpoints_gb", "total_gb"}
+TOP_FIELDS = {"config", "device", "device_type", "preset_device", "device_note", "precision", "preset_precision",
+              "compile", "torch", "threads", "peak_tflops", "memory_kind", "crop_frames", "batch_size", "accum_steps",
+              "global_batch", "preset_micro_batch", "micro_batch", "micro_batches_measured",
+              "optimizer_steps_measured", "warmup_updates", "arms", "figure", "disk"}
+
+
+def check_consistent(r: dict, cfg: dict) -> None:
+    """The relations preflight's numbers must satisfy, whatever the machine measured."""
+    assert set(r) == TOP_FIELDS
+    assert set(r["figure"]) == FIGURE_FIELDS and set(r["disk"]) == DISK_FIELDS
+    t = cfg["train"]
+    frames = C.crop_frames(cfg)
+    crops = t["batch_size"] * t["accum_steps"] // t["processes"]
+    assert [a["run"] for a in r["arms"]] == list(cfg["runs"])
+    for a in r["arms"]:
+        assert set(a) == ARM_FIELDS, set(a) ^ ARM_FIELDS
+        mb = a["measured_micro_batch"]
+        assert a["micro_batches_per_update"] * mb == crops
+        assert a["ms_per_update_projected"] == pytest.approx(
+            a["micro_batches_per_update"] * a["ms_per_micro_batch"] + a["ms_optimizer_step"])
+        expected = a["ms_per_update_measured"] if a["update_source"] == "measured" else a["ms_per_update_projected"]
+        assert a["ms_per_update"] == expected
+        seconds = a["ms_per_update"] / 1000
+        assert a["frames_per_update"] == crops * frames
+        assert a["frames_per_s"] == pytest.approx(crops * frames / seconds)
+        m = C.model_config(cfg, a["run"])
+        assert a["model_flops_per_update"] == a["micro_batches_per_update"] * step_flops(m, mb, frames)
+        assert a["tflops"] == pytest.approx(a["model_flops_per_update"] / seconds / 1e12)
+        assert (a["mfu"] is None) == (r["peak_tflops"] is None)
+        assert a["hours_per_seed"] == pytest.approx(t["steps"] * a["ms_per_update"] / 3.6e6)
+        assert a["hours"] == pytest.approx(a["seeds"] * a["hours_per_seed"])
+        assert a["gpu_hours"] == pytest.approx(a["hours"] * t["processes"])
+        assert a["peak_memory_gb"] > 0 and a["activation_gb_per_micro_batch"] >= 0
+        assert a["losses_finite"] and math.isfinite(a["first_loss"])
+        twin = next(b for b in r["arms"] if b["run"] == a["measured_as"])  # identical models are measured once
+        assert twin["ms_per_micro_batch"] == a["ms_per_micro_batch"]
+        if a["fits"]:
+            assert (a["suggested_micro_batch"], a["suggested_accum_steps"]) == (t["batch_size"] // t["processes"],
+                                                                                t["accum_steps"])
+        elif a["suggested_micro_batch"]:
+            assert a["suggested_micro_batch"] * a["suggested_accum_steps"] == crops
+    f = r["figure"]
+    assert f["gpu_hours"] == pytest.approx(sum(a["gpu_hours"] for a in r["arms"]))
+    if f["concurrent_jobs"] == 1:
+        assert f["wall_hours"] == pytest.approx(sum(a["hours"] for a in r["arms"]))
+    d = r["disk"]
+    seconds = cfg["data"]["synthetic"]["n_clips"] * cfg["data"]["synthetic"]["clip_seconds"]
+    assert d["corpus_seconds"] == seconds
+    assert d["audio_gb"] == pytest.approx(seconds * 24000 * 4 / 1e9)
+    assert d["codes_gb"] == pytest.approx(seconds * 75 * 8 * 2 / 1e9)
+    assert d["checkpoint_gb_per_seed"] == pytest.approx(r["arms"][0]["params"] * 4 / 1e9)
+    assert d["total_gb"] == pytest.approx(d["audio_gb"] + d["codes_gb"] + d["checkpoints_gb"])
+
+
+def test_smoke_preset(root, tmp_path, capsys):
+    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path),
+                     "--threads", "1", "--micro-batches", "2", "--optimizer-steps", "1"])
+    assert code == 0
+    r = json.loads((tmp_path / "preflight.json").read_text())
+    cfg = C.load(root / "config/smoke.yaml")
+    check_consistent(r, cfg)
+    assert r["device"] == "cpu" and r["device_note"] is None and r["micro_batch"] == cfg["train"]["batch_size"]
+    assert all(a["update_source"] == "measured" for a in r["arms"])  # a smoke update takes well under a minute
+    assert all(a["fits"] for a in r["arms"])
+    assert r["arms"][1]["measured_as"] == "prenorm_clip10"  # same model, other clip: measured once
+    assert r["figure"]["concurrent_jobs"] == 1
+    md = (tmp_path / "preflight.md").read_text()
+    assert all(f"| {run} |" in md for run in cfg["runs"]) and "The figure" in md and "Disk" in md
+    assert not list(tmp_path.glob(".*tmp*"))  # nothing half-written left behind
+
+
+def test_paper_preset_on_cpu_at_micro_batch_1(root, tmp_path):
+    """The paper's 318 M-parameter model, one micro-batch and one optimizer step per model, on CPU.
+
+    Measured once on 2 cores: about 30 s per model in fp32 (3 models), about 8 GB peak RSS.
+    """
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", "preflight", "--config", str(root / "config/paper.yaml"),
+         "--micro-batch", "1", "--micro-batches", "1", "--optimizer-steps", "1", "--warmup", "0",
+         "--precision", "fp32", "--threads", "2", "--device", "cpu", "--out", str(out)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((out / "preflight.json").read_text())
+    cfg = C.load(root / "config/paper.yaml")
+    check_consistent(r, cfg)
+    a = r["arms"][0]
+    assert 300e6 < a["params"] < 340e6 and a["micro_batches_per_update"] == 32
+    assert a["update_source"] == "projected"  # 32 micro-batches at paper size take minutes on a CPU
+    assert a["peak_memory_gb"] > a["params"] * 4 / 1e9  # at least the fp32 weights
+    assert r["figure"]["steps"] == 100_000 and r["disk"]["audio_gb"] == pytest.approx(4000 * 30 * 24000 * 4 / 1e9)
+
+
+# ----------------------------------------------------------------------------- formulas and the GPU paths
+
+
+def test_figure_wall_hours_longest_first():
+    assert preflight.figure_wall_hours([3, 2, 2, 1], 1) == 8
+    assert preflight.figure_wall_hours([3, 2, 2, 1], 2) == 4
+    assert preflight.figure_wall_hours([3, 2, 2, 1], 8) == 3
+
+
+def test_suggested_micro_batch_keeps_the_global_batch():
+    assert preflight.suggest_micro_batch(32, 10) == 8
+    assert preflight.suggest_micro_batch(24, 5) == 4
+    assert preflight.suggest_micro_batch(32, 0) == 0
+
+
+def test_peak_table():
+    assert preflight.peak_tflops("NVIDIA H200", "bf16") == 989.0
+    assert preflight.peak_tflops("NVIDIA H100 PCIe", "fp16") == 756.0
+    assert preflight.peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5
+    assert preflight.peak_tflops("NVIDIA A10", "bf16") == 125.0
+    assert preflight.peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None
+    assert preflight.peak_tflops("Some New GPU", "bf16") is None
+
+
+def test_codebooks_for_bandwidth():
+    assert [preflight.codebooks_for_bandwidth(b) for b in (1.5, 3.0, 6.0, 12.0, 24.0)] == [2, 4, 8, 16, 32]
+
+
+def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch):
+    """On CUDA, a micro-batch that runs out of memory is retried at smaller divisors of the batch."""
+    tried = []
+
+    def fake_measure(m, t, device, precision, frames, plan, n_micro, probe, bar):
+        tried.append(plan.micro_batch)
+        if plan.micro_batch > 6:
+            raise torch.OutOfMemoryError("out of memory")
+        return {"ms_per_update_measured": None, "measured_micro_batch": plan.micro_batch}
+
+    monkeypatch.setattr(preflight, "measure_arm", fake_measure)
+    cfg = C.validate(smoke_cfg)
+    m, t = C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1")
+    plan = preflight.Plan(micro_batch=32, micro_batches=2, optimizer_steps=1, warmup=0)
+    res, mb, no_fit = preflight._fit_cuda(m, t, torch.device("cpu"), "fp32", 37, plan, 32, None, None)
+    assert tried == [32, 16, 8, 4] and mb == 4 and no_fit == [32, 16, 8]
+    summary = preflight._fit_summary({**res, "did_not_fit": no_fit}, torch.device("cuda"), 32, 32, 0)
+    assert summary["fits"] is False and summary["max_micro_batch"] == 4
+    assert (summary["suggested_micro_batch"], summary["suggested_accum_steps"]) == (4, 8)
+
+
+def test_cpu_fit_is_linear_in_the_micro_batch():
+    res = {"measured_micro_batch": 1, "activation_gb_per_micro_batch": 1.0, "peak_memory_gb": 6.0}
+    s = preflight._fit_summary(res, torch.device("cpu"), 32, 32, int(20e9))  # 5 GB static + 1 GB per crop
+    assert s["fits"] is False and s["max_micro_batch"] == 15
+    assert (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
+    s = preflight._fit_summary(res, torch.device("cpu"), 8, 32, int(20e9))
+    assert s["fits"] is True and (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 crops per update and process"),
+    (["--optimizer-steps", "3", "--micro-batches", "2"], "--optimizer-steps (3) cannot exceed --micro-batches (2)"),
+    (["--gpus-per-node", "0"], "train.processes (1) exceeds --gpus-per-node (0)"),
+    (["--micro-batch", "0"], "--micro-batch must be at least 1, got 0"),
+    (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
+])
+def test_bad_options_are_one_line_errors(root, tmp_path, capsys, args, message):
+    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "preflight.json").exists()
