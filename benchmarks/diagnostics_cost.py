@@ -4,10 +4,12 @@ Two measurements in one invocation, at the configuration's model and batch size:
 
 1. Whole runs: `acoustic_mlm.train.run` of one arm for --steps steps on a generated corpus
    (benchmarks/forced_spike.write_corpus: the package's prepared/codes layout, no EnCodec),
-   with `train.diagnostics` true and false, alternating (off, on, off, on, ...); the ratio is the
-   median over repetitions of wall_time(on) / wall_time(off) at the last step, so drift in a
-   shared machine cancels. Rows come at steps 1, 2, 4, ... and every log_interval steps, as in
-   the pipeline.
+   with `train.diagnostics` true and false, alternating (off, on, off, on, ...). Timed as this
+   process's CPU time (one thread: what other processes on a shared machine do not change) and
+   as wall time; the ratio is the median over repetitions of on / off. Rows come at steps 1, 2,
+   4, ... and every log_interval steps, as in the pipeline, so a short run has more rows per step
+   than the preset's: the CPU time the diagnostics add per row, (on - off) / rows, is also
+   projected onto a whole run of the preset (its train.steps and its rows).
 2. Each diagnostic alone: its time per metrics row (median of --reps timings), divided by
    log_interval training steps (the median time of one full update: forward, backward, clip,
    AdamW), i.e. its share of training time when logged every log_interval steps.
@@ -60,20 +62,28 @@ def _median_time(fn, reps: int) -> float:
 
 def whole_runs(cfg: dict, steps: int, reps: int, threads: int, work: Path) -> dict:
     prepared, codes = _forced_spike().write_corpus(work / "data", clips=16, frames=max(300, 2 * C.crop_frames(cfg)))
-    walls = {True: [], False: []}
+    walls, cpus = {True: [], False: []}, {True: [], False: []}
     for rep in range(reps):
         for on in (False, True):
             c = copy.deepcopy(cfg)
             c["train"].update(steps=steps, diagnostics=on, checkpoint_interval=0,
                               warmup_steps=min(cfg["train"]["warmup_steps"], steps - 1))
             out = work / f"run-{rep}-{int(on)}"
+            t0, w0 = time.process_time(), time.perf_counter()
             train.run(c, RUN, prepared, codes, out, threads=threads)
-            walls[on].append(float(pd.read_csv(out / "metrics.csv")["wall_time"].iloc[-1]))
+            cpus[on].append(time.process_time() - t0)
+            walls[on].append(time.perf_counter() - w0)
             shutil.rmtree(out)
-    ratios = [a / b for a, b in zip(walls[True], walls[False])]
-    rows = len(train.log_steps(steps, cfg["train"]["log_interval"]))
-    return {"steps": steps, "rows": rows, "wall_on_s": walls[True], "wall_off_s": walls[False],
-            "ratio_median": statistics.median(ratios), "ratios": ratios}
+    interval, total = cfg["train"]["log_interval"], cfg["train"]["steps"]
+    rows, preset_rows = len(train.log_steps(steps, interval)), len(train.log_steps(total, interval))
+    per_row = statistics.median([(a - b) / rows for a, b in zip(cpus[True], cpus[False])])
+    per_step = statistics.median(cpus[False]) / steps
+    return {"steps": steps, "rows": rows, "cpu_on_s": cpus[True], "cpu_off_s": cpus[False],
+            "wall_on_s": walls[True], "wall_off_s": walls[False],
+            "cpu_ratio": statistics.median([a / b for a, b in zip(cpus[True], cpus[False])]),
+            "wall_ratio": statistics.median([a / b for a, b in zip(walls[True], walls[False])]),
+            "added_cpu_per_row_s": per_row, "preset_steps": total, "preset_rows": preset_rows,
+            "preset_ratio": 1 + per_row * preset_rows / (per_step * total)}
 
 
 def per_diagnostic(cfg: dict, reps: int) -> dict:
@@ -175,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in pd_["per_row_s"].items():
         print(f"| {k} | {1000 * v:.2f} | {100 * pd_['share_of_training'][k]:.3f} % |")
     w = result["whole_run"]
-    print(f"whole run, {w['steps']} steps, {w['rows']} rows: diagnostics on / off = {w['ratio_median']:.4f} "
-          f"(per repetition: {', '.join(f'{r:.4f}' for r in w['ratios'])})")
+    print(f"whole run, {w['steps']} steps, {w['rows']} rows: diagnostics on / off = {w['cpu_ratio']:.4f} in CPU time, "
+          f"{w['wall_ratio']:.4f} in wall time; CPU s on {', '.join(f'{x:.1f}' for x in w['cpu_on_s'])}, "
+          f"off {', '.join(f'{x:.1f}' for x in w['cpu_off_s'])}")
+    print(f"added CPU time per row {1000 * w['added_cpu_per_row_s']:.1f} ms; projected onto the preset's "
+          f"{w['preset_steps']} steps and {w['preset_rows']} rows: on / off = {w['preset_ratio']:.4f}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0
