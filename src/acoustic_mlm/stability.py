@@ -138,8 +138,10 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
         for key, ax in axes.items():
             line = ax.axvline(k["peak_step"], color=colour[k["run"]], linestyle="--", linewidth=1.0, alpha=0.8)
             line.set_gid(SPIKE_GID.format(**k))
-        axes["loss"].annotate(f"spike +{k['height_bits']:.2f} bits", (k["peak_step"], k["peak_bits"]),
-                              xytext=(4, -10), textcoords="offset points", fontsize=7, color=colour[k["run"]])
+        same = sum(1 for j in found[: found.index(k)] if j["peak_step"] == k["peak_step"])  # stacked, not overlaid
+        axes["loss"].annotate(f"spike +{k['height_bits']:.2f} bits", (k["peak_step"], k["peak_bits"]), ha="right",
+                              xytext=(-4, -10 - 9 * same), textcoords="offset points", fontsize=7,
+                              color=colour[k["run"]])
     steps = pd.concat([loss["step"], diag["step"]])
     last = axes[panels[-1][0]]
     figure.log_step_axis(last, float(steps.min()), fig_cfg.get("x_max") or float(steps.max()))
