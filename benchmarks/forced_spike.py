@@ -34,7 +34,7 @@ import yaml
 from acoustic_mlm import aggregate, claims, stability, train
 from acoustic_mlm import config as C
 from acoustic_mlm.prepare import MANIFEST_COLUMNS, shard_name
-from acoustic_mlm.tokenizer import MODEL_DIR, merge
+from acoustic_mlm.tokenizer import LEVELS, MODEL_DIR, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP, RATE = C.ENCODEC_HOP, 24000
@@ -74,6 +74,8 @@ def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -
     np.save(codes_dir / shard_name(0) / "codes.npy", np.concatenate(codes, axis=1))
     (codes_dir / shard_name(0) / "encode.json").write_text(json.dumps(
         {"clips": clips, "audio_seconds": clips * frames * HOP / RATE, "encode_seconds": 0.0}))
+    pd.DataFrame({"clip_id": [r["clip_id"] for r in rows], "rms_dbfs": -13.5, "lufs": -13.5,  # tones at 0.3
+                  "gain_db": 0.0}).to_csv(codes_dir / shard_name(0) / LEVELS, index=False)
     pd.DataFrame(rows)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
     merge({"tokenizer": {"batch_size": 1}}, prepared, codes_dir)  # tokenizer.json, as the stage writes it

@@ -151,3 +151,22 @@ def make_tar(members: dict[str, bytes], symlinks: dict[str, str] | None = None,
 
 def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# Real recordings for tests: librosa's example recordings, beside the repository (never inside it)
+
+def real_audio_dir() -> Path:
+    """The folder of librosa's 14 example recordings: $AMLM_REAL_AUDIO, else ../shared/audio/librosa
+    from the repository root."""
+    import os
+
+    env = os.environ.get("AMLM_REAL_AUDIO")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "audio" / "librosa"
+
+
+def real_audio_missing() -> str | None:
+    """Why the real-recording tests cannot run (None: they can)."""
+    folder = real_audio_dir()
+    if not folder.is_dir() or not any(folder.glob("*.ogg")):
+        return f"librosa's example recordings not found at {folder} (set AMLM_REAL_AUDIO to their folder)"
+    return None

@@ -40,7 +40,7 @@ def tiny_cfg(smoke_cfg) -> dict:
     smoke_cfg["model"].update(
         conv_layers=[[8, 10, 5], [8, 8, 4], [8, 4, 4], [8, 2, 2], [8, 2, 2]],  # stride 320
         dim=32, layers=2, heads=2, ffn_dim=64, pos_conv_kernel=4, pos_conv_groups=1,
-        final_dim=8, codebooks=2, codebook_size=32,
+        final_dim=8, codebooks=2, codebook_size=1024,  # the config requires EnCodec's 1024 codes
     )  # fmt: skip
     smoke_cfg["train"].update(batch_size=2, crop_seconds=0.2, threads=1)  # 15 frames
     return C.validate(smoke_cfg, source="tiny")

@@ -8,7 +8,7 @@ import yaml
 
 from acoustic_mlm import config as C
 
-PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "gpu-small.yaml"]
+PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "paper-1node.yaml", "gpu-small.yaml"]
 
 
 @pytest.mark.parametrize("name", PRESETS)

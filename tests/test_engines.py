@@ -136,7 +136,8 @@ def both_up_to_date(root, tmp_path_factory):
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "init"], repo)
-    _run([sys.executable, "-m", "dvc", "commit", "-f", "-q"], repo)
+    _run([str(Path(sys.executable).parent / "amlm"), "validate", "--out", "results/config_check.txt"], repo)
+    _run([sys.executable, "-m", "dvc", "commit", "-f"], repo)
     assert "Nothing to be done" in _run(smk + ["-n"], repo)
     assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], repo)) == {}
     return repo

@@ -20,7 +20,7 @@ import pytest
 import soundfile as sf
 import yaml
 
-from helpers import make_tar, make_zip, sha256
+from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
 from acoustic_mlm import archive, fetch, prepare, sources
 from acoustic_mlm.config import SCHEMA_PATH
@@ -285,7 +285,8 @@ def test_source_definitions_match_the_design_and_the_schema():
     schema = json.loads(SCHEMA_PATH.read_text())
     enum = set(schema["properties"]["data"]["properties"]["source"]["enum"])
     assert set(fetch.SOURCES) == enum
-    assert set(sources.ARCHIVES) == enum - {"synthetic", "folder", "url"}
+    assert set(sources.ARCHIVES) == enum - {"synthetic", "folder", "url", *sources.FILE_SETS}
+    assert set(sources.FILE_SETS) == {"librosa"}
 
     sha1 = {"fma_small": "ade154f733639d52e35e32f5593efe5be76c6d70",  # DESIGN.md section 1
             "fma_medium": "c67b69ea232021025fca9231fc1c7c1a063ab50b",
@@ -448,6 +449,7 @@ def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
     url = server.serve("/e2e/songs.tar.gz", blob)
     cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
     cfg["data"].update(source="url", url=url, known_hash=sha256(blob))
+    cfg["tokenizer"]["mode"] = "pretrained"  # 4 s of audio: too little to calibrate a tokenizer on (prepare refuses)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
 
     fetched = _amlm("fetch", "--config", "config.yaml", cwd=tmp_path)
@@ -469,3 +471,86 @@ def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
     assert last.startswith("amlm fetch: error: fetch: downloading ") and "404" in last
     assert not (tmp_path / "data" / "raw2").exists()
     assert [p for p, _ in server.requests].count("/e2e/missing.tar.gz") == 1  # a 404 is not retried
+
+
+# ------------------------------------------------------------------------------------------
+# The librosa example recordings: file by file, each with its sha256, from data.base_url
+
+def shared_copy(name: str) -> Path:
+    """The shared copy of a registry file (the shared folder drops the apostrophes of one name)."""
+    return real_audio_dir() / name.replace("'", "")
+
+
+@pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing()))
+def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_path):
+    from urllib.parse import quote
+
+    assert len(sources.LIBROSA_SHA256) == 28  # 14 recordings, each with its licence
+    for name, digest in sources.LIBROSA_SHA256.items():
+        server.serve(f"/librosa-data/{quote(name)}", shared_copy(name).read_bytes())
+    cfg = {"data": {"source": "librosa", "base_url": server.url("/librosa-data/"), "sample_rate": SR}}
+    out = tmp_path / "data" / "raw"
+    fetch.run(cfg, out)
+    got = sorted(p.name for p in out.iterdir())
+    assert got == sorted([*sources.LIBROSA_SHA256, "SOURCE.json"])
+    for name, digest in sources.LIBROSA_SHA256.items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    info = json.loads((out / "SOURCE.json").read_text())
+    assert (info["source"], info["files"], info["audio_files"], info["skipped"]) == ("librosa", 28, 14, [])
+    asked = len(server.requests)
+    fetch.run(cfg, out)  # again: every kept download passes its hash, nothing is asked for
+    assert len(server.requests) == asked
+
+    name = "pibble.ogg"  # a server that serves other bytes: refused, naming the key to check
+    server.files[f"/librosa-data/{name}"] = b"not pibble"
+    (tmp_path / "data" / "downloads" / "librosa" / name).unlink()
+    with pytest.raises(fetch.DownloadError, match=r"pibble\.ogg.*check data\.base_url$"):
+        fetch.run(cfg, tmp_path / "data" / "raw2")
+    assert not (tmp_path / "data" / "raw2").exists()
+
+
+def test_librosa_source_needs_an_http_base_url():
+    with pytest.raises(ValueError, match="^data.base_url: 'file:///x' is not an http"):
+        sources.file_set_for({"source": "librosa", "base_url": "file:///x"})
+    assert sources.file_set_for({"source": "librosa", "base_url": None}).base_url == "https://librosa.org/data/audio/"
+    member = {m.filename: m for m in sources.file_set_for({"source": "librosa", "base_url": None}).members()}
+    assert member["Karissa_Hobbs_-_Let's_Go_Fishin'.ogg"].url.endswith("Karissa_Hobbs_-_Let%27s_Go_Fishin%27.ogg")
+
+
+def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_path):
+    """Devices and FIFOs named *.wav in a tar are never extracted; SOURCE.json counts and names
+    them, and prepare lists them in rejects.csv with the archive's other left-out members."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for i in range(2):
+            data = tone_bytes("wav")
+            info = tarfile.TarInfo(f"c/a{i}.wav")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for name, kind in (("c/fifo.wav", tarfile.FIFOTYPE), ("c/dev.wav", tarfile.CHRTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            tf.addfile(info)
+        notes = b"notes"
+        info = tarfile.TarInfo("c/notes.txt")
+        info.size = len(notes)
+        tf.addfile(info, io.BytesIO(notes))
+    data = buf.getvalue()
+    cfg = {"data": {"source": "url", "url": server.serve("/special.tar.gz", data), "known_hash": sha256(data),
+                    "sample_rate": SR, "valid_fraction": 0.5, "split_seed": 0, "shard_files": 4},
+           "train": {"crop_seconds": 0.1}}
+    fetch.run(cfg, tmp_path / "raw")
+    info = json.loads((tmp_path / "raw" / "SOURCE.json").read_text())
+    assert (info["files"], info["special_skipped"], info["other_files_skipped"]) == (2, 2, 1)
+    assert {s["path"]: s["reason"] for s in info["skipped"]} == {
+        "c/dev.wav": "not a regular file (character device) in the archive (not extracted)",
+        "c/fifo.wav": "not a regular file (FIFO) in the archive (not extracted)",
+        "c/notes.txt": "not an audio file name (not extracted)",
+    }
+    prepare.run(cfg, tmp_path / "raw", tmp_path / "prepared")
+    rejects = prepare.pd.read_csv(tmp_path / "prepared" / "rejects.csv")
+    assert sorted(rejects["path"]) == ["c/dev.wav", "c/fifo.wav", "c/notes.txt"]
+    assert sorted(prepare.load_prepared(tmp_path / "prepared").manifest["path"]) == ["c/a0.wav", "c/a1.wav"]

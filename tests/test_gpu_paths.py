@@ -25,8 +25,8 @@ from helpers import tiny_config
 
 ARMS = {
     "pre": dict(norm="pre"),
-    "pre_attn_relax": dict(norm="pre", attn_relax=True),
-    "post_deepnorm": dict(norm="post", deepnorm=True),
+    "pre_attn_relax": dict(norm="pre", attention="pb_relax"),
+    "post_deepnorm": dict(norm="deepnorm"),
 }
 
 
@@ -226,7 +226,7 @@ class _HostSyncs(TorchDispatchMode):
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_forward_and_backward_have_no_host_sync(precision):
-    m = tiny_config(attn_relax=True)
+    m = tiny_config(attention="pb_relax")
     model = AcousticMLM(m)
     model.static_shapes = True  # what a GPU runs (CPU eager selects the masked frames: a free host read there)
     wav, codes, mask = batch(m)

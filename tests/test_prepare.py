@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import soundfile as sf
 
 from acoustic_mlm import fetch, prepare
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 
 SR = 24000
@@ -175,10 +177,12 @@ def test_one_clip_cannot_be_split():
 
 def test_empty_folder_is_a_one_line_error(tmp_path):
     (tmp_path / "raw").mkdir()
-    (tmp_path / "raw" / "notes.txt").write_text("not audio")
-    with pytest.raises(FileNotFoundError, match="no audio files") as err:
+    with pytest.raises(FileNotFoundError, match="no files") as err:
         prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
     assert str(tmp_path / "raw") in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / "raw" / "notes.txt").write_text("not audio")  # a file, judged by content: not audio
+    with pytest.raises(ValueError, match=r"^prepare: no usable audio: all 1 files rejected \(1 not audio\)$"):
+        prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
     assert not (tmp_path / "prepared").exists()
 
 
@@ -363,23 +367,78 @@ def test_odd_sample_rate_is_resampled_quickly_and_nearly_exactly(tmp_path):
     assert abs(peak_hz - 441.0) < 1.0
 
 
-def test_hidden_and_broken_audio_paths_are_listed_not_lost(tmp_path):
+def test_every_path_is_in_the_manifest_or_the_rejects(tmp_path):
+    """Hidden files, odd names, links, FIFOs, devices, non-audio and unsupported formats: each path
+    lands in exactly one of manifest.csv and rejects.csv; audio is decoded by content, not by name."""
     raw = tmp_path / "raw"
     (raw / ".trash").mkdir(parents=True)
-    for name in ("a.wav", "b.wav", ".trash/c.wav", "._a.wav"):
-        sf.write(raw / name, sine(440, 0.5, SR), SR)
+    (raw / "sub").mkdir()
+    for name in ("a.flac", "b.flac", ".trash/c.wav", "._a.wav", ".DS_Store"):
+        sf.write(raw / name, sine(440, 0.5, SR), SR, format="FLAC" if name.endswith(".flac") else "WAV")
+    sf.write(raw / "take.dat", sine(330, 0.5, SR), SR, format="AIFF")  # AIFF under an odd name
+    sf.write(raw / "sub" / "voice.bin", sine(220, 0.5, SR), SR, format="OGG", subtype="OPUS")
+    sf.write(raw / "song.aiff", sine(550, 0.5, SR), SR, format="AIFF")
+    (raw / "track.m4a").write_bytes(b"\x00\x00\x00\x20ftypM4A " + bytes(64))
+    (raw / "notes.txt").write_text("liner notes\n")
+    (raw / "cover.jpg").write_bytes(b"\xff\xd8\xff\xe0 not audio")
     (raw / "gone.flac").symlink_to(raw / "nowhere.flac")
+    (raw / "loop.wav").symlink_to(raw / "loop.wav")
+    (raw / "up").symlink_to(raw / "sub")  # a link to a folder is not followed
+    (raw / "null.wav").symlink_to("/dev/null")
     (raw / "folder.wav").mkdir()  # a folder with an audio name is a folder
+    (raw / ".snakemake_timestamp").write_text("")  # Snakemake's mark on a folder output: not a file of the corpus
+    os.mkfifo(raw / "pipe.wav")  # never opened: must not block
+    (raw / os.fsdecode(b"bad\xff.wav")).write_bytes((raw / "a.flac").read_bytes())  # a good file, a bad name
     prepare.run(make_cfg(), raw, tmp_path / "prepared")
-    rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv")
+    manifest = prepare.load_prepared(tmp_path / "prepared").manifest
+    assert manifest["path"].tolist() == ["a.flac", "b.flac", "song.aiff", "sub/voice.bin", "take.dat"]
+    assert manifest["clip_id"].tolist() == ["a", "b", "song", "sub/voice.bin", "take.dat"]
+    rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv", keep_default_na=False)
     assert dict(zip(rejects["path"], rejects["reason"])) == {
-        "._a.wav": "hidden file or folder", ".trash/c.wav": "hidden file or folder", "gone.flac": "not a regular file"}
+        "._a.wav": "hidden file or folder", ".DS_Store": "hidden file or folder",
+        ".trash/c.wav": "hidden file or folder",
+        "bad\\xff.wav": "file name is not valid UTF-8 (rename the file to include it)",
+        "cover.jpg": "not audio (libsndfile does not recognise its content)",
+        "gone.flac": "broken symbolic link",
+        "loop.wav": "symbolic link loop",
+        "notes.txt": "not audio (libsndfile does not recognise its content)",
+        "null.wav": "not a regular file (character device)",
+        "pipe.wav": "not a regular file (FIFO)",
+        "track.m4a": "unsupported audio format (.m4a): convert it to FLAC, WAV, Ogg or MP3",
+        "up": "symbolic link to a folder (not followed)",
+    }
+    summary = json.loads((tmp_path / "prepared" / "prepare.json").read_text())
+    assert (summary["kept"], summary["rejected"]) == (5, 12)
+
+
+def test_files_fetch_did_not_take_are_in_the_rejects(tmp_path):
+    """A folder source: what fetch leaves behind (SOURCE.json's `skipped`) reaches rejects.csv."""
+    src = tmp_path / "music"
+    src.mkdir()
+    for name in ("a.flac", "b.flac"):
+        sf.write(src / name, sine(440, 0.5, SR), SR)
+    sf.write(src / "c.snd.dat", sine(440, 0.5, SR), SR, format="AIFF")
+    (src / "track.m4a").write_bytes(b"\x00\x00\x00\x20ftypM4A " + bytes(64))
+    (src / "cover.jpg").write_bytes(b"\xff\xd8\xff\xe0 not audio")
+    (src / "gone.wav").symlink_to(src / "nowhere.wav")
+    os.mkfifo(src / "pipe.flac")
+    (src / os.fsdecode(b"bad\xff.wav")).write_bytes((src / "a.flac").read_bytes())
+    cfg = make_cfg()
+    cfg["data"].update(source="folder", folder=str(src))
+    fetch.run(cfg, tmp_path / "raw")
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["SOURCE.json", "a.flac", "b.flac", "c.snd.dat"]
+    prepare.run(cfg, tmp_path / "raw", tmp_path / "prepared")
+    manifest = prepare.load_prepared(tmp_path / "prepared").manifest
+    rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv", keep_default_na=False)
+    assert manifest["path"].tolist() == ["a.flac", "b.flac", "c.snd.dat"]
+    assert sorted(rejects["path"]) == ["bad\\xff.wav", "cover.jpg", "gone.wav", "pipe.flac", "track.m4a"]
+    assert rejects.set_index("path").loc["track.m4a", "reason"].startswith("unsupported audio format (.m4a)")
 
 
 def test_only_bad_files_is_a_one_line_error(tmp_path):
     _, bad = make_messy_folder(tmp_path / "music")
     shutil.rmtree(tmp_path / "music" / "good")
-    with pytest.raises(ValueError, match=rf"^prepare: no usable audio: all {len(bad)} audio files rejected \(") as err:
+    with pytest.raises(ValueError, match=rf"^prepare: no usable audio: all {len(bad)} files rejected \(") as err:
         prepare.run(make_cfg(crop_seconds=0.5), tmp_path / "music", tmp_path / "prepared")
     assert "\n" not in str(err.value) and "digital silence" in str(err.value)
     assert not (tmp_path / "prepared").exists()
@@ -407,3 +466,26 @@ def test_npy_writer_matches_np_save(tmp_path):
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="run fetch first"):
         prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
+
+
+def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i in range(4):  # 4 clips of 3 s (225 frames): the train split holds under 1024 frames (13.65 s)
+        sf.write(raw / f"c{i}.wav", sine(300 + 50 * i, 3.0, SR), SR)
+    cfg = make_cfg(valid_fraction=0.25)
+    cfg["tokenizer"] = {"mode": "calibrated", "calibration_frames": 4096}
+    with pytest.raises(UserError) as err:
+        prepare.run(cfg, raw, tmp_path / "prepared")
+    msg = str(err.value)
+    train_frames = int(msg.split("holds ")[1].split(" ")[0])
+    assert train_frames in (675, 450)  # 3 or 2 train clips of 225 frames
+    need = (1024 - train_frames) / 75 / 60 / 0.75
+    assert msg == (f"prepare: the train split holds {train_frames} EnCodec frames ({train_frames / 75 / 60:.2f} min); "
+                   f"the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
+                   f"with data.valid_fraction 0.25): add at least {need:.2f} min of audio, or set tokenizer.mode: "
+                   "pretrained")
+    assert not (tmp_path / "prepared").exists()
+    cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
+    prepare.run(cfg, raw, tmp_path / "prepared")
+    assert len(prepare.load_prepared(tmp_path / "prepared").manifest) == 4

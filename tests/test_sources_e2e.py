@@ -138,8 +138,10 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
     blob = make_zip(members)
     url = server.serve("/issue4/corpus.zip", blob)
     repo = copy_repo(root, tmp_path / "repo")
+    # 11 paths: 10 clips and the README, which stays in the archive but is listed in the rejects;
+    # two shards, of 6 and 5 paths
     write_config(repo / "config" / "test.yaml", root, source="url", url=url, known_hash=sha256(blob),
-                 shard_files=5)  # 10 files: two shards of 5
+                 shard_files=6)
 
     proc = snakemake(repo)
     assert proc.returncode == 0, show(proc)
@@ -152,14 +154,16 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
         assert g["step"].max() == STEPS and np.isfinite(g["loss_bits"]).all(), run_name
         assert 9.0 < g.sort_values("step")["loss_bits"].iloc[0] < 11.5, run_name  # starts near 10 bits
 
-    # Every audio file of the archive is in the manifest, at its own rate and channel count; nothing rejected.
+    # Every audio file of the archive is in the manifest, at its own rate and channel count; the README
+    # (not extracted) is the one reject.
     manifest = read_csv(repo / "data" / "prepared" / "manifest.csv")
     assert sorted(manifest["path"]) == sorted(URL_CORPUS), manifest["path"].tolist()
     for row in manifest.itertuples():
         sr, ch, _, _ = URL_CORPUS[row.path]
         assert (row.orig_sample_rate, row.orig_channels, row.num_frames) == (sr, ch, FRAMES), row
     assert set(manifest["split"]) == {"train", "valid"}
-    assert (repo / "data" / "prepared" / "rejects.csv").read_text() == "path,reason\n"
+    assert (repo / "data" / "prepared" / "rejects.csv").read_text() == (
+        "path,reason\ncorpus/README.txt,not an audio file name (not extracted)\n")
     source = json.loads((repo / "data" / "raw" / "SOURCE.json").read_text())
     assert (source["source"], source["url"], source["known_hash"]) == ("url", url, sha256(blob))
     assert (source["files"], source["other_files_skipped"], source["archive"]) == (10, 1, "corpus.zip")
@@ -171,7 +175,7 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
 
     # Two shards, each prepared and tokenized by its own job.
     plan = read_csv(repo / "data" / "prepared" / "shards.csv")
-    assert plan.groupby("shard")["path"].count().to_dict() == {0: 5, 1: 5}
+    assert plan.groupby("shard")["path"].count().to_dict() == {0: 6, 1: 5}
     assert sorted(manifest["shard"].unique()) == [0, 1]
     for stage, folder in (("prepare", "prepared"), ("tokenize", "codes")):
         shards = sorted(p.name for p in (repo / "data" / folder).glob("shard-*"))
@@ -179,7 +183,7 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
         logs = sorted(p.name for p in (repo / "results" / "logs" / stage).glob("shard-*.log"))
         assert logs == [f"{s}.log" for s in shards], (stage, logs)
     summary = json.loads((repo / "data" / "prepared" / "prepare.json").read_text())
-    assert (summary["shards"], summary["shard_files"], summary["kept"], summary["rejected"]) == (2, 5, 10, 0)
+    assert (summary["shards"], summary["shard_files"], summary["kept"], summary["rejected"]) == (2, 6, 10, 1)
     tok = json.loads((repo / "data" / "codes" / "tokenizer.json").read_text())
     assert (tok["shards"], tok["clips"]) == (2, 10)
     assert tok["audio_seconds"] == pytest.approx(10 * FRAMES * 320 / SR)
@@ -350,7 +354,7 @@ def test_folder_of_only_bad_files_fails_with_one_line(root, tmp_path):
     assert cli.stderr.rstrip("\n").splitlines()[-1] == error  # the last line, and a line of its own
     assert error.startswith("amlm prepare: error: prepare: no usable audio"), error
     assert ".tmp-" not in error, error  # names no temporary folder (gone by the time it is read)
-    assert error.endswith(f": all {len(BAD)} audio files rejected ({BAD_KINDS})"), error
+    assert error.endswith(f": all {len(BAD)} files rejected ({BAD_KINDS})"), error
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "music"]  # no temporary folder left
 
@@ -362,7 +366,7 @@ def test_folder_of_only_bad_files_fails_with_one_line(root, tmp_path):
     merge_log = (repo / "results" / "logs" / "prepare" / "merge.log").read_text()
     error = last_error(merge_log)
     assert error.startswith("amlm prepare: error: prepare: no usable audio"), error
-    assert error.endswith(f": all {len(BAD)} audio files rejected ({BAD_KINDS})"), error
+    assert error.endswith(f": all {len(BAD)} files rejected ({BAD_KINDS})"), error
     assert sorted(p.name for p in (repo / "data" / "prepared").glob("shard-*")) == ["shard-00000", "shard-00001"]
     assert not (repo / "data" / "prepared" / "manifest.csv").exists()
     assert not (repo / "data" / "codes").exists() and not (repo / "results" / "runs").exists()

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import http.server
 import json
+import logging
 import shutil
 import threading
 from pathlib import Path
@@ -89,6 +90,10 @@ def clip_codes(prepared: Path, codes_dir: Path) -> list[np.ndarray]:
     manifest = pd.read_csv(prepared / "manifest.csv")
     codes = shard_codes(codes_dir)
     return [codes[r.shard][:, r.offset // HOP : r.offset // HOP + r.num_frames] for r in manifest.itertuples()]
+
+
+LEVEL = {k: config.load(ROOT / "config" / "config.yaml")["tokenizer"][k] for k in ("level", "level_target")}
+LEVEL = {"method": LEVEL["level"], "target": LEVEL["level_target"]}  # what the default preset normalises to
 
 
 def tok_cfg(**tokenizer_keys) -> dict:
@@ -192,8 +197,22 @@ def test_calibrated_stage_outputs(calibrated, prepared):
     p = np.bincount(every[0], minlength=1024) / every.shape[1]
     assert meta["unigram_entropy_bits"][0] == pytest.approx(-(p[p > 0] * np.log2(p[p > 0])).sum(), abs=1e-4)
     assert meta["encode_seconds"] > 0 and meta["real_time_factor"] > 0
-    assert sorted(p.name for p in calibrated.iterdir()) == ["model", "shard-00000", "shard-00001", "shard-00002",
-                                                            "tokenizer.json"]
+    assert (meta["level"]["method"], meta["level"]["target"]) == (LEVEL["method"], LEVEL["target"])  # config.yaml
+    assert meta["calibration_frames_per_code"] == round(CALIB_FRAMES / 1024, 2)
+    shares = [np.bincount(c, minlength=1024).max() / len(c) for c in every]
+    assert meta["top_code_share"] == pytest.approx(shares, abs=1e-5)
+    files = pd.read_csv(calibrated / "files.csv", keep_default_na=False)
+    assert sorted(files["clip_id"]) == sorted(manifest["clip_id"]) and files["gain_db"].notna().all()
+    for row in files.itertuples():  # each file's codebook-0 statistics, from its own columns
+        clip = manifest.set_index("clip_id").loc[row.clip_id]
+        c = codes[clip["shard"]][0, clip["offset"] // HOP : clip["offset"] // HOP + clip["num_frames"]]
+        assert row.cb0_codes_used == len(np.unique(c))
+        assert row.cb0_top_code_share == pytest.approx(np.bincount(c).max() / len(c), abs=1e-5)
+        if LEVEL["method"] == "lufs":  # one gain per clip, to the target loudness
+            assert row.lufs + row.gain_db == pytest.approx(LEVEL["target"], abs=0.02)
+        assert row.gain_db != 0.0
+    assert sorted(p.name for p in calibrated.iterdir()) == ["files.csv", "model", "shard-00000", "shard-00001",
+                                                            "shard-00002", "tokenizer.json"]
     assert sorted(p.name for p in (calibrated / "model").iterdir()) == ["fit.json", "tokenizer.pt"]
 
 
@@ -205,7 +224,10 @@ def test_codes_aligned_and_equal_to_encodec_encode(calibrated, prepared):
     torch.load(calibrated / "model" / "tokenizer.pt", weights_only=True)  # loads without unpickling code
     for row, codes in zip(manifest.itertuples(), written):
         audio = np.load(prepared / f"shard-{row.shard:05d}" / "audio.npy", mmap_mode="r")
-        wav = torch.from_numpy(audio[row.offset : row.offset + row.num_samples].copy())[None, None]
+        clip = np.asarray(audio[row.offset : row.offset + row.num_samples])
+        gain = tokenizer.frame_gains(clip, LEVEL["method"], LEVEL["target"])  # what the tokenizer saw
+        assert not np.all(gain == 1.0)
+        wav = torch.from_numpy(clip * np.repeat(gain, HOP))[None, None]
         with torch.no_grad():
             own = model.encode(wav)[0][0][0].numpy()  # (K, T)
         assert own.shape == (8, row.num_samples // HOP)
@@ -397,12 +419,93 @@ def test_pretrained_mode_reproduces_calibrated_codes(calibrated, prepared, tmp_p
     path = saved_checkpoint(torch.load(calibrated / "model" / "tokenizer.pt", weights_only=True), ckpt)
     out = tmp_path / "pretrained"
     tokenizer.run(tok_cfg(mode="pretrained", checkpoint=str(path)), prepared, out, threads=2)
-    for a, b in zip(shard_codes(out), shard_codes(calibrated), strict=True):
-        np.testing.assert_array_equal(a, b)
+    # Pretrained mode is EnCodec 24 kHz as released: no level normalisation, the raw clips' codes.
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
+    audio = np.load(prepared / "shard-00001" / "audio.npy", mmap_mode="r")
+    raw = tokenizer.encode_clips(model, audio, manifest[manifest["shard"] == 1], batch_size=1)
+    np.testing.assert_array_equal(shard_codes(out)[1], raw)
+    assert (shard_codes(out)[1] != shard_codes(calibrated)[1]).mean() > 0.2  # the calibrated mode's codes are of normalised audio
     meta = json.loads((out / "tokenizer.json").read_text())
+    assert meta["level"]["method"] == "none"
     assert meta["mode"] == "pretrained" and meta["checkpoint"]["sha256"].startswith(path.stem.split("-")[1])
     assert meta["calibration_frames_requested"] is None
     assert not (out / "model" / "tokenizer.pt").exists()
+
+
+# ----------------------------------------------------------------------------- level normalisation and diagnostics
+
+
+def test_frame_gains_bring_clips_to_the_target_and_leave_silence_alone():
+    rng = np.random.default_rng(0)
+    x = (0.05 * rng.standard_normal(SR * 3)).astype(np.float32)
+    g = tokenizer.frame_gains(x, "lufs", -23.0)
+    assert g.shape == (len(x) // HOP,) and np.all(g == g[0])
+    assert tokenizer.loudness_lufs(x * g[0]) == pytest.approx(-23.0, abs=0.01)
+    g40 = tokenizer.frame_gains(x * 0.01, "lufs", -23.0)  # 40 dB quieter: 40 dB more gain, same result
+    assert 20 * np.log10(g40[0] / g[0]) == pytest.approx(40.0, abs=0.01)
+    quiet_then_loud = np.concatenate([x * 0.01, x]).astype(np.float32)
+    r = tokenizer.frame_gains(quiet_then_loud, "rms", -20.0)  # one gain per window
+    w = tokenizer.RMS_WINDOW_FRAMES
+    assert np.all(r[:w] == r[0]) and r[w] != r[0]
+    assert tokenizer.rms_dbfs(quiet_then_loud[: w * HOP] * r[0]) == pytest.approx(-20.0, abs=0.01)
+    assert 20 * np.log10(np.median(r[: len(r) // 2]) / np.median(r[len(r) // 2 :])) == pytest.approx(40.0, abs=0.3)
+    silence = np.zeros(SR * 2, np.float32)
+    for method in ("lufs", "rms", "none"):
+        assert np.all(tokenizer.frame_gains(silence, method, -23.0) == 1.0)  # silence stays silence
+    assert np.all(tokenizer.frame_gains(x[: SR // 10], "lufs", -23.0) == 1.0)  # under 400 ms: not measurable
+    assert np.all(tokenizer.frame_gains(x, "none", -23.0) == 1.0)
+    with pytest.raises(tokenizer.TokenizerError, match="tokenizer.level"):
+        tokenizer.frame_gains(x, "peak", -23.0)
+
+
+def test_level_normalised_codes_do_not_depend_on_the_recording_level(calibrated, prepared):
+    """The same clip 30 dB quieter: the same codes with level lufs, other codes without it."""
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
+    row = manifest.iloc[0]
+    audio = np.load(prepared / f"shard-{row['shard']:05d}" / "audio.npy", mmap_mode="r")
+    clip = np.asarray(audio[row["offset"] : row["offset"] + row["num_samples"]])
+    quiet = (clip * 10 ** (-30 / 20)).astype(np.float32)
+    one = pd.DataFrame({"offset": [0], "num_samples": [len(clip)]})
+
+    def codes(x, method):
+        return tokenizer.encode_clips(model, x, one, frame_gain=tokenizer.frame_gains(x, method, -23.0))
+
+    assert (codes(clip, "lufs")[0] == codes(quiet, "lufs")[0]).mean() > 0.99
+    assert (codes(clip, "none")[0] == codes(quiet, "none")[0]).mean() < 0.5
+
+
+def test_a_tokenizer_fitted_at_another_level_is_refused(calibrated, prepared, tmp_path):
+    shutil.copytree(calibrated, tmp_path / "codes")
+    other = "lufs" if LEVEL["method"] == "rms" else "rms"
+    with pytest.raises(tokenizer.TokenizerError, match=rf"fit.json: fitted with level {LEVEL['method']} "
+                                                        rf"{LEVEL['target']}, the config asks for {other} -20.0 "
+                                                        r"\(tokenizer.level\); rerun `amlm tokenize --fit`"):
+        tokenizer.encode_shard(tok_cfg(level=other, level_target=-20.0), prepared, tmp_path / "codes", 0)
+
+
+def test_merge_reports_each_files_level_and_warns_once_about_a_crowded_code(data_dirs, tmp_path, caplog):
+    prepared, codes_dir = data_dirs
+    out = tmp_path / "codes"
+    shutil.copytree(codes_dir, out)
+    with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
+        meta = tokenizer.merge({"tokenizer": {"batch_size": 1}}, prepared, out)
+    every = np.concatenate([np.load(out / f"shard-{k:05d}" / "codes.npy") for k in range(2)], axis=1)
+    shares = [np.bincount(c, minlength=1024).max() / len(c) for c in every]
+    assert meta["top_code_share"] == pytest.approx(shares, abs=1e-5) and min(shares) > 0.10  # code 0: 16/136
+    warnings_ = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    top0 = int(np.bincount(every[0]).argmax())
+    assert len(warnings_) == 1, warnings_
+    assert f"one code holds more than 10% of a level's frames: level 0 code {top0} ({100 * shares[0]:.1f}%)" in warnings_[0]
+    files = pd.read_csv(out / "files.csv", keep_default_na=False)
+    assert files["clip_id"].tolist() == [f"c{i}" for i in range(6)]
+    assert list(files.columns) == ["clip_id", "path", "split", "seconds", "rms_dbfs", "lufs", "gain_db",
+                                   "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"]
+    c0 = every[0, :150]  # clip c0: the first 150 columns of shard 0
+    p = np.bincount(c0) / len(c0)
+    assert files.loc[0, "cb0_entropy_bits"] == pytest.approx(-(p[p > 0] * np.log2(p[p > 0])).sum(), abs=1e-4)
+    assert files.loc[0, "cb0_codes_used"] == len(np.unique(c0))
 
 
 # ----------------------------------------------------------------------------- input errors

@@ -198,8 +198,7 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     for other in ["prenorm_clip10", "prenorm_clip1", "prenorm_attnrelax_clip1"]:
         train.run(tiny_cfg, other, prepared, codes, tmp_path / "runs" / other, threads=1)
     curves = aggregate.run(tiny_cfg, tmp_path / "runs", tmp_path / "curves.csv")
-    labels = [r["label"] for r in tiny_cfg["runs"].values()]
-    fig, ax = figure.draw(curves, labels, tiny_cfg["figure"])
+    fig, ax = figure.draw(curves, tiny_cfg["runs"], tiny_cfg["figure"])
     assert any(t.get_text() == "diverged (seed 1)" for t in ax.texts)
     assert any(line.get_marker() == "X" for line in ax.get_lines())
 

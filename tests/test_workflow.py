@@ -129,7 +129,7 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
     train_blocks = [b for b in blocks if re.match(r"(local)?rule train:", b.strip())]
     assert len(train_blocks) == 4
-    assert all("gpu=1" in b and "runtime=2880" in b for b in train_blocks)
+    assert all("gpu=64" in b and "nodes=8" in b and "runtime=2880" in b for b in train_blocks)  # 8 nodes x 8 GPUs
 
 
 # ----------------------------------------------------------------------------- one statement of what each stage depends on

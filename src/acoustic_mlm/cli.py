@@ -9,7 +9,7 @@
     amlm stability  loss beside gradient norm, attention logits -> results/figures/stability.{png,pdf,svg}
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
-    amlm preflight  measure every arm before a GPU run       -> results/preflight.{json,md}
+    amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
     amlm validate   check a configuration file and exit
 
 Every subcommand reads and validates `--config` before doing any work.

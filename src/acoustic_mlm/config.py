@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from .errors import UserError
@@ -59,6 +60,20 @@ class ModelConfig:
     codebook_size: int  # codes per codebook
     norm: str = "pre"  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha*x + F(x)), beta-scaled init
     attention: str = "softmax"  # softmax: fused kernel; pb_relax: PB-Relax with relax_alpha
+    # MERT / fairseq recipe switches (docs/recipe.md); each default leaves the model as without it
+    activation_dropout: float | None = None  # FFN hidden dropout (fairseq activation_dropout); None: = dropout
+    encoder_layerdrop: float = 0.0  # probability of skipping each block in training (LayerDrop)
+    dropout_input: float = 0.0  # dropout on the projected features, before masking
+    feature_grad_mult: float = 1.0  # gradient scale into the conv front end (0: frozen)
+    special_symbols: int = 0  # extra never-target classes per codebook (fairseq's Dictionary: 4)
+    cqt_loss_weight: float = 0.0  # weight of the CQT reconstruction loss on masked frames (0: off)
+    cqt_bins: int = 336  # CQT bins predicted
+    cqt_bins_per_octave: int = 48  # CQT resolution
+    cqt_fmin: float = 32.7  # lowest CQT bin's centre frequency, Hz
+    mixture_prob: float = 0.0  # share of training crops mixed with in-batch noise (0: off)
+    mixture_segments: tuple[int, int] = (1, 3)  # noise segments per mixed crop, inclusive range
+    mixture_samples: tuple[int, int] = (12000, 36000)  # samples per noise segment, inclusive range
+    mixture_volume: float = 1.0  # noise gain
 
 
 @dataclass(frozen=True)
@@ -66,7 +81,7 @@ class TrainConfig:
     """The `train:` section plus one arm's gradient clip and seed."""
 
     device: str
-    processes: int  # DDP processes per run (torchrun); batch_size is the global batch, split between them
+    processes: int  # DDP processes per node (torchrun); batch_size is the global micro-batch, split between all
     precision: str
     steps: int
     batch_size: int  # crops per micro-batch
@@ -89,6 +104,26 @@ class TrainConfig:
     clip: float = 0.0  # max total gradient norm; 0 disables clipping
     seed: int = 0
     diagnostics: bool = True  # stability diagnostics in every metrics row (diagnostics.py)
+    crop_unit: str = "frame"  # frame: crops start on EnCodec frames; sample: at any sample (MERT random_crop)
+    mask_group: int = 0  # crops whose masks are equalised together (MERT: one GPU's micro-batch); 0: whole micro-batch
+    nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
+    total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
+    log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
+
+    @property
+    def world(self) -> int:
+        """DDP processes in all: nodes * processes."""
+        return self.nodes * self.processes
+
+    @property
+    def schedule_updates(self) -> int:
+        """Updates over which the learning rate decays to end_lr: total_updates, else steps."""
+        return self.total_updates if self.total_updates is not None else self.steps
+
+    @property
+    def crops_per_update(self) -> int:
+        """Crops in one optimizer update: batch_size (the global micro-batch) * accum_steps."""
+        return self.batch_size * self.accum_steps
 
 
 @dataclass(frozen=True)
@@ -201,10 +236,17 @@ def validate(cfg: Any, source: str = "config") -> dict:
             f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.pos_conv_groups' ({m['pos_conv_groups']})"
         )
     t = cfg["train"]
-    if t["batch_size"] % t["processes"]:
-        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by 'train.processes' ({t['processes']})")
-    if t["warmup_steps"] >= t["steps"]:
-        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below 'train.steps' ({t['steps']})")
+    world = t["processes"] * t.get("nodes", 1)
+    if t["batch_size"] % world:
+        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} processes "
+                          "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them")
+    total = t.get("total_updates") or t["steps"]
+    if t["warmup_steps"] >= total:
+        key = "train.total_updates" if t.get("total_updates") else "train.steps"
+        raise ConfigError(f"{source}: 'train.warmup_steps' ({t['warmup_steps']}) must be below '{key}' ({total})")
+    if t["steps"] > total:
+        raise ConfigError(f"{source}: 'train.steps' ({t['steps']}) must not exceed 'train.total_updates' ({total})")
+    _check_recipe(cfg, source)
     if crop_frames(cfg) < 2 * m["mask_length"]:
         raise ConfigError(f"{source}: 'train.crop_seconds' is too short for 'model.mask_length' spans")
     if cfg["tokenizer"]["mode"] == "calibrated" and cfg["tokenizer"]["calibration_frames"] < m["codebook_size"]:
@@ -221,6 +263,35 @@ def validate(cfg: Any, source: str = "config") -> dict:
     check_codebooks(cfg, source)
     check_labels(cfg, source)
     return cfg
+
+
+def _check_recipe(cfg: dict, source: str) -> None:
+    """Cross-field rules of the MERT recipe switches: mask groups, noise mixing, CQT bins (docs/recipe.md)."""
+    m, t = cfg["model"], cfg["train"]
+    groups = mask_groups(t["batch_size"], t["mask_group"])
+    world = t["processes"] * t.get("nodes", 1)
+    if len(groups) % world and (t["mask_group"] or m["mixture_prob"] > 0):
+        raise ConfigError(
+            f"{source}: 'train.mask_group' ({t['mask_group']}) splits 'train.batch_size' ({t['batch_size']}) into "
+            f"{len(groups)} groups, which the {world} processes ('train.nodes' x 'train.processes') must divide "
+            "(each process holds whole groups)"
+        )
+    if m["mixture_prob"] > 0:
+        crop = crop_frames(cfg) * ENCODEC_HOP
+        (n_min, n_max), (len_min, len_max) = m["mixture_segments"], m["mixture_samples"]
+        if n_min > n_max or len_min > len_max:
+            raise ConfigError(f"{source}: 'model.mixture_segments' and 'model.mixture_samples' must be [min, max] ranges")
+        if len_max > crop:
+            raise ConfigError(f"{source}: 'model.mixture_samples' reaches {len_max} samples, longer than a crop ({crop})")
+        smallest = min(len(g) for g in groups)
+        if (smallest - 1) * crop < len_max:
+            raise ConfigError(
+                f"{source}: 'model.mixture_prob' > 0 needs groups ('train.mask_group') of crops whose others hold "
+                f"{len_max} samples of noise ('model.mixture_samples'); the smallest group has {smallest} crops"
+            )
+    top = cqt_top_frequency(m["cqt_fmin"], m["cqt_bins"], m["cqt_bins_per_octave"])
+    if m["cqt_loss_weight"] > 0 and top >= cfg["data"]["sample_rate"] / 2:
+        raise ConfigError(f"{source}: 'model.cqt_bins' reach {top:.0f} Hz, above Nyquist of 'data.sample_rate'")
 
 
 def _check_renamed_keys(cfg: Any, source: str) -> None:
@@ -261,6 +332,9 @@ def model_config(cfg: dict, run: str | None = None) -> ModelConfig:
     """The `model:` section with one arm's norm and attention applied."""
     m = dict(cfg["model"])
     m["conv_layers"] = tuple(tuple(layer) for layer in m["conv_layers"])
+    for key in ("mixture_segments", "mixture_samples"):
+        if key in m:
+            m[key] = tuple(m[key])
     if run is not None:
         r = run_config(cfg, run)
         m.update(norm=r.norm, attention=r.attention)
@@ -288,6 +362,24 @@ def total_stride(conv_layers) -> int:
     """Samples between consecutive frames of a (channels, kernel, stride) conv stack: the product
     of its strides (ENCODEC_HOP = 320 in every valid config)."""
     return math.prod(stride for _, _, stride in conv_layers)
+
+
+def mask_groups(batch: int, group: int) -> list:
+    """The rows of a micro-batch of `batch` crops split into ceil(batch / group) groups of about
+    `group` crops (0: one group). Group j holds rows j, j + n, j + 2n, ... (n groups), so the
+    rows r, r + P, ... that process r of P keeps hold whole groups whenever P divides n."""
+    n = 1 if group <= 0 else -(-batch // group)
+    return [np.arange(j, batch, n) for j in range(n)]
+
+
+def cqt_bin_frequency(k, fmin: float, bins_per_octave: int):
+    """Centre frequency of CQT bin k: fmin * 2^(k / bins_per_octave) (nnAudio create_cqt_kernels)."""
+    return fmin * 2.0 ** (k / bins_per_octave)
+
+
+def cqt_top_frequency(fmin: float, bins: int, bins_per_octave: int) -> float:
+    """Centre frequency of the highest bin; must stay below Nyquist (MERT: 32.7 Hz, 336, 48 -> 4,127 Hz)."""
+    return cqt_bin_frequency(bins - 1, fmin, bins_per_octave)
 
 
 def crop_frames(cfg: dict) -> int:

@@ -7,7 +7,6 @@ other steps, so training itself runs the same kernels (the fused attention inclu
         grad_norm_<block>      L2 norm of the block's gradient before clipping (fp16: unscaled)
         update_ratio_<block>   ||W_after - W_before|| / ||W_before||: the size of this update
         masked_frac            masked frames / frames in the step's batch
-        loss_scale             the fp16 loss scaler's scale after the update (fp16 only)
     validation pass (record, on the fixed held-out crops, after the update)
         attn_logit_max_l<i>    largest |q.k| / sqrt(hd) of layer i's attention (before softmax,
                                before PB-Relax's division): the quantity that overflows in fp16
@@ -133,10 +132,11 @@ def codebook_correct(logits: torch.Tensor, targets: torch.Tensor, codebook: int 
 
 class UpdateProbe:
     """Per-block gradient norms and a weight snapshot before an update; update ratios after it.
+    (The loss scale is in every row already: train.py's `loss_scale`, NaN without fp16.)
 
         probe = UpdateProbe(model, scaler)   # gradients in place, not yet unscaled or clipped
         ...optimizer step...
-        row = probe.finish(scaler)
+        row = probe.finish()
     """
 
     def __init__(self, model: nn.Module, scaler: torch.amp.GradScaler | None = None):
@@ -145,10 +145,8 @@ class UpdateProbe:
         self.grads = grad_norms(self.blocks, scale)  # scaled fp16 gradients / scale = unscaled
         self.before = snapshot(self.blocks)
 
-    def finish(self, scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
+    def finish(self) -> dict[str, float]:
         row = {**self.grads, **update_ratios(self.blocks, self.before)}
-        if scaler is not None and scaler.is_enabled():
-            row["loss_scale"] = float(scaler.get_scale())
         self.before = []
         return row
 
@@ -201,6 +199,8 @@ class ValidProbe:
 
     def _heads_hook(self, module, args, logits):
         codes, mask = self._codes, self._mask
+        if hasattr(module, "target_ids"):  # codes -> the heads' class ids (special symbols first)
+            codes = module.target_ids(codes)
         with torch.no_grad():
             if logits.shape[0] == mask.numel():  # static shapes: every frame scored, unmasked ones weighted 0
                 flat = mask.reshape(-1)  # (B T,)

@@ -13,11 +13,19 @@ complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or no
   came partly from an earlier transfer (then the file is downloaded once more from the start). Extraction
   (archive.extract) checks every member first and writes only audio files (wav, flac, ogg,
   mp3); FMA's known-corrupt tracks are never extracted.
-- `folder`: every audio file under `data.folder` (recursive, hidden files and folders left
-  out) appears in `out_dir` at the same relative path, as a hard link when the folder is on the
-  same filesystem (no second copy of a large corpus; nothing in the pipeline writes to these
-  files, and replacing `out_dir` only removes the links) and as a copy otherwise. A real folder
-  rather than symlinks: DVC caches file contents, and a symlinked corpus would change under it.
+- `librosa`: librosa's example recordings, file by file from `data.base_url`, each checked
+  against its sha256 (sources.LIBROSA_SHA256) and kept in `downloads/librosa/`.
+- `folder`: every audio file under `data.folder` (recursive; audio by name, else by content:
+  whatever libsndfile recognises) appears in `out_dir` at the same relative path, as a hard link
+  when the folder is on the same filesystem (no second copy of a large corpus; nothing in the
+  pipeline writes to these files, and replacing `out_dir` only removes the links) and as a copy
+  otherwise. A real folder rather than symlinks: DVC caches file contents, and a symlinked corpus
+  would change under it.
+
+Every path of the source that fetch does not bring (hidden, not audio, an unsupported format such
+as .m4a, a broken link or loop, a FIFO, a device, a name that is not UTF-8; in an archive: members
+that are not audio-named, links, devices, FIFOs) is listed with its reason in SOURCE.json's
+`skipped`, which prepare copies into rejects.csv: every file is accounted for.
 
 Decoding is prepare's job: fetch never opens the audio, so a bad file travels on to prepare,
 which lists it in rejects.csv with its reason.
@@ -30,15 +38,16 @@ import ftplib
 import os
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 from urllib.parse import urlsplit
 
 import soundfile as sf
 
 from acoustic_mlm import __version__, archive, sources, synth
-from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio
+from acoustic_mlm.sources import AUDIO_SUFFIXES
 from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
 
 DEFAULT_RETRIES = 3  # further attempts after a network error or a resumed download that failed its hash
@@ -190,7 +199,8 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
                 log.warning("fetch: the resumed download of %s failed its hash check; downloading it again",
                             src.filename)
                 continue
-            hint = "; check data.known_hash" if src.name == "url" else ""
+            hint = ("; check data.known_hash" if src.name == "url"
+                    else "; check data.base_url" if src.name in sources.FILE_SETS else "")
             raise DownloadError(f"fetch: {src.url}: {_one_line(exc)}{hint}") from None
     raise AssertionError("unreachable")
 
@@ -218,8 +228,30 @@ def _fetch_synthetic(cfg: dict, out: Path, ctx: Context) -> dict:
     }
 
 
-def _is_audio(rel: str) -> bool:
-    return Path(rel).suffix.lower() in AUDIO_SUFFIXES
+def _archive_skipped(path: Path, done: archive.Extracted, src: sources.ArchiveSource) -> list[dict]:
+    """Every archive member not extracted (but folders), with its reason, for SOURCE.json and the rejects."""
+    def why(rel: str) -> str:
+        if src.excluded(rel):
+            return f"known-corrupt track of {src.name} (not extracted)"
+        if PurePosixPath(rel).suffix.lower() in sources.UNSUPPORTED_AUDIO:
+            return f"{sources.not_audio_reason(rel)} (not extracted)"
+        return "not an audio file name (not extracted)"
+
+    skipped = [{"path": r, "reason": why(r)} for r in done.not_kept]
+    if done.links_skipped or done.other_skipped:  # name them: one more pass over the member list
+        for m in archive.list_members(path):
+            if m.path is None or m.kind in ("file", "dir"):
+                continue
+            if m.kind in ("symlink", "hardlink"):
+                reason = f"{'hard' if m.kind == 'hardlink' else 'symbolic'} link inside the archive (not extracted)"
+            else:
+                ref = m.ref
+                kind = ("FIFO" if getattr(ref, "isfifo", lambda: False)() else
+                        "character device" if getattr(ref, "ischr", lambda: False)() else
+                        "block device" if getattr(ref, "isblk", lambda: False)() else "special file")
+                reason = f"not a regular file ({kind}) in the archive (not extracted)"
+            skipped.append({"path": m.path.as_posix(), "reason": reason})
+    return sorted(skipped, key=lambda d: d["path"])
 
 
 def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
@@ -227,9 +259,9 @@ def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
     src = sources.archive_for(cfg["data"])
     path = download(src, ctx.downloads_dir, ctx.retries, ctx.timeout)
     log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
-    done = archive.extract(path, out, keep=lambda rel: _is_audio(rel) and not src.excluded(rel),
+    done = archive.extract(path, out, keep=lambda rel: sources.is_audio_name(rel) and not src.excluded(rel),
                            limits=archive.ExtractLimits.from_config(cfg["data"]))
-    excluded = sorted(r for r in done.not_kept if _is_audio(r))
+    excluded = sorted(r for r in done.not_kept if sources.is_audio_name(r))
     if not done.files:
         raise ValueError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
                          + (f" besides {len(excluded)} known-corrupt ones" if excluded else ""))
@@ -242,6 +274,8 @@ def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
                     len(off_layout), path.name, src.name, off_layout[0])
     if excluded:
         log.info("fetch: left out %d known-corrupt tracks: %s", len(excluded), ", ".join(excluded))
+    skipped = _archive_skipped(path, done, src)
+    _log_skipped(skipped, path.name)
     return {
         "url": src.url,
         "known_hash": src.known_hash,
@@ -250,27 +284,54 @@ def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
         "files": len(done.files),
         "bytes": done.bytes,
         "excluded_known_corrupt": excluded,
-        "other_files_skipped": len(done.not_kept) - len(excluded),  # non-audio members
+        "other_files_skipped": len(done.not_kept) - len(excluded),  # regular members that are not audio-named
         "links_skipped": done.links_skipped,
+        "special_skipped": done.other_skipped,  # devices, FIFOs
         "off_layout": len(off_layout),
+        "skipped": skipped,  # every member not extracted (but folders): prepare lists them in rejects.csv
     }
 
 
+def _log_skipped(skipped: list[dict], where: str) -> None:
+    if skipped:
+        kinds = Counter(s["reason"].split(" (")[0].split(";")[0] for s in skipped)
+        log.info("fetch: left out %d files of %s (%s); prepare lists them in rejects.csv", len(skipped), where,
+                 ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+
+
+def _libsndfile_reads(path: Path) -> bool:
+    """Whether libsndfile recognises the content of a regular file (its header only)."""
+    try:
+        sf.info(str(path))
+    except Exception:  # noqa: BLE001 - any failure means: not a format it reads
+        return False
+    return True
+
+
 def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
-    """A local folder: its audio files hard-linked (same filesystem) or copied, paths kept."""
+    """A local folder: its audio files hard-linked (same filesystem) or copied, paths kept; every
+    other path listed with the reason it is left out."""
     folder = Path(cfg["data"]["folder"]).expanduser()
     if not folder.is_dir():
         raise FileNotFoundError(f"data.folder: {folder} is not a folder")
     folder, final = folder.resolve(), ctx.out_dir.resolve()
     if folder == final or final in folder.parents or folder in final.parents:
         raise ValueError(f"data.folder: {folder} and the output folder {final} must not contain each other")
-    files = find_audio(folder)
+    listing = sources.walk(folder)
+    files, skipped = [], [{"path": r, "reason": why} for r, why in listing.left_out]
+    for rel, src in listing.files:
+        if rel == sources.SOURCE_RECORD:
+            skipped.append({"path": rel, "reason": "the name of fetch's own record (rename the file to include it)"})
+        elif sources.is_audio_name(rel) or _libsndfile_reads(src):  # by name, else by content (AIFF as .dat)
+            files.append((rel, src))
+        else:
+            skipped.append({"path": rel, "reason": sources.not_audio_reason(rel)})
+    skipped.sort(key=lambda d: d["path"])
     if not files:
-        raise FileNotFoundError(f"data.folder: no audio files ({', '.join(AUDIO_SUFFIXES)}) under {folder}")
+        raise FileNotFoundError(f"data.folder: no audio files under {folder} ({len(skipped)} other files)")
     linked = copied = size = 0
     with Progress(len(files), "fetch", unit="file") as bar:
-        for src in files:
-            rel = src.relative_to(folder)
+        for rel, src in files:
             dest = out / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -281,11 +342,34 @@ def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
                 copied += 1
             size += dest.stat().st_size
             bar.update(1)
-    hidden = sum(1 for p in folder.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()) - len(files)
-    if hidden:
-        log.info("fetch: left out %d audio files in hidden files or folders under %s", hidden, folder)
+    _log_skipped(skipped, str(folder))
     return {"folder": str(folder), "files": len(files), "bytes": size, "hard_linked": linked, "copied": copied,
-            "hidden_skipped": hidden}
+            "hidden_skipped": sum(s["reason"] == sources.HIDDEN for s in skipped),
+            "skipped": skipped}  # every other path under the folder: prepare lists them in rejects.csv
+
+
+def _fetch_file_set(cfg: dict, out: Path, ctx: Context) -> dict:
+    """librosa: each file downloaded (or reused) into downloads/<source>/, hash-checked, then linked
+    (or copied) into the raw folder. Its licence files travel with the audio; prepare lists them
+    in rejects.csv as not audio."""
+    fs = sources.file_set_for(cfg["data"])
+    store = ctx.downloads_dir / fs.name
+    store.mkdir(parents=True, exist_ok=True)
+    size = linked = 0
+    with Progress(len(fs.files), f"fetch {fs.name}", unit="file") as bar:
+        for member in fs.members():
+            path = download(member, store, ctx.retries, ctx.timeout)
+            try:
+                os.link(path, out / member.filename)
+                linked += 1
+            except OSError:  # another filesystem, or links not allowed
+                shutil.copy2(path, out / member.filename)
+            size += path.stat().st_size
+            bar.update(1)
+    audio = sum(sources.is_audio_name(f) for f in fs.files)
+    log.info("fetch: %s: %d files (%d audio) from %s, every sha256 checked", fs.name, len(fs.files), audio, fs.base_url)
+    return {"base_url": fs.base_url, "files": len(fs.files), "audio_files": audio, "bytes": size,
+            "hard_linked": linked, "known_hashes": dict(sorted(fs.files.items())), "skipped": []}
 
 
 # data.source -> function(cfg, temporary out folder, context) -> description for SOURCE.json
@@ -294,6 +378,7 @@ SOURCES: dict[str, Callable[[dict, Path, Context], dict]] = {
     "folder": _fetch_folder,
     "url": _fetch_archive,
     **{name: _fetch_archive for name in sources.ARCHIVES},
+    **{name: _fetch_file_set for name in sources.FILE_SETS},
 }
 
 

@@ -171,13 +171,17 @@ class MultiheadSelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """fc1 -> GELU -> dropout -> fc2, (B, T, D) -> (B, T, D)."""
+    """fc1 -> GELU -> dropout -> fc2, (B, T, D) -> (B, T, D).
 
-    def __init__(self, dim: int, ffn_dim: int, dropout: float = 0.0):
+    The hidden dropout is fairseq's `activation_dropout` (dropout2 of wav2vec2.py's
+    TransformerSentenceEncoderLayer), apart from the residual `dropout` (dropout1 and dropout3).
+    """
+
+    def __init__(self, dim: int, ffn_dim: int, activation_dropout: float = 0.0):
         super().__init__()
         self.fc1 = nn.Linear(dim, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dropout(F.gelu(self.fc1(x))))
@@ -201,6 +205,7 @@ class EncoderBlock(nn.Module):
         norm: str = "pre",
         deepnorm_alpha: float = 1.0,
         relax_alpha: float | None = None,
+        activation_dropout: float | None = None,
     ):
         super().__init__()
         if norm not in NORMS:
@@ -208,7 +213,8 @@ class EncoderBlock(nn.Module):
         self.norm = norm
         self.alpha = deepnorm_alpha if norm == "deepnorm" else 1.0  # the residual scale; 1 but for DeepNorm
         self.attn = MultiheadSelfAttention(dim, heads, attention_dropout, relax_alpha)
-        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        # FFN hidden dropout: fairseq's activation_dropout; None keeps it equal to the residual dropout
+        self.ffn = FeedForward(dim, ffn_dim, dropout if activation_dropout is None else activation_dropout)
         self.ln1 = nn.LayerNorm(dim, eps=1e-5)
         self.ln2 = nn.LayerNorm(dim, eps=1e-5)
         self.dropout = nn.Dropout(dropout)  # on each residual branch
@@ -254,6 +260,11 @@ class TransformerEncoder(nn.Module):
 
     Post-Norm and DeepNorm normalise right after adding positions (fairseq
     layer_norm_first=False); Pre-Norm normalises after the last block instead.
+    LayerDrop (Fan et al. 2019, arXiv 1909.11556): in training each block is skipped with
+    probability `encoder_layerdrop`, drawn per block and forward pass (fairseq
+    wav2vec2.py TransformerEncoder.extract_features: a layer runs when U[0, 1) > layerdrop).
+    Skipped blocks are computed and their output discarded (5 % of the blocks' work at MERT-95M's
+    0.05), which costs less than what skipping them for real would cost under torch.compile and DDP.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -268,8 +279,10 @@ class TransformerEncoder(nn.Module):
         self.pos_conv = ConvPositionalEmbedding(cfg.dim, cfg.pos_conv_kernel, cfg.pos_conv_groups)
         self.layer_norm = nn.LayerNorm(cfg.dim, eps=1e-5)  # after positions (post) or after the stack (pre)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.layerdrop = cfg.encoder_layerdrop
         self.blocks = nn.ModuleList(
-            EncoderBlock(cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.norm, alpha, relax)
+            EncoderBlock(cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.norm, alpha, relax,
+                         cfg.activation_dropout)
             for _ in range(cfg.layers)
         )
         self.apply(init_bert_params)  # Linear and LayerNorm only; the positional conv keeps its init
@@ -283,8 +296,15 @@ class TransformerEncoder(nn.Module):
         if self.norm != "pre":
             x = self.layer_norm(x)
         x = self.dropout(x)
-        for block in self.blocks:
-            x = block(x)  # (B, T, D)
+        keep = None  # LayerDrop: one draw per block from torch's generator (seeded and saved with the run)
+        if self.training and self.layerdrop > 0:
+            keep = torch.rand(len(self.blocks), device=x.device) > self.layerdrop  # (N,) bool
+        for i, block in enumerate(self.blocks):
+            y = block(x)  # (B, T, D)
+            # a dropped block is computed and discarded: static graphs, no unused parameters under
+            # DDP, and zero gradients for it, as fairseq's FP16Optimizer gives (it zero-fills
+            # missing gradients, fairseq/optim/fp16_optimizer.py) and Adam then still steps
+            x = y if keep is None else torch.where(keep[i], y, x)
         if self.norm == "pre":
             x = self.layer_norm(x)
         return x
@@ -294,11 +314,32 @@ class TransformerEncoder(nn.Module):
 # The backbone
 
 
+class GradMultiply(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by `scale` (fairseq/modules/grad_multiply.py)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
 class AcousticEncoder(nn.Module):
     """MERT / HuBERT backbone: (B, L) waveform and (B, T) mask -> (B, T, D) states and feature penalty.
 
-    conv features -> L2 penalty -> LayerNorm -> Linear(C, D) -> masked frames replaced by a
-    learned embedding -> TransformerEncoder.
+    conv features -> gradient scale -> L2 penalty -> LayerNorm -> Linear(C, D) -> dropout_input ->
+    masked frames replaced by a learned embedding -> TransformerEncoder.
+
+    feature_grad_mult scales the gradient that reaches the conv front end (HuBERT and MERT
+    `forward_features`: GradMultiply when != 1, no gradient at all when 0; mert_model.py). The
+    penalty is taken after the scaling, so its gradient into the convs is scaled too.
+    dropout_input acts after the projection and before masking (hubert.py / mert_model.py
+    `forward`). fairseq's `dropout_features` is not here: HuBERT and MERT apply it to
+    `unmasked_features`, which nothing reads afterwards (wav2vec 2.0 uses it for its quantizer
+    targets), so it changes nothing in their training.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -309,13 +350,21 @@ class AcousticEncoder(nn.Module):
         self.post_extract_proj = nn.Linear(channels, cfg.dim)  # PyTorch default init, as fairseq
         self.mask_emb = nn.Parameter(torch.empty(cfg.dim).uniform_())  # U(0, 1), as fairseq
         self.transformer = TransformerEncoder(cfg)
+        self.feature_grad_mult = cfg.feature_grad_mult
+        self.dropout_input = nn.Dropout(cfg.dropout_input)
 
     def forward(self, wav: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.feature_extractor(wav)  # (B, C, T)
+        if self.feature_grad_mult > 0:
+            features = self.feature_extractor(wav)  # (B, C, T)
+            if self.feature_grad_mult != 1.0:
+                features = GradMultiply.apply(features, self.feature_grad_mult)
+        else:  # a frozen front end, as fairseq (no_grad; fairseq also switches it to eval, a no-op here)
+            with torch.no_grad():
+                features = self.feature_extractor(wav)  # (B, C, T)
         # fairseq HuBERT takes the penalty before the LayerNorm (after it, it would only see LN's gain)
         feature_penalty = features.float().pow(2).mean()  # scalar
         x = self.layer_norm(features.transpose(1, 2))  # (B, T, C)
-        x = self.post_extract_proj(x)  # (B, T, D)
+        x = self.dropout_input(self.post_extract_proj(x))  # (B, T, D)
         if mask is not None:
             if mask.shape != x.shape[:2]:
                 raise ValueError(f"mask shape {tuple(mask.shape)} != (B, T) {tuple(x.shape[:2])}")

@@ -18,7 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig
+from .config import ModelConfig, mask_groups  # noqa: F401  (mask_groups: the config check needs it too)
+from .cqt import CQTTarget
 from .model import AcousticEncoder
 
 LN2 = math.log(2)  # nats per bit
@@ -72,6 +73,33 @@ def compute_mask_indices(
     return mask
 
 
+def compute_group_masks(batch: int, T: int, mask_prob: float, mask_length: int, min_masks: int,
+                        rng: np.random.Generator, group: int = 0) -> np.ndarray:
+    """(batch, T) span masks whose masked-frame count is equal within each group of `mask_groups`.
+
+    fairseq's require_same_masks equalises the rows of one compute_mask_indices call, and
+    HuBERT / MERT call it once per forward of one GPU's micro-batch (mert_model.py apply_mask;
+    fairseq/data/data_utils.py): MERT-330M equalises 7 crops at a time, not the global batch.
+    group 0 makes one call for the whole micro-batch, drawing exactly as before the switch.
+    """
+    groups = mask_groups(batch, group)
+    if len(groups) == 1:
+        return compute_mask_indices((batch, T), mask_prob, mask_length, min_masks, rng)
+    mask = np.zeros((batch, T), dtype=bool)
+    for rows in groups:
+        mask[rows] = compute_mask_indices((len(rows), T), mask_prob, mask_length, min_masks, rng)
+    return mask
+
+
+def uniform_bits(codebook_size: int, special_symbols: int = 0) -> float:
+    """Cross-entropy of a uniform guess over the softmax's classes, in bits: log2(V + S).
+
+    fairseq's Dictionary adds bos, pad, eos and unk before the codes (fairseq/data/dictionary.py),
+    and HuBERT / MERT score every dictionary entry: log2(1024 + 4) = 10.0056 bits.
+    """
+    return math.log2(codebook_size + special_symbols)
+
+
 def cosine_logits(x: torch.Tensor, codewords: torch.Tensor, temp: float) -> torch.Tensor:
     """cos(x_n, e_v) / temp, (N, F) x (V, F) -> (N, V), in float32 (as HuBERT's compute_nce).
 
@@ -84,13 +112,26 @@ def cosine_logits(x: torch.Tensor, codewords: torch.Tensor, temp: float) -> torc
 
 class CodebookHeads(nn.Module):
     """One projection per codebook and its learned codeword embeddings (HuBERT's final_proj and
-    label_embs_concat): (N, D) states -> (N, K, V) cosine logits."""
+    label_embs_concat): (N, D) states -> (N, K, V + S) cosine logits.
 
-    def __init__(self, dim: int, final_dim: int, codebooks: int, codebook_size: int):
+    special_symbols S > 0 adds S embeddings that are never a target, first, as fairseq's
+    Dictionary (bos, pad, eos, unk at ids 0-3): HuBERT's label encoder maps code c to id c + S
+    (hubert_pretraining.py / mert_pretraining.py LabelEncoder, Dictionary.encode_line), and
+    `compute_nce` scores the target against all V + S embeddings (mert_model.py), so the softmax
+    has V + S classes; `target_ids` applies the offset.
+    """
+
+    def __init__(self, dim: int, final_dim: int, codebooks: int, codebook_size: int, special_symbols: int = 0):
         super().__init__()
         self.codebooks = codebooks
+        self.special_symbols = special_symbols
         self.proj = nn.Linear(dim, final_dim * codebooks)  # PyTorch default init, as fairseq
-        self.codewords = nn.Parameter(torch.empty(codebooks, codebook_size, final_dim).uniform_())  # (K, V, F)
+        classes = codebook_size + special_symbols
+        self.codewords = nn.Parameter(torch.empty(codebooks, classes, final_dim).uniform_())  # (K, V + S, F)
+
+    def target_ids(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes -> class ids: c + S (the dictionary's special symbols come first)."""
+        return codes + self.special_symbols if self.special_symbols else codes
 
     def forward(self, h: torch.Tensor, temp: float) -> torch.Tensor:
         z = self.proj(h).chunk(self.codebooks, dim=-1)  # K x (N, F)
@@ -99,10 +140,30 @@ class CodebookHeads(nn.Module):
 
 
 class MLMOutput(NamedTuple):
-    loss: torch.Tensor  # scalar to backprop: sum_k CE_k (nats) + feature_penalty_weight * penalty
+    loss: torch.Tensor  # scalar to backprop: sum_k CE_k (nats) + feature_penalty_weight * penalty [+ cqt weight * cqt]
     bits: torch.Tensor  # (K,) detached: per-codebook mean masked cross-entropy in bits
     feature_penalty: torch.Tensor  # detached scalar, unweighted
     n_masked: torch.Tensor  # detached scalar: masked frames in the batch (a tensor: reading it syncs a GPU)
+    cqt_loss: torch.Tensor | None = None  # detached scalar, unweighted CQT reconstruction MSE (None: off)
+
+
+class CQTHead(nn.Module):
+    """MERT's CQT reconstruction (mert_model.py `model_cqt_pred`, `audio_cqt_loss_m`): one Linear
+    from the encoder output to the CQT bins, trained with the mean squared error (nn.MSELoss)
+    against the clean crop's CQT magnitudes (cqt.py) on masked frames only, averaged over
+    frames and bins. hubert_criterion.py weighs it with loss_weights[1] (1 in both MERT configs)."""
+
+    def __init__(self, dim: int, bins: int, bins_per_octave: int, fmin: float):
+        super().__init__()
+        self.proj = nn.Linear(dim, bins)  # PyTorch default init, as MERT's fc
+        self.target = CQTTarget(bins, bins_per_octave, fmin)  # constant, outside the module tree
+
+    def forward(self, h: torch.Tensor, clean: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """h (B, T, D) states, clean (B, L) waveform, weight (B, T) 0/1 masked frames -> scalar MSE."""
+        target = self.target(clean)  # (B, T, bins), no gradient
+        err = (self.proj(h).float() - target).pow(2).mean(-1)  # (B, T)
+        w = weight.to(err.dtype)
+        return (err * w).sum() / w.sum()
 
 
 def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -139,10 +200,14 @@ class AcousticMLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.encoder = AcousticEncoder(cfg)
-        self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size)
+        self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size, cfg.special_symbols)
+        self.cqt = (CQTHead(cfg.dim, cfg.cqt_bins, cfg.cqt_bins_per_octave, cfg.cqt_fmin)
+                    if cfg.cqt_loss_weight > 0 else None)
         self.static_shapes: bool | None = None
 
-    def forward(self, wav: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor) -> MLMOutput:
+    def forward(self, wav: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor,
+                clean: torch.Tensor | None = None) -> MLMOutput:
+        """`clean`: the crops before noise mixing (augment.py), for the CQT target; None: `wav`."""
         B, K, T = codes.shape
         if K != self.cfg.codebooks:
             raise ValueError(f"codes have {K} codebooks, the model predicts {self.cfg.codebooks}")
@@ -153,15 +218,20 @@ class AcousticMLM(nn.Module):
         static = self.static_shapes
         if static is None:
             static = mask.device.type != "cpu" or torch.compiler.is_compiling()
+        ids = self.heads.target_ids(codes).transpose(1, 2)  # (B, T, K) class ids (codes + special symbols)
         if static:
             weights = mask.reshape(B * T).float()  # (B T,) 1 = masked frame
-            targets = codes.transpose(1, 2).reshape(B * T, K)  # (B T, K)
-            logits = self.heads(h.reshape(B * T, -1), self.cfg.logit_temp)  # (B T, K, V)
-            ce = masked_cross_entropy(logits, targets, weights)  # (K,) nats
+            logits = self.heads(h.reshape(B * T, -1), self.cfg.logit_temp)  # (B T, K, V + S)
+            ce = masked_cross_entropy(logits, ids.reshape(B * T, K), weights)  # (K,) nats
             n_masked = weights.sum()
         else:
-            logits = self.heads(h[mask], self.cfg.logit_temp)  # (N, K, V), N masked frames
-            ce = masked_cross_entropy(logits, codes.transpose(1, 2)[mask])  # (K,) nats
+            logits = self.heads(h[mask], self.cfg.logit_temp)  # (N, K, V + S), N masked frames
+            ce = masked_cross_entropy(logits, ids[mask])  # (K,) nats
             n_masked = mask.sum()
         loss = ce.sum() + self.cfg.feature_penalty * penalty
-        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), n_masked.detach().float())
+        cqt = None
+        if self.cqt is not None:
+            cqt = self.cqt(h, wav if clean is None else clean, mask)
+            loss = loss + self.cfg.cqt_loss_weight * cqt
+            cqt = cqt.detach()
+        return MLMOutput(loss, nats_to_bits(ce.detach()), penalty.detach(), n_masked.detach().float(), cqt)

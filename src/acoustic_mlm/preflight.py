@@ -123,11 +123,6 @@ def suggest_micro_batch(crops_per_process: int, max_fit: int) -> int:
     return max((d for d in range(1, crops_per_process + 1) if crops_per_process % d == 0 and d <= max_fit), default=0)
 
 
-def codebooks_for_bandwidth(bandwidth_kbps: float) -> int:
-    """EnCodec 24 kHz: each codebook costs 10 bits x 75 Hz = 0.75 kbps (6 kbps: 8 codebooks)."""
-    return round(bandwidth_kbps * 1000 / 750)
-
-
 def corpus_seconds(cfg: dict, corpus_hours: float | None = None) -> float | None:
     """Seconds of audio the preset's source holds, where it can be known before fetching."""
     if corpus_hours is not None:
@@ -147,7 +142,7 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
     """
     seconds = corpus_seconds(cfg, corpus_hours)
     rate = cfg["data"]["sample_rate"]
-    k = codebooks_for_bandwidth(cfg["tokenizer"]["bandwidth"])
+    k = C.encodec_codebooks(float(cfg["tokenizer"]["bandwidth"]))  # rows of every codes.npy
     final_gb = params * PARAM_BYTES / GB
     state_gb = params * (PARAM_BYTES + ADAM_STATE_BYTES) / GB
     seeds = sum(a["seeds"] for a in arms)
@@ -156,7 +151,7 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
         "corpus_note": None if seconds is not None else
         f"data.source {cfg['data']['source']}: size unknown before fetching; pass --corpus-hours",
         "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
-        "codes_gb": None if seconds is None else seconds * (rate / C.ENCODEC_HOP) * k * CODE_BYTES / GB,
+        "codes_gb": None if seconds is None else seconds * C.ENCODEC_FRAME_RATE * k * CODE_BYTES / GB,
         "codebooks_stored": k,
         "checkpoint_gb_per_seed": final_gb,
         "state_gb_per_file": state_gb,
@@ -250,9 +245,21 @@ class MemoryProbe:
 
 
 def _free(device: torch.device) -> None:
+    """Release the previous model's memory, so that the next one's is measured from a true baseline.
+
+    On CPU glibc keeps freed blocks in the process (the second of two paper-size models measured
+    0 GB above a baseline that still held the first one's 5.8 GB); malloc_trim returns them.
+    """
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    else:
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc: the baseline may include freed memory
+            pass
 
 
 # ----------------------------------------------------------------------------- measuring one arm
@@ -427,13 +434,13 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         raise UserError(f"preflight: --optimizer-steps ({optimizer_steps}) cannot exceed --micro-batches ({micro_batches})")
     wanted = device_name or t0.device
     device_note = None
-    if wanted == "cuda" and not torch.cuda.is_available():
+    if device_name is None and wanted == "cuda" and not torch.cuda.is_available():  # the preset's, not asked for
         wanted = "cpu"
         device_note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
                        "(memory and plumbing; the times are CPU times)")
         log.warning("preflight: %s", device_note)
     set_threads(threads if threads is not None else t0.threads)
-    device = pick_device(wanted, key="train.device")
+    device = pick_device(wanted, key="train.device" if device_name is None else "--device")
     device_label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if peak is None and device.type == "cuda":
         peak = peak_tflops(device_label, precision)
@@ -456,7 +463,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     groups: dict[tuple, list[str]] = {}
     for run_name in cfg["runs"]:
         mc = C.model_config(cfg, run_name)
-        groups.setdefault((mc.norm, mc.deepnorm, mc.attn_relax), []).append(run_name)
+        groups.setdefault(mc, []).append(run_name)
     probe = MemoryProbe(device)
     units = len(groups) * (warmup + micro_batches + optimizer_steps)
     log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, device_label,
@@ -478,8 +485,8 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
             bar.update(0, model=names[0])
 
     arms = []
-    for name, res in measured.items():
-        rc = C.run_config(cfg, name)
+    for name in cfg["runs"]:  # the configuration's order, whatever order the models were measured in
+        res, rc = measured[name], C.run_config(cfg, name)
         n_micro = crops_per_process // res["measured_micro_batch"]
         update_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
         flops = n_micro * step_flops(C.model_config(cfg, name), res["measured_micro_batch"], frames)
@@ -555,11 +562,19 @@ def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_p
         max_fit, how = (mb if res["did_not_fit"] else None), "tried on the device"
         best = preset_micro if fits else mb
     else:
+        # A steady update holds fp32 weights, gradients and Adam state (16 bytes per parameter: RSS
+        # after a step also counts memory the allocator kept) plus the micro-batch's activations.
         per_crop = res["activation_gb_per_micro_batch"] * GB / mb
-        static = res["peak_memory_gb"] * GB - res["activation_gb_per_micro_batch"] * GB
-        fits = static + per_crop * preset_micro <= avail
-        max_fit = int((avail - static) // per_crop) if per_crop > 0 and avail > static else 0
-        how = "estimated: peak linear in the micro-batch, against the memory available"
+        steady = res["params"] * (2 * PARAM_BYTES + ADAM_STATE_BYTES)
+        peak = res["peak_memory_gb"] * GB
+
+        def peak_at(b: int) -> float:
+            return max(peak, steady + b * per_crop)
+
+        fits = peak_at(preset_micro) <= avail
+        max_fit = int((avail - steady) // per_crop) if per_crop > 0 and peak_at(1) <= avail else 0
+        how = ("estimated: fp32 weights, gradients and Adam state plus the measured activations per crop "
+               "times the micro-batch, against the memory available")
         best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(max_fit, crops_per_process))
     return {
         "fits": fits if fits is None else bool(fits),

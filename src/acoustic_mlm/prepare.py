@@ -3,8 +3,11 @@
 Three steps, so that a cluster can decode shards in parallel (Snakemake: one job per shard;
 `run` does all three in one process for DVC and by hand):
 
-1. `plan`: `shards.csv` lists every audio-named path under the raw folder (sorted) with its
-   clip id (unique over the corpus) and its shard: consecutive runs of `data.shard_files` paths.
+1. `plan`: `shards.csv` lists every path under the raw folder (sorted) with its clip id (unique
+   over the corpus) and its shard: consecutive runs of `data.shard_files` paths. Files are decoded
+   by content, whatever their name; paths that cannot be (hidden, links that lead nowhere, FIFOs,
+   devices, names that are not UTF-8) and the files fetch did not bring (SOURCE.json's `skipped`)
+   carry their reason in `skip`.
 2. `prepare_shard`: one shard's files decoded, mixed to mono, resampled, trimmed to whole
    EnCodec frames, into `shard-<k>/`: `audio.npy` (ONE 1-D float32 array, the shard's clips
    concatenated; memory-map it), `clips.csv` (the manifest's columns but shard and split),
@@ -15,10 +18,14 @@ Three steps, so that a cluster can decode shards in parallel (Snakemake: one job
      split (train | valid), offset (first sample in its shard's audio.npy), num_samples (a multiple
      of 320), num_frames (num_samples // 320, EnCodec frames), orig_sample_rate, orig_channels,
      duration_s.
-   - `rejects.csv`: path, reason for every audio-named file that is not in the manifest (empty,
-     not decodable, truncated or corrupt, NaN or infinite samples, digital silence, shorter than
-     one training crop, hidden). Every path of the plan is in exactly one of the two.
+   - `rejects.csv`: path, reason for every file that is not in the manifest (not audio, an
+     unsupported format, empty, not decodable, truncated or corrupt, NaN or infinite samples,
+     digital silence, shorter than one training crop, hidden, a broken link, ...). Every path of
+     the plan is in exactly one of the two.
    - `prepare.json`: clips and seconds per split, sample rate, shards, kept and rejected counts by reason.
+
+With the calibrated tokenizer, `merge` refuses a corpus whose train split is shorter than one
+frame per code (1024 EnCodec frames, 13.7 s), saying how many minutes of audio are missing.
 
 The split is a pure function of (split_seed, clip_id): adding, removing or reordering other
 files never moves a clip between train and valid (except the guarantee that neither split
@@ -28,6 +35,7 @@ is empty, which moves the clip nearest the threshold). It does not depend on the
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -38,8 +46,9 @@ import numpy as np
 import pandas as pd
 import soundfile as sf
 
-from acoustic_mlm.config import ENCODEC_HOP, crop_frames
-from acoustic_mlm.sources import AUDIO_SUFFIXES, find_audio  # noqa: F401  (re-exported: prepare.find_audio)
+from acoustic_mlm.config import ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE, ENCODEC_HOP, crop_frames
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.sources import SOURCE_RECORD, find_audio, is_audio_name, not_audio_reason, walk  # noqa: F401
 from acoustic_mlm.utils import OutOfSpaceError, Progress, atomic_dir, atomic_path, is_out_of_space, log, write_json
 
 MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
@@ -61,6 +70,16 @@ def clip_ids(rel_paths: list[str]) -> list[str]:
     ids = [s if stem_count[s] == 1 else str(Path(r).with_suffix("").as_posix()) for s, r in zip(stems, rel_paths)]
     id_count = Counter(ids)
     return [i if id_count[i] == 1 else r for i, r in zip(ids, rel_paths)]  # a/x.wav and a/x.flac
+
+
+def plan_clip_ids(rel_paths: list[str]) -> list[str]:
+    """Clip ids for the files of a plan: `clip_ids` over the audio-named files, so that a file of
+    another kind beside them (cover.jpg beside cover.flac) never changes them; any other file's id
+    is its relative path ("./" + path if an audio-named file already holds that id)."""
+    audio = [r for r in rel_paths if is_audio_name(r)]
+    ids = dict(zip(audio, clip_ids(audio)))
+    taken = set(ids.values())
+    return [ids[r] if r in ids else (f"./{r}" if r in taken else r) for r in rel_paths]
 
 
 def split_hash(split_seed: int, clip_id: str) -> float:
@@ -87,22 +106,34 @@ class Unusable(Exception):
 
 
 def scan(raw_dir: Path) -> tuple[list[Path], list[tuple[str, str]]]:
-    """(audio files to decode, as find_audio; [(relative path, reason)] for audio-named paths it leaves out).
+    """(files to decode; [(relative path, reason)] for every other path under raw_dir).
 
-    Hidden audio files and folders, and audio-named paths that are not regular files (broken
-    links, FIFOs), are listed rather than silently dropped.
+    Every regular file (or link to one) is decoded by content, whatever its name, except fetch's
+    SOURCE.json record and Snakemake's `.snakemake_timestamp` (written into folder outputs) at the
+    top. Left out, each with its reason (sources.walk): hidden files and folders, names that are
+    not UTF-8, broken links, link loops, links to folders, FIFOs, devices; and the files of the
+    source that fetch did not bring (the record's `skipped` list).
     """
     raw_dir = Path(raw_dir)
-    files = find_audio(raw_dir)
-    chosen = set(files)
-    left_out = []
-    for p in raw_dir.rglob("*"):
-        if p.suffix.lower() not in AUDIO_SUFFIXES or p in chosen or p.is_dir():
-            continue
-        rel = p.relative_to(raw_dir)
-        hidden = any(part.startswith(".") for part in rel.parts)
-        left_out.append((rel.as_posix(), "hidden file or folder" if hidden else "not a regular file"))
-    return files, sorted(left_out)
+    record = _fetch_record(raw_dir)
+    listing = walk(raw_dir, skip_top=(SNAKEMAKE_MARKER, *((SOURCE_RECORD,) if record is not None else ())))
+    skipped = [(str(s["path"]), str(s["reason"])) for s in (record or {}).get("skipped", [])]
+    return [p for _, p in listing.files], sorted(listing.left_out + skipped)
+
+
+SNAKEMAKE_MARKER = ".snakemake_timestamp"  # Snakemake's mark in a directory() output such as data/raw
+
+
+def _fetch_record(raw_dir: Path) -> dict | None:
+    """fetch's SOURCE.json at the top of raw_dir (a JSON object naming its source), or None."""
+    path = raw_dir / SOURCE_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return None
+    return record if isinstance(record, dict) and "source" in record else None
 
 
 def _mono_blocks(path: Path, block: int = 1 << 20) -> tuple[np.ndarray, int, int, int]:
@@ -284,16 +315,16 @@ def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
         raise FileNotFoundError(f"prepare: {raw_dir} is not a folder; run fetch first")
     files, left_out = scan(raw_dir)
     if not files and not left_out:
-        raise FileNotFoundError(f"prepare: no audio files ({', '.join(AUDIO_SUFFIXES)}) under {raw_dir}")
+        raise FileNotFoundError(f"prepare: no files under {raw_dir}")
     rel = [p.relative_to(raw_dir).as_posix() for p in files]
-    rows = [(r, i, "") for r, i in zip(rel, clip_ids(rel))] + [(r, "", why) for r, why in left_out]
+    rows = [(r, i, "") for r, i in zip(rel, plan_clip_ids(rel))] + [(r, "", why) for r, why in left_out]
     frame = pd.DataFrame(sorted(rows), columns=["path", "clip_id", "skip"])
     frame.insert(2, "shard", np.arange(len(frame)) // int(cfg["data"]["shard_files"]))
     frame = frame[list(PLAN_COLUMNS)]
     with atomic_path(Path(out_dir) / PLAN) as tmp:
         frame.to_csv(tmp, index=False)
-    log.info("prepare: %d audio files in %d shard(s) of up to %d files", len(frame), frame["shard"].nunique(),
-             cfg["data"]["shard_files"])
+    log.info("prepare: %d files (%d to decode) in %d shard(s) of up to %d files", len(frame), len(files),
+             frame["shard"].nunique(), cfg["data"]["shard_files"])
     return frame
 
 
@@ -336,8 +367,11 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
                         raise Unusable(skip)
                     audio, orig_sr, orig_ch = decode(raw_dir / rel_path, sample_rate, min_samples)
                 except Unusable as why:
-                    log.warning("prepare: rejected %s: %s", rel_path, why)
-                    rejects.append((rel_path, str(why)))
+                    reason = str(why)
+                    if not skip and not is_audio_name(rel_path) and reason.startswith("not decodable"):
+                        reason = not_audio_reason(rel_path)  # name the format: a .m4a, a .jpg
+                    log.warning("prepare: rejected %s: %s", rel_path, reason)
+                    rejects.append((rel_path, reason))
                 else:
                     n = len(audio)
                     rows.append(dict(clip_id=clip_id, path=rel_path, offset=writer.append(audio), num_samples=n,
@@ -385,9 +419,10 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
     log.info("prepare: kept %d files, rejected %d%s", len(manifest), len(rejects),
              f" ({kinds}); see rejects.csv" if len(rejects) else "")
     if manifest.empty:
-        raise ValueError(f"prepare: no usable audio: all {len(rejects)} audio files rejected ({kinds})")
+        raise ValueError(f"prepare: no usable audio: all {len(rejects)} files rejected ({kinds})")
     manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg["data"]["valid_fraction"],
                                       cfg["data"]["split_seed"])
+    check_calibration_data(cfg, manifest)
     manifest = manifest[list(MANIFEST_COLUMNS)]
     with atomic_path(out_dir / "rejects.csv") as tmp:
         rejects.to_csv(tmp, index=False)
@@ -414,6 +449,28 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
              (manifest["split"] == "train").sum(), (manifest["split"] == "valid").sum(),
              total / sample_rate, sample_rate, todo["shard"].nunique())
     return manifest
+
+
+def check_calibration_data(cfg: dict, manifest: pd.DataFrame) -> None:
+    """Refuse, before tokenize, a corpus whose train split cannot fit the calibrated tokenizer.
+
+    k-means needs at least one frame per code (1024 per level); `tokenizer.calibration_frames`
+    (a multiple of 1024) is what the fit uses when the train split has it, else all of it (the
+    fit warns). Below the minimum: a UserError saying how many minutes of audio are needed.
+    """
+    tc = cfg.get("tokenizer") or {}
+    if tc.get("mode") != "calibrated":
+        return
+    CODEBOOK_SIZE, FRAME_RATE = ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE  # noqa: N806
+    have = int(manifest.loc[manifest["split"] == "train", "num_frames"].sum())
+    if have < CODEBOOK_SIZE:
+        share = 1 - float(cfg["data"]["valid_fraction"])
+        raise UserError(
+            f"prepare: the train split holds {have} EnCodec frames ({have / FRAME_RATE / 60:.2f} min); the calibrated "
+            f"tokenizer needs at least {CODEBOOK_SIZE} ({CODEBOOK_SIZE / FRAME_RATE / 60:.2f} min of train audio, about "
+            f"{CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
+            f"{cfg['data']['valid_fraction']}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} min "
+            "of audio, or set tokenizer.mode: pretrained")
 
 
 def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:

@@ -10,16 +10,23 @@ Nothing here touches the network; `fetch` downloads and extracts what `archive_f
   FLAC speech, `LibriSpeech/<subset>/<speaker>/<chapter>/<speaker>-<chapter>-<utterance>.flac`.
   sha256 sums copied from torchaudio 2.9.1, `torchaudio/datasets/librispeech.py` (`_CHECKSUMS`).
 - `url`: any zip or tar(.gz, .bz2, .xz) at `data.url`, checked against `data.known_hash`.
+- `librosa`: librosa's example recordings (14 Ogg files, 11 min of music, speech and field
+  sounds, each with its licence .txt), downloaded file by file from `data.base_url` (null: the
+  published https://librosa.org/data/audio/), each checked against its sha256 from librosa's
+  registry (librosa/util/example_data/registry.txt).
 
 `AUDIO_SUFFIXES` and `find_audio` say what counts as audio, for fetch and prepare alike.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 FMA_URL = "https://os.unil.cloud.switch.ch/fma/{name}.zip"
 FMA_SHA1 = {  # github.com/mdeff/fma README, "Data"
@@ -42,19 +49,146 @@ LIBRISPEECH_SHA256 = {
     "train-clean-360": "146a56496217e96c14334a160df97fffedd6e0a04e66b9c5af0d40be3c792ecf",
     "train-other-500": "ddb22f27f96ec163645d53215559df6aa36515f26e01dd70798188350adcb6d2",
 }
+# librosa's example recordings (music, speech, field sounds; Ogg Vorbis, 22.05 kHz mono, 11 min in all,
+# each with its licence and attribution in a .txt beside it), served file by file. sha256 sums from
+# librosa's registry, librosa/util/example_data/registry.txt (github.com/librosa/librosa); base URL
+# from librosa/util/files.py. The .hq.ogg variants in that registry are left out.
+LIBROSA_URL = "https://librosa.org/data/audio/"
+LIBROSA_SHA256 = {
+    "147793__setuniman__sweet-waltz-0i-22mi.ogg": "4baff8ebf1771c33618b58aa12ac3fbac1e0462894ae74247f2fb8e649d1c63b",
+    "147793__setuniman__sweet-waltz-0i-22mi.txt": "6e6e9265ae9a9a36033ce305a893abdc15f43bb5a41ec29efba368ad91905f43",
+    "198-209-0000.ogg": "0473ba9613befa1026db5e254546f105aeffba8366b5468fc5e8d474d844ca1d",
+    "198-209-0000.txt": "c5bf58b2a4aa0d6bf1e6051690312f3238960d455776a6d37e469d80db1da167",
+    "3436-172162-0000.ogg": "780e482b52f2c8a500356babf60178ce005449cc171a8537eb3ef2961eb3e855",
+    "3436-172162-0000.txt": "8cf4b20e148c4366205bc607f447c169256e945d62c64ead43d0a4dfa7d3ab98",
+    "442789__lena-orsa__happy-music-pistachio-ice-cream-ragtime.ogg": "9617c9be55c128177b13c20fbc52178ed482e3545094517efb30a7db2798991e",
+    "442789__lena-orsa__happy-music-pistachio-ice-cream-ragtime.txt": "99f9c44368918572ac154ae4a2fec4020d1d4bb418ae7bf241864916d68f9d04",
+    "456440__inspectorj__bird-whistling-robin-single-13.ogg": "57c2b861d028e25d7c086b48853f20eda1ae9a7a33e1125a1f3bec91539b4208",
+    "456440__inspectorj__bird-whistling-robin-single-13.txt": "34d25a379408d9144fbc4ce8cceb72be5196aeb6140cec6c90e6bdcb0567cb6e",
+    "5703-47212-0000.ogg": "a284612b46af0535f7e1873758c4387bb8369f6dbbe192ffdec1f171108f98dd",
+    "5703-47212-0000.txt": "1c5bd5eb792ff0d2fbe895e3a3dd0acf3beb48ee364e64e12cde3a646304a9f4",
+    "Hungarian_Dance_number_5_-_Allegro_in_F_sharp_minor_(string_orchestra).ogg": "919b48aa4cc66a0357d2cd5728664c5ab8f15c4b3469460df4b59470d35d3e49",
+    "Hungarian_Dance_number_5_-_Allegro_in_F_sharp_minor_(string_orchestra).txt": "0c857ef8a7365e3df9d5c25c2b08ec3169c0585e3ec08c9c6423d2a04d72fe5f",
+    "Karissa_Hobbs_-_Let's_Go_Fishin'.ogg": "27b3667c396c1831511aa3c415fcf582b6e8be560cafb844c5b67b76b72c1cb3",
+    "Karissa_Hobbs_-_Let's_Go_Fishin'.txt": "199bf3408b98916cd9d28a22b2b43c1935ab70072b46fa05c0b9f40e7882802e",
+    "Kevin_MacLeod_-_P_I_Tchaikovsky_Dance_of_the_Sugar_Plum_Fairy.ogg": "b5c1a3e26310e6618d3c124f458654cd235650fcb9db7d711302644566600484",
+    "Kevin_MacLeod_-_P_I_Tchaikovsky_Dance_of_the_Sugar_Plum_Fairy.txt": "059acb340170385d2bfa4c7ab7c2a06b1d8f8af3e0f11cb4f46ff4049e950915",
+    "Kevin_MacLeod_-_Vibe_Ace.ogg": "6c23aed3dd5aa57f2b1652ecab68d15d9b82ad257f54e639eb2880ca09bc118a",
+    "Kevin_MacLeod_-_Vibe_Ace.txt": "6c71e0525cb0452ea74c6d6f5fde6fa1e221223db7b2aa35b9914b98367ee7b9",
+    "admiralbob77_-_Choice_-_Drum-bass.ogg": "ac644f9645e7c15174e4a4f8561e4d1448d7f6e59ff6b0556b310ebbced879bc",
+    "admiralbob77_-_Choice_-_Drum-bass.txt": "76525d6a4fd135053c5ff7463ae43a8ffcf064b575e8ef2fc3eb37786a45342b",
+    "glacier-bay-humpback.ogg": "64395c617b28b5e31a03032b99b4617bc96b926f3bc5c141862cd13fb79ccd8e",
+    "glacier-bay-humpback.txt": "bec2c73fe2368604f161ffdd44b7afea5f597473e2d51c03906bb05c22113910",
+    "pibble.ogg": "c596c027f604defa522a1734f599c6db5624fa62dd3f1be2a933d85b077f7400",
+    "pibble.txt": "341fdf46cae7c165875667ed729f6d18983e8cfe32e491816705e7be00d57c76",
+    "sorohanro_-_solo-trumpet-06.ogg": "8374466fd3951d24509da6e799b132a0db0bdeda69d99c69d989a6888d3d727d",
+    "sorohanro_-_solo-trumpet-06.txt": "750a191b9d0cc94b2f19cfbf11acc13783f75bedcccfcf562f5b076efd068aba",
+}
 HASH_ALGORITHMS = ("sha256", "sha1", "md5")  # the prefixes data.known_hash may carry
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")  # what fetch extracts or links and prepare decodes
+# File names of formats libsndfile decodes: what fetch extracts from archives without looking inside.
+# In a folder, fetch and prepare also take a file of any other name whose content libsndfile reads.
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au", ".snd",
+                  ".caf", ".w64", ".rf64")
+# Audio formats libsndfile cannot decode: named as such in the rejects, with what to do.
+UNSUPPORTED_AUDIO = (".m4a", ".mp4", ".m4b", ".aac", ".alac", ".wma", ".ape", ".wv", ".mka", ".webm", ".amr", ".ac3")
+SOURCE_RECORD = "SOURCE.json"  # fetch's record at the top of the raw folder: never audio, never a clip
+HIDDEN = "hidden file or folder"  # the reject reason of a path with a part that starts with "."
+
+
+def is_audio_name(rel: str) -> bool:
+    return PurePosixPath(rel).suffix.lower() in AUDIO_SUFFIXES
+
+
+def not_audio_reason(rel: str) -> str:
+    """Why a file that libsndfile cannot read is not taken: its format, judged by name."""
+    suffix = PurePosixPath(rel).suffix.lower()
+    if suffix in UNSUPPORTED_AUDIO:
+        return f"unsupported audio format ({suffix}): convert it to FLAC, WAV, Ogg or MP3"
+    return "not audio (libsndfile does not recognise its content)"
+
+
+def safe_name(rel: str) -> str:
+    """A path as text that any file can hold: bytes that are not UTF-8 (surrogate escapes) as \\xNN."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+_FILE_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+               (stat.S_ISSOCK, "socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _FILE_KINDS if test(mode)), "special file")
+
+
+@dataclass
+class Listing:
+    """Everything under a folder: the regular files to consider, and the rest with the reason it is left out."""
+
+    files: list[tuple[str, Path]] = field(default_factory=list)  # (relative POSIX path, path), sorted
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (relative path, safe as text; reason), sorted
+
+
+def walk(folder: Path, skip_top: tuple[str, ...] = ()) -> Listing:
+    """Every entry under `folder` (recursive, links not followed into folders), each in exactly one list.
+
+    Regular files (and links to them) are `files`. Left out, with their reason: hidden files and
+    everything in hidden folders (names starting with "."), names that are not valid UTF-8,
+    broken links, link loops, links to folders, FIFOs, devices, sockets, unreadable folders.
+    Nothing is opened: a FIFO cannot block. `skip_top`: names at the top level to pass over silently.
+    """
+    folder = Path(folder)
+    out = Listing()
+
+    def visit(path: Path, rel: str, hidden: bool) -> None:
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError as exc:
+            out.left_out.append((safe_name(rel + "/"), f"folder not readable ({exc.strerror or exc})"))
+            return
+        for e in entries:
+            r = f"{rel}/{e.name}" if rel else e.name
+            if not rel and e.name in skip_top:
+                continue
+            h = hidden or e.name.startswith(".")
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    visit(Path(e.path), r, h)
+                    continue
+                mode = e.stat(follow_symlinks=False).st_mode
+            except OSError as exc:
+                out.left_out.append((safe_name(r), f"cannot read: {exc.strerror or exc}"))
+                continue
+            reason = None
+            if stat.S_ISLNK(mode):
+                try:
+                    mode = os.stat(e.path).st_mode
+                except OSError as exc:
+                    reason = ("symbolic link loop" if exc.errno == errno.ELOOP
+                              else "broken symbolic link" if exc.errno == errno.ENOENT
+                              else f"unreadable symbolic link ({exc.strerror})")
+                else:
+                    if stat.S_ISDIR(mode):
+                        reason = "symbolic link to a folder (not followed)"
+            if reason is None and not stat.S_ISREG(mode):
+                reason = f"not a regular file ({_kind(mode)})"
+            if reason is None and h:
+                reason = HIDDEN
+            if reason is None and r != safe_name(r):
+                reason = "file name is not valid UTF-8 (rename the file to include it)"
+            if reason is None:
+                out.files.append((r, Path(e.path)))
+            else:
+                out.left_out.append((safe_name(r), reason))
+
+    visit(folder, "", False)
+    out.files.sort()
+    out.left_out.sort()
+    return out
 
 
 def find_audio(folder: Path) -> list[Path]:
-    """Audio files under folder (recursive, hidden files and folders skipped), sorted by relative path."""
-    folder = Path(folder)
-    found = [
-        p for p in folder.rglob("*")
-        if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    ]
-    return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
+    """Audio-named regular files under folder (recursive, hidden files and folders skipped), sorted by relative path."""
+    return [p for rel, p in walk(folder).files if is_audio_name(rel)]
 
 
 @dataclass(frozen=True)
@@ -106,6 +240,35 @@ ARCHIVES: dict[str, ArchiveSource] = {
     **{name: fma(name) for name in FMA_SHA1},
     **{f"librispeech-{s}": librispeech(s) for s in LIBRISPEECH_SHA256},
 }
+
+
+@dataclass(frozen=True)
+class FileSetSource:
+    """A corpus served file by file from one base URL, each file with its own hash."""
+
+    name: str  # the data.source value
+    base_url: str  # ends with "/"
+    files: dict[str, str]  # file name -> "<algorithm>:<hex>"
+
+    def members(self) -> list[ArchiveSource]:
+        """One download per file (fetch.download's unit), in name order."""
+        return [ArchiveSource(name=self.name, url=self.base_url + quote(f), known_hash=h, filename=f)
+                for f, h in sorted(self.files.items())]
+
+
+FILE_SETS: dict[str, dict[str, str]] = {  # data.source -> {file: known_hash}; the default base URL is below
+    "librosa": {f: f"sha256:{h}" for f, h in LIBROSA_SHA256.items()},
+}
+FILE_SET_URLS = {"librosa": LIBROSA_URL}
+
+
+def file_set_for(data: dict) -> FileSetSource:
+    """The file set behind data.source, served from data.base_url (null: its published location)."""
+    source = data["source"]
+    base = data.get("base_url") or FILE_SET_URLS[source]
+    if urlsplit(base).scheme.lower() not in ("http", "https", "ftp"):
+        raise ValueError(f"data.base_url: '{base}' is not an http(s):// or ftp:// URL")
+    return FileSetSource(name=source, base_url=base if base.endswith("/") else base + "/", files=FILE_SETS[source])
 
 
 def normalise_hash(known_hash: str, key: str = "data.known_hash") -> str:

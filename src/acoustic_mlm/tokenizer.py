@@ -9,7 +9,12 @@ Two modes, one per `tokenizer.mode`:
   embeddings of the train split. Why not EnCodec as it comes: an untrained model's codebooks are
   all zero until a training-mode forward runs its k-means init, so it emits **all-zero codes**;
   and that k-means builds an (n, 1024, 128) tensor per iteration, far too slow on CPU.
-  After calibration the codes still come out of EnCodec's own `model.encode`. The fit centres
+  After calibration the codes still come out of EnCodec's own `model.encode`. The tokenizer sees
+  each clip at a normalised level (`tokenizer.level`: lufs, ITU-R BS.1770 integrated loudness per
+  clip through pyloudnorm; rms, per 1 s window; none), so that codebook 0 describes the music
+  rather than how loud it was recorded; silence stays silence, and the model still trains on the
+  raw waveform (MERT: `normalize: false`). Pretrained mode feeds EnCodec 24 kHz as released,
+  which does not normalise (encodec/model.py: `audio_normalize=False` for the 24 kHz model). The fit centres
   the encoder's output (its last bias absorbs the mean), and runs on a fixed thread count, so
   `tokenizer.pt` is identical for any --threads; the codes then differ between thread counts
   only at float near-ties (measured: under 0.05% of codes).
@@ -27,8 +32,12 @@ process for DVC and by hand), each written atomically into the stage's output fo
    Clips are encoded in zero-padded batches of `tokenizer.batch_size` and trimmed to their own
    frames; clips longer than `tokenizer.segment_seconds` in segments with `context_seconds` of
    left context. `encode.json`: clips, seconds, speed.
-3. `merge` -> `tokenizer.json`: the fit, codes used and unigram entropy per level on the whole
-   corpus, total encode time and speed. Written last: it marks the codes complete.
+   `levels.csv`: each clip's RMS dBFS, LUFS and the gain applied.
+3. `merge` -> `files.csv` (one row per clip: level, codebook-0 codes used, entropy, most frequent
+   code's share) and `tokenizer.json`: the fit, the level normalisation applied, codes used,
+   unigram entropy and most frequent code's share per level on the whole corpus, total encode time
+   and speed; one warning line when a code holds more than 10% of a level's frames. Written last:
+   it marks the codes complete.
 
 Tensor axes: K codebooks (RVQ levels), T frames, D = 128 embedding channels, N points.
 """
@@ -47,6 +56,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
 from acoustic_mlm.config import ENCODEC_HOP
@@ -190,6 +200,81 @@ def load_calibrated(path: str | Path, bandwidth: float = 6.0):
     return model.eval()
 
 
+# ----------------------------------------------------------------------------- level
+
+LEVEL_METHODS = ("lufs", "rms", "none")
+LUFS_GATE_DB = -70.0  # ITU-R BS.1770's absolute gate: a clip quieter than this is silence, left as is
+RMS_SILENCE_DB = -90.0  # level rms: a window at or below this RMS (about 16-bit audio's noise floor) is left as is
+RMS_WINDOW_FRAMES = 8  # level rms: one gain per 8 frames (107 ms); measured against 75 (1 s) in docs/tokenizer.md
+LUFS_MIN_SAMPLES = int(0.4 * SAMPLE_RATE)  # BS.1770 measures in 400 ms blocks: a shorter clip is left as is
+
+
+def rms_dbfs(x: np.ndarray) -> float:
+    """Root-mean-square level in dB relative to full scale (a full-scale square wave: 0 dBFS); -inf for silence."""
+    x = np.asarray(x, dtype=np.float64)
+    ms = float(np.mean(x * x)) if len(x) else 0.0
+    return 10 * math.log10(ms) if ms > 0 else -math.inf
+
+
+def loudness_lufs(x: np.ndarray) -> float:
+    """Integrated loudness (ITU-R BS.1770-4, gated; pyloudnorm) of a 24 kHz mono clip, in LUFS.
+
+    -inf when every 400 ms block is below the absolute gate (silence); NaN for a clip under 400 ms.
+    """
+    import pyloudnorm
+
+    if len(x) < LUFS_MIN_SAMPLES:
+        return math.nan
+    with warnings.catch_warnings(), np.errstate(divide="ignore"):
+        warnings.simplefilter("ignore")  # pyloudnorm warns about possible clipping: we measure only
+        return float(pyloudnorm.Meter(SAMPLE_RATE).integrated_loudness(np.asarray(x, dtype=np.float64)))
+
+
+def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
+    """The gain the tokenizer applies to each EnCodec frame of `clip` (float32, len(clip) // 320).
+
+    lufs: one gain per clip, bringing its integrated loudness to `target_db` LUFS.
+    rms: one gain per window of RMS_WINDOW_FRAMES frames, bringing its RMS to `target_db` dBFS.
+    none: 1. Silence stays silence: a clip below LUFS_GATE_DB, a window at or below RMS_SILENCE_DB,
+    or a clip that cannot be measured keeps gain 1 (and digital zeros stay zeros whatever the gain).
+    """
+    n = len(clip) // ENCODEC_HOP
+    gains = np.ones(n, dtype=np.float32)
+    if method == "none" or n == 0:
+        return gains
+    if method == "lufs":
+        level = loudness_lufs(clip)
+        if math.isfinite(level) and level > LUFS_GATE_DB:
+            gains[:] = 10 ** ((target_db - level) / 20)
+        return gains
+    if method == "rms":
+        for st in range(0, n, RMS_WINDOW_FRAMES):
+            end = min(n, st + RMS_WINDOW_FRAMES)
+            level = rms_dbfs(clip[st * ENCODEC_HOP : end * ENCODEC_HOP])
+            if level > RMS_SILENCE_DB:
+                gains[st:end] = 10 ** ((target_db - level) / 20)
+        return gains
+    raise TokenizerError(f"config: 'tokenizer.level' must be one of {', '.join(LEVEL_METHODS)}, got {method!r}")
+
+
+def level_of(cfg: dict) -> dict:
+    """What the tokenizer's input is normalised to (recorded in fit.json and tokenizer.json).
+
+    Pretrained mode: EnCodec 24 kHz as released, which does not normalise its input
+    (`audio_normalize=False` in encodec/model.py; only the 48 kHz model does): always none.
+    """
+    tc = cfg["tokenizer"]
+    method = tc.get("level", "none") if tc["mode"] == "calibrated" else "none"
+    if method not in LEVEL_METHODS:
+        raise TokenizerError(f"config: 'tokenizer.level' must be one of {', '.join(LEVEL_METHODS)}, got {method!r}")
+    target = float(tc.get("level_target", -23.0)) if method != "none" else None
+    unit = {"lufs": "LUFS", "rms": "dBFS RMS"}.get(method)
+    return {"method": method, "target": target, "unit": unit,
+            "per": {"lufs": "clip", "rms": f"window of {RMS_WINDOW_FRAMES} frames"}.get(method),
+            "silence_gate_db": {"lufs": LUFS_GATE_DB, "rms": RMS_SILENCE_DB}.get(method),
+            "applies_to": "the tokenizer's input only; the model trains on the raw waveform"}
+
+
 # ----------------------------------------------------------------------------- k-means
 
 
@@ -281,8 +366,10 @@ def kmeans(
 
 
 @torch.no_grad()
-def _embed_crops(model, chunks, windows, batch_size: int) -> torch.Tensor:
-    """Encoder embeddings (N, D) of the frames in `windows` = (chunk, start, ctx, keep) in frames."""
+def _embed_crops(model, chunks, windows, batch_size: int, gains: dict | None = None) -> torch.Tensor:
+    """Encoder embeddings (N, D) of the frames in `windows` = (chunk, start, ctx, keep) in frames.
+
+    gains: chunk index -> per-frame gain (frame_gains), applied to the audio the encoder sees."""
     out = []
     by_len: dict[int, list] = {}
     for w in windows:
@@ -293,13 +380,21 @@ def _embed_crops(model, chunks, windows, batch_size: int) -> torch.Tensor:
             group = by_len[length]
             for s in range(0, len(group), batch_size):
                 batch = group[s : s + batch_size]
-                hop = ENCODEC_HOP
-                wav = np.stack([np.asarray(chunks[ci][(st - ctx) * hop : (st + keep) * hop]) for ci, st, ctx, keep in batch])
+                wav = np.stack([_scaled(chunks[ci], gains.get(ci) if gains else None, st - ctx, st + keep)
+                                for ci, st, ctx, keep in batch])
                 emb = model.encoder(torch.from_numpy(wav.astype(np.float32, copy=False))[:, None])  # (B, D, T)
                 for b, (_, _, ctx, keep) in enumerate(batch):
                     out.append(emb[b, :, ctx : ctx + keep].t())  # (keep, D)
                 bar.update(sum(w[3] for w in batch))
     return torch.cat(out)
+
+
+def _scaled(audio: np.ndarray, gains: np.ndarray | None, first: int, end: int) -> np.ndarray:
+    """Frames [first, end) of `audio` as float32, each multiplied by its gain (None: as is)."""
+    x = np.asarray(audio[first * ENCODEC_HOP : end * ENCODEC_HOP], dtype=np.float32)
+    if gains is None:
+        return x
+    return x * np.repeat(gains[first:end], ENCODEC_HOP)
 
 
 @contextlib.contextmanager
@@ -323,6 +418,7 @@ def calibrate(
     crop_frames: int = 150,
     context_frames: int = 16,
     batch_size: int = 4,
+    level: tuple[str, float] = ("none", 0.0),
 ) -> dict:
     """Fit the RVQ codebooks in use to the encoder's embeddings of `audio_chunks`, in place.
 
@@ -334,16 +430,18 @@ def calibrate(
     minus its quantisation through the codebook's own encode/decode (leave-one-out for frames
     alone in their cluster, see below). The encoder's output is centred first (its last bias
     absorbs the mean), so the model changes in the encoder's last bias and in the codebooks.
+    level: (method, target) of `frame_gains`: each picked chunk is normalised as encode will
+    normalise it.
     Runs on CALIBRATION_THREADS torch threads whatever the caller's setting, so that the result
     depends only on the inputs and the seed.
     Returns statistics; the residual variance reported per level is that of the residual
     carried to the next level, relative to the embeddings' variance.
     """
     with _torch_threads(CALIBRATION_THREADS):
-        return _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_frames, batch_size)
+        return _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_frames, batch_size, level)
 
 
-def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_frames, batch_size) -> dict:
+def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_frames, batch_size, level) -> dict:
     t0 = time.perf_counter()
     bins = model.quantizer.bins
     if frames < bins:
@@ -358,7 +456,9 @@ def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_fr
     if available < bins:
         raise TokenizerError(f"calibration needs at least {bins} train frames; the train split has {available}")
     if available < frames:
-        log.warning("calibration: %d frames requested, the train split has %d; using all", frames, available)
+        log.warning("calibration: tokenizer.calibration_frames is %d (%.0f per code), the train split has %d "
+                    "(%.1f per code, %.1f min); fitting on all of it", frames, frames / bins, available,
+                    available / bins, available / FRAME_RATE / 60)
     picked, have = [], 0
     for i in torch.randperm(len(windows), generator=g).tolist():
         if have >= frames:
@@ -366,7 +466,10 @@ def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_fr
         picked.append(windows[i])
         have += windows[i][3]
     t_enc = time.perf_counter()
-    emb = _embed_crops(model, audio_chunks, picked, batch_size)  # (N, D)
+    gains = None
+    if level[0] != "none":  # measured on the whole chunk, as encode_shard measures the whole clip
+        gains = {ci: frame_gains(np.asarray(audio_chunks[ci]), level[0], level[1]) for ci in sorted({w[0] for w in picked})}
+    emb = _embed_crops(model, audio_chunks, picked, batch_size, gains)  # (N, D)
     t_enc = time.perf_counter() - t_enc
     if len(emb) > frames:
         emb = emb[torch.randperm(len(emb), generator=g)[:frames]]
@@ -454,6 +557,7 @@ def pieces(offsets: Sequence[int], lengths: Sequence[int], segment_frames: int =
 def encode_clips(
     model, audio: np.ndarray, clips, *, out: np.ndarray | None = None, batch_size: int = 1,
     segment_frames: int = 0, context_frames: int = 0, device: torch.device | str = "cpu", label: str = "tokenize",
+    frame_gain: np.ndarray | None = None,
 ) -> np.ndarray:
     """Codes of every clip through `model.encode`, aligned with `audio`: (K, len(audio) // 320) int16.
 
@@ -468,7 +572,8 @@ def encode_clips(
     by batch_size x segment, not by the longest file (measured on a 60 s clip, calibrated
     tokenizer: 1 s of context or more gives codes identical to the whole clip's; none, 98.5 %).
     `out`: an int16 array of that shape to fill (e.g. a memory-mapped .npy, so that codes never
-    sit in memory).
+    sit in memory). `frame_gain`: a gain per frame of `audio` (float32, len(audio) // 320), applied
+    to what the encoder sees (level normalisation, `frame_gains`); None: the audio as is.
     """
     K = n_codebooks(model)
     shape = (K, len(audio) // ENCODEC_HOP)
@@ -487,8 +592,8 @@ def encode_clips(
         for batch in padded_batches(frames, batch_size):
             wav = np.zeros((len(batch), max(frames[i] for i in batch) * ENCODEC_HOP), dtype=np.float32)
             for row, i in enumerate(batch):
-                src, n = todo[i][0] * ENCODEC_HOP, todo[i][1] * ENCODEC_HOP
-                wav[row, :n] = audio[src : src + n]
+                first, n = todo[i][0], todo[i][1]
+                wav[row, : n * ENCODEC_HOP] = _scaled(audio, frame_gain, first, first + n)
             encoded = model.encode(torch.from_numpy(wav)[:, None].to(device))  # [(codes (B, K, T), scale)]
             c = torch.cat([f[0] for f in encoded], dim=-1).cpu().numpy()
             kept = 0
@@ -537,6 +642,7 @@ def _check_config(cfg: dict) -> None:
         raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {SAMPLE_RATE}")
     if cfg["tokenizer"]["mode"] not in ("calibrated", "pretrained"):
         raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {cfg['tokenizer']['mode']!r}")
+    level_of(cfg)  # a known level method
 
 
 def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
@@ -550,7 +656,8 @@ def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
     _check_config(cfg)
     tc = cfg["tokenizer"]
     mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
-    info: dict = {"mode": mode, "bandwidth": bandwidth, "seed": seed, "checkpoint": None,
+    level = level_of(cfg)
+    info: dict = {"mode": mode, "bandwidth": bandwidth, "seed": seed, "checkpoint": None, "level": level,
                   "calibration_frames_requested": None, "calibration_iters": None}
     with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
         if mode == "calibrated":
@@ -560,8 +667,10 @@ def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
                 raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
             model = build_encodec(bandwidth, seed)
             chunks = [corpus.clip(int(i)) for i in train]
-            info.update(calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed))
+            info.update(calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed,
+                                  level=(level["method"], level["target"] or 0.0)))
             info.update(calibration_frames_requested=int(tc["calibration_frames"]),
+                        calibration_frames_per_code=round(info["calibration_frames"] / CODEBOOK_SIZE, 2),
                         calibration_iters=int(tc["calibration_iters"]))
             torch.save(model.state_dict(), tmp / "tokenizer.pt")
         else:
@@ -578,6 +687,11 @@ def load_tokenizer(cfg: dict, out_dir: Path):
     folder = Path(out_dir) / MODEL_DIR
     if not (folder / "fit.json").is_file():
         raise FileNotFoundError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
+    fitted = json.loads((folder / "fit.json").read_text()).get("level", level_of({"tokenizer": {"mode": "pretrained"}}))
+    wanted = level_of(cfg)
+    if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
+        raise TokenizerError(f"{folder / 'fit.json'}: fitted with level {fitted['method']} {fitted['target']}, the config "
+                             f"asks for {wanted['method']} {wanted['target']} (tokenizer.level); rerun `amlm tokenize --fit`")
     if tc["mode"] == "calibrated":
         return load_calibrated(folder / "tokenizer.pt", float(tc["bandwidth"]))
     return load_pretrained(tc["checkpoint"], float(tc["bandwidth"]))
@@ -607,13 +721,17 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     except ValueError as exc:
         raise TokenizerError(f"config: {exc}") from None
     model = load_tokenizer(cfg, out_dir).to(device)
+    level = level_of(cfg)
+    levels, frame_gain = clip_levels(audio, clips, level)
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
+        levels.to_csv(tmp / LEVELS, index=False)
         shape = (n_codebooks(model), len(audio) // ENCODEC_HOP)  # (K, frames of the shard)
         codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=np.int16, shape=shape)
         t0 = time.perf_counter()
         encode_clips(model, audio, clips, out=codes, batch_size=int(tc["batch_size"]), device=device,
                      segment_frames=int(round(tc["segment_seconds"] * FRAME_RATE)),
-                     context_frames=int(round(tc["context_seconds"] * FRAME_RATE)), label=f"tokenize {shard_name(shard)}")
+                     context_frames=int(round(tc["context_seconds"] * FRAME_RATE)), label=f"tokenize {shard_name(shard)}",
+                     frame_gain=frame_gain)
         seconds = time.perf_counter() - t0
         codes.flush()
         del codes  # close the memory map before the folder is renamed into place
@@ -626,6 +744,26 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     log.info("tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)", shard_name(shard),
              info["clips"], audio_s, seconds, info["x_real_time"])
     return info
+
+
+LEVELS = "levels.csv"  # shard-<k>/levels.csv: each clip's measured level and the gain the tokenizer applied
+LEVEL_COLUMNS = ("clip_id", "rms_dbfs", "lufs", "gain_db")
+
+
+def clip_levels(audio: np.ndarray, clips, level: dict) -> tuple:
+    """Each clip's level (RMS dBFS and BS.1770 LUFS, whatever the method) and the gain applied to it
+    (the mean over its frames, in dB), and the per-frame gains for `encode_clips` (None for level none)."""
+    method, target = level["method"], level["target"]
+    frame_gain = np.ones(len(audio) // ENCODEC_HOP, dtype=np.float32) if method != "none" else None
+    rows = []
+    for o, n, cid in zip(clips["offset"].to_numpy(np.int64), clips["num_samples"].to_numpy(np.int64), clips["clip_id"]):
+        clip = np.asarray(audio[o : o + n], dtype=np.float32)
+        gains = frame_gains(clip, method, target or 0.0)
+        if frame_gain is not None:
+            frame_gain[o // ENCODEC_HOP : o // ENCODEC_HOP + len(gains)] = gains
+        rows.append((cid, round(rms_dbfs(clip), 2), round(loudness_lufs(clip), 2),
+                     round(float(np.mean(20 * np.log10(gains))) if len(gains) else 0.0, 2)))
+    return pd.DataFrame(rows, columns=list(LEVEL_COLUMNS)), frame_gain
 
 
 def _planned_shards(prepared_dir: Path) -> set[int]:
@@ -662,7 +800,7 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
         raise TokenizerError(f"{fit_path}: not found (run `amlm tokenize --fit` first)")
     info = json.loads(fit_path.read_text())
     counts = None  # (K, CODEBOOK_SIZE) code counts over every shard
-    shards = []
+    shards, tables = [], []
     for k in corpus.shards:
         enc_path = out_dir / shard_name(k) / "encode.json"
         if not enc_path.is_file():
@@ -674,6 +812,7 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
                                  f"has {len(corpus.audio(k)) // ENCODEC_HOP} frames; rerun tokenize")
         part = np.stack([code_counts(np.asarray(row)) for row in codes])
         counts = part if counts is None else counts + part
+        tables.append(_file_table(corpus.manifest[corpus.manifest["shard"] == k], codes, out_dir / shard_name(k)))
     audio_s = sum(s["audio_seconds"] for s in shards)
     encode_s = sum(s["encode_seconds"] for s in shards)
     meta = {
@@ -687,6 +826,8 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
         "clips": int(sum(s["clips"] for s in shards)),
         "audio_seconds": round(audio_s, 3),
         "distinct_codes": [int((row > 0).sum()) for row in counts],
+        "top_code": [int(row.argmax()) for row in counts],
+        "top_code_share": [round(float(row.max()) / max(int(row.sum()), 1), 5) for row in counts],
         "max_code": [int(np.flatnonzero(row).max()) if row.any() else -1 for row in counts],
         "unigram_entropy_bits": [round(_entropy_bits(row), 4) for row in counts],
         "encode_seconds": round(encode_s, 3),
@@ -695,10 +836,45 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
         "batch_size": int(cfg["tokenizer"]["batch_size"]),
         "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
     }
+    files = pd.concat(tables, ignore_index=True).sort_values("path", kind="stable")
+    with atomic_path(out_dir / FILES) as tmp:
+        files.to_csv(tmp, index=False)
+    meta["files_table"] = FILES
+    crowded = [f"level {k} code {meta['top_code'][k]} ({100 * share:.1f}%)"
+               for k, share in enumerate(meta["top_code_share"]) if share > TOP_CODE_WARNING]
+    if crowded:
+        log.warning("tokenize: one code holds more than %d%% of a level's frames: %s; see %s for each file's level "
+                    "and codebook-0 entropy", round(100 * TOP_CODE_WARNING), ", ".join(crowded), out_dir / FILES)
     write_json(out_dir / "tokenizer.json", meta)
     log.info("tokenize: %d clips in %d shard(s), %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
              meta["clips"], meta["shards"], audio_s, encode_s, meta["x_real_time"], meta["distinct_codes"])
     return meta
+
+
+FILES = "files.csv"  # data/codes/files.csv: one row per clip, its level and its codebook-0 statistics
+TOP_CODE_WARNING = 0.10  # tokenize warns when one code holds more than this share of a level's frames
+
+
+def _file_table(clips, codes: np.ndarray, shard_dir: Path):
+    """One row per clip of a shard: its level (levels.csv) and its codebook-0 codes used, unigram
+    entropy and most frequent code's share."""
+    path = shard_dir / LEVELS
+    if not path.is_file():
+        raise TokenizerError(f"{path}: not found (rerun `amlm tokenize --shard {int(clips['shard'].iloc[0])}`)")
+    levels = pd.read_csv(path, dtype={"clip_id": str}, keep_default_na=False)
+    rows = []
+    for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):
+        c = code_counts(np.asarray(codes[0, o // ENCODEC_HOP : o // ENCODEC_HOP + nf]))
+        rows.append((cid, int((c > 0).sum()), round(_entropy_bits(c), 4), round(float(c.max()) / max(int(c.sum()), 1), 5)))
+    stats = pd.DataFrame(rows, columns=["clip_id", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"])
+    table = pd.DataFrame({"clip_id": clips["clip_id"].to_numpy(),
+                          "path": clips["path"].to_numpy() if "path" in clips else clips["clip_id"].to_numpy(),
+                          "split": clips["split"].to_numpy(),
+                          "seconds": (clips["num_samples"].to_numpy(np.int64) / SAMPLE_RATE).round(3)})
+    table = table.merge(levels, on="clip_id", how="left").merge(stats, on="clip_id")
+    if table["gain_db"].isna().any():
+        raise TokenizerError(f"{path}: does not list every clip of its shard; rerun tokenize")
+    return table
 
 
 def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:

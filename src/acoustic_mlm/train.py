@@ -4,18 +4,22 @@ Every arm with the same seed sees the same initial weights (where the architectu
 the same crops and the same masks: arms then differ only in their stability settings.
 The validation set (crops and masks) is fixed and shared by all arms.
 
-Metrics rows (`metrics.csv`) are written at steps 1, 2, 4, 8, ... and every `log_interval`
-steps, and at the last step:
+Metrics rows (`metrics.csv`) are written every `log_interval` steps, at the last step, and (unless
+`train.log_powers_of_two` is false) at steps 1, 2, 4, 8, ...; the training means of a row cover the
+updates since the previous row, which makes them fairseq's interval means when only multiples of
+`log_interval` get rows:
   step, train_loss_cb{k} (bits, mean since the previous row), train_loss (objective, mean),
   valid_loss_cb{k} (bits, fixed held-out crops and masks), lr, grad_norm (total norm before
   clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
   clip_frac (since previous row), clipped_steps (cumulative clipped updates), feature_penalty,
   nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite non-finite steps in a row
   stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
-  wall_time (s since start).
+  loss_scale (fp16 loss scale now; NaN without one), wall_time (s since start).
+With `train.precision: fp16_fairseq` a step is an update: steps whose gradients overflowed are
+not counted (see precision.py).
 With train.diagnostics, each row also holds the stability diagnostics of `diagnostics.py`
-(per-block gradient norms and update ratios, attention logit maxima, loss scale, masked share,
-codebook-0 accuracy), measured at the row steps only.
+(per-block gradient norms and update ratios, attention logit maxima, masked share, codebook-0
+accuracy), measured at the row steps only.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from . import config as C
 from . import curves, diagnostics
 from .devices import pick_device
 from .errors import UserError
-from .objective import AcousticMLM, compute_mask_indices
+from .augment import apply_mixture, draw_mixture
+from .objective import AcousticMLM, compute_group_masks, mask_groups
+from .precision import FP16Optimizer, LossScaler, MinLossScaleError, half_model, scale_window
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
 from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
@@ -51,22 +57,29 @@ VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
 
 def lr_at(step: int, t: C.TrainConfig) -> float:
-    """fairseq `polynomial_decay`: linear warm-up to `lr`, then (1 - progress)^power to `end_lr`.
+    """fairseq `polynomial_decay` (fairseq/optim/lr_scheduler/polynomial_decay_schedule.py): linear
+    warm-up to `lr` over warmup_steps, then (1 - progress)^power down to `end_lr` at
+    train.total_updates (fairseq `total_num_update` = `max_update`; default train.steps).
 
-    `step` counts optimizer updates from 1.
+    `step` counts optimizer updates from 1 (fairseq sets the lr of update n+1 from n updates done:
+    one update later than here).
     """
     if t.warmup_steps > 0 and step <= t.warmup_steps:
         return t.lr * step / t.warmup_steps
-    progress = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
+    progress = (step - t.warmup_steps) / max(1, t.schedule_updates - t.warmup_steps)
     progress = min(max(progress, 0.0), 1.0)
     return t.end_lr + (t.lr - t.end_lr) * (1.0 - progress) ** t.lr_power
 
 
-def log_steps(steps: int, interval: int) -> list[int]:
-    """Steps that get a metrics row: powers of two, multiples of `interval`, and the last."""
+def log_steps(steps: int, interval: int, powers_of_two: bool = True) -> list[int]:
+    """Steps that get a metrics row: multiples of `interval`, the last, and (powers_of_two) 1, 2, 4, ...
+
+    Without powers of two every row but possibly the last covers exactly `interval` updates, as
+    fairseq's `train_inner` rows (fairseq_cli/train.py: a row when num_updates % log_interval == 0).
+    """
     out = {steps}
     p = 1
-    while p <= steps:
+    while powers_of_two and p <= steps:
         out.add(p)
         p *= 2
     out.update(range(interval, steps + 1, interval))
@@ -77,16 +90,21 @@ def log_steps(steps: int, interval: int) -> list[int]:
 
 
 class CropData(torch.utils.data.Dataset):
-    """Training batches indexed by micro-batch number: item i is (wav, codes, mask) for micro-batch i.
+    """Training batches indexed by micro-batch number: item i is (wav, codes, mask) for micro-batch i,
+    plus the clean crops (wav before noise mixing) as a fourth item when model.mixture_prob > 0.
 
     Item i depends only on (seed, i), never on which worker made it or what came before, so a
     run is identical with any number of loader workers and can restart at any step. Audio and
     codes are memory-mapped lazily in each worker (a memmap must not be pickled to workers).
-    Crops start on EnCodec frame boundaries: wav (B, T*320), codes (B, K, T), mask (B, T).
+    wav (B, T*320), codes (B, K, T), mask (B, T). crop_unit "frame": crops start on EnCodec
+    frame boundaries; "sample": at any sample, as MERT's random_crop, with the codes starting at
+    the rounded frame (label_offset). Masks are equalised per group of mask_group crops
+    (objective.compute_group_masks) and noise is mixed within those groups (augment.py).
     """
 
     def __init__(self, corpus, codes_dir: Path, split: str, crop_frames: int, batch: int,
-                 m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1):
+                 m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1,
+                 crop_unit: str = "frame", mask_group: int = 0, mixture: bool = False):
         manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
@@ -96,13 +114,16 @@ class CropData(torch.utils.data.Dataset):
             )
         self.corpus, self.codes_dir = corpus, Path(codes_dir)
         self.shard = rows["shard"].to_numpy().astype(np.int64)  # shard per clip
-        self.starts = (rows["offset"].to_numpy() // C.ENCODEC_HOP).astype(np.int64)  # first frame in its shard
+        self.offsets = rows["offset"].to_numpy().astype(np.int64)  # first sample in its shard
+        self.starts = (self.offsets // C.ENCODEC_HOP).astype(np.int64)  # first frame in its shard
         self.frames = rows["num_frames"].to_numpy().astype(np.int64)
         # Clips are drawn in proportion to the crops they hold, so every frame is equally likely.
         weights = (self.frames - crop_frames + 1).astype(np.float64)
         self.p = weights / weights.sum()
         self.crop_frames, self.batch, self.m, self.seed = crop_frames, batch, m, seed
         self.rank, self.world = rank, world  # DDP: each process keeps rows rank, rank+world, ... of a batch
+        self.crop_unit, self.mask_group = crop_unit, mask_group
+        self.mixture = mixture and m.mixture_prob > 0  # noise mixing: training crops only
         self._codes: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
@@ -114,23 +135,42 @@ class CropData(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         rng = np.random.default_rng([self.seed, int(i)])
         clips = rng.choice(len(self.starts), size=self.batch, p=self.p)
-        first = self.starts[clips] + rng.integers(0, self.frames[clips] - self.crop_frames + 1)
+        T, hop = self.crop_frames, C.ENCODEC_HOP
+        if self.crop_unit == "sample":  # any sample whose rounded frame leaves T codes
+            offset = rng.integers(0, (self.frames[clips] - T) * hop + 1)  # samples into the clip
+            samples = self.offsets[clips] + offset
+            first = self.starts[clips] + np.array([label_offset(int(o)) for o in offset], dtype=np.int64)
+        else:
+            first = self.starts[clips] + rng.integers(0, self.frames[clips] - T + 1)
+            samples = first * hop
         m = self.m
-        mask = compute_mask_indices((self.batch, self.crop_frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng)
+        mask = compute_group_masks(self.batch, T, m.mask_prob, m.mask_length, m.mask_min_masks, rng, self.mask_group)
         rows = slice(self.rank, None, self.world)  # the global batch is drawn whole, then split
-        wav, codes = self.gather(self.shard[clips][rows], first[rows])
-        return wav, codes, torch.from_numpy(mask[rows])
+        wav, codes = self.gather(self.shard[clips][rows], samples[rows], first[rows])
+        if not self.mixture:
+            return wav, codes, torch.from_numpy(mask[rows])
+        groups = mask_groups(self.batch, self.mask_group)
+        plan = draw_mixture(rng, groups, T * hop, m.mixture_prob, m.mixture_segments, m.mixture_samples)
+        mixed = apply_mixture(wav.numpy(), np.arange(self.batch)[rows], groups, plan, m.mixture_volume)
+        return torch.from_numpy(mixed), codes, torch.from_numpy(mask[rows]), wav
 
     def codes(self, shard: int) -> np.ndarray:
         if shard not in self._codes:
             self._codes[shard] = shard_codes(self.codes_dir, shard)
         return self._codes[shard]
 
-    def gather(self, shards: np.ndarray, first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, shards: np.ndarray, first_samples: np.ndarray,
+               first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         T, hop, K = self.crop_frames, C.ENCODEC_HOP, self.m.codebooks
-        wav = np.stack([self.corpus.audio(s)[f * hop : (f + T) * hop] for s, f in zip(shards, first_frames)])
+        wav = np.stack([self.corpus.audio(s)[a : a + T * hop] for s, a in zip(shards, first_samples)])
         codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
         return torch.from_numpy(wav.astype(np.float32)), torch.from_numpy(codes.astype(np.int64))
+
+
+def label_offset(sample: int, sample_rate: int = 24000, label_rate: float = 75.0) -> int:
+    """The first code frame of a crop starting at `sample`: int(round(sample * label_rate / sample_rate)),
+    as MERT's collater_frm_label (mert_fairseq/data/mert_dataset.py; Python's round: halves to even)."""
+    return int(round(sample * (label_rate / sample_rate)))
 
 
 def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
@@ -150,7 +190,8 @@ def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
 
 
 def autocast(device: torch.device, precision: str):
-    if precision == "fp32":
+    """Autocast for bf16 and fp16; fp32 and fp16_fairseq (a half model, precision.py) run as they are."""
+    if precision in ("fp32", "fp16_fairseq"):
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
@@ -315,6 +356,10 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     rc = C.run_config(cfg, run_name)
     out_dir = Path(out_dir)
     rank, world = init_distributed(cfg["train"]["device"])
+    planned = cfg["train"]["processes"] * cfg["train"].get("nodes", 1)
+    if world != planned and rank == 0:  # the same global batch either way; only memory and speed differ
+        log.warning("train %s: %d processes, where train.nodes x train.processes is %d (launch it with the "
+                    "workflow or torchrun); the global batch is the same", run_name, world, planned)
     if cfg["train"]["batch_size"] % world:
         raise UserError(f"'train.batch_size' ({cfg['train']['batch_size']}) must be divisible by the {world} processes")
     summaries = [train_seed(cfg, run_name, seed, prepared_dir, codes_dir, out_dir / "seeds" / f"seed{seed}",
@@ -378,6 +423,7 @@ class Setup:
     rows_at: set[int]  # steps that get a metrics row
     out_dir: Path
     state_dir: Path
+    fp16: FP16Optimizer | None = None  # precision fp16_fairseq: fp32 master weights; opt steps them
 
     @property
     def writer(self) -> bool:  # with several processes only the first writes files
@@ -389,7 +435,8 @@ class Loop:
     """What changes as the seed trains; all of it is in the resumable state."""
 
     acc: "_Accumulator"
-    step: int = 0  # the last completed step
+    step: int = 0  # the last completed step (fp16_fairseq: the last update; overflowing steps are not counted)
+    batches: int = 0  # micro-batches drawn so far (each step draws accum_steps, counted or not)
     rows: list = field(default_factory=list)
     nonfinite: int = 0  # updates skipped for a non-finite loss
     streak: int = 0  # ... in a row
@@ -397,9 +444,10 @@ class Loop:
     clipped: int = 0  # updates whose gradient norm was clipped
     elapsed: float = 0.0  # seconds of training before this process started
     diverged_at: int | None = None
+    stop_reason: str | None = None  # why the seed stopped early: nonfinite | min_loss_scale
 
     def state(self) -> dict:
-        return {"step": self.step, "rows": self.rows, "nonfinite": self.nonfinite, "streak": self.streak,
+        return {"step": self.step, "batches": self.batches, "rows": self.rows, "nonfinite": self.nonfinite, "streak": self.streak,
                 "overflow": self.overflow, "clipped": self.clipped, "elapsed": self.elapsed,
                 "accumulator": self.acc.state()}
 
@@ -408,6 +456,7 @@ class StepResult(NamedTuple):
     lr: float
     grad_norm: float  # total norm before clipping (NaN when the update was skipped)
     clipped: bool
+    counted: bool = True  # a step of train.steps (fp16_fairseq: False for an overflow, as fairseq)
     diagnostics: dict | None = None  # at row steps with train.diagnostics: diagnostics.UpdateProbe's row
 
 
@@ -424,23 +473,27 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     loop = restore(s)
     t = s.t
     t0 = time.monotonic() - loop.elapsed
-    loader = iter(batches(s.train_data, loop.step * t.accum_steps, t.steps * t.accum_steps, t.workers,
-                          pin=s.device.type == "cuda"))
+    # fp16_fairseq: overflowing steps draw micro-batches without counting, so the loader is open-ended
+    last = 2**62 if s.fp16 is not None else t.steps * t.accum_steps
+    loader = iter(batches(s.train_data, loop.batches, last, t.workers, pin=s.device.type == "cuda"))
     with Progress(t.steps, f"train {run_name}", unit="step", stream=None if s.writer else open(os.devnull, "w")) as bar:
         bar.update(loop.step)
-        for step in range(loop.step + 1, t.steps + 1):
-            result = train_step(s, loop, loader, step)
-            bar.update(1)
-            if step in s.rows_at or loop.diverged_at:
+        while loop.step < t.steps:
+            result = train_step(s, loop, loader, loop.step + 1)
+            step = loop.diverged_at or loop.step
+            bar.update(int(result.counted))
+            if (result.counted and step in s.rows_at) or loop.diverged_at:
                 row = record(s, loop, step, result, time.monotonic() - t0)
                 if row is not None:
                     bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
             if loop.diverged_at:
                 break
-            if t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps and s.writer:
+            if (result.counted and t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps
+                    and s.writer):
                 loop.elapsed = time.monotonic() - t0
                 save_state(s.state_dir, step, {"fingerprint": s.fingerprint, **loop.state(), "model": s.model.state_dict(),
                                                "optimizer": s.opt.state_dict(), "scaler": s.scaler.state_dict(),
+                                               "fp16": s.fp16.state_dict() if s.fp16 else None,
                                                "rng": _rng_state(s.device)})
     return finish(s, loop)
 
@@ -463,18 +516,28 @@ def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Pa
     corpus = load_prepared(prepared_dir)
     check_codes(codes_dir, corpus, m)
     crop_frames = C.crop_frames(cfg)
-    train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world)
+    train_data = CropData(corpus, codes_dir, "train", crop_frames, t.batch_size, m, t.seed, rank, world,
+                          t.crop_unit, t.mask_group, mixture=True)
     # The validation set is fixed (crops and masks) and shared by every arm.
     valid = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
     torch.manual_seed(t.seed)
     model = AcousticMLM(m).to(device)
+    if t.precision == "fp16_fairseq":
+        half_model(model)  # as fairseq's trainer under common.fp16 (precision.py)
     step_model = model
     if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
         step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
     step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
-    opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+
+    fp16 = None
+    if t.precision == "fp16_fairseq":  # the scale window from the processes and micro-batches per update
+        fp16 = FP16Optimizer(model.named_parameters(), adamw, LossScaler(scale_window(world, t.accum_steps)))
+    opt = fp16.optimizer if fp16 else adamw(model.parameters())
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     log.info(
@@ -483,8 +546,8 @@ def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Pa
         t.batch_size, crop_frames, device, t.precision,
     )
     return Setup(run_name, seed, rc, m, t, device, rank, world, fingerprint(cfg, run_name, world), model,
-                 step_model, opt, scaler, train_data, valid, set(log_steps(t.steps, t.log_interval)),
-                 Path(out_dir), Path(state_dir))
+                 step_model, opt, scaler, train_data, valid,
+                 set(log_steps(t.steps, t.log_interval, t.log_powers_of_two)), Path(out_dir), Path(state_dir), fp16)
 
 
 def restore(s: Setup) -> Loop:
@@ -496,9 +559,12 @@ def restore(s: Setup) -> Loop:
     s.model.load_state_dict(state["model"])
     s.opt.load_state_dict(state["optimizer"])
     s.scaler.load_state_dict(state["scaler"])
+    if s.fp16 is not None:
+        s.fp16.load_state_dict(state["fp16"])
     _set_rng_state(state["rng"], s.device)
     loop.acc.load(state["accumulator"], s.device)
     loop.step, loop.rows, loop.elapsed = state["step"], list(state["rows"]), state["elapsed"]
+    loop.batches = state.get("batches", loop.step * s.t.accum_steps)
     loop.nonfinite, loop.streak, loop.overflow, loop.clipped = (state["nonfinite"], state["streak"],
                                                                 state["overflow"], state["clipped"])
     log.info("train %s seed %d: resuming after step %d from %s", s.run_name, s.seed, loop.step, s.state_dir)
@@ -516,23 +582,35 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     for group in s.opt.param_groups:
         group["lr"] = lr
     s.opt.zero_grad(set_to_none=True)
-    outs, finite = [], True
-    for _ in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
-        wav, tgt, mask = (x.to(s.device, non_blocking=True) for x in next(loader))
+    if s.fp16 is not None:
+        s.fp16.zero_grad()
+    outs, finite, sample_size = [], True, 0  # sample_size: masked frames (fp16_fairseq's normaliser)
+    for i in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
+        batch = [x.to(s.device, non_blocking=True) for x in next(loader)]  # wav, codes, mask[, clean wav]
+        loop.batches += 1
         with autocast(s.device, t.precision):
-            out = s.step_model(wav, tgt, mask)
+            out = s.step_model(*batch)
         outs.append(out)
         # every process must agree before backward: DDP's gradient all-reduce needs them all
         if not bool(_all_mean(torch.isfinite(out.loss.detach()).float().reshape(1), s.world) == 1):
             finite = False
+            for _ in range(t.accum_steps - 1 - i):  # the update's other micro-batches are drawn all the same,
+                next(loader)  # so that micro-batch n is the same after a skip as after a resume
+                loop.batches += 1
             break
-        s.scaler.scale(out.loss / t.accum_steps).backward()
+        if s.fp16 is not None:  # fairseq's criterion sums over masked frames; the update divides by their count
+            s.fp16.scale(out.loss * out.n_masked).backward()
+            sample_size += out.n_masked
+        else:
+            s.scaler.scale(out.loss / t.accum_steps).backward()
+    if s.fp16 is not None:
+        return _fairseq_fp16_update(s, loop, step, lr, outs, finite, sample_size)
     loop.step = step
     if not finite:
         loop.nonfinite += 1  # skipped: no update from a non-finite loss
         loop.streak += 1
         if t.max_nonfinite and loop.streak >= t.max_nonfinite:
-            loop.diverged_at = step  # divergence is a result: record it and stop this seed
+            loop.diverged_at, loop.stop_reason = step, "nonfinite"  # divergence is a result: record it, stop
             log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
                         s.run_name, s.seed, loop.streak, step)
         return StepResult(lr, float("nan"), False)
@@ -544,8 +622,45 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     loop.acc.add(outs, grad_norm, clipped, s.world)
     if probe is None:
         return StepResult(lr, grad_norm, clipped)
-    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * mask.numel())
-    return StepResult(lr, grad_norm, clipped, {**probe.finish(s.scaler), "masked_frac": masked})
+    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * batch[2].numel())
+    return StepResult(lr, grad_norm, clipped, diagnostics={**probe.finish(), "masked_frac": masked})
+
+
+def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list, finite: bool,
+                         sample_size: int) -> StepResult:
+    """precision fp16_fairseq: unscale, clip and step the fp32 master weights (precision.FP16Optimizer).
+
+    The backward ran on the loss summed over each micro-batch's masked frames, as fairseq's
+    hubert_criterion returns it, so the fp16 gradients have fairseq's magnitude; DDP averaged them
+    over processes, and the update multiplies them by processes / masked frames of all processes
+    and micro-batches (fairseq/trainer.py: multiply_grads(data_parallel_world_size / sample_size)).
+
+    As fairseq/trainer.py: an overflow (a non-finite loss, whose gradients would overflow, included)
+    is not an update: the step counter, the schedule and the metrics' means skip it, the loss scale
+    halves, and when it would reach min_loss_scale the seed stops as diverged (stop_reason
+    min_loss_scale). train.max_nonfinite does not apply: the loss scale is the stopping rule.
+    """
+    nan = float("nan")
+    try:
+        if finite:
+            total = float(_all_mean(torch.tensor([float(sample_size)], device=s.device), s.world)) * s.world
+            grad_norm, clipped, overflow = s.fp16.step(s.t.clip, multiplier=s.world / total)
+        else:
+            s.fp16.zero_grad()
+            s.fp16.scaler.overflow()
+            grad_norm, clipped, overflow = nan, False, True
+    except MinLossScaleError as exc:
+        loop.overflow += 1
+        loop.diverged_at, loop.stop_reason = step, "min_loss_scale"
+        log.warning("train %s seed %d: %s (update %d); stopped as diverged", s.run_name, s.seed, exc, step)
+        return StepResult(lr, nan, False, counted=False)
+    if overflow:
+        loop.overflow += 1
+        return StepResult(lr, grad_norm, False, counted=False)
+    loop.step = step
+    loop.clipped += int(clipped)
+    loop.acc.add(outs, grad_norm, clipped, s.world)
+    return StepResult(lr, grad_norm, clipped)
 
 
 def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float) -> dict | None:
@@ -564,10 +679,17 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     if s.t.diagnostics:
         row.update({**(result.diagnostics or {}), **probe.values()})
     row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
-               diverged=int(loop.diverged_at is not None), wall_time=wall_time)
+               loss_scale=_loss_scale(s), diverged=int(loop.diverged_at is not None), wall_time=wall_time)
     loop.rows.append(row)
     pd.DataFrame(loop.rows).to_csv(s.out_dir / PARTIAL, index=False)  # visible progress, never the final name
     return row
+
+
+def _loss_scale(s: Setup) -> float:
+    """The fp16 loss scale now (NaN without one), as fairseq logs `loss_scale`."""
+    if s.fp16 is not None:
+        return s.fp16.loss_scale
+    return float(s.scaler.get_scale()) if s.scaler.is_enabled() else float("nan")
 
 
 def finish(s: Setup, loop: Loop) -> dict:
@@ -578,9 +700,10 @@ def finish(s: Setup, loop: Loop) -> dict:
         return {"seed": s.seed}
     metrics = pd.DataFrame(loop.rows)
     with atomic_path(s.out_dir / "checkpoint.pt") as tmp:
-        torch.save({"model": s.model.state_dict(), "model_config": C.to_dict(s.m), "train_config": C.to_dict(s.t),
+        weights = s.fp16.fp32_state_dict(s.model) if s.fp16 is not None else s.model.state_dict()  # fp32 masters
+        torch.save({"model": weights, "model_config": C.to_dict(s.m), "train_config": C.to_dict(s.t),
                     "run": C.to_dict(s.rc), "step": loop.diverged_at or s.t.steps}, tmp)
-    summary = {**summarize(metrics, s.rc, s.t), "fingerprint": s.fingerprint}
+    summary = {**summarize(metrics, s.rc, s.t), "stop_reason": loop.stop_reason, "fingerprint": s.fingerprint}
     with atomic_path(s.out_dir / "metrics.csv") as tmp:
         metrics.to_csv(tmp, index=False)
     write_json(s.out_dir / "summary.json", summary)

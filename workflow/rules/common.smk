@@ -1,5 +1,6 @@
 # Shared definitions: the config file the CLI reads, the CLI invocation, the arms.
 import csv
+import importlib.util
 import os
 import sys
 
@@ -43,14 +44,15 @@ with open(CONFIGFILE) as _fh:
 # checkout does not change rule parameters and trigger reruns.
 SRC = os.path.relpath(Path(workflow.basedir) / "src")
 AMLM = f'PYTHONPATH="{SRC}" python -m acoustic_mlm'
-# A run on several GPUs: torchrun starts train.processes DDP processes (one per GPU).
-PROCESSES = config["train"]["processes"]
-TRAIN_CLI = (
-    AMLM
-    if PROCESSES == 1
-    else f'PYTHONPATH="{SRC}" python -m torch.distributed.run --standalone '
-    f"--nproc_per_node {PROCESSES} -m acoustic_mlm"
-)
+# A run on several GPUs: torchrun starts train.processes DDP processes (one per GPU) on each of
+# train.nodes machines (srun and a c10d rendezvous under SLURM); the package builds the command
+# (src/acoustic_mlm/launch.py, standard library only, loaded by path: no package install needed).
+_spec = importlib.util.spec_from_file_location("amlm_launch", Path(workflow.basedir) / "src/acoustic_mlm/launch.py")
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
+TRAIN_CLI = launch.train_launcher(config["train"], SRC)
+TRAIN_SLURM = launch.slurm_resources(config["train"])  # nodes, one task per node (several nodes)
+GPUS = config["train"]["processes"] * config["train"].get("nodes", 1)  # GPUs of one training job
 ENV = "../envs/amlm.yaml"
 
 RUNS = list(config["runs"])

@@ -24,7 +24,8 @@ rule train:
         "results/logs/train/{run}.log",
     threads: config["train"]["threads"]
     resources:
-        gpu=PROCESSES if USE_GPU else 0,
+        gpu=GPUS if USE_GPU else 0,
+        **TRAIN_SLURM,
     conda:
         ENV
     shell:

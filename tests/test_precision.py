@@ -1,0 +1,180 @@
+"""fairseq-style fp16 (precision.py): the loss scaler's rule, the master weights, the half model."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from acoustic_mlm.precision import (
+    FP16Optimizer,
+    Fp32GroupNorm,
+    LossScaler,
+    MinLossScaleError,
+    half_model,
+    scale_window,
+)
+
+
+def test_scale_window_is_fairseqs_default_rule():
+    # fairseq/optim/fp16_optimizer.py: int(2**14 / world / update_freq)
+    assert scale_window(64, 8) == 32  # MERT-330M: 64 GPUs, update_freq 8
+    assert scale_window(64, 1) == 256  # MERT-95M yaml: 64 GPUs, no update_freq
+    assert scale_window(8, 64) == 32  # the same global batch on one 8-GPU node: the same window
+    assert scale_window(1, 1) == 16384
+    assert scale_window(3, 7) == int(16384 / 21) == 780  # truncated, not rounded
+    assert scale_window(100000, 1) == 1  # fairseq would divide by zero; here at least 1
+
+
+def test_scale_starts_at_2_pow_7_and_halves_on_every_overflow():
+    s = LossScaler(window=4)
+    assert s.scale == 128.0  # fairseq/dataclass/configs.py: fp16_init_scale 2**7
+    s.overflow()
+    assert s.scale == 64.0
+    s.overflow()
+    assert s.scale == 32.0
+
+
+def test_scale_doubles_after_window_clean_steps_and_every_window_after():
+    s = LossScaler(window=3, init_scale=8.0)
+    scales = []
+    for _ in range(7):
+        s.clean()
+        scales.append(s.scale)
+    assert scales == [8, 8, 16, 16, 16, 32, 32]
+
+
+def test_window_restarts_at_an_overflow():
+    s = LossScaler(window=3, init_scale=8.0)
+    s.clean()
+    s.clean()  # one clean step short of doubling
+    s.overflow()
+    assert s.scale == 4.0
+    seen = []
+    for _ in range(3):
+        s.clean()
+        seen.append(s.scale)
+    assert seen == [4, 4, 8]  # three clean steps after the overflow, not one
+
+
+def test_min_loss_scale_stops_with_the_scale_kept():
+    s = LossScaler(window=1000, init_scale=1.0, min_scale=0.2)
+    s.overflow()  # 0.5
+    s.overflow()  # 0.25
+    with pytest.raises(MinLossScaleError, match="min_loss_scale"):
+        s.overflow()  # 0.125 <= 0.2: stop, scale back at 0.25 (as fairseq)
+    assert s.scale == 0.25
+
+
+def test_from_2_pow_7_training_stops_after_21_overflows_in_a_row():
+    s = LossScaler(window=32)
+    n = 0
+    with pytest.raises(MinLossScaleError):
+        while True:
+            s.overflow()
+            n += 1
+    assert n == 20  # the 21st: 2**7 / 2**21 = 6.1e-5 <= 1e-4
+    assert s.scale == 2.0**7 / 2**20
+
+
+def test_scaler_state_round_trips():
+    a = LossScaler(window=3)
+    for f in (a.clean, a.overflow, a.clean, a.clean):
+        f()
+    b = LossScaler(window=99)
+    b.load_state_dict(a.state_dict())
+    for _ in range(5):
+        a.clean()
+        b.clean()
+        assert a.scale == b.scale
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 1))
+
+
+def _adam(params):
+    return torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+
+
+def test_master_weights_follow_an_fp32_optimizer_and_are_copied_back():
+    ref, half = _model(), _model()
+    ref_opt = _adam(ref.parameters())
+    half.half()
+    opt = FP16Optimizer(half.named_parameters(), _adam, LossScaler(window=1000))
+    x = torch.randn(16, 4)
+    for _ in range(3):
+        ref_opt.zero_grad()
+        ref(x).pow(2).mean().backward()
+        ref_opt.step()
+        opt.zero_grad()
+        opt.scale(half(x.half()).float().pow(2).mean()).backward()
+        outcome = opt.step(clip=0.0)
+        assert not outcome.overflow and not outcome.clipped
+    for p_ref, m, p in zip(ref.parameters(), opt.master, half.parameters()):
+        assert m.dtype == torch.float32 and p.dtype == torch.float16
+        assert torch.allclose(m, p_ref, atol=2e-3)  # fp16 forward/backward, fp32 update
+        assert torch.equal(p, m.half())  # the model holds the rounded master weights
+    state = opt.fp32_state_dict(half)
+    assert all(v.dtype == torch.float32 for v in state.values())
+    assert torch.equal(state["0.weight"], opt.master[0].detach())
+
+
+def test_gradients_are_unscaled_and_clipped_to_the_norm():
+    model = _model().half()
+    opt = FP16Optimizer(model.named_parameters(), lambda ps: torch.optim.SGD(ps, lr=1.0), LossScaler(window=1000))
+    before = [m.detach().clone() for m in opt.master]
+    opt.zero_grad()
+    opt.scale(model(torch.randn(8, 4).half()).float().sum() * 10).backward()
+    grads = [p.grad.float() / opt.loss_scale for p in model.parameters()]
+    expected = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+    outcome = opt.step(clip=0.5, multiplier=0.25)  # fairseq's multiply_grads(world / sample_size)
+    assert outcome.clipped and not outcome.overflow
+    assert outcome.grad_norm == pytest.approx(0.25 * expected, rel=1e-5)
+    step = torch.cat([(b - m.detach()).flatten() for b, m in zip(before, opt.master)])  # SGD lr 1: the gradient
+    assert float(step.norm()) == pytest.approx(0.5, rel=1e-4)
+
+
+def test_an_overflow_takes_no_step_and_halves_the_scale():
+    model = _model().half()
+    opt = FP16Optimizer(model.named_parameters(), _adam, LossScaler(window=1000))
+    before = [p.detach().clone() for p in model.parameters()]
+    opt.zero_grad()
+    out = model(torch.randn(4, 4).half()).float().sum()
+    opt.scale(out * float("inf")).backward()
+    outcome = opt.step(clip=1.0)
+    assert outcome.overflow and not math.isfinite(outcome.grad_norm)
+    assert opt.loss_scale == 64.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters())
+    assert not opt.optimizer.state  # Adam's moments untouched: the step never happened
+
+
+def test_master_state_restores_weights_and_scale():
+    model = _model().half()
+    opt = FP16Optimizer(model.named_parameters(), _adam, LossScaler(window=7))
+    opt.zero_grad()
+    opt.scale(model(torch.randn(4, 4).half()).float().sum()).backward()
+    opt.step(clip=0.0)
+    state = opt.state_dict()
+    other = _model().half()
+    restored = FP16Optimizer(other.named_parameters(), _adam, LossScaler(window=7))
+    restored.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(opt.master, restored.master))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters()))
+    assert restored.scaler.state_dict() == opt.scaler.state_dict()
+
+
+def test_half_model_is_fp16_but_group_norm_computes_in_fp32():
+    model = nn.Sequential(nn.Conv1d(1, 4, 3), nn.GroupNorm(4, 4), nn.Linear(6, 2))
+    half_model(model)
+    assert isinstance(model[1], Fp32GroupNorm)
+    assert all(p.dtype == torch.float16 for p in model.parameters())
+    out = model(torch.randn(2, 1, 8))  # fp32 input is cast to half, as fairseq's _prepare_sample
+    assert out.dtype == torch.float16
+    # the fp32 group norm equals group norm of the fp16 input computed in fp32, then rounded
+    x = torch.randn(2, 4, 6).half() * 300
+    gn = model[1]
+    ref = torch.nn.functional.group_norm(x.float(), 4, gn.weight.float(), gn.bias.float(), gn.eps).half()
+    assert torch.equal(gn(x), ref)
