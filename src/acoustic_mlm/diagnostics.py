@@ -3,7 +3,7 @@
 Measured only at the steps that get a metrics row (`train.diagnostics: true`), never on the
 other steps, so training itself runs the same kernels (the fused attention included):
 
-    update step (train_step, at a row step)
+    update step (train_step, at a row step; not yet with precision fp16_fairseq)
         grad_norm_<block>      L2 norm of the block's gradient before clipping (fp16: unscaled)
         update_ratio_<block>   ||W_after - W_before|| / ||W_before||: the size of this update
         masked_frac            masked frames / frames in the step's batch
