@@ -101,9 +101,11 @@ def test_valid_probe_measures_every_layer_and_the_accuracy(smoke_cfg, run, stati
     row = probe.values()
     layers = smoke_cfg["model"]["layers"]
     with torch.no_grad():
-        expect = [float(D.attention_logits(x, mod.q_proj, mod.k_proj, mod.heads).abs().amax()) for mod, x in inputs[:layers]]
+        expect = [float(D.attention_logits(x, mod.q_proj, mod.k_proj, mod.heads).abs().amax())
+                  for mod, x in inputs[:layers]]
     assert [row[f"attn_logit_max_l{i}"] for i in range(layers)] == pytest.approx(expect, rel=1e-6)
-    assert row["attn_logit_max"] == pytest.approx(max(expect)) and row["attn_logit_fp16_frac"] == pytest.approx(max(expect) / 65504)
+    assert row["attn_logit_max"] == pytest.approx(max(expect))
+    assert row["attn_logit_fp16_frac"] == pytest.approx(max(expect) / 65504)
     logits = model.heads(h[mask], model.cfg.logit_temp)
     right = (logits[:, 0].argmax(-1) == model.heads.target_ids(codes).transpose(1, 2)[mask][:, 0]).float().mean()
     assert row["valid_acc_cb0"] == pytest.approx(float(right)) and int(out.n_masked) == int(mask.sum())

@@ -419,8 +419,8 @@ def explain_spikes(stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame
                    factor: float = UNUSUAL_FACTOR) -> list[dict]:
     """For every spike in `stats` (claim d's spikes, every arm and seed), what the diagnostics show
     from its onset to its peak: the largest gradient norm before clipping and attention logit,
-    each against its median over the last BASELINE_ROWS rows before the onset, and the updates skipped (fp16
-    overflow, non-finite loss) in between. `unusual` names what rose `factor` times or more
+    each against its median over the last BASELINE_ROWS rows before the onset, and the updates
+    skipped (fp16 overflow, non-finite loss) in between. `unusual` names what rose `factor` times or more
     above its median, any skipped update, and an attention logit beyond float16's range;
     empty: the diagnostics show nothing unusual at that spike.
     """
@@ -472,14 +472,15 @@ def spikes_markdown(explained: list[dict], factor: float = UNUSUAL_FACTOR) -> st
     if not explained:
         return "\n".join(lines + ["No arm spikes, so there is nothing to explain.", ""])
     lines.append(f"From the onset row to the peak row of each spike (`diagnostics.csv`); \"unusual\" is {factor:g} "
-                 f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, or an attention "
-                 "logit beyond float16's largest value (65504). Gradient norm: the largest before clipping "
+                 f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, "
+                 "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before clipping "
                  "since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers.")
     lines.append("")
     for e in explained:
         skipped = ", ".join(f"{e[n]} for {SKIP_NAMES[n]}" if e[n] is not None else f"{SKIP_NAMES[n]} not counted"
                             for n in SKIP_NAMES)
-        reading = ("**unusual**: " + "; ".join(e["unusual"])) if e["unusual"] else "**nothing unusual** in the diagnostics"
+        reading = ("**unusual**: " + "; ".join(e["unusual"]) if e["unusual"]
+                   else "**nothing unusual** in the diagnostics")
         lines.append(f"- `{e['run']}` seed {e['seed']}, spike +{e['height_bits']:.2f} bits, onset step "
                      f"{e['onset_step']}, peak step {e['peak_step']}: {_seen_text('gradient norm', e['grad_norm'])}; "
                      f"{_seen_text('attention logit', e['attn_logit'])}; skipped updates: {skipped}. {reading}.")
@@ -581,7 +582,8 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
     if diagnostics_path is not None:
         if not Path(diagnostics_path).is_file():
             raise UserError(f"{diagnostics_path}: diagnostics not found; run the aggregate stage first")
-        explained = explain_spikes(collect(curves, list(roles.values()), th, split=split), pd.read_csv(diagnostics_path))
+        stats = collect(curves, list(roles.values()), th, split=split)
+        explained = explain_spikes(stats, pd.read_csv(diagnostics_path))
 
     paper_verdicts = None
     if check_reference:
@@ -613,6 +615,7 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
         doc["spike_diagnostics"] = explained
     write_json(out_json, doc)
     with atomic_path(out_md) as tmp:
-        tmp.write_text(to_markdown(claims, header, paper_verdicts) + (spikes_markdown(explained) if explained is not None else ""))
+        spikes = spikes_markdown(explained) if explained is not None else ""
+        tmp.write_text(to_markdown(claims, header, paper_verdicts) + spikes)
     log.info("claims: %s -> %s, %s", ", ".join(f"{c['id']} {c['verdict']}" for c in claims), out_json, out_md)
     return claims

@@ -57,7 +57,8 @@ def param_blocks(model: nn.Module) -> dict[str, list[torch.Tensor]]:
     blocks: dict[str, list[torch.Tensor]] = {}
     for name, p in model.named_parameters():
         blocks.setdefault(block_of(name), []).append(p)
-    order = ["conv", "embed"] + sorted((b for b in blocks if b.startswith("block")), key=lambda b: int(b[5:])) + ["heads"]
+    layers = sorted((b for b in blocks if b.startswith("block")), key=lambda b: int(b[5:]))
+    order = ["conv", "embed"] + layers + ["heads"]
     return {b: blocks[b] for b in order if b in blocks}
 
 

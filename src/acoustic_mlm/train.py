@@ -615,7 +615,8 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
                         s.run_name, s.seed, loop.streak, step)
         return StepResult(lr, float("nan"), False)
     loop.streak = 0
-    probe = diagnostics.UpdateProbe(s.model, s.scaler) if t.diagnostics and step in s.rows_at and s.writer else None
+    at_row = t.diagnostics and step in s.rows_at and s.writer
+    probe = diagnostics.UpdateProbe(s.model, s.scaler) if at_row else None  # before clipping and the update
     grad_norm, clipped, skipped = optimizer_step(s.model, s.opt, s.scaler, t.clip)
     loop.overflow += skipped
     loop.clipped += int(clipped)
