@@ -27,6 +27,7 @@ localrules:
     tokenize,
     aggregate,
     figure,
+    stability,
     claims,
     compare,
 
@@ -42,6 +43,8 @@ rule all:
         "results/loss_curves.csv",
         expand("results/figures/acoustic_mlm_loss_codebook0.{ext}", ext=FIGURE_FORMATS),
         "results/figures/paper_vs_reproduction.png",
+        expand("results/figures/stability.{ext}", ext=FIGURE_FORMATS),
+        "results/diagnostics.csv",
         "results/claims.json",
         "results/claims.md",
     default_target: True

@@ -18,7 +18,8 @@ from helpers import copy_repo, RUN_NAMES
 
 pytestmark = pytest.mark.e2e
 
-FIGURES = [f"results/figures/acoustic_mlm_loss_codebook0.{e}" for e in ("png", "pdf", "svg")]
+FIGURES = [f"results/figures/{stem}.{e}" for stem in ("acoustic_mlm_loss_codebook0", "stability")
+           for e in ("png", "pdf", "svg")]
 
 
 def _env() -> dict:
@@ -66,6 +67,10 @@ def _check_outputs(repo: Path):
     assert [c["id"] for c in claims["claims"]] == ["a", "b", "c", "d", "e", "f"]
     assert {c["verdict"] for c in claims["claims"]} <= {"reproduced", "not reproduced", "inconclusive"}
     assert "| " in (repo / "results" / "claims.md").read_text()
+    assert "## What the diagnostics show at each spike" in (repo / "results" / "claims.md").read_text()
+    diagnostics = pd.read_csv(repo / "results" / "diagnostics.csv")
+    assert {"grad_norm_max", "attn_logit_max", "grad_norm_block0", "update_ratio_heads", "valid_acc_cb0"} <= set(
+        diagnostics["diagnostic"])
     assert (repo / "results" / "figures" / "paper_vs_reproduction.png").stat().st_size > 1000
     return curves
 
@@ -119,6 +124,7 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     _run([sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"], repo)
     html = (repo / "results" / "report.html").read_text(errors="replace")
     assert "paper_vs_reproduction.png" in html and "claims.md" in html and "metrics.csv" in html
+    assert "stability.png" in html
 
     # Reruns are minimal: a new clip for one arm retrains that arm only, then the summaries.
     _set_clip(repo / "config" / "smoke.yaml", "prenorm_clip10", 5.0)

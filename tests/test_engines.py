@@ -29,7 +29,8 @@ pytestmark = pytest.mark.e2e
 # Snakemake rule -> DVC stage (DVC runs each group of steps as one stage)
 STAGE_OF_RULE = {"fetch": "fetch", "plan": "prepare", "prepare_shard": "prepare", "prepare": "prepare",
                  "fit_tokenizer": "tokenize", "tokenize_shard": "tokenize", "tokenize": "tokenize",
-                 "aggregate": "aggregate", "figure": "figure", "claims": "claims", "compare": "compare"}
+                 "aggregate": "aggregate", "figure": "figure", "claims": "claims", "compare": "compare",
+                 "stability": "stability"}
 # A changed value for keys whose generic change (below) would make the config invalid or no change.
 CHANGED = {
     "data.source": "fma_small",
@@ -145,7 +146,7 @@ def both_up_to_date(root, tmp_path_factory):
 def _downstream(stages: set[str], runs) -> set[str]:
     """The stages and every stage after them (dvc.yaml's DAG)."""
     after = {"fetch": {"prepare"}, "prepare": {"tokenize"}, "tokenize": {f"train@{r}" for r in runs},
-             "aggregate": {"figure", "claims", "compare"}} | {f"train@{r}": {"aggregate"} for r in runs}
+             "aggregate": {"figure", "claims", "compare", "stability"}} | {f"train@{r}": {"aggregate"} for r in runs}
     out, todo = set(), list(stages)
     while todo:
         s = todo.pop()

@@ -36,7 +36,7 @@ def test_every_rule_has_log_threads_and_conda(root):
     rules = re.split(r"^(?:rule|checkpoint) ", text, flags=re.M)[1:]
     assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
                                                 "tokenize_shard", "tokenize", "train", "aggregate", "figure",
-                                                "claims", "compare", "preflight"}
+                                                "stability", "claims", "compare", "preflight"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -106,8 +106,8 @@ def test_dvc_stages_call_the_same_commands_as_the_rules(root):
     dvc = yaml.safe_load((root / "dvc.yaml").read_text())
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     stages = dvc["stages"]
-    assert set(stages) == {"check_config", "fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims",
-                           "compare"}
+    assert set(stages) == {"check_config", "fetch", "prepare", "tokenize", "train", "aggregate", "figure",
+                           "stability", "claims", "compare"}
     # Snakemake runs the same check while it parses the workflow (common.smk), DVC as its first stage
     assert "amlm_config.load(CONFIGFILE)" in rules
     del stages["check_config"]
@@ -136,7 +136,8 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
 
 # The module each DVC stage runs; the modules it imports (transitively) shape its outputs.
 STAGE_MODULE = {"fetch": "fetch", "prepare": "prepare", "tokenize": "tokenizer", "train": "train",
-                "aggregate": "aggregate", "figure": "figure", "claims": "claims", "compare": "figure"}
+                "aggregate": "aggregate", "figure": "figure", "claims": "claims", "compare": "figure",
+                "stability": "stability"}
 # Modules that shape no result: messages, logging and progress, device choice, the command line.
 NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__"}
 

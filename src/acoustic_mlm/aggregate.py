@@ -1,6 +1,9 @@
-"""The aggregate stage: every arm's metrics.csv into one tidy `loss_curves.csv`.
+"""The aggregate stage: every arm's metrics.csv into one tidy `loss_curves.csv`, and the rest of
+each row (gradient norms, clipping, learning rate, the stability diagnostics) into a tidy
+`diagnostics.csv` beside it.
 
-Columns: run, label, seed, step, split (train | valid), codebook, loss_bits.
+loss_curves.csv columns: run, label, seed, step, split (train | valid), codebook, loss_bits.
+diagnostics.csv columns: run, label, seed, step, diagnostic (a metrics column name), value.
 Arms appear in the order of the config's `runs:` mapping (the legend order).
 """
 
@@ -17,6 +20,9 @@ from .utils import atomic_path, log
 
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")
 COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
+DIAGNOSTICS = "diagnostics.csv"  # written beside loss_curves.csv
+DIAGNOSTIC_COLUMNS = ["run", "label", "seed", "step", "diagnostic", "value"]
+NOT_DIAGNOSTICS = {"seed", "step", "train_loss", "wall_time"}  # and every per-codebook loss column
 
 
 def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
@@ -33,18 +39,39 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     return long[COLUMNS]
 
 
-def run(cfg: dict, runs_dir: Path, out_path: Path) -> pd.DataFrame:
-    frames = []
+def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
+    """One arm's non-loss metrics columns as tidy rows, one per (seed, step, diagnostic)."""
+    if "step" not in metrics.columns:
+        raise UserError(f"metrics of run '{run.name}' lack 'step'")
+    if "seed" not in metrics.columns:
+        metrics = metrics.assign(seed=run.seeds[0])
+    cols = [c for c in metrics.columns if c not in NOT_DIAGNOSTICS and not LOSS_COLUMN.match(c)]
+    long = metrics.melt(id_vars=["seed", "step"], value_vars=cols, var_name="diagnostic", value_name="value")
+    long["run"], long["label"] = run.name, run.label
+    return long[DIAGNOSTIC_COLUMNS]
+
+
+def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None = None) -> pd.DataFrame:
+    """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path)."""
+    frames, diag = [], []
     for name in cfg["runs"]:
         path = Path(runs_dir) / name / "metrics.csv"
         if not path.is_file():
             raise UserError(f"{path}: metrics of run '{name}' not found; train it first")
-        frames.append(tidy(pd.read_csv(path), C.run_config(cfg, name)))
+        metrics, rc = pd.read_csv(path), C.run_config(cfg, name)
+        frames.append(tidy(metrics, rc))
+        diag.append(tidy_diagnostics(metrics, rc))
     curves = pd.concat(frames, ignore_index=True)
     curves = curves.sort_values(["run", "seed", "split", "codebook", "step"], key=_run_order(cfg), kind="stable")
-    with atomic_path(out_path) as tmp:
+    diagnostics = pd.concat(diag, ignore_index=True)
+    diagnostics = diagnostics.sort_values(["run", "seed", "diagnostic", "step"], key=_run_order(cfg), kind="stable")
+    diagnostics_path = Path(diagnostics_path) if diagnostics_path else Path(out_path).with_name(DIAGNOSTICS)
+    with atomic_path(diagnostics_path) as tmp:
+        diagnostics.to_csv(tmp, index=False)
+    with atomic_path(out_path) as tmp:  # last: the stage's declared first output
         curves.to_csv(tmp, index=False)
-    log.info("aggregate: %d rows from %d runs -> %s", len(curves), len(frames), out_path)
+    log.info("aggregate: %d rows from %d runs -> %s, %d diagnostics rows -> %s", len(curves), len(frames), out_path,
+             len(diagnostics), diagnostics_path)
     return curves
 
 

@@ -1,6 +1,7 @@
 """The findings stage: the figure's six claims, checked on the reproduced loss curves.
 
-Reads only `loss_curves.csv` (codebook 0, one split) and writes `claims.json` and `claims.md`.
+Reads `loss_curves.csv` (codebook 0, one split) and writes `claims.json` and `claims.md`; given
+`diagnostics.csv`, it also says what the diagnostics show at every spike (explain_spikes).
 Each claim comes back with the numbers it was judged on and one of three verdicts:
 
     reproduced       the measured curves show what the paper's figure shows
@@ -408,6 +409,94 @@ class _Context:
         return self.every_arm(passes, f"not stabilised by {th.stabilise_fraction:.0%} of the x-range", measured, notes)
 
 
+# ----------------------------------------------------------------------------- what the diagnostics show at a spike
+
+UNUSUAL_FACTOR = 3.0  # a diagnostic at a spike this many times its median before the spike is unusual
+BASELINE_ROWS = 3  # ... the median of the last this many rows before the onset (early training moves fast)
+SKIP_NAMES = {"overflow_skips": "fp16 overflow", "nonfinite": "non-finite loss"}
+
+
+def _before_and_during(series: pd.Series, onset: int, peak: int) -> tuple[float, float]:
+    """(median of the last BASELINE_ROWS finite values before `onset`, largest value in onset..peak)
+    of a step-indexed series."""
+    before = series[(series.index < onset) & np.isfinite(series.to_numpy())].sort_index().iloc[-BASELINE_ROWS:]
+    during = series[(series.index >= onset) & (series.index <= peak)]
+    return (float(before.median()) if len(before) else math.nan,
+            float(during.max()) if len(during) else math.nan)
+
+
+def explain_spikes(stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame,
+                   factor: float = UNUSUAL_FACTOR) -> list[dict]:
+    """For every spike in `stats` (claim d's spikes, every arm and seed), what the diagnostics show
+    from its onset to its peak: the largest gradient norm before clipping and attention logit,
+    each against its median over the last BASELINE_ROWS rows before the onset, and the updates
+    skipped (fp16 overflow, non-finite loss) in between. `unusual` names what rose `factor` times or more
+    above its median, any skipped update, and an attention logit beyond float16's range;
+    empty: the diagnostics show nothing unusual at that spike.
+    """
+    out = []
+    for run, per_seed in stats.items():
+        for s in per_seed:
+            rows = diagnostics[(diagnostics["run"] == run) & (diagnostics["seed"] == s.seed)]
+            wide = rows.pivot_table(index="step", columns="diagnostic", values="value", aggfunc="mean", dropna=False)
+            for k in s.spikes:
+                onset, peak = k["onset_step"], k["peak_step"]
+                seen = {"run": run, "seed": s.seed, "onset_step": onset, "peak_step": peak,
+                        "height_bits": k["height_bits"], "unusual": []}
+                for name, column in (("grad_norm", "grad_norm_max"), ("attn_logit", "attn_logit_max")):
+                    label = {"grad_norm": "gradient norm", "attn_logit": "attention logit"}[name]
+                    if column not in wide.columns:
+                        seen[name] = None  # not measured (train.diagnostics false)
+                        continue
+                    median, top = _before_and_during(wide[column], onset, peak)
+                    seen[name] = {"max": _r(top), "median_before": _r(median),
+                                  "ratio": _r(top / median) if median > 0 else None}
+                    if math.isfinite(top) and median > 0 and top >= factor * median:
+                        seen["unusual"].append(f"{label} {top / median:.1f}x its median")
+                if seen["attn_logit"] and (seen["attn_logit"]["max"] or 0) >= 65504:
+                    seen["unusual"].append("attention logit beyond float16's range")
+                for name in ("overflow_skips", "nonfinite"):
+                    if name not in wide.columns:
+                        seen[name] = None
+                        continue
+                    c = wide[name].dropna()
+                    start = c[c.index < onset].iloc[-1] if (c.index < onset).any() else 0.0
+                    end = c[c.index <= peak].iloc[-1] if (c.index <= peak).any() else start
+                    seen[name] = int(end - start)
+                    if seen[name] > 0:
+                        seen["unusual"].append(f"{seen[name]} update(s) skipped for {SKIP_NAMES[name]}")
+                out.append(seen)
+    return out
+
+
+def _seen_text(name: str, v: dict | None) -> str:
+    if v is None:
+        return f"{name} not measured"
+    ratio = f"{v['ratio']:.2f}x" if v["ratio"] is not None else "n/a"
+    return f"{name} up to {_fmt(v['max'])} ({ratio} its median {_fmt(v['median_before'])} just before)"
+
+
+def spikes_markdown(explained: list[dict], factor: float = UNUSUAL_FACTOR) -> str:
+    """The claims.md section: one line per spike with the diagnostics' numbers and a plain reading."""
+    lines = ["", "## What the diagnostics show at each spike", ""]
+    if not explained:
+        return "\n".join(lines + ["No arm spikes, so there is nothing to explain.", ""])
+    lines.append(f"From the onset row to the peak row of each spike (`diagnostics.csv`); \"unusual\" is {factor:g} "
+                 f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, "
+                 "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before clipping "
+                 "since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers.")
+    lines.append("")
+    for e in explained:
+        skipped = ", ".join(f"{e[n]} for {SKIP_NAMES[n]}" if e[n] is not None else f"{SKIP_NAMES[n]} not counted"
+                            for n in SKIP_NAMES)
+        reading = ("**unusual**: " + "; ".join(e["unusual"]) if e["unusual"]
+                   else "**nothing unusual** in the diagnostics")
+        lines.append(f"- `{e['run']}` seed {e['seed']}, spike +{e['height_bits']:.2f} bits, onset step "
+                     f"{e['onset_step']}, peak step {e['peak_step']}: {_seen_text('gradient norm', e['grad_norm'])}; "
+                     f"{_seen_text('attention logit', e['attn_logit'])}; skipped updates: {skipped}. {reading}.")
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- outputs
 
 
@@ -481,13 +570,15 @@ def to_markdown(claims: list[dict], header: dict, paper_verdicts: dict[str, str]
     return "\n".join(lines) + "\n"
 
 
-def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True) -> list[dict]:
+def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True,
+        diagnostics_path=None) -> list[dict]:
     """Evaluate the claims on `curves_path`; write `out_json` and `out_md` atomically.
 
     Thresholds from the config's `claims:` section, arms by their `role`, the split drawn in the
     figure (`figure.split`). With `check_reference`, the same checks run on the paper's digitised
     curves as well and their verdicts are reported beside the reproduction's (skipped with a log
-    line if absent).
+    line if absent). With `diagnostics_path` (diagnostics.csv), every spike is explained by the
+    diagnostics.
     """
     th = ClaimThresholds.from_dict(cfg["claims"])
     split = cfg["figure"]["split"]
@@ -497,6 +588,12 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
     curves = pd.read_csv(curves_path)
     roles = role_map(C.runs_by_role(cfg))
     claims = evaluate(curves, th, roles, split=split)
+    explained = None
+    if diagnostics_path is not None:
+        if not Path(diagnostics_path).is_file():
+            raise UserError(f"{diagnostics_path}: diagnostics not found; run the aggregate stage first")
+        stats = collect(curves, list(roles.values()), th, split=split)
+        explained = explain_spikes(stats, pd.read_csv(diagnostics_path))
 
     paper_verdicts = None
     if check_reference:
@@ -524,8 +621,11 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
     doc = {**header, "claims": claims, "verdicts": {c["id"]: c["verdict"] for c in claims}}
     if paper_verdicts is not None:
         doc["paper_verdicts"] = paper_verdicts  # the same checks on data/reference/paper_curves.csv
+    if explained is not None:
+        doc["spike_diagnostics"] = explained
     write_json(out_json, doc)
     with atomic_path(out_md) as tmp:
-        tmp.write_text(to_markdown(claims, header, paper_verdicts))
+        spikes = spikes_markdown(explained) if explained is not None else ""
+        tmp.write_text(to_markdown(claims, header, paper_verdicts) + spikes)
     log.info("claims: %s -> %s, %s", ", ".join(f"{c['id']} {c['verdict']}" for c in claims), out_json, out_md)
     return claims

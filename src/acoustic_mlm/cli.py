@@ -6,6 +6,7 @@
     amlm train      one arm of the ablation                    -> results/runs/{run}/
     amlm aggregate  every arm's metrics as one tidy CSV        -> results/loss_curves.csv
     amlm figure     the loss-vs-steps chart (png, pdf, svg)    -> results/figures/
+    amlm stability  loss beside gradient norm, attention logits -> results/figures/stability.{png,pdf,svg}
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
@@ -106,11 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
+    p = _stage_parser(sub, "stability", "draw the stability figure: loss, gradient norm, attention logits",
+                      "Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the largest "
+                      "attention logit (fp16 limit drawn) and the fp16 loss scale against training steps, every loss "
+                      "spike marked on every panel; PNG (300 dpi), PDF and SVG.")
+    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument("--diagnostics", type=Path, default=Path("results/diagnostics.csv"), help="tidy diagnostics CSV")
+    p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
+
     p = _stage_parser(sub, "claims", "check the figure's claims on the reproduced curves",
                       "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
                       "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a verdict.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
     p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
+    p.add_argument("--diagnostics", type=Path, default=Path("results/diagnostics.csv"),
+                   help="tidy diagnostics CSV: what they show at each spike")
     p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
     p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as a markdown table")
 
@@ -206,10 +217,15 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import figure
 
         figure.run(cfg, args.curves, args.out, reference_path=args.reference)
+    elif args.command == "stability":
+        from . import stability
+
+        stability.run(cfg, args.curves, args.diagnostics, args.out)
     elif args.command == "claims":
         from . import claims
 
-        claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference)
+        claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference,
+                   diagnostics_path=args.diagnostics)
     elif args.command == "preflight":
         from . import preflight
 

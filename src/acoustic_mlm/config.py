@@ -103,6 +103,7 @@ class TrainConfig:
     compile: bool  # torch.compile the model
     clip: float = 0.0  # max total gradient norm; 0 disables clipping
     seed: int = 0
+    diagnostics: bool = True  # stability diagnostics in every metrics row (diagnostics.py)
     crop_unit: str = "frame"  # frame: crops start on EnCodec frames; sample: at any sample (MERT random_crop)
     mask_group: int = 0  # crops whose masks are equalised together (MERT: one GPU's micro-batch); 0: whole micro-batch
     nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
@@ -412,6 +413,7 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "figure": (("figure", "runs"), ()),
     "claims": (("claims", "figure.split", "runs"), ()),
     "compare": (("figure", "runs"), ()),
+    "stability": (("figure", "runs", "claims.spike_threshold", "claims.recovery_margin"), ()),  # spikes as claim (d)
 }
 # The steps before each step, whose settings also shape its outputs.
 UPSTREAM = {
@@ -427,6 +429,7 @@ DVC_STAGES = {
     "fetch": ("fetch",), "prepare": ("plan", "prepare_shard", "prepare_merge"),
     "tokenize": ("tokenize_fit", "tokenize_shard", "tokenize_merge"), "train": ("train",),
     "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("compare",),
+    "stability": ("stability",),
 }
 
 

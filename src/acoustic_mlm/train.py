@@ -17,6 +17,9 @@ updates since the previous row, which makes them fairseq's interval means when o
   loss_scale (fp16 loss scale now; NaN without one), wall_time (s since start).
 With `train.precision: fp16_fairseq` a step is an update: steps whose gradients overflowed are
 not counted (see precision.py).
+With train.diagnostics, each row also holds the stability diagnostics of `diagnostics.py`
+(per-block gradient norms and update ratios, attention logit maxima, masked share, codebook-0
+accuracy), measured at the row steps only.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from . import config as C
-from . import curves
+from . import curves, diagnostics
 from .devices import pick_device
 from .errors import UserError
 from .augment import apply_mixture, draw_mixture
@@ -454,6 +457,7 @@ class StepResult(NamedTuple):
     grad_norm: float  # total norm before clipping (NaN when the update was skipped)
     clipped: bool
     counted: bool = True  # a step of train.steps (fp16_fairseq: False for an overflow, as fairseq)
+    diagnostics: dict | None = None  # at row steps with train.diagnostics: diagnostics.UpdateProbe's row
 
 
 def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Path, out_dir: Path,
@@ -611,11 +615,16 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
                         s.run_name, s.seed, loop.streak, step)
         return StepResult(lr, float("nan"), False)
     loop.streak = 0
+    at_row = t.diagnostics and step in s.rows_at and s.writer
+    probe = diagnostics.UpdateProbe(s.model, s.scaler) if at_row else None  # before clipping and the update
     grad_norm, clipped, skipped = optimizer_step(s.model, s.opt, s.scaler, t.clip)
     loop.overflow += skipped
     loop.clipped += int(clipped)
     loop.acc.add(outs, grad_norm, clipped, s.world)
-    return StepResult(lr, grad_norm, clipped)
+    if probe is None:
+        return StepResult(lr, grad_norm, clipped)
+    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * batch[2].numel())
+    return StepResult(lr, grad_norm, clipped, diagnostics={**probe.finish(), "masked_frac": masked})
 
 
 def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list, finite: bool,
@@ -662,10 +671,14 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     if not s.writer:
         loop.acc.flush()
         return None
-    v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
+    probe = diagnostics.ValidProbe(s.model) if s.t.diagnostics else contextlib.nullcontext()
+    with probe:  # attention logits and codebook-0 accuracy, hooked into the validation pass
+        v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
     row = {"step": step, **loop.acc.flush(), "lr": result.lr, "grad_norm": result.grad_norm,
            "clipped": int(result.clipped)}
     row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
+    if s.t.diagnostics:
+        row.update({**(result.diagnostics or {}), **probe.values()})
     row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
                loss_scale=_loss_scale(s), diverged=int(loop.diverged_at is not None), wall_time=wall_time)
     loop.rows.append(row)

@@ -5,7 +5,8 @@ rule aggregate:
     input:
         expand("results/runs/{run}/metrics.csv", run=RUNS),
     output:
-        "results/loss_curves.csv",
+        curves="results/loss_curves.csv",
+        diagnostics="results/diagnostics.csv",
     params:
         cli=AMLM,
         config=CONFIGFILE,
@@ -16,7 +17,7 @@ rule aggregate:
     conda:
         ENV
     shell:
-        "{params.cli} aggregate --config {params.config} --runs-dir results/runs --out {output} > {log} 2>&1"
+        "{params.cli} aggregate --config {params.config} --runs-dir results/runs --out {output.curves} > {log} 2>&1"
 
 
 rule figure:
@@ -45,9 +46,36 @@ rule figure:
         "--out results/figures > {log} 2>&1"
 
 
+rule stability:
+    input:
+        curves="results/loss_curves.csv",
+        diagnostics="results/diagnostics.csv",
+    output:
+        png=report(
+            "results/figures/stability.png",
+            caption="../report/stability.rst",
+            category="1. Figure",
+        ),
+        pdf="results/figures/stability.pdf",
+        svg="results/figures/stability.svg",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        settings=settings_for("stability"),
+    log:
+        "results/logs/stability.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} stability --config {params.config} --curves {input.curves} "
+        "--diagnostics {input.diagnostics} --out results/figures > {log} 2>&1"
+
+
 rule claims:
     input:
         curves="results/loss_curves.csv",
+        diagnostics="results/diagnostics.csv",
         reference="data/reference/paper_curves.csv",
     output:
         json="results/claims.json",
@@ -63,6 +91,7 @@ rule claims:
         ENV
     shell:
         "{params.cli} claims --config {params.config} --curves {input.curves} --reference {input.reference} "
+        "--diagnostics {input.diagnostics} "
         "--out-json {output.json} --out-md {output.md} > {log} 2>&1"
 
 
