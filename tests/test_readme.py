@@ -67,11 +67,11 @@ def test_every_path_in_the_project_tree_exists(root, readme):
         entry = line.split("#")[0].strip()
         if not entry:
             continue
+        names = [n.strip() for n in entry.split(",")]
         if line.startswith("  "):
-            names = [n.strip() for n in entry.split(",")]
             paths = [f"{folder}{n}" for n in names]
         else:
-            paths = [entry.rstrip("/")]
+            paths = [n.rstrip("/") for n in names]
             folder = entry if entry.endswith("/") else folder
         for p in paths:
             assert (root / p).exists(), f"the README's project tree names {p}, which does not exist"
