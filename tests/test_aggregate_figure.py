@@ -34,7 +34,7 @@ def test_aggregate_tidy(runs_dir, tmp_path, smoke_cfg):
     out = tmp_path / "curves.csv"
     curves = aggregate.run(smoke_cfg, runs_dir, out)
     on_disk = pd.read_csv(out)
-    assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
+    assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits", "nonfinite"]
     assert len(on_disk) == 4 * 8 * 2 * 2  # runs x steps x splits x codebooks
     assert list(dict.fromkeys(on_disk["run"])) == list(smoke_cfg["runs"])  # config order
     row = on_disk[(on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid") & (on_disk.codebook == 1)]
@@ -132,3 +132,17 @@ def test_arms_are_styled_by_role_not_position(smoke_cfg):
     assert styles["Pre-Norm | Gradient Clip=10 | Run 1"].marker == "o"
     assert to_hex(styles["Pre-Norm | Attn. Relax | Gradient Clip=1"].color) == "#e377c2"
     assert to_hex(styles["extra arm"].color) == "#d62728" and styles["extra arm"].marker == "s"
+
+
+def test_a_run_that_skipped_non_finite_updates_says_so_in_the_figure(tmp_path, smoke_cfg):
+    runs = tmp_path / "runs"
+    for i, name in enumerate(smoke_cfg["runs"]):
+        (runs / name).mkdir(parents=True)
+        m = fake_metrics([1, 2, 4, 8, 16, 32], end=6.0 + 0.2 * i)
+        m["nonfinite"] = [0, 0, 1, 1, 3, 3] if name == "prenorm_clip1" else 0
+        m.to_csv(runs / name / "metrics.csv", index=False)
+    curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
+    assert curves.loc[curves["run"] == "prenorm_clip1", "nonfinite"].max() == 3
+    fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
+    assert [t.get_text() for t in ax.texts] == ["3 non-finite updates skipped (seed 1)"]
+    matplotlib.pyplot.close(fig)

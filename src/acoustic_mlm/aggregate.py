@@ -20,6 +20,7 @@ from .utils import atomic_path, log
 
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")
 COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
+# and `nonfinite`: updates skipped for a non-finite loss so far (cumulative), so the figure can say so
 DIAGNOSTICS = "diagnostics.csv"  # written beside loss_curves.csv
 DIAGNOSTIC_COLUMNS = ["run", "label", "seed", "step", "diagnostic", "value"]
 NOT_DIAGNOSTICS = {"seed", "step", "train_loss", "wall_time"}  # and every per-codebook loss column
@@ -32,11 +33,14 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
         raise UserError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
     if "seed" not in metrics.columns:  # a single seed's own metrics file
         metrics = metrics.assign(seed=run.seeds[0])
-    long = metrics.melt(id_vars=["seed", "step"], value_vars=loss_cols, var_name="column", value_name="loss_bits")
+    if "nonfinite" not in metrics.columns:
+        metrics = metrics.assign(nonfinite=0)
+    long = metrics.melt(id_vars=["seed", "step", "nonfinite"], value_vars=loss_cols, var_name="column",
+                        value_name="loss_bits")
     parts = long["column"].str.extract(LOSS_COLUMN)
     long["split"], long["codebook"] = parts[0], parts[1].astype(int)
     long["run"], long["label"] = run.name, run.label
-    return long[COLUMNS]
+    return long[COLUMNS + ["nonfinite"]]
 
 
 def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:

@@ -134,6 +134,26 @@ def mark_divergence(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> 
     return marked
 
 
+def mark_nonfinite(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> list[str]:
+    """A note at the end of every run (seed) that completed after skipping non-finite updates:
+    such a run is not clean, and the figure says so where its curve ends."""
+    if "nonfinite" not in selected.columns:
+        return []
+    marked = []
+    for (label, seed), g in selected.groupby(["label", "seed"], sort=False):
+        g = g.sort_values("step")
+        finite = g[g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))]
+        skipped = int(g["nonfinite"].max())
+        if not skipped or finite.empty or len(finite) < len(g) or label not in styles:
+            continue  # clean, or diverged (marked by mark_divergence)
+        last = finite.iloc[-1]
+        ax.annotate(f"{skipped} non-finite update{'s' * (skipped > 1)} skipped (seed {seed})",
+                    (last["step"], last["loss_bits"]), textcoords="offset points", xytext=(-6, 8), ha="right",
+                    fontsize=7, color=styles[label].color)
+        marked.append(label)
+    return marked
+
+
 def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], ax, markersize: float) -> None:
     """The arms' mean curves (and 95 % bands over seeds), in their styles."""
     present = [lab for lab in labels if lab in set(data["label"])]
@@ -169,6 +189,7 @@ def draw(curves: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     _lines(data, labels, styles, ax, markersize=6)
     mark_divergence(ax, selected, styles)
+    mark_nonfinite(ax, selected, styles)
     log_step_axis(ax, float(data["step"].min()), fig_cfg.get("x_max") or float(data["step"].max()))
     y_min, y_max = fig_cfg.get("y_min"), fig_cfg.get("y_max")
     if y_min is not None or y_max is not None:
