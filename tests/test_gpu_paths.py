@@ -69,7 +69,7 @@ def test_paper_size_model_does_one_training_update_on_cpu(root):
     device = torch.device("cpu")
     with train.autocast(device, "fp32"):
         out = model(wav, codes, mask)
-    assert math.isfinite(float(out.loss)) and out.bits.shape == (8,)
+    assert math.isfinite(out.loss.item()) and out.bits.shape == (8,)
     out.loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None]
     assert not missing, missing  # every parameter takes part in the update
