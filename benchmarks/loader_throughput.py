@@ -19,7 +19,6 @@ and keeps up when the loader's ms per micro-batch stays below the GPU's.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from acoustic_mlm.flops import step_flops
 from acoustic_mlm.preflight import update_ms_at
 from acoustic_mlm.prepare import MANIFEST_COLUMNS, load_prepared, shard_name
 from acoustic_mlm.train import CropData, batches
-from acoustic_mlm.utils import machine_info, set_threads
+from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.PEAK_TFLOPS has the table
 SAMPLE_RATE = 24000
@@ -180,8 +179,7 @@ def main(argv=None) -> dict:
         "rows": rows,
     }
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)  # atomic, folders made
     return result
 
 

@@ -15,7 +15,6 @@ per-repetition ratios static / selection of ms per step (above 1: the static los
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from acoustic_mlm.devices import pick_device
 from acoustic_mlm.objective import AcousticMLM
 from acoustic_mlm.preflight import synthetic_batch
 from acoustic_mlm.train import autocast
-from acoustic_mlm.utils import machine_info, set_threads
+from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 
 def loss_fn(static: bool):
@@ -105,8 +104,7 @@ def main(argv=None) -> dict:
           f"ms/step: static / selection {result['ratio_static_to_selection']:.3f} "
           f"({result['ratio_min']:.3f}-{result['ratio_max']:.3f}); losses {losses}")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)  # atomic, folders made
     return result
 
 

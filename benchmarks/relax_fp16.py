@@ -18,7 +18,6 @@ which multiplies the logits by the square. Per scale and variant:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from acoustic_mlm.model import MultiheadSelfAttention
 from acoustic_mlm.objective import AcousticMLM
 from acoustic_mlm.preflight import synthetic_batch
 from acoustic_mlm.train import autocast
-from acoustic_mlm.utils import machine_info, set_threads
+from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 VARIANTS = {"plain": "prenorm_clip1", "relax": "prenorm_attnrelax_clip1"}
 SEED = 0
@@ -121,8 +120,7 @@ def main(argv=None) -> dict:
         "crop_frames": frames, "rows": rows,
     }
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)  # atomic, folders made
     return result
 
 

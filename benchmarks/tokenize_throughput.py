@@ -57,7 +57,7 @@ from acoustic_mlm.tokenizer import (
     SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches,
 )  # fmt: skip
 from acoustic_mlm.devices import pick_device
-from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads
+from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads, write_json
 
 PLAIN = "plain"
 BANDWIDTH = 6.0  # kbps: 8 codebooks, as the stage and MERT use
@@ -426,8 +426,7 @@ def main(argv=None) -> dict:
         "rows": rows,
     }
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)  # atomic, folders made
     return result
 
 

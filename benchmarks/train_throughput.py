@@ -25,7 +25,6 @@ rate by `--peak-tflops` (default 989, an H200's dense bf16 peak, on CUDA; none o
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -42,7 +41,7 @@ from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.flops import step_flops
 from acoustic_mlm.train import autocast, optimizer_step
-from acoustic_mlm.utils import machine_info, set_threads
+from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 BASELINE = "baseline"
 H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H200 (SXM) dense bf16 tensor-core peak
@@ -387,8 +386,7 @@ def main(argv=None) -> dict:
         "rows": rows,
     }
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)  # atomic, folders made
     return result
 
 
