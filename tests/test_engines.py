@@ -126,7 +126,8 @@ def both_up_to_date(root, tmp_path_factory):
     _run(smk + ["--cores", "2", "data/codes/tokenizer.json"], repo)
     stand_ins = ["data/downloads/x", "results/loss_curves.csv", "results/claims.json",
                  "results/claims.md", "results/figures/paper_vs_reproduction.png"]
-    stand_ins += [f"results/figures/acoustic_mlm_loss_codebook0.{e}" for e in ("png", "pdf", "svg")]
+    stand_ins += [f"results/figures/{stem}.{e}" for stem in ("acoustic_mlm_loss_codebook0", "stability")
+                  for e in ("png", "pdf", "svg")] + ["results/diagnostics.csv"]
     for run in RUN_NAMES:
         stand_ins += [f"results/runs/{run}/{f}" for f in ("metrics.csv", "summary.json", "seeds/x")]
     for rel in stand_ins:

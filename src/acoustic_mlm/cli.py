@@ -150,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None, help="override train.precision")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes for the whole-figure projection (default: 1)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="nodes for the whole-figure projection (default: train.nodes, one run's nodes)")
     p.add_argument("--gpus-per-node", type=int, default=None,
-                   help="GPUs per node for the projection (default: the GPUs visible here, 1 on CPU)")
+                   help="GPUs per node for the projection (default: the GPUs visible here; on CPU train.processes)")
     p.add_argument("--corpus-hours", type=float, default=None,
                    help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
 

@@ -420,13 +420,14 @@ def _fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, b
 
 def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, micro_batch: int | None = None,
         micro_batches: int = 4, optimizer_steps: int = 2, warmup: int = 1, device_name: str | None = None,
-        precision: str | None = None, peak: float | None = None, nodes: int = 1, gpus_per_node: int | None = None,
+        precision: str | None = None, peak: float | None = None, nodes: int | None = None,
+        gpus_per_node: int | None = None,
         corpus_hours: float | None = None, full_update: bool = True, threads: int | None = None) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir."""
     t0 = C.train_config(cfg)
     precision = precision or t0.precision
     for name, value, low in (("--micro-batches", micro_batches, 1), ("--optimizer-steps", optimizer_steps, 1),
-                             ("--warmup", warmup, 0), ("--nodes", nodes, 1)):
+                             ("--warmup", warmup, 0), ("--nodes", 1 if nodes is None else nodes, 1)):
         if value < low:
             raise UserError(f"preflight: {name} must be at least {low}, got {value}")
     if optimizer_steps > micro_batches:
@@ -443,12 +444,13 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     device_label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if peak is None and device.type == "cuda":
         peak = peak_tflops(device_label, precision)
-    if gpus_per_node is None:
-        gpus_per_node = torch.cuda.device_count() if device.type == "cuda" else 1
-    processes = t0.processes
-    if processes > gpus_per_node:
-        raise UserError(f"preflight: train.processes ({processes}) exceeds --gpus-per-node ({gpus_per_node}); "
-                        "one run's processes share one node (torchrun --standalone)")
+    if gpus_per_node is None:  # the GPUs here; on CPU, the preset's: the projection is for its hardware
+        gpus_per_node = torch.cuda.device_count() if device.type == "cuda" else t0.processes
+    if t0.processes > gpus_per_node:
+        raise UserError(f"preflight: train.processes ({t0.processes}) exceeds --gpus-per-node ({gpus_per_node}); "
+                        "one run's processes on a node need a GPU each")
+    nodes = t0.nodes if nodes is None else nodes  # the figure's machines: by default the preset's run's own
+    processes = t0.world  # DDP processes of one run: train.nodes x train.processes
     crops_per_process = t0.batch_size * t0.accum_steps // processes
     preset_micro = t0.batch_size // processes
     mb = preset_micro if micro_batch is None else micro_batch
