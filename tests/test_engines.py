@@ -37,6 +37,12 @@ CHANGED = {
     "data.url": "http://127.0.0.1:9/x.zip",
     "data.known_hash": "sha256:" + "0" * 64,
     "data.folder": "/tmp/some-folder",
+    "data.base_url": "http://127.0.0.1:9/mirror/",
+    "tokenizer.level": "none",
+    "model.mixture_segments": [1, 2],
+    "model.mixture_samples": [12000, 24000],
+    "train.crop_unit": "sample",
+    "train.total_updates": 1000,
     "tokenizer.mode": "pretrained",
     "tokenizer.checkpoint": "/tmp/encodec_24khz-d7cc33bc.th",
     "tokenizer.device": "auto",
@@ -62,7 +68,9 @@ CHANGED = {
 }
 
 
-FIXED = {"data.sample_rate"}  # the schema allows one value (EnCodec 24 kHz): there is no change to compare
+FIXED = {"data.sample_rate"}
+# Keys whose change is valid only with another key changed too (same step): the companion's new value.
+COMPANION = {"model.mixture_prob": ("model.mixture_samples", [1200, 3500])}  # noise must fit the smoke crop  # the schema allows one value (EnCodec 24 kHz): there is no change to compare
 
 
 def _changed(key, value):
@@ -192,6 +200,8 @@ def test_both_engines_rerun_the_same_stages_for_each_key(both_up_to_date):
             new = _changed(key, old)
             assert new != old, f"{key}: the changed value equals the old one"
             _set(cfg, key, new)
+            if key in COMPANION:
+                _set(cfg, *COMPANION[key])
             C.validate(copy.deepcopy(cfg), source=key)  # every change must give a valid config
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             smk = subprocess.Popen([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=repo, env=_env(),

@@ -39,7 +39,8 @@ def check_consistent(r: dict, cfg: dict) -> None:
     assert set(r["figure"]) == FIGURE_FIELDS and set(r["disk"]) == DISK_FIELDS
     t = cfg["train"]
     frames = C.crop_frames(cfg)
-    crops = t["batch_size"] * t["accum_steps"] // t["processes"]
+    world = t["processes"] * t.get("nodes", 1)  # DDP processes of one run
+    crops = t["batch_size"] * t["accum_steps"] // world
     assert [a["run"] for a in r["arms"]] == list(cfg["runs"])
     for a in r["arms"]:
         assert set(a) == ARM_FIELDS, set(a) ^ ARM_FIELDS
@@ -58,13 +59,13 @@ def check_consistent(r: dict, cfg: dict) -> None:
         assert (a["mfu"] is None) == (r["peak_tflops"] is None)
         assert a["hours_per_seed"] == pytest.approx(t["steps"] * a["ms_per_update"] / 3.6e6)
         assert a["hours"] == pytest.approx(a["seeds"] * a["hours_per_seed"])
-        assert a["gpu_hours"] == pytest.approx(a["hours"] * t["processes"])
+        assert a["gpu_hours"] == pytest.approx(a["hours"] * world)
         assert a["peak_memory_gb"] > 0 and a["activation_gb_per_micro_batch"] >= 0
         assert a["losses_finite"] and math.isfinite(a["first_loss"])
         twin = next(b for b in r["arms"] if b["run"] == a["measured_as"])  # identical models are measured once
         assert twin["ms_per_micro_batch"] == a["ms_per_micro_batch"]
         if a["fits"]:
-            assert (a["suggested_micro_batch"], a["suggested_accum_steps"]) == (t["batch_size"] // t["processes"],
+            assert (a["suggested_micro_batch"], a["suggested_accum_steps"]) == (t["batch_size"] // world,
                                                                                 t["accum_steps"])
         elif a["suggested_micro_batch"]:
             assert a["suggested_micro_batch"] * a["suggested_accum_steps"] == crops
