@@ -291,14 +291,15 @@ def test_item7_config_error_under_snakemake_deletes_nothing(root, tmp_path):
     raw = sorted(p.relative_to(repo) for p in (repo / "data" / "raw").rglob("*"))
     assert raw
 
-    cfg["runs"]["prenorm_clip10"]["deepnorm"] = True
+    cfg["runs"]["prenorm_clip10"]["norm"] = "deepnorm"  # a changed arm, and a rule broken across sections:
+    cfg["model"]["heads"] = 3  # the width is not divisible by it
     for name in ("small.yaml", "renamed.yaml"):  # the same file edited, then under a new name
         (repo / "config" / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
         proc = subprocess.run(snakemake + ["--configfile", f"config/{name}"], cwd=repo, env=env, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
         errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "invalid configuration" in line]
-        assert len(errors) == 1 and "'runs.prenorm_clip10.deepnorm' is true" in errors[0], proc.stderr
+        assert len(errors) == 1 and "must be divisible by 'model.heads' (3)" in errors[0], proc.stderr
         assert "Traceback" not in proc.stderr and f"config/{name}" in errors[0]
         assert {p: p.read_bytes() for p in kept} == kept
         assert sorted(p.relative_to(repo) for p in (repo / "data" / "raw").rglob("*")) == raw
