@@ -184,7 +184,7 @@ def test_cpu_fit_is_linear_in_the_micro_batch():
 
 def test_asking_for_cuda_without_one_is_an_error(root, tmp_path, capsys):
     if torch.cuda.is_available():
-        pytest.skip("a CUDA device is visible")
+        pytest.skip("a CUDA device is visible: --device cuda is valid here, so there is no missing device to refuse")
     code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), "--device", "cuda"])
     assert code == 2 and "'--device' is cuda but torch sees no CUDA device" in capsys.readouterr().err
 
