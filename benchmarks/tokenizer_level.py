@@ -8,9 +8,9 @@ strongly a file's codebook-0 entropy follows its level (Spearman rank correlatio
 files' RMS dBFS and their codebook-0 entropy: near +1 means quiet files get few codes).
 
     python benchmarks/tokenizer_level.py --folder ../shared/audio/librosa \
-        --variants none:2048,none:16384,rms:16384,lufs:16384
-    python benchmarks/tokenizer_level.py --folder ../shared/audio/librosa --variants rms:16384 \
-        --rms-window-frames 75 --rms-floor -70
+        --variants none:2048,none:16384,rms:16384,lufs:16384,kweighted:16384
+    python benchmarks/tokenizer_level.py --folder ../shared/audio/librosa --variants rms:16384,kweighted:16384 \
+        --window-frames 75 --silence-db -70
 
 Each variant is `level:calibration_frames[:target]` (target defaults to -23).
 """
@@ -33,14 +33,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folder", required=True, help="a folder of recordings")
     ap.add_argument("--config", default="config/smoke.yaml", help="preset whose data and tokenizer settings are used")
-    ap.add_argument("--variants", default="none:2048,none:16384,rms:16384,lufs:16384")
+    ap.add_argument("--variants", default="none:2048,none:16384,rms:16384,lufs:16384,kweighted:16384")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rms-window-frames", type=int, default=tokenizer.RMS_WINDOW_FRAMES,
-                    help="level rms: frames per window (the package's value by default)")
-    ap.add_argument("--rms-floor", type=float, default=tokenizer.RMS_SILENCE_DB,
-                    help="level rms: a window at or below this dBFS is left as is (the package's value by default)")
+    ap.add_argument("--window-frames", type=int, default=tokenizer.LEVEL_WINDOW_FRAMES,
+                    help="levels kweighted and rms: frames per window (the package's value by default)")
+    ap.add_argument("--silence-db", type=float, default=tokenizer.WINDOW_SILENCE_DB,
+                    help="levels kweighted and rms: a window at or below this level is left as is (the package's value "
+                         "by default)")
     args = ap.parse_args()
-    tokenizer.RMS_WINDOW_FRAMES, tokenizer.RMS_SILENCE_DB = args.rms_window_frames, args.rms_floor
+    tokenizer.LEVEL_WINDOW_FRAMES, tokenizer.WINDOW_SILENCE_DB = args.window_frames, args.silence_db
     base = config.load(args.config)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +58,7 @@ def main() -> None:
             meta = json.loads((out / "tokenizer.json").read_text())
             files = pd.read_csv(out / tokenizer.FILES)
             rho = files["rms_dbfs"].corr(files["cb0_entropy_bits"], method="spearman")
-            rows.append({"variant": variant, "rms_window_frames": args.rms_window_frames, "rms_floor": args.rms_floor,
+            rows.append({"variant": variant, "window_frames": args.window_frames, "silence_db": args.silence_db,
                          "cb0_top_share": meta["top_code_share"][0],
                          "cb0_entropy_bits": meta["unigram_entropy_bits"][0], "cb0_codes": meta["distinct_codes"][0],
                          "codes_per_level": meta["distinct_codes"], "min_file_cb0_entropy": files["cb0_entropy_bits"].min(),

@@ -143,6 +143,31 @@ def test_fp16_rows_carry_the_loss_scale(data_dirs, tiny_cfg, tmp_path):
     assert (m["loss_scale"] > 0).all() and "overflow_skips" in m.columns
 
 
+def test_fp16_fairseq_rows_carry_per_block_gradients_and_master_weight_updates(data_dirs, tiny_cfg, tmp_path):
+    """Under fp16_fairseq the per-block norms are the gradients the update sees (unscaled, per masked
+    frame): together they make the row's grad_norm; the update ratios are the fp32 masters' (fp16
+    weights would round updates under 2^-11 of a weight to zero); training is unchanged."""
+    prepared, codes = data_dirs
+    tiny_cfg["train"].update(precision="fp16_fairseq", log_interval=2, log_powers_of_two=False)
+    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "on", threads=1)
+    off_cfg = copy.deepcopy(tiny_cfg)
+    off_cfg["train"]["diagnostics"] = False
+    train.run(off_cfg, "prenorm_clip1", prepared, codes, tmp_path / "off", threads=1)
+    with_d, without = pd.read_csv(tmp_path / "on" / "metrics.csv"), pd.read_csv(tmp_path / "off" / "metrics.csv")
+    shared = [c for c in without.columns if c != "wall_time"]
+    pd.testing.assert_frame_equal(with_d[shared], without[shared])
+    layers = tiny_cfg["model"]["layers"]
+    blocks = ["conv", "embed"] + [f"block{i}" for i in range(layers)] + ["heads"]
+    grads = with_d[[f"grad_norm_{b}" for b in blocks]]
+    ratios = with_d[[f"update_ratio_{b}" for b in blocks]]
+    assert grads.notna().all().all() and ratios.notna().all().all() and with_d["masked_frac"].notna().all()
+    per_block = grads.pow(2).sum(axis=1).pow(0.5)
+    assert per_block.to_numpy() == pytest.approx(with_d["grad_norm"].to_numpy(), rel=1e-3)
+    moved = with_d["lr"] > 0  # the schedule ends at lr 0: that update moves nothing
+    assert 0 < moved.sum() < len(with_d)
+    assert (ratios[moved] > 0).all().all() and (ratios[moved] < 0.5).all().all() and (ratios[~moved] == 0).all().all()
+
+
 def test_aggregate_writes_tidy_diagnostics_beside_the_curves(tmp_path, smoke_cfg):
     runs_dir = tmp_path / "runs"
     for i, name in enumerate(smoke_cfg["runs"]):

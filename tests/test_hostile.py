@@ -329,6 +329,28 @@ def test_item8_file_size_limit_in_training_is_one_line_and_leaves_nothing_partia
     assert not (out / "metrics.csv").exists() and not (out / "summary.json").exists()
 
 
+def test_item8_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_last_complete_rows(
+        data_dirs, smoke_cfg, tmp_path):
+    """metrics.partial.csv (rewritten at every metrics row) under a file-size limit ended in a
+    traceback from pandas. Now: exit 2, one line naming it; the file left is the last complete one."""
+    cfg = smoke_cfg
+    cfg["train"].update(steps=40, warmup_steps=2, log_interval=1, log_powers_of_two=False, batch_size=2,
+                        valid_crops=3, crop_seconds=0.4, checkpoint_interval=0, diagnostics=True)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    prepared, codes = data_dirs
+    out = tmp_path / "run"
+    proc = _amlm(["train", "prenorm_clip1", "--config", path, "--threads", "1", "--prepared", prepared,
+                  "--codes", codes, "--out", out], limit_bytes=6_000)
+    seed = out / "seeds" / "seed1"
+    _one_line_refusal(proc, str(seed / "metrics.partial.csv"), "file-size limit (ulimit -f) of 6000 bytes")
+    rows = pd.read_csv(seed / "metrics.partial.csv")  # complete rows only: the last write that fitted
+    assert 1 <= len(rows) < 40 and rows["step"].tolist() == list(range(1, len(rows) + 1))
+    assert not [p.name for p in seed.iterdir() if ".tmp-" in p.name]
+    assert not (seed / "metrics.csv").exists() and not (seed / "summary.json").exists()
+    assert not (out / "metrics.csv").exists()
+
+
 def test_item8_file_size_limit_in_prepare_is_one_line_and_leaves_nothing_partial(tmp_path):
     """A file-size limit in prepare ended in "OSError: 144000 requested and 111968 written"."""
     raw = tmp_path / "raw"

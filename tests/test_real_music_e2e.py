@@ -5,8 +5,8 @@ field sounds; ../shared/audio/librosa from the repository root, or $AMLM_REAL_AU
   .jpg, a broken link): every file is in the manifest or in rejects.csv, and the figure is drawn;
 - a `url` source: a tar.gz of them built here, served on 127.0.0.1 with its sha256;
 - in both, codebook 0 of the calibrated tokenizer carries information rather than the recordings'
-  levels: its most frequent code holds at most 10% of the frames (measured 9.3%; the issue's 5% is
-  not reached, see MAX_TOP_CODE_SHARE), its unigram entropy is at least 8 bits (measured 8.35).
+  levels: its most frequent code holds at most 5% of the frames, its unigram entropy is at least
+  8 bits, and every recording uses at least 30 codes (docs/tokenizer.md has the measured values).
 
 Skipped, with the reason, where the recordings are absent. Nothing is copied into the repository.
 """
@@ -28,13 +28,13 @@ from test_sources_e2e import FIGURE, read_csv, run, show, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing()))]
 
-# Codebook 0 over the 14 recordings (docs/tokenizer.md): measured 9.3% and 8.35 bits with level rms,
-# 36.8% and 6.14 bits without level normalisation. The 9.3% is one recording: glacier-bay-humpback, a
-# stationary low-frequency field recording (9.7% of the corpus' frames), 96% of its frames on one code.
+# Codebook 0 over the 14 recordings (docs/tokenizer.md, benchmarks/tokenizer_level.py): with level
+# kweighted 2.5% of the frames on the most frequent code and 9.02 bits; 9.3% and 8.54 bits with level
+# rms (glacier-bay-humpback: 96% of its frames on one code); 36.8% and 6.14 bits without normalisation.
 PIPELINE_TIMEOUT_S = 2400  # 11 min of audio through every stage: about 5 min on 2 idle cores, far more on busy ones
-MAX_TOP_CODE_SHARE = 0.10  # codebook 0: no code on more than 10% of the frames
+MAX_TOP_CODE_SHARE = 0.05  # codebook 0: no code on more than 5% of the frames
 MIN_ENTROPY_BITS = 8.0  # codebook 0's unigram entropy over the corpus (10 bits: all 1024 codes alike)
-STATIONARY = "glacier-bay-humpback.ogg"
+MIN_CODES_PER_FILE = 30  # codebook-0 codes each recording uses (measured: 42 for the shortest, a 2.8 s bird call)
 
 
 def snakemake(repo: Path, *targets: str) -> subprocess.CompletedProcess:
@@ -48,13 +48,12 @@ def recordings() -> list[Path]:
 
 def assert_informative_codebook0(repo: Path) -> dict:
     tok = json.loads((repo / "data" / "codes" / "tokenizer.json").read_text())
-    assert tok["level"]["method"] == "rms", tok["level"]
+    assert tok["level"]["method"] == "kweighted", tok["level"]
     assert tok["top_code_share"][0] <= MAX_TOP_CODE_SHARE, tok["top_code_share"]
     assert tok["unigram_entropy_bits"][0] >= MIN_ENTROPY_BITS, tok["unigram_entropy_bits"]
     files = read_csv(repo / "data" / "codes" / "files.csv")
     assert len(files) == len(recordings()) and np.isfinite(files["lufs"]).all()
-    others = files[~files["path"].str.endswith(STATIONARY)]
-    assert len(others) == len(files) - 1 and (others["cb0_codes_used"] >= 50).all(), files  # measured: 85 or more
+    assert (files["cb0_codes_used"] >= MIN_CODES_PER_FILE).all(), files
     return tok
 
 

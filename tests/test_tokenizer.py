@@ -447,12 +447,12 @@ def test_frame_gains_bring_clips_to_the_target_and_leave_silence_alone():
     assert 20 * np.log10(g40[0] / g[0]) == pytest.approx(40.0, abs=0.01)
     quiet_then_loud = np.concatenate([x * 0.01, x]).astype(np.float32)
     r = tokenizer.frame_gains(quiet_then_loud, "rms", -20.0)  # one gain per window
-    w = tokenizer.RMS_WINDOW_FRAMES
+    w = tokenizer.LEVEL_WINDOW_FRAMES
     assert np.all(r[:w] == r[0]) and r[w] != r[0]
     assert tokenizer.rms_dbfs(quiet_then_loud[: w * HOP] * r[0]) == pytest.approx(-20.0, abs=0.01)
     assert 20 * np.log10(np.median(r[: len(r) // 2]) / np.median(r[len(r) // 2 :])) == pytest.approx(40.0, abs=0.3)
     silence = np.zeros(SR * 2, np.float32)
-    for method in ("lufs", "rms", "none"):
+    for method in tokenizer.LEVEL_METHODS:
         assert np.all(tokenizer.frame_gains(silence, method, -23.0) == 1.0)  # silence stays silence
     assert np.all(tokenizer.frame_gains(x[: SR // 10], "lufs", -23.0) == 1.0)  # under 400 ms: not measurable
     assert np.all(tokenizer.frame_gains(x, "none", -23.0) == 1.0)
@@ -460,8 +460,61 @@ def test_frame_gains_bring_clips_to_the_target_and_leave_silence_alone():
         tokenizer.frame_gains(x, "peak", -23.0)
 
 
+def _sine(freq: float, seconds: float, amplitude: float = 1.0) -> np.ndarray:
+    return (amplitude * np.sin(2 * np.pi * freq * np.arange(int(seconds * SR)) / SR)).astype(np.float32)
+
+
+def test_window_loudness_is_bs1770_per_window():
+    """A 0 dBFS 1 kHz sine reads -3.01 LUFS (BS.1770-4's calibration) in every window but the first
+    (the filter's start-up), as pyloudnorm's integrated loudness of the whole clip; the partial last
+    window is measured on its own samples; the filter's tail fades within two windows of silence."""
+    w = tokenizer.LEVEL_WINDOW_FRAMES * HOP
+    x = _sine(1000, 2.0)
+    loud = tokenizer.window_loudness(x, w)
+    assert len(loud) == -(-len(x) // w) and loud[1:] == pytest.approx(-3.01, abs=0.06)
+    assert tokenizer.loudness_lufs(x) == pytest.approx(-3.01, abs=0.06)
+    short = tokenizer.window_loudness(x[: len(x) - w // 2], w)
+    assert short[-1] == pytest.approx(loud[-2], abs=0.06)  # half a window: the same loudness, not 3 dB less
+    gap = tokenizer.window_loudness(np.concatenate([x[:w], np.zeros(3 * w, np.float32), x[:w]]), w)
+    assert gap[1] < -40 and gap[2] < tokenizer.WINDOW_SILENCE_DB and gap[4] == pytest.approx(gap[0])  # filter tail
+    assert np.isneginf(tokenizer.window_loudness(np.zeros(2 * w), w)).all()
+
+
+def test_kweighted_level_discounts_low_frequencies():
+    """The point of level kweighted: a 40 Hz hum and a 1 kHz tone of the same RMS are not equally loud.
+    K-weighting reads the hum 6.2 dB quieter (BS.1770's filters: -5.6 dB at 40 Hz, +0.6 dB at 1 kHz),
+    so the tokenizer raises it by that much more, where level rms turns both by the same gain (glacier-bay-humpback:
+    -8.9 dBFS RMS but -28 LUFS, docs/tokenizer.md)."""
+    hum, tone = _sine(40, 2.0, 0.5), _sine(1000, 2.0, 0.5)
+    k_hum, k_tone = (tokenizer.frame_gains(x, "kweighted", -23.0) for x in (hum, tone))
+    r_hum, r_tone = (tokenizer.frame_gains(x, "rms", -23.0) for x in (hum, tone))
+    w = tokenizer.LEVEL_WINDOW_FRAMES
+    assert 20 * np.log10(r_hum / r_tone) == pytest.approx(0.0, abs=0.2)  # 107 ms holds 4.3 periods of 40 Hz
+    extra_db = 20 * np.log10(np.median(k_hum) / np.median(k_tone))
+    assert extra_db == pytest.approx(5.59 + 0.64, abs=0.1)
+    assert np.all(k_tone[:w] == k_tone[0]) and len(k_tone) == len(tone) // HOP
+    # the windows' loudness after their gains is the target
+    scaled = tone * np.repeat(k_tone, HOP)[: len(tone)]
+    assert tokenizer.window_loudness(scaled[w * HOP :], w * HOP)[:-1] == pytest.approx(-23.0, abs=0.1)
+
+
+def test_windows_at_the_silence_floor_keep_gain_one():
+    """Digital silence and a window at or below WINDOW_SILENCE_DB keep gain 1; a window just above is
+    brought to the target."""
+    w = tokenizer.LEVEL_WINDOW_FRAMES * HOP
+    tone = _sine(1000, w * 3 / SR)
+    floor = tokenizer.WINDOW_SILENCE_DB
+    below = tone * 10 ** ((floor - 1 + 3.01) / 20)  # 1 dB under the floor, in LUFS
+    above = tone * 10 ** ((floor + 5 + 3.01) / 20)
+    x = np.concatenate([tone, below, np.zeros(w * 3, np.float32), above]).astype(np.float32)
+    g = tokenizer.frame_gains(x, "kweighted", -23.0)
+    n = tokenizer.LEVEL_WINDOW_FRAMES
+    assert np.all(g[4 * n : 9 * n] == 1.0)  # below the floor (after the tone's filter tail), then zeros
+    assert 20 * np.log10(g[-1]) == pytest.approx(-23.0 - floor - 5, abs=0.2)
+
+
 def test_level_normalised_codes_do_not_depend_on_the_recording_level(calibrated, prepared):
-    """The same clip 30 dB quieter: the same codes with level lufs, other codes without it."""
+    """The same clip 30 dB quieter: the same codes with levels kweighted and lufs, other codes without."""
     manifest = pd.read_csv(prepared / "manifest.csv")
     model = tokenizer.load_calibrated(calibrated / "model" / "tokenizer.pt")
     row = manifest.iloc[0]
@@ -473,7 +526,8 @@ def test_level_normalised_codes_do_not_depend_on_the_recording_level(calibrated,
     def codes(x, method):
         return tokenizer.encode_clips(model, x, one, frame_gain=tokenizer.frame_gains(x, method, -23.0))
 
-    assert (codes(clip, "lufs")[0] == codes(quiet, "lufs")[0]).mean() > 0.99
+    for method in ("kweighted", "lufs"):
+        assert (codes(clip, method)[0] == codes(quiet, method)[0]).mean() > 0.99, method
     assert (codes(clip, "none")[0] == codes(quiet, "none")[0]).mean() < 0.5
 
 

@@ -3,8 +3,9 @@
 Measured only at the steps that get a metrics row (`train.diagnostics: true`), never on the
 other steps, so training itself runs the same kernels (the fused attention included):
 
-    update step (train_step, at a row step; not yet with precision fp16_fairseq)
-        grad_norm_<block>      L2 norm of the block's gradient before clipping (fp16: unscaled)
+    update step (train_step, at a row step; fp16_fairseq: at an update that did not overflow)
+        grad_norm_<block>      L2 norm of the block's gradient before clipping (fp16: unscaled;
+                               fp16_fairseq: as the update sees it, divided by the masked frames)
         update_ratio_<block>   ||W_after - W_before|| / ||W_before||: the size of this update
         masked_frac            masked frames / frames in the step's batch
     validation pass (record, on the fixed held-out crops, after the update)
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
@@ -52,10 +54,12 @@ def block_of(name: str) -> str:
     return "embed"
 
 
-def param_blocks(model: nn.Module) -> dict[str, list[torch.Tensor]]:
-    """block -> its parameters, blocks in model order (conv, embed, block0..N-1, heads)."""
+def param_blocks(model: nn.Module | Iterable[tuple[str, torch.Tensor]]) -> dict[str, list[torch.Tensor]]:
+    """block -> its parameters (of a model, or of (name, tensor) pairs named as the model's
+    parameters), blocks in model order (conv, embed, block0..N-1, heads)."""
     blocks: dict[str, list[torch.Tensor]] = {}
-    for name, p in model.named_parameters():
+    named = model.named_parameters() if isinstance(model, nn.Module) else model
+    for name, p in named:
         blocks.setdefault(block_of(name), []).append(p)
     layers = sorted((b for b in blocks if b.startswith("block")), key=lambda b: int(b[5:]))
     order = ["conv", "embed"] + layers + ["heads"]
@@ -140,14 +144,20 @@ class UpdateProbe:
         row = probe.finish()
     """
 
-    def __init__(self, model: nn.Module, scaler: torch.amp.GradScaler | None = None):
+    def __init__(self, model: nn.Module, scaler: torch.amp.GradScaler | None = None, *, scale: float | None = None,
+                 weights: dict[str, list[torch.Tensor]] | None = None):
+        """`scale`: what the gradients are divided by (default: the GradScaler's scale, or 1);
+        `weights`: the tensors whose update is measured, by block (default: the model's parameters;
+        precision fp16_fairseq passes its fp32 master weights, which fp16 would round)."""
         self.blocks = param_blocks(model)
-        scale = scaler.get_scale() if scaler is not None and scaler.is_enabled() else 1.0
+        if scale is None:
+            scale = scaler.get_scale() if scaler is not None and scaler.is_enabled() else 1.0
         self.grads = grad_norms(self.blocks, scale)  # scaled fp16 gradients / scale = unscaled
-        self.before = snapshot(self.blocks)
+        self.weights = weights if weights is not None else self.blocks
+        self.before = snapshot(self.weights)
 
     def finish(self) -> dict[str, float]:
-        row = {**self.grads, **update_ratios(self.blocks, self.before)}
+        row = {**self.grads, **update_ratios(self.weights, self.before)}
         self.before = []
         return row
 

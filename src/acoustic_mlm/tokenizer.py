@@ -10,8 +10,9 @@ Two modes, one per `tokenizer.mode`:
   all zero until a training-mode forward runs its k-means init, so it emits **all-zero codes**;
   and that k-means builds an (n, 1024, 128) tensor per iteration, far too slow on CPU.
   After calibration the codes still come out of EnCodec's own `model.encode`. The tokenizer sees
-  each clip at a normalised level (`tokenizer.level`: lufs, ITU-R BS.1770 integrated loudness per
-  clip through pyloudnorm; rms, per 1 s window; none), so that codebook 0 describes the music
+  each clip at a normalised level (`tokenizer.level`: kweighted, ITU-R BS.1770 K-weighted loudness
+  per 107 ms window through pyloudnorm's meter; lufs, BS.1770 integrated loudness per clip; rms,
+  per 107 ms window; none), so that codebook 0 describes the music
   rather than how loud it was recorded; silence stays silence, and the model still trains on the
   raw waveform (MERT: `normalize: false`). Pretrained mode feeds EnCodec 24 kHz as released,
   which does not normalise (encodec/model.py: `audio_normalize=False` for the 24 kHz model). The fit centres
@@ -32,7 +33,7 @@ process for DVC and by hand), each written atomically into the stage's output fo
    Clips are encoded in zero-padded batches of `tokenizer.batch_size` and trimmed to their own
    frames; clips longer than `tokenizer.segment_seconds` in segments with `context_seconds` of
    left context. `encode.json`: clips, seconds, speed.
-   `levels.csv`: each clip's RMS dBFS, LUFS and the gain applied.
+   `levels.csv`: each clip's RMS dBFS, LUFS and the mean gain applied.
 3. `merge` -> `files.csv` (one row per clip: level, codebook-0 codes used, entropy, most frequent
    code's share) and `tokenizer.json`: the fit, the level normalisation applied, codes used,
    unigram entropy and most frequent code's share per level on the whole corpus, total encode time
@@ -203,10 +204,12 @@ def load_calibrated(path: str | Path, bandwidth: float = 6.0):
 
 # ----------------------------------------------------------------------------- level
 
-LEVEL_METHODS = ("lufs", "rms", "none")
+LEVEL_METHODS = ("kweighted", "lufs", "rms", "none")
 LUFS_GATE_DB = -70.0  # ITU-R BS.1770's absolute gate: a clip quieter than this is silence, left as is
-RMS_SILENCE_DB = -90.0  # level rms: a window at or below this RMS (about 16-bit audio's noise floor) is left as is
-RMS_WINDOW_FRAMES = 8  # level rms: one gain per 8 frames (107 ms); measured against 75 (1 s) in docs/tokenizer.md
+# levels kweighted and rms: a window at or below this level (LUFS or dBFS RMS) is silence and keeps gain 1.
+# 16-bit audio's quantization noise is -101 dBFS RMS; the floor sweep (-70 to -120) is in docs/tokenizer.md.
+WINDOW_SILENCE_DB = -100.0
+LEVEL_WINDOW_FRAMES = 8  # levels kweighted and rms: one gain per 8 frames (107 ms); 75 (1 s) measured in docs/tokenizer.md
 LUFS_MIN_SAMPLES = int(0.4 * SAMPLE_RATE)  # BS.1770 measures in 400 ms blocks: a shorter clip is left as is
 
 
@@ -231,12 +234,37 @@ def loudness_lufs(x: np.ndarray) -> float:
         return float(pyloudnorm.Meter(SAMPLE_RATE).integrated_loudness(np.asarray(x, dtype=np.float64)))
 
 
+def window_loudness(clip: np.ndarray, window: int) -> np.ndarray:
+    """BS.1770 loudness (K-weighted mean square, -0.691 dB; pyloudnorm's meter) of each window of
+    `window` samples of a 24 kHz mono clip, in LUFS; -inf for a silent window.
+
+    The K-weighting filter runs over the whole clip; the last, partial window is measured on its own
+    samples. A 0 dBFS 1 kHz sine reads -3.01 LUFS (BS.1770-4's calibration).
+    """
+    import pyloudnorm
+
+    n_win = -(-len(clip) // window)
+    padded = np.zeros(n_win * window, dtype=np.float64)
+    padded[: len(clip)] = clip
+    meter = pyloudnorm.Meter(SAMPLE_RATE, block_size=window / SAMPLE_RATE, overlap=0.0)
+    with warnings.catch_warnings(), np.errstate(divide="ignore"):
+        warnings.simplefilter("ignore")  # pyloudnorm warns about possible clipping: we measure only
+        meter.integrated_loudness(padded)  # fills blockwise_loudness: one value per window, ungated
+    loud = np.asarray(meter.blockwise_loudness, dtype=np.float64)[:n_win]
+    tail = len(clip) - (n_win - 1) * window
+    if tail < window:  # the zero padding diluted the last window's mean square
+        loud[-1] += 10 * math.log10(window / tail)
+    return loud
+
+
 def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
     """The gain the tokenizer applies to each EnCodec frame of `clip` (float32, len(clip) // 320).
 
     lufs: one gain per clip, bringing its integrated loudness to `target_db` LUFS.
-    rms: one gain per window of RMS_WINDOW_FRAMES frames, bringing its RMS to `target_db` dBFS.
-    none: 1. Silence stays silence: a clip below LUFS_GATE_DB, a window at or below RMS_SILENCE_DB,
+    rms: one gain per window of LEVEL_WINDOW_FRAMES frames, bringing its RMS to `target_db` dBFS.
+    kweighted: one gain per window of LEVEL_WINDOW_FRAMES frames, bringing its BS.1770 loudness
+    (K-weighted, `window_loudness`) to `target_db` LUFS.
+    none: 1. Silence stays silence: a clip below LUFS_GATE_DB, a window at or below WINDOW_SILENCE_DB,
     or a clip that cannot be measured keeps gain 1 (and digital zeros stay zeros whatever the gain).
     """
     n = len(clip) // ENCODEC_HOP
@@ -249,11 +277,17 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
             gains[:] = 10 ** ((target_db - level) / 20)
         return gains
     if method == "rms":
-        for st in range(0, n, RMS_WINDOW_FRAMES):
-            end = min(n, st + RMS_WINDOW_FRAMES)
+        for st in range(0, n, LEVEL_WINDOW_FRAMES):
+            end = min(n, st + LEVEL_WINDOW_FRAMES)
             level = rms_dbfs(clip[st * ENCODEC_HOP : end * ENCODEC_HOP])
-            if level > RMS_SILENCE_DB:
+            if level > WINDOW_SILENCE_DB:
                 gains[st:end] = 10 ** ((target_db - level) / 20)
+        return gains
+    if method == "kweighted":
+        loud = window_loudness(clip[: n * ENCODEC_HOP], LEVEL_WINDOW_FRAMES * ENCODEC_HOP)
+        for w, level in enumerate(loud):
+            if level > WINDOW_SILENCE_DB:
+                gains[w * LEVEL_WINDOW_FRAMES : (w + 1) * LEVEL_WINDOW_FRAMES] = 10 ** ((target_db - level) / 20)
         return gains
     raise TokenizerError(f"config: 'tokenizer.level' must be one of {', '.join(LEVEL_METHODS)}, got {method!r}")
 
@@ -269,10 +303,11 @@ def level_of(cfg: dict) -> dict:
     if method not in LEVEL_METHODS:
         raise TokenizerError(f"config: 'tokenizer.level' must be one of {', '.join(LEVEL_METHODS)}, got {method!r}")
     target = float(tc.get("level_target", -23.0)) if method != "none" else None
-    unit = {"lufs": "LUFS", "rms": "dBFS RMS"}.get(method)
+    window = f"window of {LEVEL_WINDOW_FRAMES} frames"
+    unit = {"lufs": "LUFS", "kweighted": "LUFS", "rms": "dBFS RMS"}.get(method)
     return {"method": method, "target": target, "unit": unit,
-            "per": {"lufs": "clip", "rms": f"window of {RMS_WINDOW_FRAMES} frames"}.get(method),
-            "silence_gate_db": {"lufs": LUFS_GATE_DB, "rms": RMS_SILENCE_DB}.get(method),
+            "per": {"lufs": "clip", "rms": window, "kweighted": window}.get(method),
+            "silence_gate_db": {"lufs": LUFS_GATE_DB, "rms": WINDOW_SILENCE_DB, "kweighted": WINDOW_SILENCE_DB}.get(method),
             "applies_to": "the tokenizer's input only; the model trains on the raw waveform"}
 
 

@@ -603,8 +603,11 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
             sample_size += out.n_masked
         else:
             s.scaler.scale(out.loss / t.accum_steps).backward()
+    at_row = t.diagnostics and step in s.rows_at and s.writer
+    masked = (diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * batch[2].numel())
+              if at_row else None)  # only at rows: it waits for the device
     if s.fp16 is not None:
-        return _fairseq_fp16_update(s, loop, step, lr, outs, finite, sample_size)
+        return _fairseq_fp16_update(s, loop, step, lr, outs, finite, sample_size, masked)
     loop.step = step
     if not finite:
         loop.nonfinite += 1  # skipped: no update from a non-finite loss
@@ -615,7 +618,6 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
                         s.run_name, s.seed, loop.streak, step)
         return StepResult(lr, float("nan"), False)
     loop.streak = 0
-    at_row = t.diagnostics and step in s.rows_at and s.writer
     probe = diagnostics.UpdateProbe(s.model, s.scaler) if at_row else None  # before clipping and the update
     grad_norm, clipped, skipped = optimizer_step(s.model, s.opt, s.scaler, t.clip)
     loop.overflow += skipped
@@ -623,12 +625,11 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     loop.acc.add(outs, grad_norm, clipped, s.world)
     if probe is None:
         return StepResult(lr, grad_norm, clipped)
-    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * batch[2].numel())
     return StepResult(lr, grad_norm, clipped, diagnostics={**probe.finish(), "masked_frac": masked})
 
 
 def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list, finite: bool,
-                         sample_size: int) -> StepResult:
+                         sample_size: int, masked: float | None) -> StepResult:
     """precision fp16_fairseq: unscale, clip and step the fp32 master weights (precision.FP16Optimizer).
 
     The backward ran on the loss summed over each micro-batch's masked frames, as fairseq's
@@ -640,11 +641,19 @@ def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list,
     is not an update: the step counter, the schedule and the metrics' means skip it, the loss scale
     halves, and when it would reach min_loss_scale the seed stops as diverged (stop_reason
     min_loss_scale). train.max_nonfinite does not apply: the loss scale is the stopping rule.
+
+    `masked` (the step's masked share) at a metrics row with train.diagnostics: the per-block
+    gradient norms are taken before the update, as it sees them, and the update ratios on the fp32
+    master weights.
     """
     nan = float("nan")
+    probe = None
     try:
         if finite:
             total = float(_all_mean(torch.tensor([float(sample_size)], device=s.device), s.world)) * s.world
+            if masked is not None:
+                masters = diagnostics.param_blocks(zip(s.fp16.names, s.fp16.master))
+                probe = diagnostics.UpdateProbe(s.model, scale=s.fp16.loss_scale * total / s.world, weights=masters)
             grad_norm, clipped, overflow = s.fp16.step(s.t.clip, multiplier=s.world / total)
         else:
             s.fp16.zero_grad()
@@ -661,7 +670,9 @@ def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list,
     loop.step = step
     loop.clipped += int(clipped)
     loop.acc.add(outs, grad_norm, clipped, s.world)
-    return StepResult(lr, grad_norm, clipped)
+    if probe is None:
+        return StepResult(lr, grad_norm, clipped)
+    return StepResult(lr, grad_norm, clipped, diagnostics={**probe.finish(), "masked_frac": masked})
 
 
 def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float) -> dict | None:
@@ -682,7 +693,8 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
                loss_scale=_loss_scale(s), diverged=int(loop.diverged_at is not None), wall_time=wall_time)
     loop.rows.append(row)
-    pd.DataFrame(loop.rows).to_csv(s.out_dir / PARTIAL, index=False)  # visible progress, never the final name
+    with atomic_path(s.out_dir / PARTIAL) as tmp:  # visible progress, never the final name; a full disk: one line
+        pd.DataFrame(loop.rows).to_csv(tmp, index=False)
     return row
 
 
