@@ -6,13 +6,15 @@ import json
 import logging
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import soundfile as sf
 
-from acoustic_mlm import fetch, prepare
+from acoustic_mlm import config as C
+from acoustic_mlm import fetch, prepare, tokenizer
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 
@@ -489,3 +491,10 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
     prepare.run(cfg, raw, tmp_path / "prepared")
     assert len(prepare.load_prepared(tmp_path / "prepared").manifest) == 4
+    # Back to calibrated: prepare does not rerun on the mode alone, so the fit refuses the same way
+    smoke = Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"
+    cfg["tokenizer"] = {**C.load(smoke)["tokenizer"], "mode": "calibrated"}
+    with pytest.raises(UserError) as again:
+        tokenizer.fit(cfg, tmp_path / "prepared", tmp_path / "codes")
+    assert str(again.value) == msg.replace("prepare: ", "tokenize --fit: ", 1)
+    assert not (tmp_path / "codes" / tokenizer.MODEL_DIR).exists()

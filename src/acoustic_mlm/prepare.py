@@ -443,12 +443,14 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
     return manifest
 
 
-def check_calibration_data(cfg: dict, manifest: pd.DataFrame) -> None:
+def check_calibration_data(cfg: dict, manifest: pd.DataFrame, where: str = "prepare") -> None:
     """Refuse, before tokenize, a corpus whose train split cannot fit the calibrated tokenizer.
 
     k-means needs at least one frame per code (1024 per level); `tokenizer.calibration_frames`
     (a multiple of 1024) is what the fit uses when the train split has it, else all of it (the
     fit warns). Below the minimum: a UserError saying how many minutes of audio are needed.
+    Prepare's merge calls it; so does the tokenizer's fit (`where`), for a corpus prepared while
+    tokenizer.mode was pretrained (prepare does not rerun when only the mode changes).
     """
     tc = cfg.get("tokenizer") or {}
     if tc.get("mode") != "calibrated":
@@ -458,7 +460,7 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame) -> None:
     if have < CODEBOOK_SIZE:
         share = 1 - float(cfg["data"]["valid_fraction"])
         raise UserError(
-            f"prepare: the train split holds {have} EnCodec frames ({have / FRAME_RATE / 60:.2f} min); the calibrated "
+            f"{where}: the train split holds {have} EnCodec frames ({have / FRAME_RATE / 60:.2f} min); the calibrated "
             f"tokenizer needs at least {CODEBOOK_SIZE} ({CODEBOOK_SIZE / FRAME_RATE / 60:.2f} min of train audio, about "
             f"{CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
             f"{cfg['data']['valid_fraction']}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} min "

@@ -63,6 +63,7 @@ import torch
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.devices import pick_device
+from acoustic_mlm.prepare import check_calibration_data
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, keep_freed_memory, log, set_threads, write_json
 
 SAMPLE_RATE = 24_000  # EnCodec 24 kHz
@@ -698,6 +699,7 @@ def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
     with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
         if mode == "calibrated":
             corpus = read_prepared(prepared_dir)
+            check_calibration_data(cfg, corpus.manifest, where="tokenize --fit")
             train = np.flatnonzero((corpus.manifest["split"] == "train").to_numpy())
             if not len(train):
                 raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
