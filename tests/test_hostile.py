@@ -308,18 +308,23 @@ def test_item7_config_error_under_snakemake_deletes_nothing(root, tmp_path):
 # ------------------------------------------------------------------------------------------ item 8
 
 
-def test_item8_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
-    """A file-size limit at the first state save ended in "[enforce fail at inline_container.cc]
-    unexpected pos". Now: exit 2, one line naming the state file and the bytes it needs."""
-    cfg = smoke_cfg
-    cfg["train"].update(steps=30, warmup_steps=2, log_interval=10, batch_size=2, valid_crops=3, crop_seconds=0.4,
-                        checkpoint_interval=10)
+def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, **train) -> tuple:
+    """`amlm train prenorm_clip1` on the tiny corpus, a small smoke model, under a file-size limit."""
+    cfg["train"].update(warmup_steps=2, batch_size=2, valid_crops=3, crop_seconds=0.4, **train)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     prepared, codes = data_dirs
     out = tmp_path / "run"
     proc = _amlm(["train", "prenorm_clip1", "--config", path, "--threads", "1", "--prepared", prepared,
-                  "--codes", codes, "--out", out], limit_bytes=200_000)
+                  "--codes", codes, "--out", out], limit_bytes=limit_bytes)
+    return proc, out
+
+
+def test_item8_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
+    """A file-size limit at the first state save ended in "[enforce fail at inline_container.cc]
+    unexpected pos". Now: exit 2, one line naming the state file and the bytes it needs."""
+    proc, out = _train_under_limit(smoke_cfg, data_dirs, tmp_path, 200_000, steps=30, log_interval=10,
+                                   checkpoint_interval=10)
     line = _one_line_refusal(proc, str(out / "state" / "seed1" / "step-000000010.pt"),
                              "file-size limit (ulimit -f) of 200000 bytes", "it needs ")
     needed = int(line.split("it needs ")[1].split()[0])
@@ -333,15 +338,8 @@ def test_item8_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_la
         data_dirs, smoke_cfg, tmp_path):
     """metrics.partial.csv (rewritten at every metrics row) under a file-size limit ended in a
     traceback from pandas. Now: exit 2, one line naming it; the file left is the last complete one."""
-    cfg = smoke_cfg
-    cfg["train"].update(steps=40, warmup_steps=2, log_interval=1, log_powers_of_two=False, batch_size=2,
-                        valid_crops=3, crop_seconds=0.4, checkpoint_interval=0, diagnostics=True)
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    prepared, codes = data_dirs
-    out = tmp_path / "run"
-    proc = _amlm(["train", "prenorm_clip1", "--config", path, "--threads", "1", "--prepared", prepared,
-                  "--codes", codes, "--out", out], limit_bytes=6_000)
+    proc, out = _train_under_limit(smoke_cfg, data_dirs, tmp_path, 6_000, steps=40, log_interval=1,
+                                   log_powers_of_two=False, checkpoint_interval=0, diagnostics=True)
     seed = out / "seeds" / "seed1"
     _one_line_refusal(proc, str(seed / "metrics.partial.csv"), "file-size limit (ulimit -f) of 6000 bytes")
     rows = pd.read_csv(seed / "metrics.partial.csv")  # complete rows only: the last write that fitted
