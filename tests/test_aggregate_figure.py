@@ -146,3 +146,28 @@ def test_a_run_that_skipped_non_finite_updates_says_so_in_the_figure(tmp_path, s
     fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
     assert [t.get_text() for t in ax.texts] == ["3 non-finite updates skipped (seed 1)"]
     matplotlib.pyplot.close(fig)
+
+
+def test_no_curve_runs_under_the_legend(tmp_path, smoke_cfg):
+    """Curves still near their start at the right end of the log axis (the default run's shape)
+    passed under the top-right legend; now the y axis rises until they clear it."""
+    steps = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    rows = []
+    for i, (name, run) in enumerate(smoke_cfg["runs"].items()):
+        for s in steps:
+            loss = 10.3 - 0.1 * i if s < 300 else 10.3 - 0.8 * np.log2(s / 256) - 0.2 * i  # flat, then falling
+            rows.append({"run": name, "label": run["label"], "seed": 1, "step": s, "split": "train",
+                         "codebook": 0, "loss_bits": loss, "nonfinite": 0})
+    curves = pd.DataFrame(rows)
+    fig, ax = figure.draw(curves, smoke_cfg["runs"], {"split": "train"})
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    lines = ax.get_lines()[: len(smoke_cfg["runs"])]
+    for line in lines:
+        xy = ax.transData.transform(np.column_stack([line.get_xdata(), line.get_ydata()]))
+        under = (xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0)
+        assert not under.any(), (line.get_label(), xy[under])
+    assert ax.get_ylim()[1] > 10.3  # raised above the curves' start
+    # a y_max in the config is kept as it is
+    _, fixed = figure.draw(curves, smoke_cfg["runs"], {"split": "train", "y_max": 10.5})
+    assert fixed.get_ylim()[1] == 10.5

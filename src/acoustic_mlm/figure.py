@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -199,7 +200,46 @@ def draw(curves: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
     ax.set_ylabel(YLABEL)
     ax.legend(loc="upper right", title=coincidence_note(data, labels), title_fontsize=7, frameon=True)
     fig.tight_layout()
+    if y_max is None:
+        make_room_for_legend(ax)
     return fig, ax
+
+
+LEGEND_GAP = 0.02  # make_room_for_legend: clearance between the curves and the legend, in axes height
+
+
+def make_room_for_legend(ax) -> None:
+    """Raise the y axis' top until no curve runs under the legend, which stays at the top right as
+    in the paper's figure (curves still high at the right end of the log axis would pass under it).
+
+    The legend's size in axes fractions does not change with the y limits, so one step suffices:
+    the highest curve value within the legend's x span, the ends of its segments included, must
+    sit LEGEND_GAP below the legend's bottom edge.
+    """
+    legend = ax.get_legend()
+    if legend is None:
+        return
+    ax.figure.canvas.draw()  # the legend's size needs a renderer
+    box = legend.get_window_extent().transformed(ax.transAxes.inverted())  # axes fractions
+    (x0, _), (x1, _) = ax.transData.inverted().transform(ax.transAxes.transform([(box.x0, 0), (box.x1, 0)]))
+    highest = -math.inf
+    for line in ax.get_lines():
+        x = np.asarray(line.get_xdata(), dtype=float)
+        y = np.asarray(line.get_ydata(), dtype=float)
+        ok = np.isfinite(x) & np.isfinite(y) & (x > 0)
+        if ok.sum() < 1:
+            continue
+        x, y = x[ok], y[ok]
+        inside = y[(x >= x0) & (x <= x1)]
+        ends = np.interp(np.log10([x0, x1]), np.log10(x), y, left=np.nan, right=np.nan)  # log x axis
+        values = np.concatenate([inside, ends[np.isfinite(ends)]])
+        if len(values):
+            highest = max(highest, float(values.max()))
+    lo, hi = ax.get_ylim()
+    floor = box.y0 - LEGEND_GAP  # axes fraction the curves must stay under
+    if not math.isfinite(highest) or floor <= 0 or lo + floor * (hi - lo) >= highest:
+        return
+    ax.set_ylim(lo, lo + (highest - lo) / floor)
 
 
 def overlay(ax, reference: pd.DataFrame, runs: dict, legend: bool = True) -> list[Line2D]:
