@@ -496,5 +496,5 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     cfg["tokenizer"] = {**C.load(smoke)["tokenizer"], "mode": "calibrated"}
     with pytest.raises(UserError) as again:
         tokenizer.fit(cfg, tmp_path / "prepared", tmp_path / "codes")
-    assert str(again.value) == msg.replace("prepare: ", "tokenize --fit: ", 1)
+    assert str(again.value) == msg.replace("prepare: ", f"{tmp_path / 'prepared' / 'manifest.csv'}: ", 1)
     assert not (tmp_path / "codes" / tokenizer.MODEL_DIR).exists()

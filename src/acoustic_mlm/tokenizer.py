@@ -699,10 +699,10 @@ def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
     with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
         if mode == "calibrated":
             corpus = read_prepared(prepared_dir)
-            check_calibration_data(cfg, corpus.manifest, where="tokenize --fit")
             train = np.flatnonzero((corpus.manifest["split"] == "train").to_numpy())
             if not len(train):
                 raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
+            check_calibration_data(cfg, corpus.manifest, where=str(Path(prepared_dir) / "manifest.csv"))
             model = build_encodec(bandwidth, seed)
             chunks = [corpus.clip(int(i)) for i in train]
             info.update(calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed,
