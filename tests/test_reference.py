@@ -146,6 +146,11 @@ def test_side_by_side_png(ref, labels, smoke_cfg, tmp_path):
     assert all(l.get_linestyle() == "--" for l in ax_p.get_lines())
     drawn = [l for l in ax_r.get_lines() if len(l.get_xdata()) == 12]
     assert [to_hex(l.get_color()) for l in drawn] == COLOURS
+    # the legend shows each arm as the right panel draws it: the Attn. Relax arm dashed and hollow
+    for handle, line in zip(legend.legend_handles, drawn):
+        assert handle.get_linestyle() == line.get_linestyle() and handle.get_marker() == line.get_marker()
+        assert handle.get_markerfacecolor() == line.get_markerfacecolor()
+    assert [h.get_linestyle() for h in legend.legend_handles] == ["-", "-", "-", "--"]
     assert drawn[0].get_ydata()[-1] == pytest.approx(6.5 + 3.8 * np.exp(-12))  # codebook 0
     matplotlib.pyplot.close(fig)
 

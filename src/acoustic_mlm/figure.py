@@ -290,14 +290,20 @@ def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict, fig_
     y_min, y_max = fig_cfg.get("y_min"), fig_cfg.get("y_max")
     if y_min is not None or y_max is not None:
         ax_p.set_ylim(y_min, y_max)
-    # one legend for both panels, below them: the arms (dashed on the left, solid on the right)
+    # one legend for both panels, below them: the arms as the right panel draws them (the paper's are dashed)
     ax_r.get_legend().remove()
-    handles = [Line2D([], [], color=styles[lab].color, marker=styles[lab].marker, linewidth=1.4, markersize=5)
-               for lab in labels]
+    handles = [_handle(styles[lab]) for lab in labels]
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), title=None, frameon=True)
     fig.suptitle(TITLE)
     fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 2), 1, 1))
     return fig, (ax_p, ax_r)
+
+
+def _handle(style: ArmStyle) -> Line2D:
+    """A legend entry drawn as `_lines` draws the arm: colour, marker, dashes, hollow markers."""
+    return Line2D([], [], color=style.color, marker=style.marker, linewidth=1.4, markersize=5,
+                  linestyle=(0, style.dashes) if style.dashes else "-",
+                  markerfacecolor="none" if style.hollow else style.color, markeredgecolor=style.color)
 
 
 def _read_curves(path: Path) -> pd.DataFrame:
