@@ -478,6 +478,9 @@ def test_window_loudness_is_bs1770_per_window():
     gap = tokenizer.window_loudness(np.concatenate([x[:w], np.zeros(3 * w, np.float32), x[:w]]), w)
     assert gap[1] < -40 and gap[2] < tokenizer.WINDOW_SILENCE_DB and gap[4] == pytest.approx(gap[0])  # filter tail
     assert np.isneginf(tokenizer.window_loudness(np.zeros(2 * w), w)).all()
+    for frames in (1, 5, 8):  # clips of one window or less: one gain, bringing them to the target
+        g = tokenizer.frame_gains(x[: frames * HOP], "kweighted", -23.0)
+        assert len(g) == frames and np.all(g == g[0]) and 20 * np.log10(g[0]) == pytest.approx(-23 + 3.01, abs=1.5)
 
 
 def test_kweighted_level_discounts_low_frequencies():
