@@ -156,12 +156,20 @@ def sha256(data: bytes) -> str:
 # Real recordings for tests: librosa's example recordings, beside the repository (never inside it)
 
 def real_audio_dir() -> Path:
-    """The folder of librosa's 14 example recordings: $AMLM_REAL_AUDIO, else ../shared/audio/librosa
-    from the repository root."""
+    """The folder of librosa's 14 example recordings: $AMLM_REAL_AUDIO, else shared/audio/librosa
+    beside the repository (../shared/audio/librosa from its root) or beside any folder above it,
+    the nearest first (a checkout one level deeper still finds them)."""
     import os
 
     env = os.environ.get("AMLM_REAL_AUDIO")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "audio" / "librosa"
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parents[1]
+    for folder in root.parents:
+        candidate = folder / "shared" / "audio" / "librosa"
+        if candidate.is_dir():
+            return candidate
+    return root.parent / "shared" / "audio" / "librosa"
 
 
 def real_audio_missing() -> str | None:
