@@ -227,7 +227,7 @@ def make_room_for_legend(ax) -> None:
         x = np.asarray(line.get_xdata(), dtype=float)
         y = np.asarray(line.get_ydata(), dtype=float)
         ok = np.isfinite(x) & np.isfinite(y) & (x > 0)
-        if ok.sum() < 1:
+        if not ok.any():
             continue
         x, y = x[ok], y[ok]
         inside = y[(x >= x0) & (x <= x1)]

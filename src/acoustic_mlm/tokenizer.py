@@ -277,20 +277,21 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
         if math.isfinite(level) and level > LUFS_GATE_DB:
             gains[:] = 10 ** ((target_db - level) / 20)
         return gains
+    body, window = clip[: n * ENCODEC_HOP], LEVEL_WINDOW_FRAMES * ENCODEC_HOP
     if method == "rms":
-        for st in range(0, n, LEVEL_WINDOW_FRAMES):
-            end = min(n, st + LEVEL_WINDOW_FRAMES)
-            level = rms_dbfs(clip[st * ENCODEC_HOP : end * ENCODEC_HOP])
-            if level > WINDOW_SILENCE_DB:
-                gains[st:end] = 10 ** ((target_db - level) / 20)
-        return gains
+        return _window_gains(np.array([rms_dbfs(body[st : st + window]) for st in range(0, len(body), window)]),
+                             n, target_db)
     if method == "kweighted":
-        loud = window_loudness(clip[: n * ENCODEC_HOP], LEVEL_WINDOW_FRAMES * ENCODEC_HOP)
-        for w, level in enumerate(loud):
-            if level > WINDOW_SILENCE_DB:
-                gains[w * LEVEL_WINDOW_FRAMES : (w + 1) * LEVEL_WINDOW_FRAMES] = 10 ** ((target_db - level) / 20)
-        return gains
+        return _window_gains(window_loudness(body, window), n, target_db)
     raise TokenizerError(f"config: 'tokenizer.level' must be one of {', '.join(LEVEL_METHODS)}, got {method!r}")
+
+
+def _window_gains(levels: np.ndarray, n: int, target_db: float) -> np.ndarray:
+    """Per-frame gains (float32, n) from one level per window of LEVEL_WINDOW_FRAMES frames: each
+    window brought to `target_db`; a window at or below WINDOW_SILENCE_DB keeps gain 1."""
+    with np.errstate(over="ignore"):
+        gains = np.where(levels > WINDOW_SILENCE_DB, 10 ** ((target_db - levels) / 20), 1.0)
+    return np.repeat(gains, LEVEL_WINDOW_FRAMES)[:n].astype(np.float32)
 
 
 def level_of(cfg: dict) -> dict:
