@@ -30,21 +30,41 @@ localrules:
     stability,
     claims,
     compare,
+    stability_map,
+    map_figure,
+    map_claims,
 
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/figure.smk"
 include: "workflow/rules/preflight.smk"
 
 
-rule all:
-    input:
-        "results/loss_curves.csv",
-        expand("results/figures/acoustic_mlm_loss_codebook0.{ext}", ext=FIGURE_FORMATS),
-        "results/figures/paper_vs_reproduction.png",
-        expand("results/figures/stability.{ext}", ext=FIGURE_FORMATS),
-        "results/diagnostics.csv",
-        "results/claims.json",
-        "results/claims.md",
-    default_target: True
+# With a `sweep:` section the runs are its points and the results are the stability map
+# (map.smk); without one, the figure of the arms and its claims (figure.smk).
+if SWEEP:
+
+    include: "workflow/rules/map.smk"
+
+    rule all:
+        input:
+            "results/stability_map.csv",
+            expand("results/figures/lr_sensitivity.{ext}", ext=FIGURE_FORMATS),
+            "results/claims.json",
+            "results/claims.md",
+        default_target: True
+
+else:
+
+    include: "workflow/rules/figure.smk"
+
+    rule all:
+        input:
+            "results/loss_curves.csv",
+            expand("results/figures/acoustic_mlm_loss_codebook0.{ext}", ext=FIGURE_FORMATS),
+            "results/figures/paper_vs_reproduction.png",
+            expand("results/figures/stability.{ext}", ext=FIGURE_FORMATS),
+            "results/diagnostics.csv",
+            "results/claims.json",
+            "results/claims.md",
+        default_target: True

@@ -9,6 +9,9 @@
     amlm stability  loss beside gradient norm, attention logits -> results/figures/stability.{png,pdf,svg}
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
+    amlm map        a sweep's runs as one table                -> results/stability_map.csv
+    amlm map-figure final loss vs learning rate, per arm       -> results/figures/lr_sensitivity.{png,pdf,svg}
+    amlm map-claims LR sensitivity and the settings' promises  -> results/claims.{json,md}
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
     amlm validate   check a configuration file and exit
 
@@ -131,6 +134,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
 
+    p = _stage_parser(sub, "map", "tabulate a sweep's runs: the stability map",
+                      "One row per sweep point and seed: arm, role, swept values, status, final codebook-0 loss "
+                      "(train, valid), flattened, largest gradient norm, largest attention logit and its float16 "
+                      "share, clipped share, fp16 overflow skips (results/stability_map.csv).")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--out", type=Path, default=Path("results/stability_map.csv"), help="output CSV")
+
+    p = _stage_parser(sub, "map-figure", "draw the learning-rate sensitivity of a sweep",
+                      "Final codebook-0 loss against peak learning rate, one panel per depth x precision, one line "
+                      "per arm (diverged runs at the loss at initialisation); below, the largest attention logit "
+                      "against the rate with float16's limit. PNG (300 dpi), PDF and SVG.")
+    p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
+    p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
+
+    p = _stage_parser(sub, "map-claims", "judge the stability settings' promises on a sweep",
+                      "Each arm's LR sensitivity (Wortsman et al. 2023) with its seed spread, best and largest stable "
+                      "rate, and one verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in "
+                      "fp16 (rules: docs/stability.md).")
+    p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
+    p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
+    p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as markdown")
+
     p = _stage_parser(sub, "preflight", "measure time, memory and disk of every arm before a run",
                       "Build each arm's model at the preset's size on its device and precision, time a few "
                       "micro-batches and optimizer steps on synthetic inputs, and project the time per update, per "
@@ -207,6 +232,9 @@ def dispatch(args: argparse.Namespace) -> None:
         if (args.run is None) == (args.run_name is None):
             raise UserError("name the run once: amlm train RUN (or --run RUN)")
         args.run = args.run or args.run_name
+        from .sweep import point_config
+
+        cfg = point_config(cfg, args.run)  # a sweep point: the file's settings with the point's values
         C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
         out = args.out if args.out is not None else Path("results/runs") / args.run
         train.run(cfg, args.run, args.prepared, args.codes, out, threads=threads)
@@ -227,6 +255,15 @@ def dispatch(args: argparse.Namespace) -> None:
 
         claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference,
                    diagnostics_path=args.diagnostics)
+    elif args.command in ("map", "map-figure", "map-claims"):
+        from . import stability_map
+
+        if args.command == "map":
+            stability_map.run_table(cfg, args.runs_dir, args.out)
+        elif args.command == "map-figure":
+            stability_map.run_figure(cfg, args.map, args.out)
+        else:
+            stability_map.run_claims(cfg, args.map, args.out_json, args.out_md)
     elif args.command == "preflight":
         from . import preflight
 

@@ -262,6 +262,10 @@ def validate(cfg: Any, source: str = "config") -> dict:
         raise ConfigError(f"{source}: 'figure.y_min' must be below 'figure.y_max'")
     check_codebooks(cfg, source)
     check_labels(cfg, source)
+    if cfg.get("sweep") is not None:
+        from .sweep import validate_points  # sweep builds on this module
+
+        validate_points(cfg, source)
     return cfg
 
 
@@ -414,6 +418,10 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "claims": (("claims", "figure.split", "runs"), ()),
     "compare": (("figure", "runs"), ()),
     "stability": (("figure", "runs", "claims.spike_threshold", "claims.recovery_margin"), ()),  # spikes as claim (d)
+    # A sweep's stability map (config with `sweep:`): its points come from `runs` and `sweep`.
+    "map": (("runs", "sweep"), ()),
+    "map_figure": (("runs", "sweep", "model.relax_alpha"), ()),
+    "map_claims": (("runs", "sweep", "model.relax_alpha", "claims.min_final_gap", "claims.seed_spread"), ()),
 }
 # The steps before each step, whose settings also shape its outputs.
 UPSTREAM = {
@@ -429,7 +437,7 @@ DVC_STAGES = {
     "fetch": ("fetch",), "prepare": ("plan", "prepare_shard", "prepare_merge"),
     "tokenize": ("tokenize_fit", "tokenize_shard", "tokenize_merge"), "train": ("train",),
     "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("compare",),
-    "stability": ("stability",),
+    "stability": ("stability",), "map": ("map",), "map_figure": ("map_figure",), "map_claims": ("map_claims",),
 }
 
 

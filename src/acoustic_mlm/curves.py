@@ -11,6 +11,10 @@ A curve is a run's logged rows: `steps` ascending, `loss` in bits at those steps
     spike           a point more than a threshold above the running minimum of the points
                     before it; recovered at the first later point within a margin of that minimum
     clipped share   clipped updates / updates taken (skipped non-finite updates are not updates)
+    flattened       over the last quarter of the step range the loss moved by at most
+                    FLAT_TOLERANCE (5 %) of its whole fall: |mean over the 10 % window ending at
+                    75 % of the range - final loss| <= 0.05 x (first point - final loss), with a fall
+                    > 0. A curve still falling fast, or rising again at the end, has not flattened.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import math
 import numpy as np
 
 FINAL_FRACTION = 0.1  # the final loss averages the last 10 % of the step range
+FLAT_TOLERANCE = 0.05  # flattened: the last quarter moved the loss by at most this share of its whole fall
 _EPS = 1e-9  # float slack: 5.8 - 5.7 is 0.0999... and must count as within 0.1
 
 
@@ -79,3 +84,26 @@ def detect_spikes(steps, loss, threshold: float, recovery_margin: float) -> list
 def clipped_fraction(clipped_updates: int, updates: int) -> float:
     """Share of the updates taken whose gradient norm was clipped (NaN without updates)."""
     return clipped_updates / updates if updates else math.nan
+
+
+def late_change(steps, loss) -> float:
+    """Loss at 75 % of the step range (mean over the 10 % window ending there; the last point before
+    it when no row falls inside) minus the final loss: how much the last quarter still lowered it."""
+    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
+    span = steps[-1] - steps[0]
+    hi = steps[0] + 0.75 * span
+    inside = (steps >= hi - FINAL_FRACTION * span - _EPS) & (steps <= hi + _EPS)
+    if not inside.any():  # sparse rows: the last point at or before 75 %
+        inside = np.zeros_like(inside)
+        inside[int(np.flatnonzero(steps <= hi + _EPS)[-1])] = True
+    return float(np.mean(loss[inside]) - final_loss(steps, loss))
+
+
+def flattened(steps, loss) -> bool:
+    """The curve has stopped falling: its last quarter changed it by at most FLAT_TOLERANCE of its
+    whole fall (first point to final loss). Non-finite or non-falling curves have not flattened."""
+    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
+    if len(steps) < 3 or not np.isfinite(loss).all():
+        return False
+    fall = float(loss[0]) - final_loss(steps, loss)
+    return bool(fall > 0 and abs(late_change(steps, loss)) <= FLAT_TOLERANCE * fall + _EPS)

@@ -12,6 +12,7 @@ from snakemake.utils import validate
 # The package from this source tree, for its configuration check and STEP_KEYS (no torch needed).
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from acoustic_mlm import config as amlm_config
+from acoustic_mlm import sweep as amlm_sweep
 
 
 # The CLI reads the configuration from a file, so the file must be the whole truth:
@@ -55,7 +56,9 @@ TRAIN_SLURM = launch.slurm_resources(config["train"])  # nodes, one task per nod
 GPUS = config["train"]["processes"] * config["train"].get("nodes", 1)  # GPUs of one training job
 ENV = "../envs/amlm.yaml"
 
-RUNS = list(config["runs"])
+# The training runs: the arms, or with a `sweep:` section every point of it (acoustic_mlm.sweep).
+RUNS = amlm_sweep.run_names(config)
+SWEEP = bool(config.get("sweep"))
 FIGURE_FORMATS = ["png", "pdf", "svg"]
 USE_GPU = config["train"]["device"] == "cuda"
 
@@ -67,8 +70,10 @@ wildcard_constraints:
 
 def settings_for(step, run=None):
     """The settings a step's outputs depend on (acoustic_mlm.config.STEP_KEYS, the one statement of
-    them; dvc.yaml lists the same): as rule params, a changed value reruns the rule."""
-    return amlm_config.settings(config, amlm_config.result_keys(step, config, run))
+    them; dvc.yaml lists the same): as rule params, a changed value reruns the rule. A sweep point's
+    settings are those of its own configuration (the file's with the point's values in place)."""
+    cfg = amlm_sweep.point_config(config, run) if run is not None else config
+    return amlm_config.settings(cfg, amlm_config.result_keys(step, cfg, run))
 
 
 # The shards of data/prepared/shards.csv, written by the `plan` checkpoint (data.smk); until it

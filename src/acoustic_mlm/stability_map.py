@@ -1,0 +1,463 @@
+"""The stability map: a sweep's runs as one table, each arm's learning-rate sensitivity, the figure
+and one verdict per promise of the figure's stability settings.
+
+Method: Wortsman et al. 2023, *Small-scale proxies for large-scale Transformer training
+instabilities* (arXiv 2309.14322), section 2: a mitigation is judged by its **LR sensitivity**,
+
+    LR sensitivity = E_lr [ min(L(lr), L0) - L* ]
+
+the mean over a log-spaced grid of peak learning rates of the final loss L(lr), capped at the loss at
+initialisation L0 (a diverged run counts as L0), minus the lowest final loss over the grid L*.
+Here L is the codebook-0 masked-prediction training loss in bits, final as `curves.final_loss`, L0
+each run's first logged loss (step 1, before any update has moved the weights much), and the grid is
+one arm's rates in one panel (a depth x precision of the sweep). With several seeds the sensitivity is
+computed per seed and reported as the mean with its spread (claims.seed_spread).
+
+The verdict rules are written in docs/stability.md ("The stability map: verdict rules"); `verdicts`
+implements them as written there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import config as C
+from . import curves
+from .errors import UserError
+from .sweep import points, point_config
+from .utils import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+FP16_MAX = 65504.0  # float16's largest finite value: attention logits beyond it overflow
+PANEL_KEYS = ("layers", "precision")  # one panel of the map per depth x precision
+STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
+FIGURE_STEM = "lr_sensitivity"
+FORMATS = ("png", "pdf", "svg")
+COLUMNS = ["run", "arm", "role", "lr", "layers", "precision", "seed", "status", "diverged_at_step", "steps",
+           "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0", "capped_loss", "flattened",
+           "max_grad_norm", "attn_logit_max", "attn_logit_fp16_frac", "clipped_frac", "overflow_skips",
+           "nonfinite_steps", "wall_time_s"]
+
+
+# ----------------------------------------------------------------------------- formulas
+
+
+def capped_loss(final: float, initial: float) -> float:
+    """min(L, L0); a run without a finite final loss (diverged) counts as L0."""
+    return float(initial) if not math.isfinite(final) else float(min(final, initial))
+
+
+def lr_sensitivity(finals, initials) -> float:
+    """Wortsman et al.'s LR sensitivity over one grid of rates: mean of min(L, L0) - L*, where L* is
+    the lowest capped final loss of the grid. NaN for an empty grid."""
+    capped = np.array([capped_loss(f, i) for f, i in zip(finals, initials)], dtype=float)
+    if not len(capped):
+        return math.nan
+    return float(np.mean(capped - capped.min()))
+
+
+def spread(values, how: str) -> float:
+    """The seed spread of a statistic: range (max - min) or 2std (two sample standard deviations)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if len(v) < 2:
+        return 0.0
+    return float(v.max() - v.min()) if how == "range" else float(2 * v.std(ddof=1))
+
+
+def relax_reach(relax_alpha: float) -> float:
+    """The attention logit above which PB-Relax changes float16 arithmetic: it divides q.k by alpha
+    before the row maximum is subtracted, so logits below FP16_MAX / alpha are never at risk either way."""
+    return FP16_MAX / relax_alpha
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict]:
+    metrics, summary = run_dir / "metrics.csv", run_dir / "summary.json"
+    for path in (metrics, summary):
+        if not path.is_file():
+            raise UserError(f"{path}: not found; run the train stage for {name} first")
+    try:
+        m = pd.read_csv(metrics)
+        s = json.loads(summary.read_text())
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise UserError(f"{run_dir}: unreadable metrics or summary ({str(exc).splitlines()[0]}); "
+                        f"rerun the train stage for {name}") from None
+    missing = {"seed", "step", "train_loss_cb0"} - set(m.columns)
+    if missing or "per_seed" not in s:
+        what = f"column '{sorted(missing)[0]}'" if missing else "key 'per_seed'"
+        raise UserError(f"{metrics if missing else summary}: no {what}; rerun the train stage for {name}")
+    return m, s
+
+
+def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
+    """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name)."""
+    pts = points(cfg)
+    if not pts:
+        raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
+    extra = sorted({k for p in pts.values() for k, _ in p.values} - {"train.lr", "model.layers", "train.precision"})
+    rows = []
+    for name, p in pts.items():
+        pc = point_config(cfg, name)
+        m, s = _read_run(Path(runs_dir) / name, name)
+        for seed in p.seeds:
+            one = s["per_seed"].get(str(seed))
+            if one is None:
+                raise UserError(f"{Path(runs_dir) / name / 'summary.json'}: no seed {seed}; rerun the train stage "
+                                f"for {name}")
+            rm = m[m["seed"] == seed]
+            finite = rm[np.isfinite(rm["train_loss_cb0"])]
+            logit = float(rm["attn_logit_max"].max()) if "attn_logit_max" in rm and rm["attn_logit_max"].notna().any() \
+                else math.nan
+            diverged = one["status"] == "diverged"
+            final, first = float(one["final_train_loss_cb0"]), float(one["first_train_loss_cb0"])
+            final = math.nan if diverged else final
+            rows.append({
+                "run": name, "arm": p.arm, "role": pc["runs"][name].get("role"),
+                "lr": pc["train"]["lr"], "layers": pc["model"]["layers"], "precision": pc["train"]["precision"],
+                "seed": seed, "status": one["status"], "diverged_at_step": one.get("diverged_at_step"),
+                "steps": one["steps"], "first_train_loss_cb0": first, "final_train_loss_cb0": final,
+                "final_valid_loss_cb0": math.nan if diverged else float(one["final_valid_loss_cb0"]),
+                "capped_loss": capped_loss(final, first),
+                "flattened": bool(not diverged and len(finite) >= 3
+                                  and curves.flattened(finite["step"], finite["train_loss_cb0"])),
+                "max_grad_norm": float(one["max_grad_norm"]), "attn_logit_max": logit,
+                "attn_logit_fp16_frac": logit / FP16_MAX, "clipped_frac": one["clipped_frac"],
+                "overflow_skips": int(one["overflow_skips"]), "nonfinite_steps": int(one["nonfinite_steps"]),
+                "wall_time_s": float(one["wall_time_s"]),
+                **{k: dict(p.values).get(k, C.get(pc, k)) for k in extra},
+            })
+    return pd.DataFrame(rows, columns=COLUMNS + extra)
+
+
+def run_table(cfg: dict, runs_dir: Path, out: Path) -> Path:
+    t = table(cfg, runs_dir)
+    with atomic_path(Path(out)) as tmp:
+        t.to_csv(tmp, index=False)
+    log.info("map: %d runs of %d points -> %s", len(t), t["run"].nunique(), out)
+    return Path(out)
+
+
+def read_map(path: Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: stability map not found; run the map stage first")
+    try:
+        t = pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise UserError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); rerun the map stage") from None
+    missing = [c for c in COLUMNS if c not in t.columns]
+    if missing:
+        raise UserError(f"{path}: no column '{missing[0]}'; rerun the map stage")
+    bad = t["lr"].isna() | ~np.isfinite(t["first_train_loss_cb0"])
+    if bad.any():
+        raise UserError(f"{path}: row {int(np.flatnonzero(bad)[0]) + 2} has no learning rate or initial loss; "
+                        "rerun the map stage")
+    return t
+
+
+# ----------------------------------------------------------------------------- per arm and panel
+
+
+def panels(t: pd.DataFrame) -> list[tuple[int, str]]:
+    """(layers, precision) pairs in the map: fp32 first, shallow first."""
+    keys = t[list(PANEL_KEYS)].drop_duplicates().itertuples(index=False)
+    return sorted(((int(a), str(b)) for a, b in keys), key=lambda k: (k[1] != "fp32", k[1], k[0]))
+
+
+def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
+    """One row per arm and panel: LR sensitivity (mean over seeds) and its spread, best rate (lowest
+    mean capped loss) and its loss, whether every seed's run at the best rate flattened, the largest
+    stable rate (every seed completed), the rates, and the largest attention logit of the panel."""
+    out = []
+    for (arm, layers, precision), g in t.groupby(["arm", "layers", "precision"], sort=False):
+        seeds = sorted(g["seed"].unique())
+        per_seed = []
+        for s in seeds:
+            gs = g[g["seed"] == s]
+            per_seed.append(lr_sensitivity(gs["final_train_loss_cb0"], gs["first_train_loss_cb0"]))
+        by_rate = g.groupby("lr")
+        mean_capped = by_rate["capped_loss"].mean()
+        best = float(mean_capped.idxmin())
+        stable = [float(lr) for lr, gr in by_rate if (gr["status"] == STABLE).all()]
+        out.append({
+            "arm": arm, "role": g["role"].iloc[0] if g["role"].notna().any() else None,
+            "layers": int(layers), "precision": precision, "seeds": len(seeds), "rates": int(g["lr"].nunique()),
+            "sensitivity": float(np.mean(per_seed)), "sensitivity_spread": spread(per_seed, how),
+            "sensitivity_per_seed": [round(x, 4) for x in per_seed],
+            "best_lr": best, "best_loss": float(mean_capped.min()),
+            "best_flattened": bool(g[g["lr"] == best]["flattened"].all()),
+            "largest_stable_lr": max(stable) if stable else math.nan,
+            "diverged_runs": int((g["status"] == "diverged").sum()),
+            "lowest_lr_loss": float(mean_capped.iloc[0]),
+            "attn_logit_max": float(g["attn_logit_max"].max()),
+        })
+    return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+
+
+def _pick(stats: pd.DataFrame, role_or_arm: str, layers: int, precision: str) -> dict | None:
+    g = stats[((stats["role"] == role_or_arm) | (stats["arm"] == role_or_arm)) & (stats["layers"] == layers)
+              & (stats["precision"] == precision)]
+    return g.iloc[0].to_dict() if len(g) else None
+
+
+def _pair(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
+    """Compare a's sensitivity with b's: 'lower', 'higher' or 'tie' beyond the larger seed spread
+    (at least `floor` bits); returns (outcome, difference a - b, the resolution used)."""
+    diff = a["sensitivity"] - b["sensitivity"]
+    res = max(a["sensitivity_spread"], b["sensitivity_spread"], floor)
+    return ("lower" if diff < -res else "higher" if diff > res else "tie"), diff, res
+
+
+def _numbers(*arms: dict) -> dict:
+    keys = ("sensitivity", "sensitivity_spread", "best_lr", "best_loss", "best_flattened", "largest_stable_lr",
+            "diverged_runs", "lowest_lr_loss", "attn_logit_max")
+    return {f"{a['arm']} ({a['layers']} layers, {a['precision']})": {k: _round(a[k]) for k in keys} for a in arms}
+
+
+def _round(x):
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (float, np.floating)):
+        return None if not math.isfinite(x) else float(f"{x:.4g}")
+    return x
+
+
+def _combine(outcomes: list[str]) -> str:
+    if not outcomes:
+        return INCONCLUSIVE
+    if NOT_SUPPORTED in outcomes:
+        return NOT_SUPPORTED
+    return SUPPORTED if all(o == SUPPORTED for o in outcomes) else INCONCLUSIVE
+
+
+def verdict_clipping(stats: pd.DataFrame, floor: float) -> dict:
+    """Clipping: in every fp32 panel, clip 1's LR sensitivity is lower than clip 10's by more than the
+    seed spread (supported); higher by more than it in any panel: not supported; else inconclusive.
+    A panel whose best-rate runs of either arm have not flattened is inconclusive."""
+    outcomes, arms, notes = [], [], []
+    for layers, precision in panels(stats):
+        if precision != "fp32":
+            continue
+        a, b = _pick(stats, "clip1", layers, precision), _pick(stats, "clip10", layers, precision)
+        if a is None or b is None:
+            continue
+        arms += [a, b]
+        if not (a["best_flattened"] and b["best_flattened"]):
+            outcomes.append(INCONCLUSIVE)
+            notes.append(f"{layers} layers: a best-rate run has not flattened")
+            continue
+        how, diff, res = _pair(a, b, floor)
+        outcomes.append({"lower": SUPPORTED, "higher": NOT_SUPPORTED}.get(how, INCONCLUSIVE))
+        notes.append(f"{layers} layers: clip 1 - clip 10 sensitivity {diff:+.3f} bits (resolution {res:.3f}); "
+                     f"largest stable rate {a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}; at the lowest "
+                     f"rate clip 1 ends {a['lowest_lr_loss'] - b['lowest_lr_loss']:+.3f} bits from clip 10")
+    return {"id": "clipping", "promise": "gradient clip 1 survives higher learning rates than clip 10",
+            "verdict": _combine(outcomes), "notes": notes, "measured": _numbers(*arms)}
+
+
+def verdict_deepnorm(stats: pd.DataFrame, floor: float, control: str | None) -> dict:
+    """DeepNorm at depth: in the deepest fp32 panel, DeepNorm's LR sensitivity is lower than plain
+    Post-Norm's (the control arm: norm post, clip 1, no role) by more than the seed spread: supported;
+    higher by more than it: not supported; else (or unflattened best-rate runs, or no control or no
+    panel of 16+ layers) inconclusive."""
+    fp32 = [p for p in panels(stats) if p[1] == "fp32"]
+    deepest = max((p[0] for p in fp32), default=None)
+    base = {"id": "deepnorm", "promise": "DeepNorm trains Post-Norm at depths where plain Post-Norm fails",
+            "verdict": INCONCLUSIVE, "notes": [], "measured": {}}
+    if control is None or deepest is None or deepest < 16:
+        base["notes"].append("needs a plain Post-Norm control arm and an fp32 panel of 16 or more layers")
+        return base
+    a, b = _pick(stats, "deepnorm", deepest, "fp32"), _pick(stats, control, deepest, "fp32")
+    if a is None or b is None:
+        base["notes"].append(f"DeepNorm or the Post-Norm control did not run at {deepest} layers in fp32")
+        return base
+    base["measured"] = _numbers(a, b)
+    if not (a["best_flattened"] and b["best_flattened"]):
+        base["notes"].append(f"{deepest} layers: a best-rate run has not flattened")
+        return base
+    how, diff, res = _pair(a, b, floor)
+    base["verdict"] = {"lower": SUPPORTED, "higher": NOT_SUPPORTED}.get(how, INCONCLUSIVE)
+    base["notes"].append(f"{deepest} layers: DeepNorm - Post-Norm sensitivity {diff:+.3f} bits (resolution "
+                         f"{res:.3f}); best losses {a['best_loss']:.3f} vs {b['best_loss']:.3f}; largest stable "
+                         f"rate {a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}")
+    return base
+
+
+def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
+    """PB-Relax in fp16: inconclusive unless a softmax clip-1 fp16 run's attention logits reached
+    `reach` (FP16_MAX / relax_alpha, where PB-Relax starts to change float16 arithmetic). Then, in each
+    fp16 panel where they did: Attn. Relax's LR sensitivity lower than clip 1's by more than the spread,
+    or a larger stable rate: supported; otherwise not supported (the limit was reached and relaxing did
+    not help)."""
+    outcomes, arms, notes = [], [], []
+    for layers, precision in panels(stats):
+        if precision == "fp32":
+            continue
+        a, b = _pick(stats, "attn_relax", layers, precision), _pick(stats, "clip1", layers, precision)
+        if a is None or b is None:
+            continue
+        arms += [a, b]
+        if not b["attn_logit_max"] >= reach:
+            notes.append(f"{layers} layers, {precision}: softmax logits reached {b['attn_logit_max']:.4g}, below "
+                         f"{reach:.4g} where PB-Relax matters")
+            continue
+        how, diff, res = _pair(a, b, floor)
+        larger = a["largest_stable_lr"] > b["largest_stable_lr"] or (
+            math.isfinite(a["largest_stable_lr"]) and not math.isfinite(b["largest_stable_lr"]))
+        outcomes.append(SUPPORTED if how == "lower" or larger else NOT_SUPPORTED)
+        notes.append(f"{layers} layers, {precision}: Attn. Relax - clip 1 sensitivity {diff:+.3f} bits "
+                     f"(resolution {res:.3f}); largest stable rate {a['largest_stable_lr']:g} vs "
+                     f"{b['largest_stable_lr']:g}")
+    if not arms:
+        notes.append("no fp16 panel holds both the clip-1 and the Attn. Relax arm")
+    return {"id": "pb_relax", "promise": "PB-Relax keeps fp16 training stable where attention logits near "
+            "float16's limit", "verdict": _combine(outcomes) if outcomes else INCONCLUSIVE, "notes": notes,
+            "measured": _numbers(*arms)}
+
+
+def control_arm(cfg: dict) -> str | None:
+    """The plain Post-Norm control: an arm with norm post, softmax attention and no role."""
+    for name, r in cfg["runs"].items():
+        if r["norm"] == "post" and r["attention"] == "softmax" and r.get("role") is None:
+            return name
+    return None
+
+
+def verdicts(cfg: dict, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    th = C.ClaimThresholds.from_dict(cfg["claims"])
+    stats = arm_stats(t, th.seed_spread)
+    floor = th.min_final_gap
+    return stats, [verdict_clipping(stats, floor), verdict_deepnorm(stats, floor, control_arm(cfg)),
+                   verdict_pb_relax(stats, floor, relax_reach(cfg["model"]["relax_alpha"]))]
+
+
+def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
+    lines = ["# The stability map: LR sensitivity of each arm", "",
+             f"{len(t)} runs ({t['run'].nunique()} points); LR sensitivity after Wortsman et al. 2023 "
+             "(arXiv 2309.14322): the mean over the rates of min(L, L0) - L*, in bits of codebook-0 training "
+             "loss; lower is less sensitive. Rules of the verdicts: docs/stability.md.", "",
+             "| arm | layers | precision | LR sensitivity (spread) | best rate | loss there | flattened | "
+             "largest stable rate | diverged runs | largest attention logit |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in stats.itertuples():
+        lines.append(f"| {r.arm} | {r.layers} | {r.precision} | {r.sensitivity:.3f} ({r.sensitivity_spread:.3f}) | "
+                     f"{r.best_lr:g} | {r.best_loss:.3f} | {'yes' if r.best_flattened else 'no'} | "
+                     f"{r.largest_stable_lr:g} | {r.diverged_runs} | {r.attn_logit_max:.4g} |")
+    lines += ["", "| promise | verdict | numbers |", "| --- | --- | --- |"]
+    for v in vs:
+        lines.append(f"| {v['promise']} | **{v['verdict']}** | {'; '.join(v['notes']) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_claims(cfg: dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
+    t = read_map(map_path)
+    stats, vs = verdicts(cfg, t)
+    result = {"kind": "stability_map", "runs": len(t), "points": int(t["run"].nunique()),
+              "arms": [{k: _round(v) for k, v in r.items()} for r in stats.to_dict("records")], "verdicts": vs}
+    write_json(Path(out_json), result)
+    with atomic_path(Path(out_md)) as tmp:
+        tmp.write_text(_md(stats, vs, t))
+    for v in vs:
+        log.info("map-claims: %s: %s", v["id"], v["verdict"])
+    return result
+
+
+# ----------------------------------------------------------------------------- the figure
+
+
+def draw(cfg: dict, t: pd.DataFrame):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .figure import arm_styles
+
+    styles = arm_styles(cfg["runs"])
+    ps = panels(t)
+    fig, axes = plt.subplots(2, len(ps), figsize=(4.2 * len(ps) + 1.5, 7.2), squeeze=False, sharex=True)
+    reach = relax_reach(cfg["model"]["relax_alpha"])
+    handles = {}
+    for j, (layers, precision) in enumerate(ps):
+        top, bottom = axes[0, j], axes[1, j]
+        panel = t[(t["layers"] == layers) & (t["precision"] == precision)]
+        for arm, run in cfg["runs"].items():
+            g = panel[panel["arm"] == arm]
+            if g.empty:
+                continue
+            st = styles[run["label"]]
+            by = g.groupby("lr")
+            lr = np.array(sorted(g["lr"].unique()), dtype=float)
+            mean, lo, hi = (by["capped_loss"].agg(f).reindex(lr).to_numpy() for f in ("mean", "min", "max"))
+            dashes = st.dashes if st.dashes else (None, None)
+            (line,) = top.plot(lr, mean, color=st.color, marker=st.marker, markersize=5, linewidth=1.4,
+                               markerfacecolor="none" if st.hollow else st.color, label=run["label"])
+            if st.dashes:
+                line.set_dashes(st.dashes)
+            handles.setdefault(run["label"], line)
+            if g["seed"].nunique() > 1:
+                top.fill_between(lr, lo, hi, color=st.color, alpha=0.18, linewidth=0)
+            div = g[g["status"] == "diverged"]
+            if len(div):
+                top.scatter(div["lr"], div["capped_loss"], marker="x", s=60, color=st.color, zorder=5,
+                            linewidths=2)
+            logit = by["attn_logit_max"].max().reindex(lr).to_numpy()
+            (l2,) = bottom.plot(lr, logit, color=st.color, marker=st.marker, markersize=5, linewidth=1.2,
+                                markerfacecolor="none" if st.hollow else st.color)
+            if st.dashes:
+                l2.set_dashes(dashes)
+        top.set_xscale("log")
+        top.set_title(f"{layers} layers, {precision}")
+        top.grid(True, which="major", alpha=0.3)
+        bottom.set_xscale("log")
+        bottom.set_yscale("log")
+        bottom.axhline(FP16_MAX, color="black", linewidth=1, linestyle="--")
+        bottom.axhline(reach, color="grey", linewidth=1, linestyle=":")
+        bottom.grid(True, which="major", alpha=0.3)
+        bottom.set_xlabel("Peak learning rate")
+        ymax = max(FP16_MAX * 2, float(np.nanmax(panel["attn_logit_max"])) * 2 if panel["attn_logit_max"].notna().any()
+                   else 0)
+        bottom.set_ylim(top=ymax)
+    axes[0, 0].set_ylabel("Final codebook-0 loss (bits)\nmin(L, L0); diverged = x at L0")
+    axes[1, 0].set_ylabel("Largest attention logit")
+    axes[1, 0].text(0.02, FP16_MAX, " float16 limit", transform=axes[1, 0].get_yaxis_transform(), va="bottom",
+                    fontsize=8)
+    axes[1, 0].text(0.02, reach, f" limit / {cfg['model']['relax_alpha']:g} (PB-Relax)",
+                    transform=axes[1, 0].get_yaxis_transform(), va="bottom", fontsize=8, color="grey")
+    fig.suptitle("LR sensitivity: final codebook-0 loss vs peak learning rate")
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(3, len(handles)), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.04 + 0.025 * math.ceil(len(handles) / 3), 1, 0.96))
+    return fig
+
+
+def run_figure(cfg: dict, map_path: Path, out_dir: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    t = read_map(map_path)
+    fig = draw(cfg, t)
+    written = []
+    for fmt in FORMATS:
+        path = Path(out_dir) / f"{FIGURE_STEM}.{fmt}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=200 if fmt == "png" else None)
+        written.append(path)
+    plt.close(fig)
+    log.info("map-figure: wrote %s", ", ".join(map(str, written)))
+    return written

@@ -1,0 +1,65 @@
+# A sweep's runs -> the stability map table -> the LR-sensitivity figure and the verdicts
+# (acoustic_mlm.stability_map; docs/stability.md). Used instead of figure.smk when the config has `sweep:`.
+
+
+rule stability_map:
+    input:
+        metrics=expand("results/runs/{run}/metrics.csv", run=RUNS),
+        summaries=expand("results/runs/{run}/summary.json", run=RUNS),
+    output:
+        report("results/stability_map.csv", caption="../report/stability_map.rst", category="2. Findings"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        settings=settings_for("map"),
+    log:
+        "results/logs/map.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} map --config {params.config} --runs-dir results/runs --out {output} > {log} 2>&1"
+
+
+rule map_figure:
+    input:
+        "results/stability_map.csv",
+    output:
+        png=report(
+            "results/figures/lr_sensitivity.png",
+            caption="../report/lr_sensitivity.rst",
+            category="1. Figure",
+        ),
+        pdf="results/figures/lr_sensitivity.pdf",
+        svg="results/figures/lr_sensitivity.svg",
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        settings=settings_for("map_figure"),
+    log:
+        "results/logs/map_figure.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} map-figure --config {params.config} --map {input} --out results/figures > {log} 2>&1"
+
+
+rule map_claims:
+    input:
+        "results/stability_map.csv",
+    output:
+        json="results/claims.json",
+        md=report("results/claims.md", caption="../report/claims.rst", category="2. Findings"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        settings=settings_for("map_claims"),
+    log:
+        "results/logs/map_claims.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} map-claims --config {params.config} --map {input} --out-json {output.json} "
+        "--out-md {output.md} > {log} 2>&1"
