@@ -25,14 +25,6 @@ localrules:
     plan,
     prepare,
     tokenize,
-    aggregate,
-    figure,
-    stability,
-    claims,
-    compare,
-    stability_map,
-    map_figure,
-    map_claims,
 
 
 include: "workflow/rules/data.smk"
@@ -46,6 +38,11 @@ if SWEEP:
 
     include: "workflow/rules/map.smk"
 
+    localrules:
+        stability_map,
+        map_figure,
+        map_claims,
+
     rule all:
         input:
             "results/stability_map.csv",
@@ -57,6 +54,13 @@ if SWEEP:
 else:
 
     include: "workflow/rules/figure.smk"
+
+    localrules:
+        aggregate,
+        figure,
+        stability,
+        claims,
+        compare,
 
     rule all:
         input:

@@ -16,7 +16,7 @@ Variants run one after another in this process, `--jobs` at a time in worker pro
 with `--threads` torch threads.
 
     python benchmarks/proxy_plateau.py --config config/config.yaml --steps 400 \
-        --variant base: --variant cb1:model.codebooks=1 --variant crop4:train.crop_seconds=4.0
+        --variant base: --variant cb1:model.codebooks=1 --variant "small:model.dim=64;model.heads=2"
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from acoustic_mlm import curves
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """'name:key=value,key=value' -> (name, {dotted key: YAML value})."""
+    """'name:key=value;key=value' -> (name, {dotted key: YAML value})."""
     name, _, body = text.partition(":")
     overrides = {}
-    for item in filter(None, body.split(",")):
+    for item in filter(None, body.split(";")):
         key, _, value = item.partition("=")
         overrides[key.strip()] = yaml.safe_load(value)
     return name, overrides
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--prepared", default="data/prepared")
     p.add_argument("--codes", default="data/codes")
     p.add_argument("--steps", type=int, default=400, help="updates per variant (train.steps)")
-    p.add_argument("--variant", action="append", default=[], help="name:key=value,key=value (repeat)")
+    p.add_argument("--variant", action="append", default=[], help="name:key=value;key=value (repeat; values are YAML)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--jobs", type=int, default=2, help="variants trained at once")
     p.add_argument("--margin", type=float, default=0.5, help="bits below the unigram entropy that end the plateau")

@@ -12,8 +12,8 @@ A curve is a run's logged rows: `steps` ascending, `loss` in bits at those steps
                     before it; recovered at the first later point within a margin of that minimum
     clipped share   clipped updates / updates taken (skipped non-finite updates are not updates)
     flattened       over the last quarter of the step range the loss moved by at most
-                    FLAT_TOLERANCE (5 %) of its whole fall: |mean over the 10 % window ending at
-                    75 % of the range - final loss| <= 0.05 x (first point - final loss), with a fall
+                    FLAT_TOLERANCE (10 %) of its whole fall: |mean over the 10 % window ending at
+                    75 % of the range - final loss| <= 0.1 x (first point - final loss), with a fall
                     > 0. A curve still falling fast, or rising again at the end, has not flattened.
 """
 
@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 FINAL_FRACTION = 0.1  # the final loss averages the last 10 % of the step range
-FLAT_TOLERANCE = 0.05  # flattened: the last quarter moved the loss by at most this share of its whole fall
+FLAT_TOLERANCE = 0.1  # flattened: the last quarter moved the loss by at most this share of its whole fall
 _EPS = 1e-9  # float slack: 5.8 - 5.7 is 0.0999... and must count as within 0.1
 
 

@@ -36,12 +36,12 @@ from .utils import atomic_path, write_json
 log = logging.getLogger(__name__)
 
 FP16_MAX = 65504.0  # float16's largest finite value: attention logits beyond it overflow
-PANEL_KEYS = ("layers", "precision")  # one panel of the map per depth x precision
 STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
 FIGURE_STEM = "lr_sensitivity"
 FORMATS = ("png", "pdf", "svg")
 COLUMNS = ["run", "arm", "role", "lr", "layers", "precision", "seed", "status", "diverged_at_step", "steps",
            "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0", "capped_loss", "flattened",
+           "late_change_share",
            "max_grad_norm", "attn_logit_max", "attn_logit_fp16_frac", "clipped_frac", "overflow_skips",
            "nonfinite_steps", "wall_time_s"]
 
@@ -98,6 +98,15 @@ def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict]:
     return m, s
 
 
+def _late_share(rows: pd.DataFrame) -> float:
+    """curves.late_change over the curve's whole fall: what `flattened` compares with FLAT_TOLERANCE."""
+    if len(rows) < 3:
+        return math.nan
+    steps, loss = rows["step"].to_numpy(float), rows["train_loss_cb0"].to_numpy(float)
+    fall = loss[0] - curves.final_loss(steps, loss)
+    return float(curves.late_change(steps, loss) / fall) if fall > 0 else math.nan
+
+
 def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
     """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name)."""
     pts = points(cfg)
@@ -129,6 +138,7 @@ def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
                 "capped_loss": capped_loss(final, first),
                 "flattened": bool(not diverged and len(finite) >= 3
                                   and curves.flattened(finite["step"], finite["train_loss_cb0"])),
+                "late_change_share": _late_share(finite) if not diverged else math.nan,
                 "max_grad_norm": float(one["max_grad_norm"]), "attn_logit_max": logit,
                 "attn_logit_fp16_frac": logit / FP16_MAX, "clipped_frac": one["clipped_frac"],
                 "overflow_skips": int(one["overflow_skips"]), "nonfinite_steps": int(one["nonfinite_steps"]),
@@ -167,39 +177,84 @@ def read_map(path: Path) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- per arm and panel
 
 
-def panels(t: pd.DataFrame) -> list[tuple[int, str]]:
-    """(layers, precision) pairs in the map: fp32 first, shallow first."""
-    keys = t[list(PANEL_KEYS)].drop_duplicates().itertuples(index=False)
-    return sorted(((int(a), str(b)) for a, b in keys), key=lambda k: (k[1] != "fp32", k[1], k[0]))
+def panel_columns(t: pd.DataFrame) -> list[str]:
+    """What makes a panel: depth, precision and every other swept setting but the rate (the columns
+    after COLUMNS in the map)."""
+    return ["layers", "precision"] + [c for c in t.columns if c not in COLUMNS]
+
+
+def panel_label(values: dict) -> str:
+    extra = [f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+             for k, v in values.items() if k not in ("layers", "precision")]
+    return ", ".join([f"{int(values['layers'])} layers", str(values["precision"])] + extra)
+
+
+def panels(t: pd.DataFrame) -> list[dict]:
+    """The panels of the map, fp32 first, shallow first: {column: value} each, with its 'label'."""
+    cols = panel_columns(t)
+    out = [dict(zip(cols, vals)) for vals in t[cols].drop_duplicates().itertuples(index=False)]
+    for p in out:
+        p["label"] = panel_label(p)
+    return sorted(out, key=lambda p: (p["precision"] != "fp32", str(p["precision"]), int(p["layers"]), p["label"]))
+
+
+def _in_panel(t: pd.DataFrame, panel: dict) -> pd.Series:
+    keep = pd.Series(True, index=t.index)
+    for k, v in panel.items():
+        if k != "label":
+            keep &= t[k] == v
+    return keep
+
+
+def seed_spread(g: pd.DataFrame, per_seed: list[float], how: str) -> float:
+    """The seed spread of one arm's panel: with every seed at every rate, the spread of the per-seed
+    values; otherwise the largest spread of the capped loss at a rate run with several seeds (the
+    noise of one point, in the same bits); 0 with one seed everywhere."""
+    rates = g.groupby("lr")["seed"].nunique()
+    if len(per_seed) > 1 and (rates == len(per_seed)).all():
+        return spread(per_seed, how)
+    several = rates[rates > 1].index
+    return max((spread(g[g["lr"] == lr]["capped_loss"], how) for lr in several), default=0.0)
 
 
 def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
-    """One row per arm and panel: LR sensitivity (mean over seeds) and its spread, best rate (lowest
-    mean capped loss) and its loss, whether every seed's run at the best rate flattened, the largest
-    stable rate (every seed completed), the rates, and the largest attention logit of the panel."""
+    """One row per arm and panel: LR sensitivity and mean capped loss (each the mean over the seeds
+    that ran every rate of the panel, seed_spread beside it), best rate (lowest mean capped loss) and
+    its loss, whether every run at the best rate flattened and how many seeds it had, the largest
+    stable rate (every seed completed), diverged runs, the lowest rate's loss, the largest attention
+    logit."""
     out = []
-    for (arm, layers, precision), g in t.groupby(["arm", "layers", "precision"], sort=False):
-        seeds = sorted(g["seed"].unique())
-        per_seed = []
-        for s in seeds:
-            gs = g[g["seed"] == s]
-            per_seed.append(lr_sensitivity(gs["final_train_loss_cb0"], gs["first_train_loss_cb0"]))
-        by_rate = g.groupby("lr")
-        mean_capped = by_rate["capped_loss"].mean()
-        best = float(mean_capped.idxmin())
-        stable = [float(lr) for lr, gr in by_rate if (gr["status"] == STABLE).all()]
-        out.append({
-            "arm": arm, "role": g["role"].iloc[0] if g["role"].notna().any() else None,
-            "layers": int(layers), "precision": precision, "seeds": len(seeds), "rates": int(g["lr"].nunique()),
-            "sensitivity": float(np.mean(per_seed)), "sensitivity_spread": spread(per_seed, how),
-            "sensitivity_per_seed": [round(x, 4) for x in per_seed],
-            "best_lr": best, "best_loss": float(mean_capped.min()),
-            "best_flattened": bool(g[g["lr"] == best]["flattened"].all()),
-            "largest_stable_lr": max(stable) if stable else math.nan,
-            "diverged_runs": int((g["status"] == "diverged").sum()),
-            "lowest_lr_loss": float(mean_capped.iloc[0]),
-            "attn_logit_max": float(g["attn_logit_max"].max()),
-        })
+    for panel in panels(t):
+        pt = t[_in_panel(t, panel)]
+        for arm, g in pt.groupby("arm", sort=False):
+            rates = sorted(g["lr"].unique())
+            full = [s for s, gs in g.groupby("seed") if sorted(gs["lr"].unique()) == rates]
+            per_seed, expected = [], []
+            for s in full:
+                gs = g[g["seed"] == s]
+                per_seed.append(lr_sensitivity(gs["final_train_loss_cb0"], gs["first_train_loss_cb0"]))
+                expected.append(float(gs["capped_loss"].mean()))
+            by_rate = g.groupby("lr")
+            mean_capped = by_rate["capped_loss"].mean()
+            best = float(mean_capped.idxmin())
+            stable = [float(lr) for lr, gr in by_rate if (gr["status"] == STABLE).all()]
+            out.append({
+                "arm": arm, "role": g["role"].iloc[0] if g["role"].notna().any() else None,
+                "panel": panel["label"], "layers": int(panel["layers"]), "precision": panel["precision"],
+                "seeds": int(g["seed"].nunique()), "rates": len(rates),
+                "sensitivity": float(np.mean(per_seed)) if per_seed else math.nan,
+                "sensitivity_spread": seed_spread(g, per_seed, how),
+                "sensitivity_per_seed": [round(x, 4) for x in per_seed],
+                "mean_capped_loss": float(np.mean(expected)) if expected else math.nan,
+                "mean_capped_loss_spread": seed_spread(g, expected, how),
+                "best_lr": best, "best_loss": float(mean_capped.min()),
+                "best_flattened": bool(g[g["lr"] == best]["flattened"].all()),
+                "best_seeds": int(g[g["lr"] == best]["seed"].nunique()),
+                "largest_stable_lr": max(stable) if stable else math.nan,
+                "diverged_runs": int((g["status"] == "diverged").sum()),
+                "lowest_lr_loss": float(mean_capped.iloc[0]),
+                "attn_logit_max": float(g["attn_logit_max"].max()),
+            })
     return pd.DataFrame(out)
 
 
@@ -209,10 +264,15 @@ def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 
 
-def _pick(stats: pd.DataFrame, role_or_arm: str, layers: int, precision: str) -> dict | None:
-    g = stats[((stats["role"] == role_or_arm) | (stats["arm"] == role_or_arm)) & (stats["layers"] == layers)
-              & (stats["precision"] == precision)]
+def _pick(stats: pd.DataFrame, role_or_arm: str, panel: str) -> dict | None:
+    g = stats[((stats["role"] == role_or_arm) | (stats["arm"] == role_or_arm)) & (stats["panel"] == panel)]
     return g.iloc[0].to_dict() if len(g) else None
+
+
+def _stat_panels(stats: pd.DataFrame) -> list[tuple[str, int, str]]:
+    """(label, layers, precision) of the panels in `stats`, in their order."""
+    seen = stats[["panel", "layers", "precision"]].drop_duplicates()
+    return [(p, int(layer), str(prec)) for p, layer, prec in seen.itertuples(index=False)]
 
 
 def _pair(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
@@ -224,9 +284,9 @@ def _pair(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
 
 
 def _numbers(*arms: dict) -> dict:
-    keys = ("sensitivity", "sensitivity_spread", "best_lr", "best_loss", "best_flattened", "largest_stable_lr",
+    keys = ("sensitivity", "sensitivity_spread", "mean_capped_loss", "mean_capped_loss_spread", "best_lr", "best_loss", "best_flattened", "best_seeds", "largest_stable_lr",
             "diverged_runs", "lowest_lr_loss", "attn_logit_max")
-    return {f"{a['arm']} ({a['layers']} layers, {a['precision']})": {k: _round(a[k]) for k in keys} for a in arms}
+    return {f"{a['arm']} ({a['panel']})": {k: _round(a[k]) for k in keys} for a in arms}
 
 
 def _round(x):
@@ -250,51 +310,62 @@ def verdict_clipping(stats: pd.DataFrame, floor: float) -> dict:
     seed spread (supported); higher by more than it in any panel: not supported; else inconclusive.
     A panel whose best-rate runs of either arm have not flattened is inconclusive."""
     outcomes, arms, notes = [], [], []
-    for layers, precision in panels(stats):
+    for panel, layers, precision in _stat_panels(stats):
         if precision != "fp32":
             continue
-        a, b = _pick(stats, "clip1", layers, precision), _pick(stats, "clip10", layers, precision)
+        a, b = _pick(stats, "clip1", panel), _pick(stats, "clip10", panel)
         if a is None or b is None:
             continue
         arms += [a, b]
         if not (a["best_flattened"] and b["best_flattened"]):
             outcomes.append(INCONCLUSIVE)
-            notes.append(f"{layers} layers: a best-rate run has not flattened")
+            notes.append(f"{panel}: a best-rate run has not flattened")
             continue
         how, diff, res = _pair(a, b, floor)
         outcomes.append({"lower": SUPPORTED, "higher": NOT_SUPPORTED}.get(how, INCONCLUSIVE))
-        notes.append(f"{layers} layers: clip 1 - clip 10 sensitivity {diff:+.3f} bits (resolution {res:.3f}); "
+        notes.append(f"{panel}: clip 1 - clip 10 sensitivity {diff:+.3f} bits (resolution {res:.3f}); "
                      f"largest stable rate {a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}; at the lowest "
                      f"rate clip 1 ends {a['lowest_lr_loss'] - b['lowest_lr_loss']:+.3f} bits from clip 10")
     return {"id": "clipping", "promise": "gradient clip 1 survives higher learning rates than clip 10",
             "verdict": _combine(outcomes), "notes": notes, "measured": _numbers(*arms)}
 
 
+def _pair_mean(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
+    """a's mean capped loss over the rates against b's, beyond the larger seed spread (and `floor`)."""
+    diff = a["mean_capped_loss"] - b["mean_capped_loss"]
+    res = max(a["mean_capped_loss_spread"], b["mean_capped_loss_spread"], floor)
+    return ("lower" if diff < -res else "higher" if diff > res else "tie"), diff, res
+
+
 def verdict_deepnorm(stats: pd.DataFrame, floor: float, control: str | None) -> dict:
-    """DeepNorm at depth: in the deepest fp32 panel, DeepNorm's LR sensitivity is lower than plain
-    Post-Norm's (the control arm: norm post, clip 1, no role) by more than the seed spread: supported;
-    higher by more than it: not supported; else (or unflattened best-rate runs, or no control or no
-    panel of 16+ layers) inconclusive."""
-    fp32 = [p for p in panels(stats) if p[1] == "fp32"]
-    deepest = max((p[0] for p in fp32), default=None)
+    """DeepNorm at depth, in the deepest fp32 panel (16+ layers), against plain Post-Norm (the control
+    arm: norm post, softmax, no role). An arm that fails at every rate alike is insensitive, so the
+    sensitivity cannot say Post-Norm failed; the two architectures are compared on the mean capped
+    loss over the rates, E_lr[min(L, L0)] = L* + sensitivity. Supported: DeepNorm's is lower beyond the
+    resolution; not supported: higher beyond it; otherwise (or unflattened best-rate runs, no control,
+    no deep panel) inconclusive."""
+    fp32 = [p for p in _stat_panels(stats) if p[2] == "fp32"]
+    deepest = max((p[1] for p in fp32), default=None)
     base = {"id": "deepnorm", "promise": "DeepNorm trains Post-Norm at depths where plain Post-Norm fails",
             "verdict": INCONCLUSIVE, "notes": [], "measured": {}}
     if control is None or deepest is None or deepest < 16:
         base["notes"].append("needs a plain Post-Norm control arm and an fp32 panel of 16 or more layers")
         return base
-    a, b = _pick(stats, "deepnorm", deepest, "fp32"), _pick(stats, control, deepest, "fp32")
+    panel = next(p for p, layers, _ in fp32 if layers == deepest)
+    a, b = _pick(stats, "deepnorm", panel), _pick(stats, control, panel)
     if a is None or b is None:
         base["notes"].append(f"DeepNorm or the Post-Norm control did not run at {deepest} layers in fp32")
         return base
     base["measured"] = _numbers(a, b)
     if not (a["best_flattened"] and b["best_flattened"]):
-        base["notes"].append(f"{deepest} layers: a best-rate run has not flattened")
+        base["notes"].append(f"{panel}: a best-rate run has not flattened")
         return base
-    how, diff, res = _pair(a, b, floor)
+    how, diff, res = _pair_mean(a, b, floor)
     base["verdict"] = {"lower": SUPPORTED, "higher": NOT_SUPPORTED}.get(how, INCONCLUSIVE)
-    base["notes"].append(f"{deepest} layers: DeepNorm - Post-Norm sensitivity {diff:+.3f} bits (resolution "
-                         f"{res:.3f}); best losses {a['best_loss']:.3f} vs {b['best_loss']:.3f}; largest stable "
-                         f"rate {a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}")
+    base["notes"].append(f"{panel}: DeepNorm - Post-Norm mean capped loss over the rates {diff:+.3f} bits "
+                         f"(resolution {res:.3f}); sensitivity {a['sensitivity']:.3f} vs {b['sensitivity']:.3f}; "
+                         f"best loss {a['best_loss']:.3f} vs {b['best_loss']:.3f}; largest stable rate "
+                         f"{a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}")
     return base
 
 
@@ -305,22 +376,22 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
     or a larger stable rate: supported; otherwise not supported (the limit was reached and relaxing did
     not help)."""
     outcomes, arms, notes = [], [], []
-    for layers, precision in panels(stats):
+    for panel, layers, precision in _stat_panels(stats):
         if precision == "fp32":
             continue
-        a, b = _pick(stats, "attn_relax", layers, precision), _pick(stats, "clip1", layers, precision)
+        a, b = _pick(stats, "attn_relax", panel), _pick(stats, "clip1", panel)
         if a is None or b is None:
             continue
         arms += [a, b]
         if not b["attn_logit_max"] >= reach:
-            notes.append(f"{layers} layers, {precision}: softmax logits reached {b['attn_logit_max']:.4g}, below "
+            notes.append(f"{panel}: softmax logits reached {b['attn_logit_max']:.4g}, below "
                          f"{reach:.4g} where PB-Relax matters")
             continue
         how, diff, res = _pair(a, b, floor)
         larger = a["largest_stable_lr"] > b["largest_stable_lr"] or (
             math.isfinite(a["largest_stable_lr"]) and not math.isfinite(b["largest_stable_lr"]))
         outcomes.append(SUPPORTED if how == "lower" or larger else NOT_SUPPORTED)
-        notes.append(f"{layers} layers, {precision}: Attn. Relax - clip 1 sensitivity {diff:+.3f} bits "
+        notes.append(f"{panel}: Attn. Relax - clip 1 sensitivity {diff:+.3f} bits "
                      f"(resolution {res:.3f}); largest stable rate {a['largest_stable_lr']:g} vs "
                      f"{b['largest_stable_lr']:g}")
     if not arms:
@@ -351,12 +422,13 @@ def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
              f"{len(t)} runs ({t['run'].nunique()} points); LR sensitivity after Wortsman et al. 2023 "
              "(arXiv 2309.14322): the mean over the rates of min(L, L0) - L*, in bits of codebook-0 training "
              "loss; lower is less sensitive. Rules of the verdicts: docs/stability.md.", "",
-             "| arm | layers | precision | LR sensitivity (spread) | best rate | loss there | flattened | "
-             "largest stable rate | diverged runs | largest attention logit |",
+             "| arm | panel | LR sensitivity (seed spread) | mean capped loss | best rate | loss there | "
+             "flattened there (seeds) | largest stable rate | diverged runs | largest attention logit |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in stats.itertuples():
-        lines.append(f"| {r.arm} | {r.layers} | {r.precision} | {r.sensitivity:.3f} ({r.sensitivity_spread:.3f}) | "
-                     f"{r.best_lr:g} | {r.best_loss:.3f} | {'yes' if r.best_flattened else 'no'} | "
+        lines.append(f"| {r.arm} | {r.panel} | {r.sensitivity:.3f} ({r.sensitivity_spread:.3f}) | "
+                     f"{r.mean_capped_loss:.3f} | {r.best_lr:g} | {r.best_loss:.3f} | "
+                     f"{'yes' if r.best_flattened else 'no'} ({r.best_seeds}) | "
                      f"{r.largest_stable_lr:g} | {r.diverged_runs} | {r.attn_logit_max:.4g} |")
     lines += ["", "| promise | verdict | numbers |", "| --- | --- | --- |"]
     for v in vs:
@@ -393,9 +465,9 @@ def draw(cfg: dict, t: pd.DataFrame):
     fig, axes = plt.subplots(2, len(ps), figsize=(4.2 * len(ps) + 1.5, 7.2), squeeze=False, sharex=True)
     reach = relax_reach(cfg["model"]["relax_alpha"])
     handles = {}
-    for j, (layers, precision) in enumerate(ps):
+    for j, p in enumerate(ps):
         top, bottom = axes[0, j], axes[1, j]
-        panel = t[(t["layers"] == layers) & (t["precision"] == precision)]
+        panel = t[_in_panel(t, p)]
         for arm, run in cfg["runs"].items():
             g = panel[panel["arm"] == arm]
             if g.empty:
@@ -422,7 +494,7 @@ def draw(cfg: dict, t: pd.DataFrame):
             if st.dashes:
                 l2.set_dashes(dashes)
         top.set_xscale("log")
-        top.set_title(f"{layers} layers, {precision}")
+        top.set_title(p["label"], fontsize=10)
         top.grid(True, which="major", alpha=0.3)
         bottom.set_xscale("log")
         bottom.set_yscale("log")

@@ -1,0 +1,144 @@
+"""The stability map: the LR-sensitivity formula, per-arm statistics and the verdict rules
+(docs/stability.md), on hand-made tables."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from acoustic_mlm import stability_map as M
+
+
+def test_sensitivity_by_hand():
+    # rates:          1e-3  3e-3  1e-2 (diverged)  3e-2 (above its initial loss)
+    finals = [7.0, 6.0, math.nan, 11.0]
+    initials = [10.0, 10.0, 10.2, 10.4]
+    # capped: 7, 6, 10.2 (diverged: L0), 10.4 (min(L, L0)); L* = 6; mean of 1, 0, 4.2, 4.4 = 2.4
+    assert M.lr_sensitivity(finals, initials) == pytest.approx(2.4)
+    assert M.capped_loss(math.nan, 10.2) == 10.2 and M.capped_loss(11.0, 10.4) == 10.4
+    assert M.lr_sensitivity([6.0], [10.0]) == 0.0
+    assert math.isnan(M.lr_sensitivity([], []))
+
+
+def test_spread_and_the_relax_reach():
+    assert M.spread([1.0, 1.5, 1.2], "range") == pytest.approx(0.5)
+    assert M.spread([1.0, 2.0], "2std") == pytest.approx(2 * np.std([1.0, 2.0], ddof=1))
+    assert M.spread([1.0], "range") == 0.0
+    assert M.relax_reach(32.0) == pytest.approx(2047.0)
+
+
+def _rows(arm, role, losses, layers=16, precision="fp32", seed=1, diverged=(), flat=True, logit=100.0):
+    rows = []
+    for lr, loss in losses.items():
+        bad = lr in diverged
+        final = math.nan if bad else loss
+        rows.append({
+            "run": f"{arm}__lr-{lr}__layers-{layers}", "arm": arm, "role": role, "lr": lr, "layers": layers,
+            "precision": precision, "seed": seed, "status": "diverged" if bad else "completed",
+            "diverged_at_step": 10 if bad else None, "steps": 100, "first_train_loss_cb0": 10.0,
+            "final_train_loss_cb0": final, "final_valid_loss_cb0": final, "capped_loss": M.capped_loss(final, 10.0),
+            "flattened": flat and not bad, "max_grad_norm": 3.0, "attn_logit_max": logit,
+            "attn_logit_fp16_frac": logit / M.FP16_MAX, "clipped_frac": 0.5, "overflow_skips": 0,
+            "nonfinite_steps": 0, "wall_time_s": 1.0})
+    return rows
+
+
+RATES = (1e-3, 3e-3, 1e-2, 3e-2)
+
+
+def _map(clip1, clip10, seeds=(1, 2), jitter=0.01, **kw) -> pd.DataFrame:
+    rows = []
+    for s in seeds:
+        rows += _rows("prenorm_clip1", "clip1", {r: v + jitter * s for r, v in zip(RATES, clip1)}, seed=s, **kw)
+        rows += _rows("prenorm_clip10", "clip10", {r: v + jitter * s for r, v in zip(RATES, clip10)}, seed=s,
+                      diverged=(3e-2,), **kw)
+    return pd.DataFrame(rows)
+
+
+def test_arm_statistics():
+    stats = M.arm_stats(_map([7.0, 6.0, 6.5, 7.5], [6.8, 6.1, 8.0, 0.0]))
+    c1 = stats[stats["role"] == "clip1"].iloc[0]
+    assert c1["best_lr"] == 3e-3 and c1["largest_stable_lr"] == 3e-2 and c1["seeds"] == 2
+    assert c1["sensitivity"] == pytest.approx(np.mean([1.0, 0.0, 0.5, 1.5]))
+    c10 = stats[stats["role"] == "clip10"].iloc[0]
+    assert c10["largest_stable_lr"] == 1e-2 and c10["diverged_runs"] == 2  # 3e-2 diverged with both seeds
+    # diverged at L0 = 10 (no seed jitter there): seed 1 [0.7, 0, 1.9, 3.89], seed 2 [0.7, 0, 1.9, 3.88]
+    assert c10["sensitivity"] == pytest.approx(np.mean([1.6225, 1.62]))
+    assert c10["sensitivity_spread"] == pytest.approx(0.0025)
+
+
+def test_a_second_seed_at_some_rates_gives_the_spread_of_one_point():
+    rows = _rows("a", "clip1", dict(zip(RATES, [7.0, 6.0, 6.5, 7.5])), seed=1)
+    rows += _rows("a", "clip1", {3e-3: 6.3, 1e-2: 6.6}, seed=2)  # seed 2 at the two middle rates only
+    st = M.arm_stats(pd.DataFrame(rows)).iloc[0]
+    assert st["sensitivity"] == pytest.approx(0.75)  # seed 1 alone ran every rate
+    assert st["sensitivity_spread"] == pytest.approx(0.3)  # the larger seed range at one rate: 6.0 vs 6.3
+    assert st["best_lr"] == 3e-3 and st["best_seeds"] == 2 and st["best_loss"] == pytest.approx(6.15)
+
+
+def test_panels_separate_every_swept_setting_but_the_rate():
+    a = pd.DataFrame(_rows("a", "clip1", {1e-3: 7.0, 3e-3: 6.0}, precision="fp16"))
+    b = a.assign(capped_loss=a["capped_loss"] + 1)
+    t = pd.concat([a.assign(**{"model.feature_grad_mult": 0.0}), b.assign(**{"model.feature_grad_mult": 1.0})])
+    ps = M.panels(t)
+    assert [p["label"] for p in ps] == ["16 layers, fp16, feature_grad_mult=0", "16 layers, fp16, feature_grad_mult=1"]
+    assert list(M.arm_stats(t)["best_loss"]) == [6.0, 7.0]
+
+
+def test_clipping_verdicts():
+    supported = M.verdict_clipping(M.arm_stats(_map([7.0, 6.0, 6.5, 7.5], [6.8, 6.1, 8.0, 0.0])), 0.02)
+    assert supported["verdict"] == M.SUPPORTED
+    # clip 1 far more sensitive than clip 10 (which does not diverge at the top here)
+    t = _map([9.0, 6.0, 9.5, 9.9], [6.2, 6.1, 6.3, 0.0])
+    assert M.verdict_clipping(M.arm_stats(t), 0.02)["verdict"] == M.NOT_SUPPORTED
+    # a difference within the seed spread is a tie
+    t = _map([7.0, 6.0, 6.5, 7.5], [7.0, 6.0, 6.6, 0.0], jitter=0.0)
+    t.loc[(t["seed"] == 2) & (t["arm"] == "prenorm_clip1"), "capped_loss"] += 0.0
+    assert M.verdict_clipping(M.arm_stats(_map([6.9, 6.0, 6.5, 7.4], [7.0, 6.0, 6.5, 0.0], jitter=0.0)), 2.0)[
+        "verdict"] == M.INCONCLUSIVE
+    # best-rate runs that have not flattened decide nothing
+    unflat = M.verdict_clipping(M.arm_stats(_map([7.0, 6.0, 6.5, 7.5], [6.8, 6.1, 8.0, 0.0], flat=False)), 0.02)
+    assert unflat["verdict"] == M.INCONCLUSIVE and "not flattened" in unflat["notes"][0]
+
+
+def test_deepnorm_needs_a_control_and_depth():
+    rows = _rows("deep", "deepnorm", {r: v for r, v in zip(RATES, [6.5, 6.0, 6.2, 6.4])})
+    rows += _rows("post", None, {r: v for r, v in zip(RATES, [9.4, 9.4, 9.5, 0.0])}, diverged=(3e-2,))
+    stats = M.arm_stats(pd.DataFrame(rows))
+    # Post-Norm stuck on the plateau at every rate is *insensitive* (0.175 against DeepNorm's 0.275): the
+    # sensitivity cannot say it failed; the mean capped loss over the rates, 6.275 against 9.575, does
+    assert M.verdict_deepnorm(stats, 0.02, "post")["verdict"] == M.SUPPORTED
+    assert M.verdict_deepnorm(stats, 0.02, None)["verdict"] == M.INCONCLUSIVE
+    shallow = M.arm_stats(pd.DataFrame([dict(r, layers=4) for r in rows]))
+    assert M.verdict_deepnorm(shallow, 0.02, "post")["verdict"] == M.INCONCLUSIVE
+    # equal within the resolution: inconclusive
+    tie = _rows("deep", "deepnorm", {r: v for r, v in zip(RATES, [6.1, 6.0, 6.1, 6.2])})
+    tie += _rows("post", None, {r: v for r, v in zip(RATES, [6.1, 6.0, 6.1, 6.21])})
+    assert M.verdict_deepnorm(M.arm_stats(pd.DataFrame(tie)), 0.02, "post")["verdict"] == M.INCONCLUSIVE
+    # DeepNorm worse on both: not supported
+    worse = _rows("deep", "deepnorm", {r: v for r, v in zip(RATES, [9.0, 6.0, 0.0, 0.0])}, diverged=(1e-2, 3e-2))
+    worse += _rows("post", None, {r: v for r, v in zip(RATES, [6.1, 6.0, 6.1, 6.2])})
+    assert M.verdict_deepnorm(M.arm_stats(pd.DataFrame(worse)), 0.02, "post")["verdict"] == M.NOT_SUPPORTED
+
+
+def test_pb_relax_is_judged_only_where_logits_reach_the_limit():
+    relax = _rows("relax", "attn_relax", {r: v for r, v in zip(RATES, [7.0, 6.0, 6.1, 6.2])}, precision="fp16_fairseq",
+                  logit=3000.0)
+    low = _rows("c1", "clip1", {r: v for r, v in zip(RATES, [7.0, 6.0, 6.1, 0.0])}, precision="fp16_fairseq",
+                diverged=(3e-2,), logit=500.0)
+    v = M.verdict_pb_relax(M.arm_stats(pd.DataFrame(relax + low)), 0.02, 2047.0)
+    assert v["verdict"] == M.INCONCLUSIVE and "below" in v["notes"][0]
+    high = [dict(r, attn_logit_max=5000.0) for r in low]
+    assert M.verdict_pb_relax(M.arm_stats(pd.DataFrame(relax + high)), 0.02, 2047.0)["verdict"] == M.SUPPORTED
+    same = [dict(r, attn_logit_max=5000.0, arm="c1", role="clip1") for r in relax]
+    assert M.verdict_pb_relax(M.arm_stats(pd.DataFrame(relax + same)), 0.02, 2047.0)["verdict"] == M.NOT_SUPPORTED
+
+
+def test_read_map_refuses_a_damaged_table(tmp_path):
+    path = tmp_path / "stability_map.csv"
+    pd.DataFrame(_rows("a", "clip1", {1e-3: 7.0})).drop(columns=["capped_loss"]).to_csv(path, index=False)
+    with pytest.raises(M.UserError, match="no column 'capped_loss'; rerun the map stage"):
+        M.read_map(path)
+    with pytest.raises(M.UserError, match="not found; run the map stage first"):
+        M.read_map(tmp_path / "none.csv")

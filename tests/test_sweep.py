@@ -1,0 +1,124 @@
+"""The `sweep:` section: points, names, each point's configuration, and one-line refusals."""
+
+import copy
+import math
+import subprocess
+import sys
+
+import pytest
+import yaml
+from helpers import RUN_NAMES
+
+from acoustic_mlm import config as C
+from acoustic_mlm import sweep as S
+
+
+@pytest.fixture()
+def swept(smoke_cfg) -> dict:
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [
+        {"grid": {"train.lr": [0.001, 0.0015, 0.01], "model.layers": [2, 16], "seeds": [1, 2]}},
+        {"grid": {"train.lr": [0.001], "train.precision": ["fp16_fairseq"]}, "arms": [RUN_NAMES[1], RUN_NAMES[3]]},
+    ]
+    return C.validate(cfg)
+
+
+@pytest.mark.parametrize("value, text", [(0.002, "2e-3"), (1.5e-3, "1p5e-3"), (0.01, "1e-2"), (3e-05, "3e-5"),
+                                         (16, "16"), (2.0, "2"), (True, "true"), ("fp16_fairseq", "fp16_fairseq"),
+                                         (0.3, "3e-1"), (1e-10, "1e-10")])
+def test_values_are_written_without_dots(value, text):
+    assert S.format_value(value) == text
+
+
+def test_points_cross_every_grid_with_its_arms(swept):
+    pts = S.points(swept)
+    assert len(pts) == 4 * 3 * 2 + 2  # four arms x three rates x two depths, then two arms in fp16
+    first = next(iter(pts.values()))
+    assert first.name == "prenorm_clip10__lr-1e-3__layers-2" and first.seeds == (1, 2)
+    fp16 = pts["prenorm_attnrelax_clip1__lr-1e-3__precision-fp16_fairseq"]
+    assert fp16.arm == RUN_NAMES[3] and fp16.seeds == (1,)  # the arm's own seeds without a seeds key
+    assert S.run_names(swept) == list(pts)
+
+
+def test_a_point_is_the_file_with_its_values_in_place(swept):
+    name = "postnorm_deepnorm_clip1__lr-1p5e-3__layers-16"
+    pc = S.point_config(swept, name)
+    assert pc["train"]["lr"] == 0.0015 and pc["model"]["layers"] == 16
+    assert list(pc["runs"]) == [name] and "sweep" not in pc
+    run = pc["runs"][name]
+    assert run["norm"] == "deepnorm" and run["clip"] == 1.0 and run["role"] == "deepnorm" and run["seeds"] == [1, 2]
+    assert run["label"].endswith("| lr=0.0015, layers=16")
+    assert swept["train"]["lr"] == 0.006 and swept["model"]["layers"] == 2  # the file's values are untouched
+    keys = C.settings(pc, C.result_keys("train", pc, name))
+    assert keys["train.lr"] == 0.0015 and keys["model.layers"] == 16 and keys[f"runs.{name}.norm"] == "deepnorm"
+    # the model and training settings a point trains with
+    assert C.model_config(pc, name).layers == 16 and C.train_config(pc, name, 2).lr == 0.0015
+
+
+def test_without_a_sweep_the_runs_are_the_arms(smoke_cfg):
+    assert S.points(smoke_cfg) == {}
+    assert S.run_names(smoke_cfg) == list(RUN_NAMES)
+    assert S.point_config(smoke_cfg, RUN_NAMES[0]) is smoke_cfg
+
+
+def _write(tmp_path, cfg) -> str:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.parametrize("grid, words", [
+    ({"grid": {"train.threads": [1, 2]}}, "'sweep[0].grid.train.threads' is not a setting of a training run"),
+    ({"grid": {"runs.prenorm_clip1.clip": [1.0]}}, "is not a setting of a training run"),
+    ({"grid": {"figure.y_max": [9.0]}}, "is not a setting of a training run"),
+    ({"grid": {"train.lr": []}}, "grid.train.lr': [] should be non-empty"),
+    ({"grid": {"train.lr": [0.001, 0.001]}}, "lists the same value twice"),
+    ({"grid": {"train.lr": [-1.0]}}, "sweep point prenorm_clip10__lr--1): 'train.lr'"),
+    ({"grid": {"model.heads": [3]}}, "'model.dim' (64) must be divisible by 'model.heads' (3)"),
+    ({"grid": {"train.lr": [0.001]}, "arms": ["nope"]}, "'sweep[0].arms' names 'nope'"),
+    ({"grid": {"seeds": [1.5]}}, "seeds are whole numbers"),
+    ({"grid": {"train.precision": ["FP16"]}}, "string values in a sweep use a-z, 0-9 and _"),
+])
+def test_a_refused_sweep_is_one_line_and_exit_2(tmp_path, smoke_cfg, grid, words):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [grid]
+    path = _write(tmp_path, cfg)
+    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "validate", "--config", path],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert path in r.stderr and words in r.stderr, r.stderr
+
+
+def test_colliding_points_are_refused(tmp_path, smoke_cfg):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.002]}}, {"grid": {"train.lr": [0.002]}, "arms": [RUN_NAMES[0]]}]
+    path = _write(tmp_path, cfg)
+    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "validate", "--config", path],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "sweep point 'prenorm_clip10__lr-2e-3' is listed twice" in r.stderr
+    # values that differ only below the name's precision would also collide: refused the same way
+    cfg["sweep"] = [{"grid": {"train.lr": [0.0010000001, 0.001]}}]
+    with pytest.raises(C.ConfigError, match="lists the same value twice"):
+        C.validate(cfg, "mine.yaml")
+
+
+def test_an_overlong_point_name_is_refused(smoke_cfg):
+    cfg = copy.deepcopy(smoke_cfg)
+    arm = cfg["runs"].pop(RUN_NAMES[0])
+    cfg["runs"]["a" * 150] = arm
+    cfg["sweep"] = [{"grid": {"train.lr": [0.001], "train.warmup_steps": [5], "model.mask_prob": [0.5],
+                              "train.weight_decay": [0.1], "model.dropout": [0.1]}}]
+    with pytest.raises(C.ConfigError, match="byte name"):
+        C.validate(cfg, "mine.yaml")
+
+
+def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
+    """`amlm train <point>` resolves the point before anything is loaded (an unknown point: one line)."""
+    path = _write(tmp_path, swept)
+    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "train", "prenorm_clip1__lr-9", "--config", path,
+                        "--prepared", str(tmp_path / "none"), "--codes", str(tmp_path / "none")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no sweep point 'prenorm_clip1__lr-9'" in r.stderr and r.stderr.count("\n") == 1
+    assert not math.isnan(swept["train"]["lr"])
