@@ -36,6 +36,7 @@ from .utils import atomic_path, write_json
 log = logging.getLogger(__name__)
 
 FP16_MAX = 65504.0  # float16's largest finite value: attention logits beyond it overflow
+FULL_RANGE = ("fp32", "bf16")  # precisions with fp32's exponent range: no float16 overflow (the other panels are fp16)
 STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
 FIGURE_STEM = "lr_sensitivity"
 FORMATS = ("png", "pdf", "svg")
@@ -195,7 +196,8 @@ def panels(t: pd.DataFrame) -> list[dict]:
     out = [dict(zip(cols, vals)) for vals in t[cols].drop_duplicates().itertuples(index=False)]
     for p in out:
         p["label"] = panel_label(p)
-    return sorted(out, key=lambda p: (p["precision"] != "fp32", str(p["precision"]), int(p["layers"]), p["label"]))
+    return sorted(out, key=lambda p: (p["precision"] not in FULL_RANGE, str(p["precision"]), int(p["layers"]),
+                                      p["label"]))
 
 
 def _in_panel(t: pd.DataFrame, panel: dict) -> pd.Series:
@@ -306,12 +308,12 @@ def _combine(outcomes: list[str]) -> str:
 
 
 def verdict_clipping(stats: pd.DataFrame, floor: float) -> dict:
-    """Clipping: in every fp32 panel, clip 1's LR sensitivity is lower than clip 10's by more than the
+    """Clipping: in every full-range (fp32, bf16) panel, clip 1's LR sensitivity is lower than clip 10's by more than the
     seed spread (supported); higher by more than it in any panel: not supported; else inconclusive.
     A panel whose best-rate runs of either arm have not flattened is inconclusive."""
     outcomes, arms, notes = [], [], []
     for panel, layers, precision in _stat_panels(stats):
-        if precision != "fp32":
+        if precision not in FULL_RANGE:
             continue
         a, b = _pick(stats, "clip1", panel), _pick(stats, "clip10", panel)
         if a is None or b is None:
@@ -338,18 +340,18 @@ def _pair_mean(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
 
 
 def verdict_deepnorm(stats: pd.DataFrame, floor: float, control: str | None) -> dict:
-    """DeepNorm at depth, in the deepest fp32 panel (16+ layers), against plain Post-Norm (the control
+    """DeepNorm at depth, in the deepest full-range panel (16+ layers), against plain Post-Norm (the control
     arm: norm post, softmax, no role). An arm that fails at every rate alike is insensitive, so the
     sensitivity cannot say Post-Norm failed; the two architectures are compared on the mean capped
     loss over the rates, E_lr[min(L, L0)] = L* + sensitivity. Supported: DeepNorm's is lower beyond the
     resolution; not supported: higher beyond it; otherwise (or unflattened best-rate runs, no control,
     no deep panel) inconclusive."""
-    fp32 = [p for p in _stat_panels(stats) if p[2] == "fp32"]
+    fp32 = [p for p in _stat_panels(stats) if p[2] in FULL_RANGE]
     deepest = max((p[1] for p in fp32), default=None)
     base = {"id": "deepnorm", "promise": "DeepNorm trains Post-Norm at depths where plain Post-Norm fails",
             "verdict": INCONCLUSIVE, "notes": [], "measured": {}}
     if control is None or deepest is None or deepest < 16:
-        base["notes"].append("needs a plain Post-Norm control arm and an fp32 panel of 16 or more layers")
+        base["notes"].append("needs a plain Post-Norm control arm and a full-range panel of 16 or more layers")
         return base
     panel = next(p for p, layers, _ in fp32 if layers == deepest)
     a, b = _pick(stats, "deepnorm", panel), _pick(stats, control, panel)
@@ -377,7 +379,7 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
     not help)."""
     outcomes, arms, notes = [], [], []
     for panel, layers, precision in _stat_panels(stats):
-        if precision == "fp32":
+        if precision in FULL_RANGE:
             continue
         a, b = _pick(stats, "attn_relax", panel), _pick(stats, "clip1", panel)
         if a is None or b is None:
