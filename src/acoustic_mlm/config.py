@@ -74,6 +74,7 @@ class ModelConfig:
     mixture_segments: tuple[int, int] = (1, 3)  # noise segments per mixed crop, inclusive range
     mixture_samples: tuple[int, int] = (12000, 36000)  # samples per noise segment, inclusive range
     mixture_volume: float = 1.0  # noise gain
+    fp16_logits: bool = False  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
 
 
 @dataclass(frozen=True)
