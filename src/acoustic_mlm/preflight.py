@@ -378,7 +378,7 @@ def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precis
     def run(n: int, on_phase=None) -> None:
         nonlocal updates, overflows
         u = update(tr, [batch] * n, t.lr, on_phase=on_phase)
-        losses.extend(float(o.loss) for o in u.outs)
+        losses.extend(float(o.loss.detach()) for o in u.outs)
         updates += 1
         overflows += int(u.overflow)
 
