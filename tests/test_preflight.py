@@ -156,6 +156,7 @@ def test_paper_preset_on_cpu_at_micro_batch_1(root, tmp_path):
     check_consistent(r, cfg)
     assert r["precision"] == "fp16_fairseq" and r["cpu_times"] and "the times are CPU times" in r["device_note"]
     assert (r["micro_batches_measured"], r["optimizer_steps_measured"], r["warmup_updates"]) == (1, 1, 0)
+    assert {a["measured_as"] for a in r["arms"]} == {"prenorm_clip10"}  # one model: plumbing and memory
     a = r["arms"][0]
     assert 300e6 < a["params"] < 340e6 and a["micro_batches_per_update"] == 56  # 3,584 crops over 64 GPUs
     assert a["update_source"] == "projected"  # no whole update of a CUDA preset on a CPU

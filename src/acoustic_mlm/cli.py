@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=C.PRECISIONS, default=None, help="override train.precision")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)")
+    p.add_argument("--every-model", action="store_true",
+                   help="a CUDA preset measured on CPU: measure each distinct arm's model (default: the first only)")
     p.add_argument("--utilisation", type=float, default=None, metavar="U",
                    help="share of a GPU's peak assumed when projecting a CUDA preset measured on CPU (default: 0.35)")
     p.add_argument("--intra-node-gb-s", type=float, default=None, metavar="GB_S",
@@ -244,7 +246,7 @@ def dispatch(args: argparse.Namespace) -> None:
                       optimizer_steps=args.optimizer_steps, warmup=args.warmup, device_name=args.device,
                       precision=args.precision, peak=args.peak_tflops, nodes=args.nodes,
                       gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
-                      full_update=args.full_update, threads=threads,
+                      full_update=args.full_update, threads=threads, every_model=args.every_model,
                       **{k: v for k, v in (("utilisation", args.utilisation), ("intra_node_gb_s", args.intra_node_gb_s),
                                            ("inter_node_gb_s", args.inter_node_gb_s)) if v is not None})
     elif args.command == "compare":

@@ -460,14 +460,17 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         device_name: str | None = None, precision: str | None = None, peak: float | None = None,
         nodes: int | None = None, gpus_per_node: int | None = None, corpus_hours: float | None = None,
         full_update: bool | None = None, threads: int | None = None, utilisation: float = DEFAULT_UTILISATION,
-        intra_node_gb_s: float = NVLINK_GB_S, inter_node_gb_s: float = INFINIBAND_GB_S) -> dict:
+        intra_node_gb_s: float = NVLINK_GB_S, inter_node_gb_s: float = INFINIBAND_GB_S,
+        every_model: bool = False) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
 
     A preset for CUDA measured on CPU (no CUDA device, or --device cpu) measures one small
     micro-batch by default (one crop, one update, no warm-up: memory and plumbing), reports its times
     as CPU times and gives no hours from them; the GPU cost is projected from the counted FLOPs at
     `utilisation` of the peaks of PROJECTION_GPUS, with the gradient all-reduce at the interconnect
-    bandwidths given.
+    bandwidths given. Only the first arm's model is measured then (`every_model`: each distinct one):
+    on CPU an fp16 model's convolution backward runs on a slow kernel (BENCHMARKS.md), and the
+    projection needs no CPU time.
     """
     t0 = C.train_config(cfg)
     precision = precision or t0.precision
@@ -483,6 +486,9 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         wanted = "cpu"
         device_note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
                        "(memory and plumbing; the times are CPU times, the GPU cost a projection from counted FLOPs)")
+    if device_name == "cpu" and t0.device == "cuda":
+        device_note = (f"{config_path} sets train.device cuda, measured on CPU as asked (memory and plumbing; the "
+                       "times are CPU times, the GPU cost a projection from counted FLOPs)")
         log.warning("preflight: %s", device_note)
     set_threads(threads if threads is not None else t0.threads)
     device = pick_device(wanted, key="train.device" if device_name is None else "--device")
@@ -524,6 +530,8 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     for run_name in cfg["runs"]:
         mc = C.model_config(cfg, run_name)
         groups.setdefault(mc, []).append(run_name)
+    if substitute and not every_model:  # plumbing and memory of one model; the projection counts each arm's FLOPs
+        groups = {"all": list(cfg["runs"])}
     probe = MemoryProbe(device)
     units = len(groups) * (warmup + micro_batches + optimizer_steps)
     log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, device_label,
