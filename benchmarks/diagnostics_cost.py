@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -37,7 +38,7 @@ import torch
 from acoustic_mlm import config as C
 from acoustic_mlm import diagnostics as D
 from acoustic_mlm import train
-from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
+from acoustic_mlm.objective import compute_mask_indices
 from acoustic_mlm.utils import machine_info, set_threads
 
 HERE = Path(__file__).resolve().parent
@@ -89,9 +90,8 @@ def whole_runs(cfg: dict, steps: int, reps: int, threads: int, work: Path) -> di
 def per_diagnostic(cfg: dict, reps: int) -> dict:
     """Each diagnostic's time per row against log_interval training steps, on one model and batch."""
     m, t = C.model_config(cfg, RUN), C.train_config(cfg, RUN)
-    torch.manual_seed(0)
-    model = AcousticMLM(m)
-    opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    tr = train.build_trainer(m, dataclasses.replace(t, seed=0), torch.device("cpu"))  # what amlm train steps
+    model, opt = tr.model, tr.opt
     T = C.crop_frames(cfg)
     rng = np.random.default_rng(0)
 
@@ -102,12 +102,9 @@ def per_diagnostic(cfg: dict, reps: int) -> dict:
         return wav, codes, mask
 
     wav, codes, mask = batch(t.batch_size)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        model(wav, codes, mask).loss.backward()
-        train.optimizer_step(model, opt, scaler, t.clip)
+        train.update(tr, [(wav, codes, mask)], t.lr)
 
     for _ in range(3):
         step()  # warm-up

@@ -5,11 +5,13 @@
 #   bash benchmarks/gpu_check.sh --dry-run   # print every command and check it on CPU (configs, options); no GPU
 #
 # Runs from the repository root with the package importable (pip install -e . or PYTHONPATH=src):
-#   1-4. amlm preflight of gpu-small and of paper, in bf16 and fp16 (preflight retries smaller
-#        micro-batches by itself when the preset's does not fit, and reports the one it measured);
-#   5.   benchmarks/train_throughput.py at paper size: the four arms against nn.TransformerEncoder;
-#   6.   benchmarks/relax_fp16.py: PB-Relax against plain attention in fp16 on the same inputs;
-#   7.   benchmarks/tokenize_throughput.py on the GPU at EnCodec batches 1, 4 and 16.
+#   1-2. amlm preflight of gpu-small and of paper in their own fp16_fairseq (half model, fp32 master
+#        weights, the loss scale reported);
+#   3-6. the same in bf16 and fp16 (preflight retries smaller micro-batches by itself when the
+#        preset's does not fit, and reports the one it measured);
+#   7.   benchmarks/train_throughput.py at paper size: the four arms against nn.TransformerEncoder;
+#   8.   benchmarks/relax_fp16.py: PB-Relax against plain attention in fp16 on the same inputs;
+#   9.   benchmarks/tokenize_throughput.py on the GPU at EnCodec batches 1, 4 and 16.
 # Each step has its own time limit; a failed or timed-out step is recorded (return code, seconds,
 # the tail of its log) and the next one runs. OUT_DIR overrides the output folder.
 set -uo pipefail
@@ -27,15 +29,17 @@ PY="${PYTHON:-python}"
 
 # name | time limit (s) | command; each writes its JSON into $OUT
 STEPS=(
-  "preflight_gpu-small_bf16|60|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision bf16 --out $OUT/preflight_gpu-small_bf16"
-  "preflight_gpu-small_fp16|60|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision fp16 --out $OUT/preflight_gpu-small_fp16"
-  "preflight_paper_bf16|80|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision bf16 --out $OUT/preflight_paper_bf16"
-  "preflight_paper_fp16|80|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision fp16 --out $OUT/preflight_paper_fp16"
-  "train_throughput|70|$PY benchmarks/train_throughput.py --config config/paper.yaml --device cuda --precision bf16,fp16 --steps 5 --warmup 2 --repeats 3 --json $OUT/train_throughput.json"
-  "relax_fp16|30|$PY benchmarks/relax_fp16.py --config config/paper.yaml --device cuda --batch-size 4 --json $OUT/relax_fp16.json"
-  "tokenize_throughput|60|$PY benchmarks/tokenize_throughput.py --device cuda --batch-sizes 1,4,16 --clips 24 --repeats 2 --threads 4 --json $OUT/tokenize_throughput.json"
+  "preflight_gpu-small_fp16_fairseq|50|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision fp16_fairseq --out $OUT/preflight_gpu-small_fp16_fairseq"
+  "preflight_paper_fp16_fairseq|60|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision fp16_fairseq --out $OUT/preflight_paper_fp16_fairseq"
+  "preflight_gpu-small_bf16|45|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision bf16 --out $OUT/preflight_gpu-small_bf16"
+  "preflight_gpu-small_fp16|45|$PY -m acoustic_mlm preflight --config config/gpu-small.yaml --device cuda --precision fp16 --out $OUT/preflight_gpu-small_fp16"
+  "preflight_paper_bf16|60|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision bf16 --out $OUT/preflight_paper_bf16"
+  "preflight_paper_fp16|60|$PY -m acoustic_mlm preflight --config config/paper.yaml --device cuda --precision fp16 --out $OUT/preflight_paper_fp16"
+  "train_throughput|60|$PY benchmarks/train_throughput.py --config config/paper.yaml --device cuda --precision bf16,fp16 --steps 5 --warmup 2 --repeats 3 --json $OUT/train_throughput.json"
+  "relax_fp16|25|$PY benchmarks/relax_fp16.py --config config/paper.yaml --device cuda --batch-size 4 --json $OUT/relax_fp16.json"
+  "tokenize_throughput|50|$PY benchmarks/tokenize_throughput.py --device cuda --batch-sizes 1,4,16 --clips 24 --repeats 2 --threads 4 --json $OUT/tokenize_throughput.json"
 )
-# The limits add up to 440 s, so the whole check ends within 8 minutes even when every step times out.
+# The limits add up to 455 s, so the whole check ends within 8 minutes even when every step timed out.
 
 check() {  # parse every command's options and its config on CPU, without running any (one process)
   "$PY" - "$@" <<'EOF'

@@ -1,10 +1,11 @@
 """Training-step throughput of the four arms against a `torch.nn.TransformerEncoder` baseline.
 
-One step is what `acoustic_mlm.train` does per update: forward (autocast for bf16 / fp16;
-compiled when the preset sets train.compile) and backward (through the fp16 loss scaler) per
-micro-batch (train.accum_steps), then its `optimizer_step`: `clip_grad_norm_`, `AdamW.step`. Every
-model trains on the same fixed batch: random audio, random codes and one fairseq span mask,
-at the configuration's width, depth, batch size and crop length.
+One step is one update of `acoustic_mlm.train`, built by its `build_trainer` and stepped by its
+`update`, the code `amlm train` runs: the half model and fp32 master weights under fp16_fairseq,
+autocast and the GradScaler under bf16 / fp16, compiled when the preset sets train.compile;
+train.accum_steps micro-batches forward and backward, then clipping and AdamW. Every model trains
+on the same fixed batch: random audio, random codes and one fairseq span mask, at the
+configuration's width, depth, batch size and crop length; each precision builds the models afresh.
 
 The baseline is the Pre-Norm arm with its transformer blocks swapped for
 `nn.TransformerEncoder(nn.TransformerEncoderLayer(..., activation="gelu", batch_first=True,
@@ -28,7 +29,8 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,15 +39,15 @@ import torch.nn as nn
 
 from acoustic_mlm import config as C
 from acoustic_mlm.model import init_bert_params
-from acoustic_mlm.objective import AcousticMLM, compute_mask_indices
+from acoustic_mlm.objective import AcousticMLM, MLMOutput, compute_mask_indices
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.flops import step_flops
-from acoustic_mlm.train import autocast, optimizer_step
+from acoustic_mlm.train import Trainer, build_trainer, update
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 BASELINE = "baseline"
 H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H200 (SXM) dense bf16 tensor-core peak
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = C.PRECISIONS  # every value train.precision takes
 BENCH_SEED = 0  # weights, audio, codes and mask are identical on every run of the benchmark
 
 
@@ -81,70 +83,59 @@ def build_baseline(cfg: dict) -> AcousticMLM:
 # ----------------------------------------------------------------------------- one step
 
 
+class TransformerOnly(nn.Module):
+    """Scope "transformer": the encoder's transformer alone (positional conv, blocks, final norm) on
+    states x (B, T, D), loss mean(y^2), returned as an MLMOutput so that `train.update` steps it; the
+    other parameters get no gradient (AdamW skips them)."""
+
+    def __init__(self, model: AcousticMLM):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> MLMOutput:
+        loss = self.model.encoder.transformer(x).float().square().mean()
+        z = loss.detach()
+        return MLMOutput(loss, z.reshape(1), torch.zeros_like(z), torch.ones_like(z))
+
+
 @dataclass
 class Trainee:
-    """A model with its optimizer, as one arm of `acoustic_mlm.train` holds them."""
+    """One model as one arm of `acoustic_mlm.train` trains it: a `train.Trainer`."""
 
     name: str  # run name, or "baseline"
     label: str  # legend label
-    model: AcousticMLM
-    clip: float  # 0 disables clipping (the norm is still computed, as in training)
+    tr: Trainer
     lr: float
-    betas: tuple[float, float]
-    eps: float
-    weight_decay: float
     accum_steps: int = 1  # micro-batches per update (the fixed batch is reused for each)
-    compile: bool = False  # torch.compile the forward, as train.run does with train.compile
-    opt: torch.optim.Optimizer = field(init=False)
-    step_model: nn.Module = field(init=False)
-    scalers: dict = field(init=False, default_factory=dict)
     last_loss: float = float("nan")
 
-    def __post_init__(self):
-        self.opt = torch.optim.AdamW(
-            self.model.parameters(), lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay
-        )
-        self.step_model = torch.compile(self.model) if self.compile else self.model
+    @property
+    def model(self) -> nn.Module:
+        return self.tr.model
 
-    def step(self, batch, device: torch.device, precision: str) -> torch.Tensor:
-        """One update, as in train.run without its data loading, schedule and logging.
-
-        `batch` (wav, codes, mask): the whole MLM. (x,): scope "transformer", the encoder's
-        transformer alone (positional conv, blocks, final norm; never compiled) on x (B, T, D),
-        loss mean(y^2); the other parameters get no gradient and AdamW skips them.
-        Returns the last micro-batch's detached loss.
-        """
-        if precision not in self.scalers:
-            self.scalers[precision] = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-        scaler = self.scalers[precision]
-        self.opt.zero_grad(set_to_none=True)
-        for _ in range(self.accum_steps):
-            with autocast(device, precision):
-                if len(batch) == 1:
-                    loss = self.model.encoder.transformer(batch[0]).float().square().mean()
-                else:
-                    loss = self.step_model(*batch).loss
-            if not torch.isfinite(loss):  # train.run skips the update, so does the benchmark
-                return loss.detach()
-            scaler.scale(loss / self.accum_steps).backward()
-        optimizer_step(self.model, self.opt, scaler, self.clip)
-        return loss.detach()
+    def step(self, batch) -> torch.Tensor:
+        """One update (`train.update`) of accum_steps micro-batches of `batch`: (wav, codes, mask) for
+        the whole MLM, (x,) for scope "transformer". Returns the last micro-batch's detached loss."""
+        return update(self.tr, [batch] * self.accum_steps, self.lr).outs[-1].loss.detach()
 
 
-def trainees(cfg: dict, device: torch.device) -> list[Trainee]:
-    """The baseline first, then the arms in the configuration's order.
+def trainees(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list[Trainee]:
+    """The baseline first, then the arms in the configuration's order, built by `train.build_trainer`
+    for `precision` (the transformer scope is never compiled).
 
     The baseline clips at 1; the clip value costs nothing: clip_grad_norm_ always computes the
     total norm and rescales every gradient by min(1, clip / norm).
     """
-    t = C.train_config(cfg)
-    common = dict(
-        lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay, accum_steps=t.accum_steps, compile=t.compile
-    )
-    out = [Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)", build_baseline(cfg).to(device), 1.0, **common)]
+    t = dataclasses.replace(C.train_config(cfg), precision=precision, clip=1.0,
+                            compile=C.train_config(cfg).compile and scope == "step")
+    wrap = TransformerOnly if scope == "transformer" else (lambda model: model)
+    out = [Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)",
+                   build_trainer(C.model_config(cfg), t, device, model=wrap(build_baseline(cfg))), t.lr, t.accum_steps)]
     for run in cfg["runs"]:
         rc = C.run_config(cfg, run)
-        out.append(Trainee(run, rc.label, build_arm(cfg, run).to(device), rc.clip, **common))
+        tr = build_trainer(C.model_config(cfg, run), dataclasses.replace(t, clip=rc.clip), device,
+                           model=wrap(build_arm(cfg, run)))
+        out.append(Trainee(run, rc.label, tr, t.lr, t.accum_steps))
     return out
 
 
@@ -172,12 +163,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_steps(tr: Trainee, batch, device, precision: str, steps: int) -> float:
+def time_steps(tr: Trainee, batch, device, steps: int) -> float:
     """Milliseconds per step over `steps` consecutive steps."""
     _sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
-        loss = tr.step(batch, device, precision)
+        loss = tr.step(batch)
     _sync(device)
     elapsed = time.perf_counter() - t0
     tr.last_loss = float(loss)
@@ -188,13 +179,13 @@ def benchmark(models: list[Trainee], batch, device, precision: str, steps: int, 
     """{name: [ms/step per repetition]}, repetitions interleaved across models."""
     for tr in models:
         for _ in range(warmup):
-            tr.step(batch, device, precision)
-        tr.opt.zero_grad(set_to_none=True)
+            tr.step(batch)
+        tr.tr.opt.zero_grad(set_to_none=True)
     times: dict[str, list[float]] = {tr.name: [] for tr in models}
     for r in range(repeats):
         for tr in models:
-            times[tr.name].append(time_steps(tr, batch, device, precision, steps))
-            tr.opt.zero_grad(set_to_none=True)  # free gradients before the next model runs
+            times[tr.name].append(time_steps(tr, batch, device, steps))
+            tr.tr.opt.zero_grad(set_to_none=True)  # free gradients before the next model runs
         print(
             f"  {precision} repeat {r + 1}/{repeats}: "
             + " ".join(f"{name}={ms[-1]:.1f}ms" for name, ms in times.items()),
@@ -283,7 +274,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--precision",
         default=None,
-        help="comma-separated list of fp32, bf16, fp16 (default: fp32 on CPU, fp32,bf16 on CUDA)",
+        help=f"comma-separated list of {', '.join(PRECISIONS)} (default: fp32 on CPU, fp32,bf16 on CUDA)",
     )
     p.add_argument("--steps", type=int, default=10, help="timed steps per model per repetition (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first (default: %(default)s)")
@@ -337,7 +328,7 @@ def main(argv=None) -> dict:
     batch = fixed_batch(cfg, device, args.scope)
     frames_per_step = t.accum_steps * t.batch_size * frames
     flops = t.accum_steps * step_flops(m, t.batch_size, frames, args.scope)
-    models = trainees(cfg, device)
+    models = trainees(cfg, device, precisions[0], args.scope)
     info = machine_info(device)
     print(
         f"# {args.config}, scope {args.scope}: {t.accum_steps} x batch {t.batch_size} x {frames} frames = "
@@ -351,6 +342,9 @@ def main(argv=None) -> dict:
 
     rows = []
     for prec in precisions:
+        if prec != precisions[0]:
+            models = None  # the previous precision's models first freed
+            models = trainees(cfg, device, prec, args.scope)
         times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)
         prec_rows = summarize(models, times, prec, frames_per_step, flops, peak)
         add_relax_cost(prec_rows, times, relax_twins(cfg))

@@ -86,7 +86,7 @@ def test_baseline_trains_one_step(tiny_cfg):
     device = torch.device("cpu")
     (tr,) = [t for t in bench.trainees(tiny_cfg, device) if t.name == bench.BASELINE]
     before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
-    loss = tr.step(bench.fixed_batch(tiny_cfg, device), device, "fp32")
+    loss = tr.step(bench.fixed_batch(tiny_cfg, device))
     assert math.isfinite(float(loss))
     changed = {n for n, p in tr.model.named_parameters() if not torch.equal(p, before[n])}
     assert any(n.startswith("encoder.transformer.blocks.0.layers.") for n in changed)
@@ -127,3 +127,16 @@ def test_main_reports_one_row_per_arm_and_the_baseline(tiny_cfg, tmp_path, capsy
     assert relax["twin"] == "prenorm_clip1" and relax["ratio_to_twin"] > 0
     table = capsys.readouterr().out
     assert table.count("| fp32 |") == 1 + len(RUNS)
+
+
+@pytest.mark.parametrize("scope", ["step", "transformer"])
+def test_fp16_fairseq_steps_half_models_with_master_weights(tiny_cfg, scope):
+    """The benchmark steps what `amlm train` steps: train.build_trainer's half model and fp32 masters."""
+    device = torch.device("cpu")
+    baseline = [t for t in bench.trainees(tiny_cfg, device, "fp16_fairseq", scope) if t.name == bench.BASELINE][0]
+    assert {p.dtype for p in baseline.model.parameters()} == {torch.float16}
+    assert {m.dtype for m in baseline.tr.fp16.master} == {torch.float32}
+    before = [m.detach().clone() for m in baseline.tr.fp16.master]
+    loss = baseline.step(bench.fixed_batch(tiny_cfg, device, scope))
+    assert math.isfinite(float(loss)) and baseline.tr.fp16.scaler.iter == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, baseline.tr.fp16.master))

@@ -31,9 +31,10 @@ def test_dry_run_prints_and_checks_every_command(root):
                           env=_env(root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
-    assert len(lines) == 7 and "dry run: 7 commands checked" in proc.stdout
+    assert len(lines) == 9 and "dry run: 9 commands checked" in proc.stdout
     for preset in ("gpu-small", "paper"):
-        for precision in ("bf16", "fp16"):
+        assert C.load(f"{root}/config/{preset}.yaml")["train"]["precision"] == "fp16_fairseq"  # the presets' own
+        for precision in ("fp16_fairseq", "bf16", "fp16"):
             assert any(f"preflight --config config/{preset}.yaml --device cuda --precision {precision}" in line
                        for line in lines), (preset, precision)
     assert any("train_throughput.py --config config/paper.yaml --device cuda" in line for line in lines)

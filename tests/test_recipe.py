@@ -85,6 +85,7 @@ MERT_330M = [
     ("model.ffn_dim", 4096),  # 330M encoder_ffn_embed_dim
     ("model.final_dim", 128),  # 330M final_dim
     ("model.logit_temp", 0.1),  # 330M logit_temp
+    ("model.fp16_logits", True),  # mert_model.py compute_nce: cosine .type_as(x) (fp16), then /= logit_temp
     ("model.mask_prob", 0.8),  # 330M mask_prob
     ("model.mask_length", 5),  # 330M mask_length
     ("model.feature_penalty", 10.0),  # 330M criterion.loss_weights [10, 1]: features_pen 10
@@ -117,6 +118,7 @@ MERT_95M = [
     ("model.heads", 12),  # MERTConfig encoder_attention_heads default
     ("model.ffn_dim", 3072),  # MERTConfig encoder_ffn_embed_dim default
     ("model.logit_temp", 0.1),  # 95M logit_temp
+    ("model.fp16_logits", True),  # mert_model.py compute_nce: cosine .type_as(x) (fp16), then /= logit_temp
     ("model.mask_prob", 0.8),  # 95M mask_prob
     ("model.mask_length", 5),  # 95M mask_length
     ("model.feature_penalty", 10.0),  # 95M criterion.loss_weights [10, 1]

@@ -163,18 +163,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("results"), help="folder for preflight.json and preflight.md "
                    "(default: results)")
     p.add_argument("--micro-batch", type=int, default=None, metavar="N",
-                   help="crops per measured micro-batch (default: train.batch_size / train.processes)")
-    p.add_argument("--micro-batches", type=int, default=4, metavar="N", help="timed micro-batches per model (default: 4)")
-    p.add_argument("--optimizer-steps", type=int, default=2, metavar="N",
-                   help="timed optimizer steps per model (default: 2)")
-    p.add_argument("--warmup", type=int, default=1, metavar="N",
-                   help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1)")
-    p.add_argument("--no-full-update", dest="full_update", action="store_false",
-                   help="do not run a whole update even when it is projected under a minute")
+                   help="crops per measured micro-batch (default: train.batch_size / train.processes; 1 for a CUDA "
+                        "preset measured on CPU)")
+    p.add_argument("--micro-batches", type=int, default=None, metavar="N",
+                   help="timed micro-batches per model (default: 4; 1 for a CUDA preset measured on CPU)")
+    p.add_argument("--optimizer-steps", type=int, default=None, metavar="N",
+                   help="timed optimizer steps per model (default: 2; 1 for a CUDA preset measured on CPU)")
+    p.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1; 0 "
+                        "for a CUDA preset measured on CPU)")
+    p.add_argument("--no-full-update", dest="full_update", action="store_false", default=None,
+                   help="do not run a whole update even when it is projected under a minute (a CUDA preset "
+                        "measured on CPU never runs one)")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="override train.device")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None, help="override train.precision")
+    p.add_argument("--precision", choices=C.PRECISIONS, default=None, help="override train.precision")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)")
+    p.add_argument("--every-model", action="store_true",
+                   help="a CUDA preset measured on CPU: measure each distinct arm's model (default: the first only)")
+    p.add_argument("--utilisation", type=float, default=None, metavar="U",
+                   help="share of a GPU's peak assumed when projecting a CUDA preset measured on CPU (default: 0.35)")
+    p.add_argument("--intra-node-gb-s", type=float, default=None, metavar="GB_S",
+                   help="all-reduce bandwidth per GPU within a node, GB/s (default: 450, NVLink of an H100/H200 SXM)")
+    p.add_argument("--inter-node-gb-s", type=float, default=None, metavar="GB_S",
+                   help="all-reduce bandwidth per GPU across nodes, GB/s (default: 50, one 400 Gb/s InfiniBand port)")
     p.add_argument("--nodes", type=int, default=None,
                    help="nodes for the whole-figure projection (default: train.nodes, one run's nodes)")
     p.add_argument("--gpus-per-node", type=int, default=None,
@@ -271,7 +283,9 @@ def dispatch(args: argparse.Namespace) -> None:
                       optimizer_steps=args.optimizer_steps, warmup=args.warmup, device_name=args.device,
                       precision=args.precision, peak=args.peak_tflops, nodes=args.nodes,
                       gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
-                      full_update=args.full_update, threads=threads)
+                      full_update=args.full_update, threads=threads, every_model=args.every_model,
+                      **{k: v for k, v in (("utilisation", args.utilisation), ("intra_node_gb_s", args.intra_node_gb_s),
+                                           ("inter_node_gb_s", args.inter_node_gb_s)) if v is not None})
     elif args.command == "compare":
         from . import figure
 

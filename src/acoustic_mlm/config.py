@@ -25,6 +25,8 @@ ENCODEC_HOP = 320  # samples per EnCodec frame at 24 kHz (75 Hz)
 NORMS = ("pre", "post", "deepnorm")  # the norm axis of the ablation
 ATTENTIONS = ("softmax", "pb_relax")  # the attention axis
 ROLES = ("clip10", "clip1", "deepnorm", "attn_relax")  # the paper's four curves, in legend order
+# The values train.precision takes, read from the schema (CLI options offer the same ones)
+PRECISIONS = tuple(json.loads(SCHEMA_PATH.read_text())["properties"]["train"]["properties"]["precision"]["enum"])
 # Keys of earlier versions, with what replaced them (a config still using one gets this sentence).
 RENAMED_RUN_KEYS = {
     "deepnorm": "'norm: deepnorm' (norm is pre | post | deepnorm)",
@@ -74,6 +76,7 @@ class ModelConfig:
     mixture_segments: tuple[int, int] = (1, 3)  # noise segments per mixed crop, inclusive range
     mixture_samples: tuple[int, int] = (12000, 36000)  # samples per noise segment, inclusive range
     mixture_volume: float = 1.0  # noise gain
+    fp16_logits: bool = False  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
 
 
 @dataclass(frozen=True)

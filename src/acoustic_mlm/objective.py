@@ -100,13 +100,21 @@ def uniform_bits(codebook_size: int, special_symbols: int = 0) -> float:
     return math.log2(codebook_size + special_symbols)
 
 
-def cosine_logits(x: torch.Tensor, codewords: torch.Tensor, temp: float) -> torch.Tensor:
-    """cos(x_n, e_v) / temp, (N, F) x (V, F) -> (N, V), in float32 (as HuBERT's compute_nce).
+def cosine_logits(x: torch.Tensor, codewords: torch.Tensor, temp: float, round_to_input: bool = False) -> torch.Tensor:
+    """cos(x_n, e_v) / temp, (N, F) x (V, F) -> (N, V), float32; the cosines are computed in float32.
 
+    round_to_input (model.fp16_logits): as MERT's compute_nce (mert_model.py: the float cosine
+    similarity `.type_as(x)`, then `/= self.logit_temp`; HuBERT's get_logits then casts to float), the
+    cosines are rounded to x's dtype and divided by temp in it. In an fp16 model that rounds the
+    logits to fp16, and their backward (loss scale x (p - y) / temp) overflows once the loss scale
+    passes about 65504 x temp; in an fp32 model it changes nothing.
     A zero vector has cosine 0 with everything (its logits are all equal).
     """
+    dtype = x.dtype
     x = F.normalize(x.float(), dim=-1)  # (N, F)
     e = F.normalize(codewords.float(), dim=-1)  # (V, F)
+    if round_to_input and dtype != torch.float32:
+        return ((x @ e.t()).to(dtype) / temp).float()  # (N, V)
     return x @ e.t() / temp  # (N, V)
 
 
@@ -121,8 +129,10 @@ class CodebookHeads(nn.Module):
     has V + S classes; `target_ids` applies the offset.
     """
 
-    def __init__(self, dim: int, final_dim: int, codebooks: int, codebook_size: int, special_symbols: int = 0):
+    def __init__(self, dim: int, final_dim: int, codebooks: int, codebook_size: int, special_symbols: int = 0,
+                 fp16_logits: bool = False):
         super().__init__()
+        self.fp16_logits = fp16_logits  # model.fp16_logits: MERT's rounding of the logits (cosine_logits)
         self.codebooks = codebooks
         self.special_symbols = special_symbols
         self.proj = nn.Linear(dim, final_dim * codebooks)  # PyTorch default init, as fairseq
@@ -135,7 +145,7 @@ class CodebookHeads(nn.Module):
 
     def forward(self, h: torch.Tensor, temp: float) -> torch.Tensor:
         z = self.proj(h).chunk(self.codebooks, dim=-1)  # K x (N, F)
-        logits = [cosine_logits(z[k], self.codewords[k], temp) for k in range(self.codebooks)]  # K x (N, V)
+        logits = [cosine_logits(z[k], self.codewords[k], temp, self.fp16_logits) for k in range(self.codebooks)]  # K x (N, V)
         return torch.stack(logits, dim=1)  # (N, K, V)
 
 
@@ -200,7 +210,8 @@ class AcousticMLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.encoder = AcousticEncoder(cfg)
-        self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size, cfg.special_symbols)
+        self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size, cfg.special_symbols,
+                                   cfg.fp16_logits)
         self.cqt = (CQTHead(cfg.dim, cfg.cqt_bins, cfg.cqt_bins_per_octave, cfg.cqt_fmin)
                     if cfg.cqt_loss_weight > 0 else None)
         self.static_shapes: bool | None = None

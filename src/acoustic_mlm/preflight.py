@@ -27,6 +27,7 @@ Arms whose models are identical (they differ only in the gradient clip, which co
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import statistics
@@ -41,8 +42,8 @@ from . import config as C
 from .devices import pick_device
 from .errors import UserError
 from .flops import step_flops
-from .objective import AcousticMLM, compute_mask_indices
-from .train import KEEP_STATES, autocast, optimizer_step
+from .objective import compute_mask_indices
+from .train import KEEP_STATES, build_trainer, update
 from .utils import Progress, atomic_path, log, set_threads, write_json
 
 FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this
@@ -64,6 +65,20 @@ PEAK_TFLOPS: tuple[tuple[str, float | None, float], ...] = (
     ("V100", None, 15.7),  # fp16 tensor cores (125) but no bf16
 )
 V100_FP16_TFLOPS = 125.0
+HALF_PRECISIONS = ("bf16", "fp16", "fp16_fairseq")  # tensor-core precisions (fp16_fairseq: an fp16 model)
+
+# Named GPUs the cost is projected on when the preset's GPU is not here (from counted FLOPs; a
+# projection, not a measurement): (name, dense fp16/bf16 peak, fp32 peak) in TFLOP/s, NVIDIA's
+# datasheets (SXM parts).
+PROJECTION_GPUS: tuple[tuple[str, float, float], ...] = (
+    ("H100 / H200 (SXM)", 989.0, 67.0),
+    ("A100 (SXM)", 312.0, 19.5),
+)
+DEFAULT_UTILISATION = 0.35  # share of the peak assumed for a projection: the middle of docs/recipe.md's 30-40 %
+# Interconnect bandwidth per GPU and direction, GB/s, for the gradient all-reduce:
+NVLINK_GB_S = 450.0  # within a node: NVLink 4 of an H100/H200 SXM, 900 GB/s bidirectional (NVIDIA H100 datasheet)
+INFINIBAND_GB_S = 50.0  # across nodes: one 400 Gb/s NDR InfiniBand port per GPU (NVIDIA DGX H100 datasheet, 8x ConnectX-7)
+BACKWARD_SHARE = 2 / 3  # of a micro-batch's FLOPs (flops.py: 4 of 6 per matmul weight): what DDP overlaps the all-reduce with
 
 # Corpus sizes of the named sources that can be known before a download (sources.py: track counts
 # of github.com/mdeff/fma, 30 s clips each).
@@ -80,9 +95,27 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
             if precision == "fp32":
                 return fp32
             if key == "V100":
-                return V100_FP16_TFLOPS if precision == "fp16" else None
+                return V100_FP16_TFLOPS if precision in ("fp16", "fp16_fairseq") else None
             return half
     return None
+
+
+def allreduce_ms(grad_bytes: int, processes: int, nodes: int, intra_gb_s: float, inter_gb_s: float) -> float:
+    """A ring all-reduce of `grad_bytes` over `processes`: each process sends and receives
+    2 (n - 1) / n of the bytes (nccl-tests' bus bandwidth, doc/PERFORMANCE.md), at the slowest link's
+    bandwidth per GPU: NVLink within one node, the InfiniBand port across nodes. A projection."""
+    if processes <= 1:
+        return 0.0
+    gb_s = intra_gb_s if nodes <= 1 else inter_gb_s
+    return 2 * (processes - 1) / processes * grad_bytes / (gb_s * 1e9) * 1000.0
+
+
+def with_communication(compute_ms: float, micro_ms: float, comm_ms: float) -> tuple[float, float, str]:
+    """(ms per update, exposed all-reduce ms, what bounds it). DDP all-reduces the gradients during the
+    last micro-batch's backward (BACKWARD_SHARE of its time); what is left of the all-reduce adds on.
+    Communication bounds an update when the all-reduce takes longer than its compute."""
+    exposed = max(0.0, comm_ms - BACKWARD_SHARE * micro_ms)
+    return compute_ms + exposed, exposed, ("communication" if comm_ms > compute_ms else "compute")
 
 
 def update_ms_at(flops: float, peak: float, utilisation: float) -> float:
@@ -285,43 +318,41 @@ def synthetic_batch(m: C.ModelConfig, batch: int, frames: int, device: torch.dev
     return wav.to(device), codes.to(device), torch.from_numpy(mask).to(device)
 
 
-class _Trainer:
-    """One arm's model, optimizer and loss scaler, stepped as train.train_seed steps them."""
+class _Phases:
+    """`train.update`'s on_phase: time and peak memory of each micro-batch (forward, backward) and of
+    the step (the once-per-update check, clipping, AdamW), the device synchronised at each phase."""
 
-    def __init__(self, m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precision: str):
-        torch.manual_seed(t.seed)
-        self.model = AcousticMLM(m).to(device)
-        self.step_model = torch.compile(self.model) if t.compile else self.model
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps,
-                                     weight_decay=t.weight_decay)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-        self.device, self.precision, self.clip = device, precision, t.clip
-        self.losses: list[float] = []
+    def __init__(self, device: torch.device, probe: MemoryProbe, grad_bytes: int):
+        self.device, self.probe, self.grad_bytes = device, probe, grad_bytes
+        self.micro_s: list[float] = []
+        self.step_s: list[float] = []
+        self.micro_peak = self.activation = self.step_peak = 0
 
-    def _sync(self) -> None:
+    def _mark(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
-    def micro_batch(self, batch, scale: float) -> float:
-        """Forward, finite-loss check, backward; returns seconds."""
-        self._sync()
-        t0 = time.perf_counter()
-        with autocast(self.device, self.precision):
-            out = self.step_model(*batch)
-        loss = out.loss.detach()
-        if bool(torch.isfinite(loss)):  # the host sync training makes too
-            self.scaler.scale(out.loss * scale).backward()
-        self._sync()
-        self.losses.append(float(loss))
-        return time.perf_counter() - t0
+    def _restart(self) -> None:
+        self.probe.reset()
+        self.start_mem = self.probe.current()
+        self.t0 = self._mark()
 
-    def optimizer_step(self) -> float:
-        self._sync()
-        t0 = time.perf_counter()
-        optimizer_step(self.model, self.opt, self.scaler, self.clip)
-        self.opt.zero_grad(set_to_none=True)
-        self._sync()
-        return time.perf_counter() - t0
+    def __call__(self, phase: str) -> None:
+        now = self._mark()
+        if phase == "start":
+            self.first = True  # zero_grad(set_to_none) empties the gradients between updates, as in training
+        elif phase == "micro":
+            self.micro_s.append(now - self.t0)
+            peak = self.probe.peak()
+            self.micro_peak = max(self.micro_peak, peak)
+            # activations: the peak above the start, less the gradients the first micro-batch creates
+            self.activation = max(self.activation, peak - self.start_mem - (self.grad_bytes if self.first else 0))
+            self.first = False
+        else:
+            self.step_s.append(now - self.t0)
+            self.step_peak = max(self.step_peak, self.probe.peak())
+        self._restart()
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -331,69 +362,75 @@ def _split(total: int, parts: int) -> list[int]:
 
 def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precision: str, frames: int,
                 plan: Plan, n_micro_update: int, probe: MemoryProbe, bar: Progress | None = None) -> dict:
-    """Time and memory of one arm's micro-batches, optimizer steps and (if short) one whole update.
+    """Time and memory of one arm's updates, built and stepped by train.build_trainer and
+    train.update as `amlm train` steps them: micro-batches and steps timed apart, and (if short) one
+    whole update.
 
     Raises torch.OutOfMemoryError on CUDA when the micro-batch does not fit.
     """
     _free(device)
     base = probe.current()
-    tr = _Trainer(m, t, device, precision)
+    tr = build_trainer(m, dataclasses.replace(t, precision=precision), device)
     params = sum(p.numel() for p in tr.model.parameters())
     batch = synthetic_batch(m, plan.micro_batch, frames, device, seed=t.seed)
+    losses, updates, overflows = [], 0, 0
+
+    def run(n: int, on_phase=None) -> None:
+        nonlocal updates, overflows
+        u = update(tr, [batch] * n, t.lr, on_phase=on_phase)
+        losses.extend(float(o.loss.detach()) for o in u.outs)
+        updates += 1
+        overflows += int(u.overflow)
+
     t0 = time.perf_counter()
     for _ in range(plan.warmup):  # untimed: compilation, kernel selection, the Adam state
-        tr.micro_batch(batch, 1.0)
-        tr.optimizer_step()
+        run(1)
         if bar is not None:
             bar.update(1)
     warmup_s = time.perf_counter() - t0
-    micro_s, micro_peak, activation, opt_s, opt_peak = [], 0, 0, [], 0
+    phases = _Phases(device, probe, tr.grad_bytes())
     for share in _split(plan.micro_batches, plan.optimizer_steps):
-        for i in range(share):
-            grads_absent = i == 0  # zero_grad(set_to_none) empties them between updates, as in training
-            probe.reset()
-            start = probe.current()
-            micro_s.append(tr.micro_batch(batch, 1.0 / max(1, share)))
-            peak = probe.peak()
-            micro_peak = max(micro_peak, peak)
-            # activations: the peak above the start, less the gradients the first micro-batch creates
-            activation = max(activation, peak - start - (params * PARAM_BYTES if grads_absent else 0))
-            if bar is not None:
-                bar.update(1)
-        probe.reset()
-        opt_s.append(tr.optimizer_step())
-        opt_peak = max(opt_peak, probe.peak())
+        run(share, phases)
         if bar is not None:
-            bar.update(1)
-    static = probe.current() - base  # weights and Adam state (gradients are freed between updates)
-    micro_ms, opt_ms = 1000 * statistics.median(micro_s), 1000 * statistics.median(opt_s)
+            bar.update(share + 1)
+    static = probe.current() - base  # weights, master weights and Adam state (gradients freed between updates)
+    micro_ms, opt_ms = 1000 * statistics.median(phases.micro_s), 1000 * statistics.median(phases.step_s)
     projected = projected_update_ms(n_micro_update, micro_ms, opt_ms)
+    micro_peak = phases.micro_peak
     full_ms = None
     if plan.full_update and projected / 1000 < FULL_UPDATE_LIMIT_S:
         probe.reset()
-        t0 = time.perf_counter()
-        for _ in range(n_micro_update):
-            tr.micro_batch(batch, 1.0 / n_micro_update)
-        tr.optimizer_step()
-        full_ms = 1000 * (time.perf_counter() - t0)
+        t0 = phases._mark()
+        run(n_micro_update)
+        full_ms = 1000 * (phases._mark() - t0)
         micro_peak = max(micro_peak, probe.peak())
-    losses = tr.losses
+    first = next(tr.model.parameters())
+    precision_state = {
+        "param_dtype": str(first.dtype).removeprefix("torch."),
+        "master_dtype": str(tr.fp16.master[0].dtype).removeprefix("torch.") if tr.fp16 is not None else None,
+        "loss_scale": tr.loss_scale if math.isfinite(tr.loss_scale) else None,
+        "scaler_updates": tr.fp16.scaler.iter if tr.fp16 is not None else None,
+        "updates_run": updates,
+        "overflow_updates": overflows,
+        "grad_bytes": tr.grad_bytes(),
+    }
     del tr, batch
     _free(device)
     return {
         "params": params,
         "warmup_s": warmup_s,
         "ms_per_micro_batch": micro_ms,
-        "ms_per_micro_batch_all": [1000 * s for s in micro_s],
+        "ms_per_micro_batch_all": [1000 * x for x in phases.micro_s],
         "ms_optimizer_step": opt_ms,
-        "ms_optimizer_step_all": [1000 * s for s in opt_s],
+        "ms_optimizer_step_all": [1000 * x for x in phases.step_s],
         "ms_per_update_projected": projected,
         "ms_per_update_measured": full_ms,
-        "peak_memory_gb": (max(micro_peak, opt_peak) - base) / GB,
+        "peak_memory_gb": (max(micro_peak, phases.step_peak) - base) / GB,
         "static_memory_gb": static / GB,
-        "activation_gb_per_micro_batch": activation / GB,
+        "activation_gb_per_micro_batch": phases.activation / GB,
         "losses_finite": bool(np.all(np.isfinite(losses))),
         "first_loss": losses[0] if losses else None,
+        **precision_state,
     }
 
 
@@ -419,29 +456,57 @@ def _fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, b
 
 
 def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, micro_batch: int | None = None,
-        micro_batches: int = 4, optimizer_steps: int = 2, warmup: int = 1, device_name: str | None = None,
-        precision: str | None = None, peak: float | None = None, nodes: int | None = None,
-        gpus_per_node: int | None = None,
-        corpus_hours: float | None = None, full_update: bool = True, threads: int | None = None) -> dict:
-    """Measure every arm of the preset; write preflight.json and preflight.md into out_dir."""
+        micro_batches: int | None = None, optimizer_steps: int | None = None, warmup: int | None = None,
+        device_name: str | None = None, precision: str | None = None, peak: float | None = None,
+        nodes: int | None = None, gpus_per_node: int | None = None, corpus_hours: float | None = None,
+        full_update: bool | None = None, threads: int | None = None, utilisation: float = DEFAULT_UTILISATION,
+        intra_node_gb_s: float = NVLINK_GB_S, inter_node_gb_s: float = INFINIBAND_GB_S,
+        every_model: bool = False) -> dict:
+    """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
+
+    A preset for CUDA measured on CPU (no CUDA device, or --device cpu) measures one small
+    micro-batch by default (one crop, one update, no warm-up: memory and plumbing), reports its times
+    as CPU times and gives no hours from them; the GPU cost is projected from the counted FLOPs at
+    `utilisation` of the peaks of PROJECTION_GPUS, with the gradient all-reduce at the interconnect
+    bandwidths given. Only the first arm's model is measured then (`every_model`: each distinct one):
+    on CPU an fp16 model's convolution backward runs on a slow kernel (BENCHMARKS.md), and the
+    projection needs no CPU time.
+    """
     t0 = C.train_config(cfg)
     precision = precision or t0.precision
+    for name, value, low in (("--utilisation", utilisation, 1e-9), ("--intra-node-gb-s", intra_node_gb_s, 1e-9),
+                             ("--inter-node-gb-s", inter_node_gb_s, 1e-9)):
+        if not value >= low:
+            raise UserError(f"preflight: {name} must be above 0, got {value}")
+    if utilisation > 1:
+        raise UserError(f"preflight: --utilisation is a share of the peak, at most 1, got {utilisation}")
+    wanted = device_name or t0.device
+    device_note = None
+    if device_name is None and wanted == "cuda" and not torch.cuda.is_available():  # the preset's, not asked for
+        wanted = "cpu"
+        device_note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
+                       "(memory and plumbing; the times are CPU times, the GPU cost a projection from counted FLOPs)")
+    if device_name == "cpu" and t0.device == "cuda":
+        device_note = (f"{config_path} sets train.device cuda, measured on CPU as asked (memory and plumbing; the "
+                       "times are CPU times, the GPU cost a projection from counted FLOPs)")
+        log.warning("preflight: %s", device_note)
+    set_threads(threads if threads is not None else t0.threads)
+    device = pick_device(wanted, key="train.device" if device_name is None else "--device")
+    device_label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    substitute = t0.device == "cuda" and device.type == "cpu"  # CPU times say nothing of the GPU's
+    # one small micro-batch by default in place of the preset's GPU: seconds, not minutes
+    defaults = dict(micro_batches=1, optimizer_steps=1, warmup=0, full_update=False) if substitute else \
+        dict(micro_batches=4, optimizer_steps=2, warmup=1, full_update=True)
+    micro_batches = defaults["micro_batches"] if micro_batches is None else micro_batches
+    optimizer_steps = defaults["optimizer_steps"] if optimizer_steps is None else optimizer_steps
+    warmup = defaults["warmup"] if warmup is None else warmup
+    full_update = defaults["full_update"] if full_update is None else full_update
     for name, value, low in (("--micro-batches", micro_batches, 1), ("--optimizer-steps", optimizer_steps, 1),
                              ("--warmup", warmup, 0), ("--nodes", 1 if nodes is None else nodes, 1)):
         if value < low:
             raise UserError(f"preflight: {name} must be at least {low}, got {value}")
     if optimizer_steps > micro_batches:
         raise UserError(f"preflight: --optimizer-steps ({optimizer_steps}) cannot exceed --micro-batches ({micro_batches})")
-    wanted = device_name or t0.device
-    device_note = None
-    if device_name is None and wanted == "cuda" and not torch.cuda.is_available():  # the preset's, not asked for
-        wanted = "cpu"
-        device_note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
-                       "(memory and plumbing; the times are CPU times)")
-        log.warning("preflight: %s", device_note)
-    set_threads(threads if threads is not None else t0.threads)
-    device = pick_device(wanted, key="train.device" if device_name is None else "--device")
-    device_label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if peak is None and device.type == "cuda":
         peak = peak_tflops(device_label, precision)
     if gpus_per_node is None:  # the GPUs here; on CPU, the preset's: the projection is for its hardware
@@ -453,7 +518,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     processes = t0.world  # DDP processes of one run: train.nodes x train.processes
     crops_per_process = t0.batch_size * t0.accum_steps // processes
     preset_micro = t0.batch_size // processes
-    mb = preset_micro if micro_batch is None else micro_batch
+    mb = micro_batch if micro_batch is not None else (1 if substitute else preset_micro)
     if mb < 1:
         raise UserError(f"preflight: --micro-batch must be at least 1, got {mb}")
     micro_batches_per_update(t0.batch_size, t0.accum_steps, processes, mb)  # refuses a micro-batch that does not divide
@@ -465,6 +530,8 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     for run_name in cfg["runs"]:
         mc = C.model_config(cfg, run_name)
         groups.setdefault(mc, []).append(run_name)
+    if substitute and not every_model:  # plumbing and memory of one model; the projection counts each arm's FLOPs
+        groups = {"all": list(cfg["runs"])}
     probe = MemoryProbe(device)
     units = len(groups) * (warmup + micro_batches + optimizer_steps)
     log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, device_label,
@@ -480,7 +547,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
                 res = measure_arm(m, t, device, precision, frames, plan, crops_per_process // mb, probe, bar)
                 used_mb, no_fit = mb, []
             res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit)
-            res.update(_fit_summary(res, device, preset_micro, crops_per_process, avail))
+            res.update(_fit_summary(res, device, preset_micro, crops_per_process, avail, precision))
             for name in names:
                 measured[name] = {**res, "measured_as": names[0]}
             bar.update(0, model=names[0])
@@ -489,22 +556,30 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     for name in cfg["runs"]:  # the configuration's order, whatever order the models were measured in
         res, rc = measured[name], C.run_config(cfg, name)
         n_micro = crops_per_process // res["measured_micro_batch"]
-        update_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
+        compute_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
+        comm = allreduce_ms(res["grad_bytes"], processes, t0.nodes, intra_node_gb_s, inter_node_gb_s)
+        update_ms, exposed, bound = with_communication(compute_ms, res["ms_per_micro_batch"], comm)
         flops = n_micro * step_flops(C.model_config(cfg, name), res["measured_micro_batch"], frames)
-        tflops = flops / (update_ms / 1000) / 1e12
+        tflops = flops / (compute_ms / 1000) / 1e12
+        hours = None if substitute else wall_hours(t0.steps, update_ms, len(rc.seeds))
         arms.append({
             "run": name, "label": rc.label, "seeds": len(rc.seeds), "steps": t0.steps, **res,
             "micro_batches_per_update": n_micro,
             "update_source": "measured" if res["ms_per_update_measured"] else "projected",
+            "ms_per_update_compute": compute_ms,
+            "allreduce_bytes": res["grad_bytes"] if processes > 1 else 0,
+            "allreduce_ms": comm,
+            "exposed_allreduce_ms": exposed,
+            "bound": bound,
             "ms_per_update": update_ms,
             "frames_per_update": crops_per_process * frames,
             "frames_per_s": crops_per_process * frames / (update_ms / 1000),
             "model_flops_per_update": flops,
             "tflops": tflops,
             "mfu": tflops / peak if peak else None,
-            "hours_per_seed": wall_hours(t0.steps, update_ms),
-            "hours": wall_hours(t0.steps, update_ms, len(rc.seeds)),
-            "gpu_hours": wall_hours(t0.steps, update_ms, len(rc.seeds)) * processes,
+            "hours_per_seed": None if substitute else wall_hours(t0.steps, update_ms),
+            "hours": hours,
+            "gpu_hours": None if substitute else hours * processes,
         })
     gpus = nodes * gpus_per_node
     slots = gpus // processes
@@ -512,15 +587,20 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         "arms": len(arms), "jobs": len(arms), "seeds": sum(a["seeds"] for a in arms), "steps": t0.steps,
         "processes": processes, "nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus,
         "concurrent_jobs": min(slots, len(arms)),
-        "wall_hours": figure_wall_hours([a["hours"] for a in arms], slots),
-        "gpu_hours": sum(a["gpu_hours"] for a in arms),
+        "wall_hours": None if substitute else figure_wall_hours([a["hours"] for a in arms], slots),
+        "gpu_hours": None if substitute else sum(a["gpu_hours"] for a in arms),
     }
+    projection = None
+    if substitute:
+        projection = gpu_projection(cfg, arms, precision, utilisation, processes, t0.nodes, slots,
+                                    intra_node_gb_s, inter_node_gb_s)
     result = {
         "config": str(config_path),
         "device": device_label,
         "device_type": device.type,
         "preset_device": t0.device,
         "device_note": device_note,
+        "cpu_times": device.type == "cpu",
         "precision": precision,
         "preset_precision": t0.precision,
         "compile": t0.compile,
@@ -537,20 +617,64 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         "micro_batches_measured": micro_batches,
         "optimizer_steps_measured": optimizer_steps,
         "warmup_updates": warmup,
+        "interconnect": {"intra_node_gb_s": intra_node_gb_s, "inter_node_gb_s": inter_node_gb_s,
+                         "link": "none (one process)" if processes == 1 else
+                         ("NVLink, within one node" if t0.nodes == 1 else "InfiniBand, across nodes")},
         "arms": arms,
         "figure": figure,
+        "gpu_projection": projection,
         "disk": disk_estimate(cfg, arms[0]["params"], arms, slots, corpus_hours),
     }
     out_dir = Path(out_dir)
     write_json(out_dir / "preflight.json", result)
     with atomic_path(out_dir / "preflight.md") as tmp:
         tmp.write_text(markdown(result))
-    log.info("preflight: the figure takes %.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
-             figure["wall_hours"], gpus, figure["gpu_hours"], out_dir / "preflight.md")
+    if substitute:
+        best = projection[0]
+        log.info("preflight: measured on CPU (CPU times); projected on %s at %.0f%% of its peak: the figure takes "
+                 "%.1f h on %d GPU(s) (%.0f GPU-hours); results in %s", best["gpu"], 100 * utilisation,
+                 best["wall_hours"], gpus, best["gpu_hours"], out_dir / "preflight.md")
+    else:
+        log.info("preflight: the figure takes %.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
+                 figure["wall_hours"], gpus, figure["gpu_hours"], out_dir / "preflight.md")
     return result
 
 
-def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int) -> dict:
+def gpu_projection(cfg: dict, arms: list[dict], precision: str, utilisation: float, processes: int, nodes: int,
+                   slots: int, intra_gb_s: float, inter_gb_s: float) -> list[dict]:
+    """A projection, not a measurement: per GPU of PROJECTION_GPUS, one update of each arm from its
+    counted FLOPs (flops.step_flops, per process) at `utilisation` of the GPU's peak for `precision`,
+    plus what the gradient all-reduce leaves exposed; the figure's hours from those."""
+    frames = C.crop_frames(cfg)
+    rows = []
+    for gpu, half, fp32 in PROJECTION_GPUS:
+        gpu_peak = half if precision in HALF_PRECISIONS else fp32
+        hours, per_arm = [], []
+        for a in arms:
+            micro_ms = update_ms_at(step_flops(C.model_config(cfg, a["run"]), a["measured_micro_batch"], frames),
+                                    gpu_peak, utilisation)
+            compute = a["micro_batches_per_update"] * micro_ms
+            comm = allreduce_ms(a["grad_bytes"], processes, nodes, intra_gb_s, inter_gb_s)
+            ms, exposed, bound = with_communication(compute, micro_ms, comm)
+            per_arm.append({"run": a["run"], "compute_ms": compute, "allreduce_ms": comm, "exposed_allreduce_ms": exposed,
+                            "ms_per_update": ms, "bound": bound,
+                            "hours": wall_hours(a["steps"], ms, a["seeds"])})
+            hours.append(per_arm[-1]["hours"])
+        rows.append({"gpu": gpu, "peak_tflops": gpu_peak, "utilisation": utilisation, "arms": per_arm,
+                     "wall_hours": figure_wall_hours(hours, slots), "gpu_hours": sum(hours) * processes})
+    return rows
+
+
+def steady_bytes_per_param(precision: str) -> int:
+    """Bytes per parameter a steady update holds: fp32 weights, gradients and Adam state; under
+    fp16_fairseq fp16 weights and gradients beside fp32 master weights, their gradients and Adam state."""
+    if precision == "fp16_fairseq":
+        return 2 + 2 + 2 * PARAM_BYTES + ADAM_STATE_BYTES
+    return 2 * PARAM_BYTES + ADAM_STATE_BYTES
+
+
+def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int,
+                 precision: str = "fp32") -> dict:
     """Whether the preset's micro-batch fits, the largest that fits, and the setting that keeps the global batch.
 
     CUDA: decided by trying (the micro-batch measured is the largest that fitted). CPU: the peak
@@ -563,10 +687,10 @@ def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_p
         max_fit, how = (mb if res["did_not_fit"] else None), "tried on the device"
         best = preset_micro if fits else mb
     else:
-        # A steady update holds fp32 weights, gradients and Adam state (16 bytes per parameter: RSS
-        # after a step also counts memory the allocator kept) plus the micro-batch's activations.
+        # A steady update holds weights, gradients and Adam state (steady_bytes_per_param: RSS after a
+        # step also counts memory the allocator kept) plus the micro-batch's activations.
         per_crop = res["activation_gb_per_micro_batch"] * GB / mb
-        steady = res["params"] * (2 * PARAM_BYTES + ADAM_STATE_BYTES)
+        steady = res["params"] * steady_bytes_per_param(precision)
         peak = res["peak_memory_gb"] * GB
 
         def peak_at(b: int) -> float:
@@ -574,8 +698,8 @@ def _fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_p
 
         fits = peak_at(preset_micro) <= avail
         max_fit = int((avail - steady) // per_crop) if per_crop > 0 and peak_at(1) <= avail else 0
-        how = ("estimated: fp32 weights, gradients and Adam state plus the measured activations per crop "
-               "times the micro-batch, against the memory available")
+        how = ("estimated: weights, gradients, master weights and Adam state plus the measured activations per "
+               "crop times the micro-batch, against the memory available here")
         best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(max_fit, crops_per_process))
     return {
         "fits": fits if fits is None else bool(fits),
@@ -601,35 +725,83 @@ def _num(x, fmt: str = ".3g") -> str:
 def markdown(r: dict) -> str:
     """preflight.json as a readable page."""
     f, d = r["figure"], r["disk"]
+    kind = "CPU" if r["cpu_times"] else "GPU"
     lines = [
         f"# Preflight: {r['config']}",
         "",
         f"Measured on **{r['device']}** ({r['precision']}, torch {r['torch']}, {r['threads']} CPU threads), "
         f"micro-batch {r['micro_batch']} of {r['crop_frames']} frames; {r['micro_batches_measured']} timed "
         f"micro-batches, {r['optimizer_steps_measured']} optimizer steps and {r['warmup_updates']} warm-up "
-        "update(s) per model, on synthetic inputs.",
+        "update(s) per model, on synthetic inputs, stepped by `train.update` as `amlm train` steps them.",
         "",
     ]
     if r["device_note"]:
         lines += [f"Note: {r['device_note']}.", ""]
-    lines += [
-        "| arm | ms/update | from | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | micro-batch x accum | hours | GPU-hours |",
-        "|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
-    ]
+    a0 = r["arms"][0]
+    scale = (f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} overflowed)"
+             if a0["loss_scale"] is not None else "")
+    masters = f", {a0['master_dtype']} master weights" if a0["master_dtype"] else ""
+    lines += [f"Weights: {a0['param_dtype']}{masters}{scale}.", ""]
+    if r["gpu_projection"] is None:
+        lines += [
+            f"| arm | ms/update | from | all-reduce ms | bound | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | "
+            f"micro-batch x accum | hours | {kind}-hours |",
+            "|---|---:|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
+        ]
+    else:
+        lines += [
+            "| arm | CPU ms/update | from | peak memory here (GB) | fits here | micro-batch x accum |",
+            "|---|---:|---|---:|---|---|",
+        ]
     for a in r["arms"]:
         mfu = "n/a" if a["mfu"] is None else f"{100 * a['mfu']:.1f}%"
         suggestion = (f"{a['suggested_micro_batch']} x {a['suggested_accum_steps']}" if a["suggested_micro_batch"]
                       else "none fits")
-        lines.append(
-            f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['frames_per_s']:.0f} | "
-            f"{a['tflops']:.3g} | {mfu} | {a['peak_memory_gb']:.2f} | {_yes_no(a['fits'])} | "
-            f"{suggestion} | {a['hours']:.2f} | {a['gpu_hours']:.2f} |"
-        )
+        if r["gpu_projection"] is None:
+            lines.append(
+                f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['exposed_allreduce_ms']:.1f} "
+                f"of {a['allreduce_ms']:.1f} | {a['bound']} | {a['frames_per_s']:.0f} | "
+                f"{a['tflops']:.3g} | {mfu} | {a['peak_memory_gb']:.2f} | {_yes_no(a['fits'])} | "
+                f"{suggestion} | {a['hours']:.2f} | {a['gpu_hours']:.2f} |"
+            )
+        else:
+            lines.append(f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['peak_memory_gb']:.2f} | "
+                         f"{_yes_no(a['fits'])} | {suggestion} |")
+    ic = r["interconnect"]
     lines += [
         "",
-        f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), {f['processes']} "
-        f"process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), {f['concurrent_jobs']} job(s) "
-        f"at once: **{f['wall_hours']:.1f} h** wall, {f['gpu_hours']:.1f} GPU-hours.",
+        f"**Gradient all-reduce**: {a0['allreduce_bytes'] / GB:.3g} GB per update and process ({a0['param_dtype']} "
+        f"gradients, once per update), over {ic['link']}, at {ic['intra_node_gb_s']:g} GB/s within a node and "
+        f"{ic['inter_node_gb_s']:g} GB/s across nodes per GPU (defaults: NVLink of an H100/H200 SXM, 900 GB/s both "
+        "ways, NVIDIA's H100 datasheet; one 400 Gb/s NDR InfiniBand port per GPU, NVIDIA's DGX H100 datasheet); a "
+        "ring moves 2 (n - 1) / n of the bytes (nccl-tests' bus bandwidth). DDP overlaps it with the last "
+        "micro-batch's backward; what is left adds to the update. Communication bounds an update when the "
+        "all-reduce takes longer than its compute.",
+        "",
+    ]
+    if r["gpu_projection"] is not None:
+        lines += [
+            f"**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.flops.step_flops`, at "
+            f"{100 * r['gpu_projection'][0]['utilisation']:.0f}% of each GPU's dense {r['precision']} peak, plus the "
+            "exposed all-reduce; no hours are taken from the CPU times above):",
+            "",
+            "| GPU | peak TFLOP/s | ms/update | all-reduce ms | bound | the figure: wall hours | GPU-hours |",
+            "|---|---:|---:|---:|---|---:|---:|",
+        ]
+        for g in r["gpu_projection"]:
+            a = g["arms"][0]
+            lines.append(f"| {g['gpu']} | {g['peak_tflops']:g} | {a['ms_per_update']:.1f} | {a['allreduce_ms']:.1f} | "
+                         f"{a['bound']} | {g['wall_hours']:.1f} | {g['gpu_hours']:.0f} |")
+        lines += ["", f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), "
+                  f"{f['processes']} process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), "
+                  f"{f['concurrent_jobs']} job(s) at once (hours: the projection above)."]
+    else:
+        lines += [
+            f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), {f['processes']} "
+            f"process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), {f['concurrent_jobs']} job(s) "
+            f"at once: **{f['wall_hours']:.1f} h** wall, {f['gpu_hours']:.1f} {kind}-hours.",
+        ]
+    lines += [
         "",
         f"**Disk**: audio {_num(d['audio_gb'])} GB (float32, 24 kHz), codes {_num(d['codes_gb'])} GB "
         f"(int16, {d['codebooks_stored']} x 75 Hz), checkpoints {d['checkpoints_gb']:.3g} GB "
@@ -637,12 +809,11 @@ def markdown(r: dict) -> str:
         f"the last {KEEP_STATES} per running job); total {_num(d['total_gb'])} GB."
         + (f" {d['corpus_note']}." if d["corpus_note"] else ""),
         "",
-        "How: ms/update = micro-batches per update and process x median ms per micro-batch (forward, finite-loss "
-        "check, backward) + median ms per optimizer step (clipping, AdamW); when that is under a minute one whole "
-        "update is run and its time used ('measured'). Wall time = seeds x steps x ms/update; GPU-hours = wall x "
-        "processes; the figure's jobs share the GPUs longest first. Several processes are assumed to scale "
-        "perfectly (the all-reduce is not measured). Model FLOPs: acoustic_mlm.flops.step_flops. "
-        f"Memory: {r['memory_kind']}.",
+        "How: ms/update = micro-batches per update and process x median ms per micro-batch (forward, backward) + "
+        "median ms per step (the once-per-update finite check, clipping, AdamW) + the exposed all-reduce; when that "
+        "is under a minute one whole update is run and its time used ('measured'). Wall time = seeds x steps x "
+        "ms/update; GPU-hours = wall x processes; the figure's jobs share the GPUs longest first. Model FLOPs: "
+        f"acoustic_mlm.flops.step_flops. Memory: {r['memory_kind']}.",
         "",
     ]
     return "\n".join(lines)

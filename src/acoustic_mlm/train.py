@@ -233,6 +233,154 @@ def optimizer_step(model: torch.nn.Module, opt, scaler, clip: float) -> tuple[fl
     return grad_norm, clipped, skipped
 
 
+# ----------------------------------------------------------------------------- the training step
+#
+# One builder and one update, used by `amlm train`, `amlm preflight` and
+# benchmarks/train_throughput.py: what they time is what trains.
+
+
+@dataclass
+class Trainer:
+    """What an update needs: built by `build_trainer`, stepped by `update`."""
+
+    model: torch.nn.Module  # the parameters (saved, evaluated); half under fp16_fairseq
+    step_model: torch.nn.Module  # what a micro-batch calls: the model, wrapped in DDP and/or compiled
+    ddp: torch.nn.parallel.DistributedDataParallel | None  # the DDP wrapper (no_sync), None on one process
+    opt: torch.optim.Optimizer  # AdamW over the parameters, or over fp16's fp32 master weights
+    scaler: torch.amp.GradScaler  # precision fp16's loss scaler (disabled otherwise)
+    fp16: FP16Optimizer | None  # precision fp16_fairseq: fp32 master weights and fairseq's loss scaler
+    device: torch.device
+    precision: str
+    clip: float  # max total gradient norm; 0: no clipping
+    world: int = 1  # DDP processes
+
+    @property
+    def loss_scale(self) -> float:
+        """The fp16 loss scale now (NaN without one), as fairseq logs `loss_scale`."""
+        if self.fp16 is not None:
+            return self.fp16.loss_scale
+        return float(self.scaler.get_scale()) if self.scaler.is_enabled() else float("nan")
+
+    def grad_bytes(self) -> int:
+        """Bytes of the gradients one update all-reduces (those of the parameters DDP syncs)."""
+        return sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+
+
+def build_trainer(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, rank: int = 0, world: int = 1,
+                  model: torch.nn.Module | None = None) -> Trainer:
+    """The model (seeded with t.seed; or `model`, built already), half with fp32 master weights under
+    fp16_fairseq, wrapped in DDP on several processes and compiled with t.compile, and its optimizer
+    and loss scaler, for t.precision and t.clip."""
+    if model is None:
+        torch.manual_seed(t.seed)
+        model = AcousticMLM(m)
+    model = model.to(device)
+    if t.precision == "fp16_fairseq":
+        half_model(model)  # as fairseq's trainer under common.fp16 (precision.py)
+    step_model, ddp = model, None
+    if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        step_model = ddp
+        torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
+    step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
+
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+
+    fp16 = None
+    if t.precision == "fp16_fairseq":  # the scale window from the processes and micro-batches per update
+        fp16 = FP16Optimizer(model.named_parameters(), adamw, LossScaler(scale_window(world, t.accum_steps)))
+    opt = fp16.optimizer if fp16 else adamw(model.parameters())
+    scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
+    return Trainer(model, step_model, ddp, opt, scaler, fp16, device, t.precision, t.clip, world)
+
+
+class Update(NamedTuple):
+    outs: list  # each micro-batch's MLMOutput
+    means: torch.Tensor  # (K + 2,) on the device: bits per codebook, loss, feature penalty; mean over micro-batches and processes
+    finite: bool  # every micro-batch's loss was finite in every process
+    grad_norm: float  # total norm before clipping (NaN when no step was tried)
+    clipped: bool
+    overflow: bool  # the loss scaler skipped the step (precision fp16 or fp16_fairseq; under fp16_fairseq a non-finite loss too)
+    probe: object = None  # diagnostics.UpdateProbe taken before the step, when asked for and a step was tried
+
+
+def update(tr: Trainer, micro_batches, lr: float, probe: bool = False, on_phase=None) -> Update:
+    """One update: the learning rate `lr`; forward and backward of each micro-batch of
+    `micro_batches` (an iterable of (wav, codes, mask[, clean wav]) on the device, drained whole);
+    then, unless a loss was not finite, clip and step.
+
+    Gradients are all-reduced once per update, as fairseq: every backward but the last runs under
+    DDP's `no_sync()`. The non-finite check costs one synchronisation per update: each micro-batch
+    adds its verdict on the device, and one all-reduce of K + 4 scalars (non-finite micro-batches,
+    masked frames, the metrics' means) follows the last backward. So, per update and process: one
+    all-reduce of the gradients, one of those scalars, and (train.diagnostics, at metrics rows only)
+    the probe's reads. A non-finite micro-batch does not stop the others being run (their
+    gradients are dropped with the update): every process runs every backward, as DDP needs.
+
+    fp16_fairseq: the backward runs on the loss summed over masked frames and the step multiplies by
+    processes / masked frames of all processes (fairseq/trainer.py, see precision.py); a non-finite
+    loss is an overflow (the scale halves); MinLossScaleError passes to the caller.
+    `on_phase(name)`, if given, is called at "start", after each "micro" batch's backward and after
+    the "step" (preflight times the phases); `probe` takes diagnostics.UpdateProbe before the step.
+    """
+    for group in tr.opt.param_groups:
+        group["lr"] = lr
+    tr.opt.zero_grad(set_to_none=True)
+    if tr.fp16 is not None:
+        tr.fp16.zero_grad()
+    batches = list(micro_batches)
+    n = len(batches)
+    outs, bad, sample_size = [], None, None
+    if on_phase is not None:
+        on_phase("start")
+    for i, batch in enumerate(batches):
+        sync = tr.ddp is None or i == n - 1  # the gradients are all-reduced on the last backward only
+        with contextlib.nullcontext() if sync else tr.ddp.no_sync():
+            with autocast(tr.device, tr.precision):
+                out = tr.step_model(*batch)
+            outs.append(out)
+            nonfinite = (~torch.isfinite(out.loss.detach())).float().reshape(1)
+            bad = nonfinite if bad is None else bad + nonfinite
+            if tr.fp16 is not None:  # fairseq's criterion sums over masked frames; the step divides by their count
+                tr.fp16.scale(out.loss * out.n_masked).backward()
+                sample_size = out.n_masked if sample_size is None else sample_size + out.n_masked
+            else:
+                tr.scaler.scale(out.loss / n).backward()
+        if on_phase is not None:
+            on_phase("micro")
+    means = torch.stack([torch.cat([o.bits.float(), o.loss.detach().float().reshape(1),
+                                    o.feature_penalty.float().reshape(1)]) for o in outs]).mean(0)
+    masked = (sample_size if sample_size is not None else torch.zeros((), device=bad.device)).float().reshape(1)
+    stats = torch.cat([bad, masked, means])  # one collective and one host read per update
+    if tr.world > 1:
+        dist.all_reduce(stats)
+    bad_all, total = stats[:2].tolist()
+    means = stats[2:] / tr.world if tr.world > 1 else stats[2:]
+    finite = bad_all == 0
+    nan = float("nan")
+    taken_probe = None
+    if tr.fp16 is not None:
+        if finite:
+            if probe:
+                masters = diagnostics.param_blocks(zip(tr.fp16.names, tr.fp16.master))
+                taken_probe = diagnostics.UpdateProbe(tr.model, scale=tr.fp16.loss_scale * total / tr.world,
+                                                      weights=masters)
+            grad_norm, clipped, overflow = tr.fp16.step(tr.clip, multiplier=tr.world / total)
+        else:
+            tr.fp16.zero_grad()
+            grad_norm, clipped, overflow = nan, False, True
+            tr.fp16.scaler.overflow()  # may raise MinLossScaleError
+    elif finite:
+        taken_probe = diagnostics.UpdateProbe(tr.model, tr.scaler) if probe else None  # before clipping
+        grad_norm, clipped, overflow = optimizer_step(tr.model, tr.opt, tr.scaler, tr.clip)
+    else:
+        grad_norm, clipped, overflow = nan, False, False  # skipped: no update from a non-finite loss
+    if on_phase is not None:
+        on_phase("step")
+    return Update(outs, means, finite, grad_norm, clipped, overflow, taken_probe)
+
+
 def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
     summary = Path(codes_dir) / "tokenizer.json"
@@ -337,15 +485,6 @@ def init_distributed(device_name: str) -> tuple[int, int]:
     return rank, world
 
 
-def _all_mean(values: torch.Tensor, world: int) -> torch.Tensor:
-    """Mean over processes (identity for one process)."""
-    if world > 1:
-        values = values.clone()
-        dist.all_reduce(values)
-        values /= world
-    return values
-
-
 def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
@@ -414,20 +553,32 @@ class Setup:
     rank: int
     world: int
     fingerprint: dict
-    model: torch.nn.Module  # the parameters (saved, evaluated)
-    step_model: torch.nn.Module  # what the step calls: the model, wrapped in DDP and/or compiled
-    opt: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
+    tr: Trainer  # model, optimizer, loss scaler: what `update` steps
     train_data: CropData
     valid: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # fixed held-out (wav, codes, mask)
     rows_at: set[int]  # steps that get a metrics row
     out_dir: Path
     state_dir: Path
-    fp16: FP16Optimizer | None = None  # precision fp16_fairseq: fp32 master weights; opt steps them
 
     @property
     def writer(self) -> bool:  # with several processes only the first writes files
         return self.rank == 0
+
+    @property
+    def model(self) -> torch.nn.Module:  # the parameters (saved, evaluated)
+        return self.tr.model
+
+    @property
+    def opt(self) -> torch.optim.Optimizer:
+        return self.tr.opt
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler:
+        return self.tr.scaler
+
+    @property
+    def fp16(self) -> FP16Optimizer | None:  # precision fp16_fairseq: fp32 master weights; opt steps them
+        return self.tr.fp16
 
 
 @dataclass
@@ -521,33 +672,16 @@ def build(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_dir: Pa
     # The validation set is fixed (crops and masks) and shared by every arm.
     valid = CropData(corpus, codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
-    torch.manual_seed(t.seed)
-    model = AcousticMLM(m).to(device)
-    if t.precision == "fp16_fairseq":
-        half_model(model)  # as fairseq's trainer under common.fp16 (precision.py)
-    step_model = model
-    if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
-        step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
-    step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
-
-    def adamw(params):
-        return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
-
-    fp16 = None
-    if t.precision == "fp16_fairseq":  # the scale window from the processes and micro-batches per update
-        fp16 = FP16Optimizer(model.named_parameters(), adamw, LossScaler(scale_window(world, t.accum_steps)))
-    opt = fp16.optimizer if fp16 else adamw(model.parameters())
-    scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
+    tr = build_trainer(m, t, device, rank, world)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     log.info(
         "train %s: %s, %d params, %d steps of %d x %d x %d frames on %s (%s)",
-        run_name, rc.label, sum(p.numel() for p in model.parameters()), t.steps, t.accum_steps,
+        run_name, rc.label, sum(p.numel() for p in tr.model.parameters()), t.steps, t.accum_steps,
         t.batch_size, crop_frames, device, t.precision,
     )
-    return Setup(run_name, seed, rc, m, t, device, rank, world, fingerprint(cfg, run_name, world), model,
-                 step_model, opt, scaler, train_data, valid,
-                 set(log_steps(t.steps, t.log_interval, t.log_powers_of_two)), Path(out_dir), Path(state_dir), fp16)
+    return Setup(run_name, seed, rc, m, t, device, rank, world, fingerprint(cfg, run_name, world), tr,
+                 train_data, valid, set(log_steps(t.steps, t.log_interval, t.log_powers_of_two)), Path(out_dir),
+                 Path(state_dir))
 
 
 def restore(s: Setup) -> Loop:
@@ -572,107 +706,58 @@ def restore(s: Setup) -> Loop:
 
 
 def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
-    """One update: the schedule's lr, accum_steps micro-batches forward and backward, clip, step.
+    """One update (`update`): the schedule's lr, accum_steps micro-batches from the loader, clip, step.
 
-    A non-finite loss on any micro-batch (in any process) skips the update; train.max_nonfinite
-    of them in a row end the seed as diverged.
+    A non-finite loss on any micro-batch (in any process) skips the update, whose micro-batches are
+    drawn all the same (micro-batch n is the same after a skip as after a resume); under fp32, bf16
+    and fp16, train.max_nonfinite of them in a row end the seed as diverged. fp16_fairseq, as
+    fairseq/trainer.py: an overflow (a non-finite loss, whose gradients would overflow, included) is
+    not an update: the step counter, the schedule and the metrics' means skip it, the loss scale
+    halves, and when it would reach min_loss_scale the seed stops as diverged (stop_reason
+    min_loss_scale); train.max_nonfinite does not apply.
+
+    With train.diagnostics, at a metrics row: the per-block gradient norms as the update sees them
+    (before clipping; fp16_fairseq: the update ratios on the fp32 master weights) and the masked share.
     """
     t = s.t
     lr = lr_at(step, t)
-    for group in s.opt.param_groups:
-        group["lr"] = lr
-    s.opt.zero_grad(set_to_none=True)
-    if s.fp16 is not None:
-        s.fp16.zero_grad()
-    outs, finite, sample_size = [], True, 0  # sample_size: masked frames (fp16_fairseq's normaliser)
-    for i in range(t.accum_steps):  # gradient accumulation: the mean over micro-batches
-        batch = [x.to(s.device, non_blocking=True) for x in next(loader)]  # wav, codes, mask[, clean wav]
+    at_row = bool(t.diagnostics and step in s.rows_at and s.writer)
+    micro = []
+    for _ in range(t.accum_steps):
+        micro.append([x.to(s.device, non_blocking=True) for x in next(loader)])  # wav, codes, mask[, clean wav]
         loop.batches += 1
-        with autocast(s.device, t.precision):
-            out = s.step_model(*batch)
-        outs.append(out)
-        # every process must agree before backward: DDP's gradient all-reduce needs them all
-        if not bool(_all_mean(torch.isfinite(out.loss.detach()).float().reshape(1), s.world) == 1):
-            finite = False
-            for _ in range(t.accum_steps - 1 - i):  # the update's other micro-batches are drawn all the same,
-                next(loader)  # so that micro-batch n is the same after a skip as after a resume
-                loop.batches += 1
-            break
-        if s.fp16 is not None:  # fairseq's criterion sums over masked frames; the update divides by their count
-            s.fp16.scale(out.loss * out.n_masked).backward()
-            sample_size += out.n_masked
-        else:
-            s.scaler.scale(out.loss / t.accum_steps).backward()
-    at_row = t.diagnostics and step in s.rows_at and s.writer
-    masked = (diagnostics.masked_fraction(float(sum(o.n_masked for o in outs)), t.accum_steps * batch[2].numel())
-              if at_row else None)  # only at rows: it waits for the device
-    if s.fp16 is not None:
-        return _fairseq_fp16_update(s, loop, step, lr, outs, finite, sample_size, masked)
-    loop.step = step
-    if not finite:
-        loop.nonfinite += 1  # skipped: no update from a non-finite loss
-        loop.streak += 1
-        if t.max_nonfinite and loop.streak >= t.max_nonfinite:
-            loop.diverged_at, loop.stop_reason = step, "nonfinite"  # divergence is a result: record it, stop
-            log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
-                        s.run_name, s.seed, loop.streak, step)
-        return StepResult(lr, float("nan"), False)
-    loop.streak = 0
-    probe = diagnostics.UpdateProbe(s.model, s.scaler) if at_row else None  # before clipping and the update
-    grad_norm, clipped, skipped = optimizer_step(s.model, s.opt, s.scaler, t.clip)
-    loop.overflow += skipped
-    loop.clipped += int(clipped)
-    loop.acc.add(outs, grad_norm, clipped, s.world)
-    if probe is None:
-        return StepResult(lr, grad_norm, clipped)
-    return StepResult(lr, grad_norm, clipped, diagnostics={**probe.finish(), "masked_frac": masked})
-
-
-def _fairseq_fp16_update(s: Setup, loop: Loop, step: int, lr: float, outs: list, finite: bool,
-                         sample_size: int, masked: float | None) -> StepResult:
-    """precision fp16_fairseq: unscale, clip and step the fp32 master weights (precision.FP16Optimizer).
-
-    The backward ran on the loss summed over each micro-batch's masked frames, as fairseq's
-    hubert_criterion returns it, so the fp16 gradients have fairseq's magnitude; DDP averaged them
-    over processes, and the update multiplies them by processes / masked frames of all processes
-    and micro-batches (fairseq/trainer.py: multiply_grads(data_parallel_world_size / sample_size)).
-
-    As fairseq/trainer.py: an overflow (a non-finite loss, whose gradients would overflow, included)
-    is not an update: the step counter, the schedule and the metrics' means skip it, the loss scale
-    halves, and when it would reach min_loss_scale the seed stops as diverged (stop_reason
-    min_loss_scale). train.max_nonfinite does not apply: the loss scale is the stopping rule.
-
-    `masked` (the step's masked share) at a metrics row with train.diagnostics: the per-block
-    gradient norms are taken before the update, as it sees them, and the update ratios on the fp32
-    master weights.
-    """
     nan = float("nan")
-    probe = None
     try:
-        if finite:
-            total = float(_all_mean(torch.tensor([float(sample_size)], device=s.device), s.world)) * s.world
-            if masked is not None:
-                masters = diagnostics.param_blocks(zip(s.fp16.names, s.fp16.master))
-                probe = diagnostics.UpdateProbe(s.model, scale=s.fp16.loss_scale * total / s.world, weights=masters)
-            grad_norm, clipped, overflow = s.fp16.step(s.t.clip, multiplier=s.world / total)
-        else:
-            s.fp16.zero_grad()
-            s.fp16.scaler.overflow()
-            grad_norm, clipped, overflow = nan, False, True
+        u = update(s.tr, micro, lr, probe=at_row)
     except MinLossScaleError as exc:
         loop.overflow += 1
         loop.diverged_at, loop.stop_reason = step, "min_loss_scale"
         log.warning("train %s seed %d: %s (update %d); stopped as diverged", s.run_name, s.seed, exc, step)
         return StepResult(lr, nan, False, counted=False)
-    if overflow:
-        loop.overflow += 1
-        return StepResult(lr, grad_norm, False, counted=False)
+    if s.fp16 is not None:
+        if u.overflow:
+            loop.overflow += 1
+            return StepResult(lr, u.grad_norm, False, counted=False)
+    else:
+        loop.step = step
+        if not u.finite:
+            loop.nonfinite += 1  # skipped: no update from a non-finite loss
+            loop.streak += 1
+            if t.max_nonfinite and loop.streak >= t.max_nonfinite:
+                loop.diverged_at, loop.stop_reason = step, "nonfinite"  # divergence is a result: record it, stop
+                log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
+                            s.run_name, s.seed, loop.streak, step)
+            return StepResult(lr, nan, False)
+        loop.streak = 0
+        loop.overflow += u.overflow
     loop.step = step
-    loop.clipped += int(clipped)
-    loop.acc.add(outs, grad_norm, clipped, s.world)
-    if probe is None:
-        return StepResult(lr, grad_norm, clipped)
-    return StepResult(lr, grad_norm, clipped, diagnostics={**probe.finish(), "masked_frac": masked})
+    loop.clipped += int(u.clipped)
+    loop.acc.add(u.means, u.grad_norm, u.clipped)
+    if u.probe is None:
+        return StepResult(lr, u.grad_norm, u.clipped)
+    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in u.outs)),
+                                         t.accum_steps * micro[0][2].numel())
+    return StepResult(lr, u.grad_norm, u.clipped, diagnostics={**u.probe.finish(), "masked_frac": masked})
 
 
 def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float) -> dict | None:
@@ -700,9 +785,7 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
 
 def _loss_scale(s: Setup) -> float:
     """The fp16 loss scale now (NaN without one), as fairseq logs `loss_scale`."""
-    if s.fp16 is not None:
-        return s.fp16.loss_scale
-    return float(s.scaler.get_scale()) if s.scaler.is_enabled() else float("nan")
+    return s.tr.loss_scale
 
 
 def finish(s: Setup, loop: Loop) -> dict:
@@ -742,11 +825,9 @@ class _Accumulator:
     def reset(self):
         self.n, self.sums, self.clipped, self.gmax = 0, None, 0, 0.0  # sums: K bits, loss, feature penalty
 
-    def add(self, outs: list, grad_norm: float, clipped: bool, world: int = 1):
-        # per micro-batch: K bits, the loss, the feature penalty; averaged over micro-batches and processes
-        v = torch.stack([torch.cat([o.bits.float(), o.loss.detach().float().reshape(1),
-                                    o.feature_penalty.float().reshape(1)]) for o in outs]).mean(0)
-        v = _all_mean(v, world).double()
+    def add(self, means: torch.Tensor, grad_norm: float, clipped: bool):
+        # `update`'s means: K bits, the loss, the feature penalty; averaged over micro-batches and processes
+        v = means.double()
         self.sums = v if self.sums is None else self.sums + v
         self.n += 1
         self.clipped += int(clipped)
