@@ -122,3 +122,21 @@ def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no sweep point 'prenorm_clip1__lr-9'" in r.stderr and r.stderr.count("\n") == 1
     assert not math.isnan(swept["train"]["lr"])
+
+
+def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
+    """`amlm preflight` on config/proxy-gpu.yaml (on CPU: one small micro-batch measured) projects the whole
+    map from counted FLOPs, every point at its own precision: at most 2 GPU-hours on one H100/H200."""
+    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "preflight", "--config", str(root / "config/proxy-gpu.yaml"),
+                        "--device", "cpu", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    sweep = json.loads((tmp_path / "preflight.json").read_text())["sweep_projection"]
+    cfg = C.load(root / "config/proxy-gpu.yaml")
+    assert sweep["points"] == len(S.points(cfg)) and sweep["runs"] == sum(len(p.seeds) for p in S.points(cfg).values())
+    h200 = sweep["gpus"][0]
+    assert h200["gpu"].startswith("H100 / H200") and 0.2 < h200["gpu_hours"] <= 2.0
+    assert set(h200["panels"]) == {"4 layers, bf16", "16 layers, bf16", "4 layers, fp16_fairseq",
+                                   "16 layers, fp16_fairseq"}
+    assert "The sweep" in (tmp_path / "preflight.md").read_text()

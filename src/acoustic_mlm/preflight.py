@@ -42,7 +42,7 @@ from . import config as C
 from .devices import pick_device
 from .errors import UserError
 from .flops import step_flops
-from .objective import compute_mask_indices
+from .objective import AcousticMLM, compute_mask_indices
 from .train import KEEP_STATES, build_trainer, update
 from .utils import Progress, atomic_path, log, set_threads, write_json
 
@@ -594,6 +594,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
     if substitute:
         projection = gpu_projection(cfg, arms, precision, utilisation, processes, t0.nodes, slots,
                                     intra_node_gb_s, inter_node_gb_s)
+    sweep = sweep_projection(cfg, utilisation, intra_node_gb_s, inter_node_gb_s)
     result = {
         "config": str(config_path),
         "device": device_label,
@@ -623,12 +624,17 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), *, 
         "arms": arms,
         "figure": figure,
         "gpu_projection": projection,
+        "sweep_projection": sweep,
         "disk": disk_estimate(cfg, arms[0]["params"], arms, slots, corpus_hours),
     }
     out_dir = Path(out_dir)
     write_json(out_dir / "preflight.json", result)
     with atomic_path(out_dir / "preflight.md") as tmp:
         tmp.write_text(markdown(result))
+    if sweep is not None:
+        g = sweep["gpus"][0]
+        log.info("preflight: the sweep's %d points (%d runs) project to %.2f GPU-hours on one %s at %.0f%% of its peak",
+                 sweep["points"], sweep["runs"], g["gpu_hours"], g["gpu"], 100 * utilisation)
     if substitute:
         best = projection[0]
         log.info("preflight: measured on CPU (CPU times); projected on %s at %.0f%% of its peak: the figure takes "
@@ -663,6 +669,44 @@ def gpu_projection(cfg: dict, arms: list[dict], precision: str, utilisation: flo
         rows.append({"gpu": gpu, "peak_tflops": gpu_peak, "utilisation": utilisation, "arms": per_arm,
                      "wall_hours": figure_wall_hours(hours, slots), "gpu_hours": sum(hours) * processes})
     return rows
+
+
+def sweep_projection(cfg: dict, utilisation: float, intra_gb_s: float, inter_gb_s: float) -> dict | None:
+    """A projection, not a measurement: a sweep's whole map on each GPU of PROJECTION_GPUS, every point
+    from its own counted FLOPs (its model, batch and steps) at `utilisation` of the GPU's peak for its
+    own precision, plus its exposed all-reduce, its seeds one after another; None without a sweep.
+    Training updates only: validation rows and start-up are not counted."""
+    from .sweep import point_config, points
+
+    pts = points(cfg)
+    if not pts:
+        return None
+    frames = C.crop_frames(cfg)
+    rows = []
+    for gpu, half, fp32 in PROJECTION_GPUS:
+        gpu_hours, panels = 0.0, {}
+        for name, pt in pts.items():
+            pc = point_config(cfg, name)
+            m, t = C.model_config(pc, name), C.train_config(pc, name)
+            micro = t.batch_size // t.world
+            micro_ms = update_ms_at(step_flops(m, micro, frames), half if t.precision in HALF_PRECISIONS else fp32,
+                                    utilisation)
+            grad_bytes = sum(p.numel() for p in _param_shapes(m)) * (2 if t.precision == "fp16_fairseq" else 4)
+            comm = allreduce_ms(grad_bytes, t.world, t.nodes, intra_gb_s, inter_gb_s)
+            ms, _, _ = with_communication(t.accum_steps * micro_ms, micro_ms, comm)
+            hours = wall_hours(t.steps, ms, len(pt.seeds)) * t.world
+            gpu_hours += hours
+            key = f"{m.layers} layers, {t.precision}"
+            panels[key] = panels.get(key, 0.0) + hours
+        rows.append({"gpu": gpu, "utilisation": utilisation, "gpu_hours": gpu_hours,
+                     "panels": {k: round(v, 3) for k, v in panels.items()}})
+    return {"points": len(pts), "runs": sum(len(p.seeds) for p in pts.values()), "gpus": rows}
+
+
+def _param_shapes(m: C.ModelConfig) -> list:
+    """The parameters of a model of this configuration, built on the meta device (no memory, no time)."""
+    with torch.device("meta"):
+        return list(AcousticMLM(m).parameters())
 
 
 def steady_bytes_per_param(precision: str) -> int:
@@ -801,6 +845,15 @@ def markdown(r: dict) -> str:
             f"process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), {f['concurrent_jobs']} job(s) "
             f"at once: **{f['wall_hours']:.1f} h** wall, {f['gpu_hours']:.1f} {kind}-hours.",
         ]
+    if r.get("sweep_projection"):
+        sw = r["sweep_projection"]
+        lines += ["", f"**The sweep** (a projection from counted FLOPs, not a measurement): {sw['points']} points, "
+                  f"{sw['runs']} runs one after another on one GPU, each at its own precision's peak x "
+                  f"{100 * sw['gpus'][0]['utilisation']:.0f}%, training updates only:", "",
+                  "| GPU | GPU-hours for the map | by panel |", "| --- | --- | --- |"]
+        for g in sw["gpus"]:
+            by = ", ".join(f"{k}: {v:.2f}" for k, v in g["panels"].items())
+            lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {by} |")
     lines += [
         "",
         f"**Disk**: audio {_num(d['audio_gb'])} GB (float32, 24 kHz), codes {_num(d['codes_gb'])} GB "
