@@ -178,3 +178,20 @@ def real_audio_missing() -> str | None:
     if not folder.is_dir() or not any(folder.glob("*.ogg")):
         return f"librosa's example recordings not found at {folder} (set AMLM_REAL_AUDIO to their folder)"
     return None
+
+
+# A small sweep on the smoke preset: two learning rates for every arm (the arms' own seeds), and a
+# depth for one arm with seeds set by its grid: 9 points.
+SWEEP = [{"grid": {"train.lr": [0.002, 0.01]}},
+         {"grid": {"model.layers": [3], "seeds": [1, 2]}, "arms": ["prenorm_clip1"]}]
+
+
+def write_sweep_config(root: Path, dest: Path) -> Path:
+    """config/smoke.yaml with SWEEP, written to `dest`."""
+    import yaml
+
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    cfg["sweep"] = SWEEP
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return dest

@@ -28,7 +28,7 @@ def test_anything_else_is_a_bug_with_its_traceback(monkeypatch, root, bug):
 
 def test_every_stage_has_help(capsys):
     for stage in ("fetch", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "compare",
-                  "validate", "preflight"):
+                  "validate", "preflight", "map", "map-figure", "map-claims", "dvc-yaml"):
         with pytest.raises(SystemExit) as exit_:
             cli.main([stage, "--help"])
         assert exit_.value.code == 0 and "--config" in capsys.readouterr().out

@@ -8,21 +8,29 @@ then every key of the config is changed one at a time, and the stages each engin
 must be the same, and those that STEP_KEYS names with everything downstream of them:
 `snakemake -n` lists every job to run; `dvc status` names the stages whose params changed, and
 `dvc repro` would run those and the stages after them.
+
+With a `sweep:` (helpers.SWEEP on the smoke preset) the same holds point by point: after one value
+changes (a swept value, an arm's setting, a grid's seeds, a setting the sweep overrides...) and
+`amlm dvc-yaml` writes dvc.yaml again, both engines rerun exactly the points whose configuration
+changed (DVC: stages whose params changed, and new stages, those of points with a new value).
 """
 
 import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import RUN_NAMES, copy_repo
+from helpers import RUN_NAMES, SWEEP, copy_repo
 
+from acoustic_mlm import cli, dvcgen
 from acoustic_mlm import config as C
+from acoustic_mlm import sweep
 
 pytestmark = pytest.mark.e2e
 
@@ -146,7 +154,8 @@ def both_up_to_date(root, tmp_path_factory):
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "init"], repo)
-    _run([str(Path(sys.executable).parent / "amlm"), "validate", "--out", "results/config_check.txt"], repo)
+    assert cli.main(["validate", "--config", str(repo / "config" / "config.yaml"),
+                     "--out", str(repo / "results" / "config_check.txt")]) == 0
     _run([sys.executable, "-m", "dvc", "commit", "-f"], repo)
     assert "Nothing to be done" in _run(smk + ["-n"], repo)
     assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], repo)) == {}
@@ -223,3 +232,142 @@ def test_both_engines_rerun_the_same_stages_for_each_key(both_up_to_date):
         path.write_text(original)
     assert not mismatches, "\n".join(mismatches)
     assert checked == len(keys) > 60
+
+
+# ----------------------------------------------------------------------------- a sweep, point by point
+
+MAP_RULE = {"stability_map": "map", "map_figure": "map_figure", "map_claims": "map_claims"}
+# One change each: (what, the keys and their new values). SWEEP: grid 0 sets train.lr for every arm,
+# grid 1 model.layers and seeds for prenorm_clip1.
+SWEEP_CHANGES = [  # (what, {key: new value}, how many points retrain)
+    ("a swept value", {"sweep.0.grid.train.lr": [0.002, 0.005]}, 4),  # the 4 points of the new value
+    ("a swept value removed", {"sweep.0.grid.train.lr": [0.002]}, 0),
+    ("the file's value of a key grid 0 sweeps", {"train.lr": 0.001}, 1),  # grid 1's point trains with it
+    ("the file's value of a key grid 1 sweeps", {"model.layers": 3}, 8),
+    ("a setting no grid sweeps", {"train.steps": 7}, 9),
+    ("an arm's setting", {f"runs.{RUN_NAMES[1]}.clip": 2.0}, 3),
+    ("an arm's seeds (a grid sets its own for one point)", {f"runs.{RUN_NAMES[1]}.seeds": [1, 2]}, 2),
+    ("a grid's seeds", {"sweep.1.grid.seeds": [1, 3]}, 1),
+    ("an arm's label", {f"runs.{RUN_NAMES[0]}.label": "changed"}, 0),
+    ("a setting of the map's verdicts", {"claims.min_final_gap": 0.05}, 0),
+    ("a setting of training and the map", {"model.relax_alpha": 16.0}, 9),
+    ("a data setting", {"data.split_seed": 1}, 9),
+]
+
+
+def _set_sweep(cfg, dotted, value):
+    """_set, with `sweep.<i>.grid.<dotted key>` addressing a grid's list."""
+    m = re.fullmatch(r"sweep\.(\d+)\.grid\.(.+)", dotted)
+    if m:
+        cfg["sweep"][int(m.group(1))]["grid"][m.group(2)] = value
+    else:
+        _set(cfg, dotted, value)
+
+
+def _expected_sweep_reruns(old: dict, new: dict) -> set[str]:
+    """STEP_KEYS' answer: the stages whose settings changed, the new points, everything after them."""
+    direct = {s for s in ("fetch", "prepare", "tokenize", "map", "map_figure", "map_claims")
+              if any(C.settings(old, C.result_keys(step, old)) != C.settings(new, C.result_keys(step, new))
+                     for step in C.DVC_STAGES[s])}
+    before = sweep.points(old)
+    for name in sweep.points(new):
+        pn = sweep.point_config(new, name)
+        if name not in before or C.settings(pn, C.result_keys("train", pn, name)) != \
+                C.settings(sweep.point_config(old, name), C.result_keys("train", sweep.point_config(old, name), name)):
+            direct.add(dvcgen.train_stage_name(name))
+    return _sweep_downstream(direct, sweep.points(new))
+
+
+def _sweep_downstream(stages: set[str], points) -> set[str]:
+    trains = {dvcgen.train_stage_name(p) for p in points}
+    after = {"fetch": {"prepare"}, "prepare": {"tokenize"}, "tokenize": trains, "map": {"map_figure", "map_claims"}}
+    after |= {t: {"map"} for t in trains}
+    out, todo = set(), list(stages)
+    while todo:
+        s = todo.pop()
+        if s not in out:
+            out.add(s)
+            todo += after.get(s, ())
+    return out
+
+
+def _snakemake_sweep_reruns(out: str) -> set[str]:
+    stages = set()
+    for block in re.split(r"\n\s*\n", out):
+        head = re.search(r"^(?:localrule|rule|checkpoint) (\w+):", block, re.M)
+        if head and head.group(1) != "all":
+            name = head.group(1)
+            if name == "train":
+                stages.add(dvcgen.train_stage_name(re.search(r"wildcards: run=(\S+)", block).group(1)))
+            else:
+                stages.add(MAP_RULE.get(name) or STAGE_OF_RULE[name])
+    return stages
+
+
+@pytest.fixture(scope="module")
+def sweep_up_to_date(both_up_to_date, tmp_path_factory):
+    """The up-to-date smoke repository (its data stages reused), switched to a sweep: stand-ins for
+    every point's training and the map, recorded by both engines."""
+    repo = tmp_path_factory.mktemp("sweep") / "repo"
+    shutil.copytree(both_up_to_date, repo, symlinks=True)  # modification times kept: Snakemake's data up to date
+    path = repo / "config" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["sweep"] = copy.deepcopy(SWEEP)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    dvcgen.write(C.load(path), path, repo / "dvc.yaml")
+    stand_ins = ["results/stability_map.csv", "results/claims.json", "results/claims.md"]
+    stand_ins += [f"results/figures/lr_sensitivity.{e}" for e in ("png", "pdf", "svg")]
+    for run in sweep.points(cfg):
+        stand_ins += [f"results/runs/{run}/{f}" for f in ("metrics.csv", "summary.json", "seeds/x")]
+    for rel in stand_ins:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("{}" if rel.endswith(".json") else "x")
+    smk = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    _run(smk + ["--touch", "--forcerun", "train", "stability_map", "map_figure", "map_claims"], repo)
+    _run(["git", "add", "-A"], repo)
+    _run(["git", "commit", "-qm", "sweep"], repo)
+    assert cli.main(["validate", "--config", str(path), "--out", str(repo / "results" / "config_check.txt")]) == 0
+    _run([sys.executable, "-m", "dvc", "commit", "-f"], repo)
+    assert "Nothing to be done" in _run(smk + ["-n"], repo)
+    assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], repo)) == {}
+    return repo
+
+
+def _dvc_sweep_reruns(repo, out: str) -> set[str]:
+    """Stages with changed params, and new stages (never run: not in dvc.lock), then those after them."""
+    locked = set(yaml.safe_load((repo / "dvc.lock").read_text())["stages"])
+    stages = set(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]) - {"check_config"}  # checks every key
+    changed = _dvc_reruns(out) | (stages - locked)
+    return _sweep_downstream(changed, [s.removeprefix("train-") for s in stages if s.startswith("train-")])
+
+
+def test_both_engines_rerun_the_same_points_of_a_sweep(sweep_up_to_date):
+    repo = sweep_up_to_date
+    path, dvc_yaml = repo / "config" / "config.yaml", repo / "dvc.yaml"
+    original, original_dvc = path.read_text(), dvc_yaml.read_text()
+    base = yaml.safe_load(original)
+    mismatches = []
+    try:
+        for what, change, retrained in SWEEP_CHANGES:
+            cfg = copy.deepcopy(base)
+            for key, value in change.items():
+                _set_sweep(cfg, key, value)
+            C.validate(copy.deepcopy(cfg), source=what)
+            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            dvcgen.write(C.load(path), path, dvc_yaml)  # the stages follow the sweep: `amlm dvc-yaml`
+            smk = subprocess.Popen([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=repo, env=_env(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            dvc = _run([sys.executable, "-m", "dvc", "status", "--json"], repo)
+            smk_out = smk.communicate(timeout=300)[0]
+            assert smk.returncode == 0, smk_out[-3000:]
+            expected = _expected_sweep_reruns(base, cfg)
+            if len({s for s in expected if s.startswith("train-")}) != retrained:
+                mismatches.append(f"{what}: STEP_KEYS retrains {sorted(expected)}, not {retrained} points")
+            got_smk, got_dvc = _snakemake_sweep_reruns(smk_out), _dvc_sweep_reruns(repo, dvc)
+            if not (got_smk == got_dvc == expected):
+                mismatches.append(f"{what} {change}: snakemake {sorted(got_smk)}, dvc {sorted(got_dvc)}, "
+                                  f"STEP_KEYS {sorted(expected)}")
+    finally:
+        path.write_text(original)
+        dvc_yaml.write_text(original_dvc)
+    assert not mismatches, "\n".join(mismatches)

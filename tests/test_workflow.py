@@ -3,6 +3,8 @@
 The end-to-end runs of both engines on the smoke preset are in test_e2e.py.
 """
 
+import json
+import os
 import re
 from pathlib import Path
 import subprocess
@@ -11,7 +13,7 @@ import tomllib
 
 import pytest
 import yaml
-from helpers import copy_repo, RUN_NAMES
+from helpers import copy_repo, RUN_NAMES, write_sweep_config
 
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -36,7 +38,8 @@ def test_every_rule_has_log_threads_and_conda(root):
     rules = re.split(r"^(?:rule|checkpoint) ", text, flags=re.M)[1:]
     assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
                                                 "tokenize_shard", "tokenize", "train", "aggregate", "figure",
-                                                "stability", "claims", "compare", "preflight"}
+                                                "stability", "claims", "compare", "preflight", "stability_map",
+                                                "map_figure", "map_claims"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -102,20 +105,17 @@ def test_snakemake_refuses_invalid_config(root, tmp_path):
     assert "stepz" in proc.stdout + proc.stderr
 
 
-def test_dvc_stages_call_the_same_commands_as_the_rules(root):
-    dvc = yaml.safe_load((root / "dvc.yaml").read_text())
+def test_dvc_stages_call_the_same_commands_as_the_rules(root, tmp_path):
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
-    stages = dvc["stages"]
-    assert set(stages) == {"check_config", "fetch", "prepare", "tokenize", "train", "aggregate", "figure",
-                           "stability", "claims", "compare"}
     # Snakemake runs the same check while it parses the workflow (common.smk), DVC as its first stage
     assert "amlm_config.load(CONFIGFILE)" in rules
-    del stages["check_config"]
-    for name, stage in stages.items():
-        cmd = (stage.get("do") or stage)["cmd"]
-        sub = cmd.split()[1]
-        assert cmd.startswith("amlm ") and f"{{params.cli}} {sub} " in rules, name
-    assert stages["train"]["foreach"] == "${runs}"
+    for stages in (_dvc(root)["stages"], _sweep_dvc(root, tmp_path)["stages"]):
+        assert stages.pop("check_config")["cmd"].startswith("amlm validate")
+        for name, stage in stages.items():
+            cmd = (stage.get("do") or stage)["cmd"]
+            sub = cmd.split()[1]
+            assert cmd.startswith("amlm ") and f"{{params.cli}} {sub} " in rules, name
+    assert _dvc(root)["stages"]["train"]["foreach"] == "${runs}"
 
 
 def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
@@ -133,21 +133,27 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
 
 
 # ----------------------------------------------------------------------------- one statement of what each stage depends on
+#
+# dvc.yaml is generated (`amlm dvc-yaml`, acoustic_mlm.dvcgen) from config.STEP_KEYS and the import
+# graph. The tests below hold the generated files to both, independently of the generator's code.
 
-# The module each DVC stage runs; the modules it imports (transitively) shape its outputs.
-STAGE_MODULE = {"fetch": "fetch", "prepare": "prepare", "tokenize": "tokenizer", "train": "train",
-                "aggregate": "aggregate", "figure": "figure", "claims": "claims", "compare": "figure",
-                "stability": "stability"}
+# The modules each DVC stage runs (cli.dispatch; training goes through sweep.point_config); the
+# modules they import (transitively) shape its outputs.
+STAGE_MODULE = {"fetch": ("fetch",), "prepare": ("prepare",), "tokenize": ("tokenizer",), "train": ("train", "sweep"),
+                "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("figure",),
+                "stability": ("stability",), "map": ("stability_map",), "map_figure": ("stability_map",),
+                "map_claims": ("stability_map",)}
+MAP_STAGES = {"map", "map_figure", "map_claims"}  # with a sweep, instead of aggregate ... compare
 # Modules that shape no result: messages, logging and progress, device choice, the command line.
-NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__"}
+NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__", "dvcgen"}
 
 
-def _imports(root, module: str) -> set[str]:
-    """Package modules `module` imports, transitively (lazy imports inside functions included)."""
+def _imports(root, *modules: str) -> set[str]:
+    """Package modules `modules` import, transitively (lazy imports inside functions included)."""
     import ast
 
     pkg = root / "src" / "acoustic_mlm"
-    seen, todo = set(), [module]
+    seen, todo = set(), list(modules)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -164,14 +170,30 @@ def _imports(root, module: str) -> set[str]:
     return seen
 
 
-def _dvc_param_leaves(cfg: dict, entries: list[str], run: str) -> set[str]:
-    from acoustic_mlm import config as C
+def _dvc(root) -> dict:
+    return yaml.safe_load((root / "dvc.yaml").read_text())
 
-    leaves = set()
-    for entry in entries:
-        key = entry.replace("${key}", run)
-        leaves |= set(_leaves_of(C.get(cfg, key), key))
-    return leaves
+
+def _sweep_dvc(root, tmp_path) -> dict:
+    """dvc.yaml generated for a small sweep (helpers.SWEEP: 9 points) at config/sweep.yaml."""
+    from acoustic_mlm import config as C
+    from acoustic_mlm import dvcgen
+
+    path = write_sweep_config(root, tmp_path / "config" / "sweep.yaml")
+    return yaml.safe_load(dvcgen.render(C.load(path), "config/sweep.yaml"))
+
+
+def _kind(stage: str) -> str:
+    """The DVC stage a sweep point's training stage stands for."""
+    return "train" if stage.startswith("train-") else stage
+
+
+def _get(cfg, dotted: str):
+    """A value at a key of the file as DVC reads it (dotted, list items by index)."""
+    node = cfg
+    for part in dotted.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
 
 
 def _leaves_of(node, prefix):
@@ -180,35 +202,150 @@ def _leaves_of(node, prefix):
     return [prefix]
 
 
+def _declared(cfg: dict, stage: dict, path: str) -> dict:
+    """{key: value} of the settings a stage's params name, each section expanded to its keys."""
+    entries = [k for block in stage.get("params", []) for k in block[path]]
+    return {leaf: _get(cfg, leaf) for entry in entries for leaf in _leaves_of(_get(cfg, entry), entry)}
+
+
+def test_committed_dvc_yaml_is_the_generated_one(root):
+    from acoustic_mlm import config as C
+    from acoustic_mlm import dvcgen
+
+    expected = dvcgen.render(C.load(root / "config" / "config.yaml"), "config/config.yaml")
+    assert (root / "dvc.yaml").read_text() == expected, "dvc.yaml is stale: run `amlm dvc-yaml`"
+
+
+def test_generated_params_name_each_key_once(root, tmp_path):
+    """No key twice, and no key inside a section that is already listed (`model` and `model.dim`)."""
+    for dvc, path in ((_dvc(root), "config/config.yaml"), (_sweep_dvc(root, tmp_path), "config/sweep.yaml")):
+        for name, stage in dvc["stages"].items():
+            stage = stage.get("do", stage)
+            entries = [k for block in stage.get("params", []) if block[path] for k in block[path]]
+            assert len(entries) == len(set(entries)), f"{name}: {entries}"
+            nested = [(a, b) for a in entries for b in entries if b.startswith(a + ".")]
+            assert not nested, f"{name}: {nested}"
+
+
 @pytest.mark.parametrize("preset", ["config.yaml", "smoke.yaml", "gpu-small.yaml", "paper.yaml"])
 def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
     """dvc.yaml's params, expanded to the config's keys, equal config.result_keys of the stage's steps."""
     from acoustic_mlm import config as C
 
     cfg = C.load(root / "config" / preset)
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    stages = _dvc(root)["stages"]
     check = stages.pop("check_config")  # the first stage: every key, so an invalid file stops DVC first
     assert check["params"] == [{"config/config.yaml": None}] and check["cmd"].startswith("amlm validate")
+    assert "amlm dvc-yaml --config config/config.yaml --check" in check["cmd"]  # and a stale dvc.yaml
     assert all("results/config_check.txt" in s.get("do", s)["deps"] for s in stages.values())
-    assert set(stages) == set(C.DVC_STAGES)
-    run = RUN_NAMES[2]
+    assert set(stages) == set(C.DVC_STAGES) - MAP_STAGES
+    for run in RUN_NAMES:
+        for name, stage in stages.items():
+            stage = stage.get("do", stage)
+            entries = [k.replace("${key}", run) for block in stage.get("params", []) for k in block["config/config.yaml"]]
+            declared = {leaf for entry in entries for leaf in _leaves_of(C.get(cfg, entry), entry)}
+            expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg, run)}
+            assert declared == expected, f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, missing {sorted(expected - declared)}"
+
+
+def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
+    """A point's stage: its params (keys of the file) and its name (the swept values) together give
+    exactly the settings its training depends on, result_keys of its own configuration."""
+    from acoustic_mlm import config as C
+    from acoustic_mlm import sweep
+
+    stages = _sweep_dvc(root, tmp_path)["stages"]
+    cfg = C.load(tmp_path / "config" / "sweep.yaml")
+    points = sweep.points(cfg)
+    assert len(points) == 9
+    assert {s for s in stages if s.startswith("train-")} == {f"train-{p}" for p in points}
+    assert {_kind(s) for s in stages} == {"check_config", "fetch", "prepare", "tokenize", "train"} | MAP_STAGES
+    for name, p in points.items():
+        stage = stages[f"train-{name}"]
+        assert f"--run {name} " in stage["cmd"] and f"--out results/runs/{name}" in stage["cmd"]
+        declared = {}
+        for key, value in _declared(cfg, stage, "config/sweep.yaml").items():
+            if key.startswith(f"runs.{p.arm}."):
+                key = f"runs.{name}." + key.removeprefix(f"runs.{p.arm}.")
+            elif re.fullmatch(r"sweep\.\d+\.grid\.seeds", key):
+                key = f"runs.{name}.seeds"
+            assert key not in declared, f"{name}: {key} twice"
+            declared[key] = value
+        assert not set(declared) & set(p.settings), f"{name}: a swept key is also a param"
+        declared.update(p.settings)  # what its name states
+        pc = sweep.point_config(cfg, name)
+        expected = C.settings(pc, C.result_keys("train", pc, name))
+        assert declared == expected, f"{name}: extra {sorted(set(declared) - set(expected))}, " \
+                                     f"missing {sorted(set(expected) - set(declared))}, " \
+                                     f"other values {sorted(k for k in expected if declared.get(k, expected[k]) != expected[k])}"
     for name, stage in stages.items():
-        stage = stage.get("do", stage)
-        entries = [k for block in stage.get("params", []) for k in block["config/config.yaml"]]
-        declared = _dvc_param_leaves(cfg, entries, run)
-        expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg, run)}
-        assert declared == expected, f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, missing {sorted(expected - declared)}"
+        if name in C.DVC_STAGES:
+            expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg)}
+            assert set(_declared(cfg, stage, "config/sweep.yaml")) == expected, name
 
 
-def test_dvc_deps_name_every_module_a_stage_imports(root):
+def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
     """A change to code that shapes a stage's outputs reruns that stage in DVC."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    for name, module in STAGE_MODULE.items():
-        stage = stages[name].get("do", stages[name])
-        deps = {Path(d).stem for d in stage["deps"] if d.startswith("src/acoustic_mlm/")}
-        needed = _imports(root, module) - NO_RESULT
-        assert needed <= deps, f"dvc.yaml stage {name} lacks deps on {sorted(needed - deps)}"
-        assert deps <= needed, f"dvc.yaml stage {name} depends on modules it does not import: {sorted(deps - needed)}"
+    for stages in (_dvc(root)["stages"], _sweep_dvc(root, tmp_path)["stages"]):
+        del stages["check_config"]
+        for name, stage in stages.items():
+            stage = stage.get("do", stage)
+            deps = {Path(d).stem for d in stage["deps"] if d.startswith("src/acoustic_mlm/")}
+            needed = _imports(root, *STAGE_MODULE[_kind(name)]) - NO_RESULT
+            assert needed <= deps, f"dvc.yaml stage {name} lacks deps on {sorted(needed - deps)}"
+            assert deps <= needed, f"dvc.yaml stage {name} depends on modules it does not import: {sorted(deps - needed)}"
+
+
+def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
+    """For a sweep, `amlm dvc-yaml` writes the stages of Snakemake's jobs, and DVC reads the file."""
+    from acoustic_mlm import cli
+
+    repo = copy_repo(root, tmp_path / "repo")
+    write_sweep_config(root, repo / "config" / "sweep.yaml")
+    assert cli.main(["dvc-yaml", "--config", str(repo / "config" / "sweep.yaml"), "--out", str(repo / "dvc.yaml")]) == 0
+    stages = _dvc(repo)["stages"]
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/sweep.yaml"], cwd=repo,
+                          capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    jobs = set()
+    for block in re.split(r"\n\s*\n", out):
+        head = re.search(r"^(?:localrule|rule|checkpoint) (\w+):", block, re.M)
+        if head and head.group(1) in ("train", "stability_map", "map_figure", "map_claims"):
+            run = re.search(r"wildcards: run=(\S+)", block)
+            jobs.add(f"train-{run.group(1)}" if run else {"stability_map": "map"}.get(head.group(1), head.group(1)))
+    assert jobs == {s for s in stages if _kind(s) == "train" or s in MAP_STAGES}
+    assert {"fetch", "prepare", "tokenize", "check_config"} <= set(stages) and len(stages) == len(jobs) + 4
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):  # DVC needs a repo
+        subprocess.run(args, cwd=repo, env=env, check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=repo, env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {f"train-{n}" for n in ("prenorm_clip1__lr-2e-3", "prenorm_clip1__layers-3")} <= set(json.loads(proc.stdout))
+
+
+def test_dvc_yaml_check_refuses_a_stale_file(root, tmp_path, capsys):
+    """After a change of the sweep the file must be generated again: its first stage checks it."""
+    from acoustic_mlm import cli
+
+    config, out = tmp_path / "config" / "c.yaml", tmp_path / "dvc.yaml"
+    config.parent.mkdir()
+    config.write_text((root / "config" / "smoke.yaml").read_text())
+    check = ["dvc-yaml", "--config", str(config), "--out", str(out), "--check"]
+    assert cli.main(check) == 2  # no file yet
+    assert cli.main(check[:-1]) == 0 and cli.main(check) == 0
+    assert out.read_text().count("config/c.yaml") > 10  # named relative to the folder of dvc.yaml
+    write_sweep_config(root, config)
+    capsys.readouterr()
+    assert cli.main(check) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not the file generated for it" in err and "amlm dvc-yaml --config" in err
+    outside = tmp_path / "elsewhere" / "dvc.yaml"
+    outside.parent.mkdir()
+    assert cli.main(["dvc-yaml", "--config", str(config), "--out", str(outside)]) == 2
+    assert "outside" in capsys.readouterr().err and not outside.exists()
 
 
 def test_snakemake_rules_take_their_params_from_result_keys(root):

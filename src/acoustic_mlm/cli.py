@@ -14,6 +14,7 @@
     amlm map-claims LR sensitivity and the settings' promises  -> results/claims.{json,md}
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
     amlm validate   check a configuration file and exit
+    amlm dvc-yaml   the DVC pipeline for a configuration (its sweep too) -> dvc.yaml
 
 Every subcommand reads and validates `--config` before doing any work.
 """
@@ -199,6 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
                       "invalid config stops `dvc repro` before any stage deletes its outputs.")
     p.add_argument("--out", type=Path, default=None, help="marker file to write when the config is valid")
+
+    p = _stage_parser(sub, "dvc-yaml", "write dvc.yaml for a configuration",
+                      "Write the DVC pipeline for --config: the stages of the Snakemake rules (with a sweep, one "
+                      "training stage per point and the stability map), each stage's params from the settings its "
+                      "steps depend on and its deps from the modules it imports (acoustic_mlm.dvcgen).")
+    p.add_argument("--out", type=Path, default=Path("dvc.yaml"), help="the file to write (default: dvc.yaml)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 2 unless --out is exactly the file generated for --config")
     return parser
 
 
@@ -290,6 +299,13 @@ def dispatch(args: argparse.Namespace) -> None:
         from . import figure
 
         figure.compare(cfg, args.curves, args.out, reference_path=args.reference)
+    elif args.command == "dvc-yaml":
+        from . import dvcgen
+
+        if args.check:
+            dvcgen.check(cfg, args.config, args.out)
+        else:
+            print(f"{dvcgen.write(cfg, args.config, args.out)}: the DVC pipeline for {args.config}")
 
 
 def main(argv: list[str] | None = None) -> int:
