@@ -30,12 +30,14 @@ localrules:
     stability,
     claims,
     compare,
+    status,
 
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/figure.smk"
 include: "workflow/rules/preflight.smk"
+include: "workflow/rules/status.smk"
 
 
 rule all:

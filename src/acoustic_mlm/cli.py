@@ -10,6 +10,8 @@
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
+    amlm status     one line per arm and seed while runs train (reads results/runs/)
+    amlm verify     this installation's run against the shipped reference run, in bits
     amlm validate   check a configuration file and exit
 
 Every subcommand reads and validates `--config` before doing any work.
@@ -157,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-hours", type=float, default=None,
                    help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
 
+    p = _stage_parser(sub, "status", "where every arm and seed stands, while they train",
+                      "Read results/runs/ (only files training writes atomically) and print one line per arm and seed: "
+                      "step of total, last codebook-0 loss, updates per second, time left, the fp16 loss scale and "
+                      "overflow skips, and the status: waiting, running, stopped (no new metrics row or state for "
+                      "--stale-after minutes), completed, completed_with_nonfinite or diverged.")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--stale-after", type=float, default=30.0, metavar="MINUTES",
+                   help="a seed without a new metrics row or state for this long is stopped (default: 30)")
+
     p = _stage_parser(sub, "validate", "check a configuration file",
                       "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
                       "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
@@ -235,6 +246,12 @@ def dispatch(args: argparse.Namespace) -> None:
                       precision=args.precision, peak=args.peak_tflops, nodes=args.nodes,
                       gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
                       full_update=args.full_update, threads=threads)
+    elif args.command == "status":
+        from . import status
+
+        if not args.stale_after > 0:
+            raise UserError(f"--stale-after must be a positive number of minutes, not {args.stale_after}")
+        status.run(cfg, args.runs_dir, stale_after=60.0 * args.stale_after)
     elif args.command == "compare":
         from . import figure
 
