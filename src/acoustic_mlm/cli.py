@@ -168,6 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stale-after", type=float, default=30.0, metavar="MINUTES",
                    help="a seed without a new metrics row or state for this long is stopped (default: 30)")
 
+    p = _stage_parser(sub, "verify", "compare this installation's run with the shipped reference run",
+                      "Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in "
+                      "--runs-dir with a known-good reference run of the same preset (data/reference/default_run/: the "
+                      "default; data/reference/smoke_run/: the smoke preset); print per arm the largest difference, "
+                      "draw both runs' codebook-0 curves, exit 1 when an arm differs by more than the tolerance. "
+                      "--record writes a reference from --runs-dir instead.")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="reference folder (default: data/reference/smoke_run for the smoke preset, else default_run)")
+    p.add_argument("--out", type=Path, default=Path("results/figures/reference_check.png"),
+                   help="figure of both runs' curves (default: results/figures/reference_check.png)")
+    p.add_argument("--tolerance", type=float, default=None, metavar="BITS",
+                   help="largest difference allowed (default: the reference's measured tolerance)")
+    p.add_argument("--record", type=Path, default=None, metavar="DIR",
+                   help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing")
+
     p = _stage_parser(sub, "validate", "check a configuration file",
                       "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
                       "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
@@ -176,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dispatch(args: argparse.Namespace) -> None:
+def dispatch(args: argparse.Namespace) -> int | None:
     cfg = C.load(args.config)
     threads = args.threads if args.threads is not None else cfg["train"]["threads"]
     if args.command == "validate":
@@ -252,6 +268,18 @@ def dispatch(args: argparse.Namespace) -> None:
         if not args.stale_after > 0:
             raise UserError(f"--stale-after must be a positive number of minutes, not {args.stale_after}")
         status.run(cfg, args.runs_dir, stale_after=60.0 * args.stale_after)
+    elif args.command == "verify":
+        from . import verify
+
+        if args.tolerance is not None and not args.tolerance >= 0:
+            raise UserError(f"--tolerance must be a number of bits >= 0, not {args.tolerance}")
+        if args.record is not None:
+            command = "amlm verify --config {} --runs-dir {} --record {}".format(args.config, args.runs_dir, args.record)
+            verify.record(cfg, Path(args.config), args.runs_dir, args.record, command,
+                          **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}))
+            return 0
+        ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke" else "default_run")
+        return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance)
     elif args.command == "compare":
         from . import figure
 
@@ -262,12 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(getattr(args, "verbose", False))
     try:
-        dispatch(args)
+        code = dispatch(args)
     except UserError as exc:
         # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
         print(f"amlm {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return code or 0  # a check that ran and failed (amlm verify): 1
 
 
 if __name__ == "__main__":
