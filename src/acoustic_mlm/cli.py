@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(run, label, seed, step, split, codebook, loss_bits).")
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
     p.add_argument("--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV")
+    p.add_argument("--finals", type=Path, default=None, metavar="JSON",
+                   help="also write each arm's final codebook-0 loss, keyed by its role, to JSON (dvc exp show)")
 
     p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
                       "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
@@ -240,7 +242,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
     elif args.command == "aggregate":
         from . import aggregate
 
-        aggregate.run(cfg, args.runs_dir, args.out)
+        aggregate.run(cfg, args.runs_dir, args.out, finals_path=args.finals)
     elif args.command == "figure":
         from . import figure
 
@@ -274,7 +276,8 @@ def dispatch(args: argparse.Namespace) -> int | None:
         if args.tolerance is not None and not args.tolerance >= 0:
             raise UserError(f"--tolerance must be a number of bits >= 0, not {args.tolerance}")
         if args.record is not None:
-            command = "amlm verify --config {} --runs-dir {} --record {}".format(args.config, args.runs_dir, args.record)
+            command = (f"snakemake --cores all --configfile {args.config}, then amlm verify --config {args.config} "
+                       f"--runs-dir {args.runs_dir} --record {args.record}")
             verify.record(cfg, Path(args.config), args.runs_dir, args.record, command,
                           **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}))
             return 0
