@@ -8,11 +8,11 @@ one at a time, as trackers.Trackers.log gets them in training:
     tensorboard  trackers._TensorBoard.log: one add_scalar per column, then flush
     wandb        trackers._WandB.log under WANDB_MODE=offline (the files only; no network)
 
-Rows: --rows rows of a shipped reference run (--metrics; default the default preset's, whose rows
+Rows: --rows rows of a shipped reference run (--metrics; default the smoke preset's, whose rows
 hold every codebook's losses, the schedule, clipping and the stability diagnostics). Reported: the median time per row of each, its
 ratio to the CSV write, and the time to open and close each tracker.
 
-    python benchmarks/tracker_cost.py --metrics data/reference/default_run/metrics.csv --rows 60 --reps 3
+    python benchmarks/tracker_cost.py --metrics data/reference/smoke_run/metrics.csv --rows 60 --reps 3
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def time_tracker(name: str, cfg: dict, rows: list[dict], folder: Path) -> tuple[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="config/config.yaml", help="the wandb run's config (default: config/config.yaml)")
-    ap.add_argument("--metrics", type=Path, default=Path("data/reference/default_run/metrics.csv"),
-                    help="reference metrics whose rows are logged (default: the default preset's)")
+    ap.add_argument("--metrics", type=Path, default=Path("data/reference/smoke_run/metrics.csv"),
+                    help="reference metrics whose rows are logged (default: the smoke preset's)")
     ap.add_argument("--rows", type=int, default=60, help="metrics rows per repetition (default: 60)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions; medians over all rows of all (default: 3)")
     ap.add_argument("--loggers", default="tensorboard,wandb", help="trackers to time (default: tensorboard,wandb)")
