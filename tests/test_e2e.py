@@ -20,6 +20,10 @@ pytestmark = pytest.mark.e2e
 
 # `dvc exp show` in 80 columns: the changed params and each arm's final codebook-0 loss (docs/pipeline.md)
 EXP_SHOW = ["--only-changed", "--drop", ".*", "--keep", "Experiment|clip10|clip1|deepnorm|attn_relax|runs\\..*"]
+# `dvc exp run --dry` runs in a fresh temporary copy without the pipeline's outputs: these let it tell
+# the changed stages from the unchanged ones (docs/pipeline.md)
+DRY_RUN = ["--allow-missing", "-C", "results/config_check.txt", "-C", "data/prepared", "-C", "data/codes",
+           "-C", "results/runs", "-C", "results/loss_curves.csv", "-C", "results/diagnostics.csv"]
 FIGURES = [f"results/figures/{stem}.{e}" for stem in ("acoustic_mlm_loss_codebook0", "stability")
            for e in ("png", "pdf", "svg")]
 
@@ -84,6 +88,11 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     elapsed = time.monotonic() - t0
     print(f"snakemake smoke preset: {elapsed:.0f} s")
     _check_outputs(repo)
+    # the fresh run against the shipped known-good smoke run (data/reference/smoke_run, docs/reference_run.md)
+    verified = _run(["env", "PYTHONPATH=src", sys.executable, "-m", "acoustic_mlm", "verify", "--config",
+                     "config/smoke.yaml"], repo)
+    assert "this installation trains as the reference" in verified, verified
+    assert (repo / "results" / "figures" / "reference_check.png").stat().st_size > 1000
     for run in RUN_NAMES:
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
     # 12 clips in shards of 4: three prepare jobs and three tokenize jobs, one log each
@@ -205,7 +214,7 @@ def _experiment_round_trip(repo: Path) -> None:
     run then reruns, which are exactly the changed arm and the stages after it; `dvc exp show` gives
     each arm's final loss under its role; a sweep queues; `dvc plots diff` overlays two curves."""
     change = ["-S", "config/config.yaml:runs.prenorm_clip1.clip=2.0"]
-    dry = _run([sys.executable, "-m", "dvc", "exp", "run", "--dry", *change], repo)
+    dry = _run([sys.executable, "-m", "dvc", "exp", "run", "--dry", *DRY_RUN, *change], repo)
     done = _run([sys.executable, "-m", "dvc", "exp", "run", "-n", "clip2", *change], repo)
     after = {"check_config", "train@prenorm_clip1", "aggregate", "figure", "stability", "claims", "compare"}
     assert _stages(done) == after, done
