@@ -25,11 +25,13 @@ localrules:
     plan,
     prepare,
     tokenize,
+    status,
 
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/preflight.smk"
+include: "workflow/rules/status.smk"
 
 
 # With a `sweep:` section the runs are its points and the results are the stability map

@@ -44,6 +44,21 @@ def test_aggregate_tidy(runs_dir, tmp_path, smoke_cfg):
     assert len(curves) == len(on_disk)
 
 
+def test_final_losses_by_role_for_dvc_exp_show(runs_dir, tmp_path, smoke_cfg):
+    import json
+
+    from acoustic_mlm import curves
+
+    smoke_cfg["runs"]["prenorm_attnrelax_clip1"].pop("role")  # no role: keyed by its run name
+    aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv", finals_path=tmp_path / "finals.json")
+    finals = json.loads((tmp_path / "finals.json").read_text())
+    assert set(finals) == {"clip10", "clip1", "deepnorm", "prenorm_attnrelax_clip1"}
+    steps = [1, 2, 4, 8, 16, 20, 32, 40]
+    want = curves.final_loss(steps, fake_metrics(steps, end=6.0 - 0.1)["train_loss_cb0"])  # prenorm_clip1
+    assert finals["clip1"] == pytest.approx(want, abs=1e-4)
+    assert finals["clip10"] > finals["clip1"] > finals["deepnorm"]
+
+
 def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
     (runs_dir / "prenorm_clip1" / "metrics.csv").unlink()
     with pytest.raises(UserError, match=r"prenorm_clip1/metrics.csv"):

@@ -18,6 +18,12 @@ from helpers import copy_repo, RUN_NAMES
 
 pytestmark = pytest.mark.e2e
 
+# `dvc exp show` in 80 columns: the changed params and each arm's final codebook-0 loss (docs/pipeline.md)
+EXP_SHOW = ["--only-changed", "--drop", ".*", "--keep", "Experiment|clip10|clip1|deepnorm|attn_relax|runs\\..*"]
+# `dvc exp run --dry` runs in a fresh temporary copy without the pipeline's outputs: these let it tell
+# the changed stages from the unchanged ones (docs/pipeline.md)
+DRY_RUN = ["--allow-missing", "-C", "results/config_check.txt", "-C", "data/prepared", "-C", "data/codes",
+           "-C", "results/runs", "-C", "results/loss_curves.csv", "-C", "results/diagnostics.csv"]
 FIGURES = [f"results/figures/{stem}.{e}" for stem in ("acoustic_mlm_loss_codebook0", "stability")
            for e in ("png", "pdf", "svg")]
 
@@ -82,6 +88,11 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     elapsed = time.monotonic() - t0
     print(f"snakemake smoke preset: {elapsed:.0f} s")
     _check_outputs(repo)
+    # the fresh run against the shipped known-good smoke run (data/reference/smoke_run, docs/reference_run.md)
+    verified = _run(["env", "PYTHONPATH=src", sys.executable, "-m", "acoustic_mlm", "verify", "--config",
+                     "config/smoke.yaml"], repo)
+    assert "this installation trains as the reference" in verified, verified
+    assert (repo / "results" / "figures" / "reference_check.png").stat().st_size > 1000
     for run in RUN_NAMES:
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
     # 12 clips in shards of 4: three prepare jobs and three tokenize jobs, one log each
@@ -190,3 +201,33 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     _run([sys.executable, "-m", "snakemake", "--cores", "1", "--touch"], clone)
     plan = _run([sys.executable, "-m", "snakemake", "--cores", "1", "-n"], clone)
     assert "Nothing to be done" in plan, plan
+
+    _experiment_round_trip(repo)
+
+
+def _stages(log: str) -> set[str]:
+    return set(re.findall(r"^Running stage '([^']+)'", log, re.M))
+
+
+def _experiment_round_trip(repo: Path) -> None:
+    """DVC experiments on the finished smoke run (docs/pipeline.md): the dry run lists the stages the
+    run then reruns, which are exactly the changed arm and the stages after it; `dvc exp show` gives
+    each arm's final loss under its role; a sweep queues; `dvc plots diff` overlays two curves."""
+    change = ["-S", "config/config.yaml:runs.prenorm_clip1.clip=2.0"]
+    dry = _run([sys.executable, "-m", "dvc", "exp", "run", "--dry", *DRY_RUN, *change], repo)
+    done = _run([sys.executable, "-m", "dvc", "exp", "run", "-n", "clip2", *change], repo)
+    after = {"check_config", "train@prenorm_clip1", "aggregate", "figure", "stability", "claims", "compare"}
+    assert _stages(done) == after, done
+    assert _stages(dry) == _stages(done), (dry, done)
+    show = _run([sys.executable, "-m", "dvc", "exp", "show", "--no-pager", *EXP_SHOW], repo)
+    lines = [line for line in show.splitlines() if line.strip()]
+    assert all(len(line) <= 80 for line in lines), show
+    assert all(name in show for name in ("clip10", "clip1", "deepnorm", "attn_relax", "clip2")), show
+    _run([sys.executable, "-m", "dvc", "exp", "run", "--queue", "-S",
+          "config/config.yaml:runs.prenorm_clip1.clip=0.5,5.0"], repo)
+    queued = _run([sys.executable, "-m", "dvc", "queue", "status"], repo)
+    assert queued.count("Queued") == 2, queued
+    _run([sys.executable, "-m", "dvc", "queue", "remove", "--queued"], repo)
+    plots = _run([sys.executable, "-m", "dvc", "plots", "diff", "HEAD", "clip2", "--show-vega", "--targets",
+                  "results/runs/prenorm_clip1/metrics.csv"], repo)
+    assert '"type": "log"' in plots and '"clip2"' in plots and '"HEAD"' in plots, plots[:2000]

@@ -73,6 +73,8 @@ CHANGED = {
     "claims.recovery_margin": 0.1,
     "claims.stabilise_fraction": 0.5,
     "train.betas": [0.9, 0.99],
+    "train.loggers": ["csv", "tensorboard"],  # trackers: no step reruns in either engine
+    "train.wandb_project": "another-project",
 }
 
 

@@ -39,7 +39,7 @@ def test_every_rule_has_log_threads_and_conda(root):
     assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
                                                 "tokenize_shard", "tokenize", "train", "aggregate", "figure",
                                                 "stability", "claims", "compare", "preflight", "stability_map",
-                                                "map_figure", "map_claims"}
+                                                "map_figure", "map_claims", "status"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):

@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import config as C
+from . import curves as curves_mod
 from .errors import UserError
-from .utils import atomic_path, log
+from .utils import atomic_path, log, write_json
 
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")
 COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
@@ -55,8 +56,10 @@ def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     return long[DIAGNOSTIC_COLUMNS]
 
 
-def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None = None) -> pd.DataFrame:
-    """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path)."""
+def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None = None,
+        finals_path: Path | None = None) -> pd.DataFrame:
+    """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path);
+    with finals_path, also each arm's final codebook-0 loss under a short name (final_losses)."""
     frames, diag = [], []
     for name in cfg["runs"]:
         path = Path(runs_dir) / name / "metrics.csv"
@@ -72,11 +75,28 @@ def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None
     diagnostics_path = Path(diagnostics_path) if diagnostics_path else Path(out_path).with_name(DIAGNOSTICS)
     with atomic_path(diagnostics_path) as tmp:
         diagnostics.to_csv(tmp, index=False)
+    if finals_path is not None:
+        write_json(finals_path, final_losses(cfg, curves))
     with atomic_path(out_path) as tmp:  # last: the stage's declared first output
         curves.to_csv(tmp, index=False)
     log.info("aggregate: %d rows from %d runs -> %s, %d diagnostics rows -> %s", len(curves), len(frames), out_path,
              len(diagnostics), diagnostics_path)
     return curves
+
+
+def final_losses(cfg: dict, curves: pd.DataFrame) -> dict[str, float]:
+    """Each arm's final codebook-0 training loss in bits (curves.final_loss of its finite rows, mean
+    over seeds, as summary.json), keyed by its role (a short name: clip10, clip1, deepnorm, ...), or
+    by its run name where it has no role or shares it: `dvc exp show`'s columns."""
+    roles = [cfg["runs"][name].get("role") for name in cfg["runs"]]
+    out = {}
+    for name, role in zip(cfg["runs"], roles):
+        g = curves[(curves["run"] == name) & (curves["split"] == "train") & (curves["codebook"] == 0)]
+        g = g[g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))]
+        finals = [curves_mod.final_loss(s["step"], s["loss_bits"]) for _, s in g.groupby("seed") if len(s)]
+        key = role if role and roles.count(role) == 1 else name
+        out[key] = round(sum(finals) / len(finals), 4) if finals else None
+    return out
 
 
 def _run_order(cfg: dict):

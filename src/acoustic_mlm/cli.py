@@ -13,6 +13,8 @@
     amlm map-figure final loss vs learning rate, per arm       -> results/figures/lr_sensitivity.{png,pdf,svg}
     amlm map-claims LR sensitivity and the settings' promises  -> results/claims.{json,md}
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
+    amlm status     one line per arm and seed while runs train (reads results/runs/)
+    amlm verify     this installation's run against the shipped reference run, in bits
     amlm validate   check a configuration file and exit
     amlm dvc-yaml   the DVC pipeline for a configuration (its sweep too) -> dvc.yaml
 
@@ -103,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(run, label, seed, step, split, codebook, loss_bits).")
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
     p.add_argument("--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV")
+    p.add_argument("--finals", type=Path, default=None, metavar="JSON",
+                   help="also write each arm's final codebook-0 loss, keyed by its role, to JSON (dvc exp show)")
 
     p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
                       "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
@@ -195,6 +199,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-hours", type=float, default=None,
                    help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
 
+    p = _stage_parser(sub, "status", "where every arm and seed stands, while they train",
+                      "Read results/runs/ (only files training writes atomically) and print one line per arm and seed: "
+                      "step of total, last codebook-0 loss, updates per second, time left, the fp16 loss scale and "
+                      "overflow skips, and the status: waiting, running, stopped (no new metrics row or state for "
+                      "--stale-after minutes), completed, completed_with_nonfinite or diverged.")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--stale-after", type=float, default=30.0, metavar="MINUTES",
+                   help="a seed without a new metrics row or state for this long is stopped (default: 30)")
+
+    p = _stage_parser(sub, "verify", "compare this installation's run with the shipped reference run",
+                      "Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in "
+                      "--runs-dir with a known-good reference run of the same preset (data/reference/default_run/: the "
+                      "default; data/reference/smoke_run/: the smoke preset); print per arm the largest difference, "
+                      "draw both runs' codebook-0 curves, exit 1 when an arm differs by more than the tolerance. "
+                      "--record writes a reference from --runs-dir instead.")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="reference folder (default: data/reference/smoke_run for the smoke preset, else default_run)")
+    p.add_argument("--out", type=Path, default=Path("results/figures/reference_check.png"),
+                   help="figure of both runs' curves (default: results/figures/reference_check.png)")
+    p.add_argument("--tolerance", type=float, default=None, metavar="BITS",
+                   help="largest difference allowed (default: the reference's measured tolerance)")
+    p.add_argument("--record", type=Path, default=None, metavar="DIR",
+                   help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing")
+
     p = _stage_parser(sub, "validate", "check a configuration file",
                       "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
                       "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
@@ -211,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dispatch(args: argparse.Namespace) -> None:
+def dispatch(args: argparse.Namespace) -> int | None:
     cfg = C.load(args.config)
     threads = args.threads if args.threads is not None else cfg["train"]["threads"]
     if args.command == "validate":
@@ -262,7 +291,7 @@ def dispatch(args: argparse.Namespace) -> None:
     elif args.command == "aggregate":
         from . import aggregate
 
-        aggregate.run(cfg, args.runs_dir, args.out)
+        aggregate.run(cfg, args.runs_dir, args.out, finals_path=args.finals)
     elif args.command == "figure":
         from . import figure
 
@@ -295,6 +324,25 @@ def dispatch(args: argparse.Namespace) -> None:
                       full_update=args.full_update, threads=threads, every_model=args.every_model,
                       **{k: v for k, v in (("utilisation", args.utilisation), ("intra_node_gb_s", args.intra_node_gb_s),
                                            ("inter_node_gb_s", args.inter_node_gb_s)) if v is not None})
+    elif args.command == "status":
+        from . import status
+
+        if not args.stale_after > 0:
+            raise UserError(f"--stale-after must be a positive number of minutes, not {args.stale_after}")
+        status.run(cfg, args.runs_dir, stale_after=60.0 * args.stale_after)
+    elif args.command == "verify":
+        from . import verify
+
+        if args.tolerance is not None and not args.tolerance >= 0:
+            raise UserError(f"--tolerance must be a number of bits >= 0, not {args.tolerance}")
+        if args.record is not None:
+            command = (f"snakemake --cores all --configfile {args.config}, then amlm verify --config {args.config} "
+                       f"--runs-dir {args.runs_dir} --record {args.record}")
+            verify.record(cfg, Path(args.config), args.runs_dir, args.record, command,
+                          **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}))
+            return 0
+        ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke" else "default_run")
+        return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance)
     elif args.command == "compare":
         from . import figure
 
@@ -312,12 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(getattr(args, "verbose", False))
     try:
-        dispatch(args)
+        code = dispatch(args)
     except UserError as exc:
         # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
         print(f"amlm {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return code or 0  # a check that ran and failed (amlm verify): 1
 
 
 if __name__ == "__main__":

@@ -112,6 +112,8 @@ class TrainConfig:
     nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
     total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
     log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
+    loggers: tuple[str, ...] = ("csv",)  # where metrics rows go besides the CSV (trackers.py); results do not depend on it
+    wandb_project: str = "acoustic-mlm"  # Weights & Biases project of the wandb logger
 
     @property
     def world(self) -> int:
@@ -352,6 +354,7 @@ def train_config(cfg: dict, run: str | None = None, seed: int | None = None) -> 
     """The `train:` section with one arm's clip and one of its seeds (default: the first)."""
     t = dict(cfg["train"])
     t["betas"] = tuple(t["betas"])
+    t["loggers"] = tuple(t.get("loggers", ("csv",)))
     if run is not None:
         r = run_config(cfg, run)
         if seed is not None and seed not in r.seeds:
@@ -413,6 +416,7 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "tokenize_shard": (("tokenizer",), ()),  # batch size, segments and device move codes at near-ties
     "tokenize_merge": (("tokenizer.batch_size",), ()),
     "train": (("model", "train", "runs.{run}"), ("train.threads", "train.workers", "train.checkpoint_interval",
+                                                 "train.loggers", "train.wandb_project",  # trackers watch, never change
                                                  "runs.{run}.label", "runs.{run}.role")),
     # The summary steps read every arm's label and role; they take the whole `runs:` section (which
     # DVC can name), since an arm's other settings reach them through its retrained metrics anyway.

@@ -252,15 +252,20 @@ def _summary(name: str, cmd: str, deps: list[str], cfg: dict, **outputs) -> Stag
                  **outputs)
 
 
+FINALS = "results/final_losses.json"  # `amlm aggregate --finals`: short names for `dvc exp show`
+
+
 def _arm_stages(cfg: dict, q: str) -> list[Stage]:
     curves, diagnostics, figures = "results/loss_curves.csv", "results/diagnostics.csv", "results/figures"
     train = _train("train", "${key}", q, arm_params(cfg), ENTRY["train"], comments=True)
     train.foreach = "${runs}"
     return [
         train,
-        _summary("aggregate", _cmd("amlm aggregate --config", q, "--runs-dir results/runs --out", curves),
+        _summary("aggregate", _cmd("amlm aggregate --config", q, "--runs-dir results/runs --out", curves,
+                                   "--finals", FINALS),
                  ["results/runs"], cfg,
                  outs=[Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"})],
+                 metrics=[Out(FINALS, comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
                  plots=[Out(curves, {"x": "step", "y": "loss_bits"})]),
         _summary("figure", _cmd("amlm figure --config", q, "--curves", curves, "--reference", REFERENCE,
                                 "--out", figures),

@@ -48,6 +48,7 @@ from .objective import AcousticMLM, compute_group_masks, mask_groups
 from .precision import FP16Optimizer, LossScaler, MinLossScaleError, half_model, scale_window
 from .prepare import load_prepared, shard_name
 from .tokenizer import shard_codes
+from .trackers import Trackers
 from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
@@ -627,7 +628,8 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
     # fp16_fairseq: overflowing steps draw micro-batches without counting, so the loader is open-ended
     last = 2**62 if s.fp16 is not None else t.steps * t.accum_steps
     loader = iter(batches(s.train_data, loop.batches, last, t.workers, pin=s.device.type == "cuda"))
-    with Progress(t.steps, f"train {run_name}", unit="step", stream=None if s.writer else open(os.devnull, "w")) as bar:
+    with (Progress(t.steps, f"train {run_name}", unit="step", stream=None if s.writer else open(os.devnull, "w")) as bar,
+          Trackers(cfg, run_name, seed, out_dir, enabled=s.writer) as trackers):  # train.loggers beside the CSV
         bar.update(loop.step)
         while loop.step < t.steps:
             result = train_step(s, loop, loader, loop.step + 1)
@@ -636,6 +638,7 @@ def train_seed(cfg: dict, run_name: str, seed: int, prepared_dir: Path, codes_di
             if (result.counted and step in s.rows_at) or loop.diverged_at:
                 row = record(s, loop, step, result, time.monotonic() - t0)
                 if row is not None:
+                    trackers.log(row)  # at metrics rows only (trackers.py)
                     bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
             if loop.diverged_at:
                 break

@@ -1,0 +1,154 @@
+"""`amlm status`: where every arm and seed of a run stands, read from results/runs/ while it trains.
+
+It reads only files that training writes atomically (train.py: a temporary name, then a rename),
+so it is safe beside running jobs, locally or under SLURM on a shared file system:
+
+    <run>/seeds/seed<S>/summary.json         written last when a seed ends: completed, completed_with_nonfinite, diverged
+    <run>/seeds/seed<S>/metrics.csv          that seed's rows (with the summary)
+    <run>/seeds/seed<S>/metrics.partial.csv  the rows so far, rewritten at every metrics row
+    <run>/state/seed<S>/step-*.pt            resumable states, every train.checkpoint_interval steps
+
+A seed with rows but no summary is running, unless neither its rows nor its states changed for
+`stale_after` seconds: then it is stopped (a killed job, a lost node, a job waiting to be resumed).
+One whose last row says diverged, but has no summary yet, is diverged. Nothing yet: waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from . import config as C
+from .train import PARTIAL, STATE_DIR
+
+STALE_AFTER_S = 1800.0  # a running seed without a new metrics row or state for this long is "stopped"
+
+
+@dataclass
+class SeedStatus:
+    run: str
+    seed: int
+    step: int
+    total: int
+    cb0: float  # last codebook-0 training loss, bits
+    rate: float  # updates per second (NaN: not known yet)
+    left_s: float  # seconds to the last step at that rate (NaN when it has ended)
+    loss_scale: float  # fp16 loss scale at the last row (NaN: no scaler)
+    overflow_skips: int | None  # fp16 updates skipped by the loss scaler (None: no scaler)
+    status: str  # waiting | running | stopped | completed | completed_with_nonfinite | diverged
+    idle_s: float = math.nan  # seconds since the last sign of progress (running and stopped seeds)
+
+
+def _rows(path: Path) -> pd.DataFrame | None:
+    try:
+        rows = pd.read_csv(path)
+    except (OSError, pd.errors.EmptyDataError):  # gone between listing and reading (the seed just finished)
+        return None
+    return rows if len(rows) else None
+
+
+def _rate(rows: pd.DataFrame) -> float:
+    """Updates per second over the last rows (the validation pass at each row included)."""
+    recent = rows.tail(4)  # rows at powers of two come close together; several even them out
+    if len(recent) < 2:
+        last = rows.iloc[-1]
+        return float(last["step"]) / float(last["wall_time"]) if last["wall_time"] > 0 else math.nan
+    steps = float(recent["step"].iloc[-1] - recent["step"].iloc[0])
+    seconds = float(recent["wall_time"].iloc[-1] - recent["wall_time"].iloc[0])
+    return steps / seconds if seconds > 0 else math.nan
+
+
+def _scaler(rows: pd.DataFrame) -> tuple[float, int | None]:
+    last = rows.iloc[-1]
+    scale = float(last.get("loss_scale", math.nan))
+    return scale, (int(last["overflow_skips"]) if math.isfinite(scale) else None)
+
+
+def _last_cb0(rows: pd.DataFrame) -> float:
+    finite = rows["train_loss_cb0"][rows["train_loss_cb0"].map(math.isfinite)]
+    return float(finite.iloc[-1]) if len(finite) else math.nan
+
+
+def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | None = None,
+                stale_after: float = STALE_AFTER_S) -> SeedStatus:
+    """One seed's line, from its files alone."""
+    now = time.time() if now is None else now
+    seed_dir = Path(run_dir) / "seeds" / f"seed{seed}"
+    summary_path = seed_dir / "summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        rows = _rows(seed_dir / "metrics.csv")
+        steps = int(summary["steps"])
+        scale, skips = _scaler(rows) if rows is not None else (math.nan, None)
+        wall = float(summary.get("wall_time_s", math.nan))
+        return SeedStatus(run, seed, steps, total, _last_cb0(rows) if rows is not None else math.nan,
+                          steps / wall if wall > 0 else math.nan, math.nan, scale, skips, summary["status"])
+    partial = seed_dir / PARTIAL
+    rows = _rows(partial) if partial.is_file() else None
+    if rows is None:
+        return SeedStatus(run, seed, 0, total, math.nan, math.nan, math.nan, math.nan, None, "waiting")
+    marks = [partial, *sorted((Path(run_dir) / STATE_DIR / f"seed{seed}").glob("step-*.pt"))]
+    last_change = max((p.stat().st_mtime for p in marks if p.exists()), default=now)
+    idle = max(0.0, now - last_change)
+    step = int(rows["step"].iloc[-1])
+    rate = _rate(rows)
+    scale, skips = _scaler(rows)
+    if "diverged" in rows and int(rows["diverged"].iloc[-1]):
+        status, left = "diverged", math.nan
+    else:
+        status = "stopped" if idle > stale_after else "running"
+        left = (total - step) / rate if rate > 0 and status == "running" else math.nan
+    return SeedStatus(run, seed, step, total, _last_cb0(rows), rate, left, scale, skips, status, idle)
+
+
+def collect(cfg: dict, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+    """Every arm and seed of the config, in config order."""
+    total = int(cfg["train"]["steps"])
+    return [seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
+            for run in cfg["runs"] for seed in C.run_config(cfg, run).seeds]
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    seconds = int(round(seconds))
+    if seconds >= 86400:
+        return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _num(value: float, fmt: str) -> str:
+    return format(value, fmt) if math.isfinite(value) else "-"
+
+
+def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str:
+    """The lines `amlm status` prints."""
+    width = max([len("run")] + [len(s.run) for s in statuses])
+    fp16 = any(s.overflow_skips is not None for s in statuses)
+    steps = [f"{s.step}/{s.total}" for s in statuses]
+    sw = max([len("step")] + [len(x) for x in steps])
+    head = f"{'run':<{width}}  seed  {'step':>{sw}}  {'cb0':>6}  {'upd/s':>6}  {'left':>6}"
+    head += f"  {'scale':>7}  {'skips':>5}" if fp16 else ""  # the fp16 loss scale and its overflow skips
+    lines = [f"{runs_dir}: {len(statuses)} seeds; cb0: last codebook-0 training loss (bits); stopped: no new "
+             f"metrics row or state for {_duration(stale_after)} (idle time shown)", head + "  status"]
+    for s, step in zip(statuses, steps):
+        line = (f"{s.run:<{width}}  {s.seed:>4}  {step:>{sw}}  {_num(s.cb0, '.3f'):>6}  "
+                f"{_num(s.rate, '.3g'):>6}  {_duration(s.left_s):>6}")
+        if fp16:
+            line += f"  {_num(s.loss_scale, '.4g'):>7}  {'-' if s.overflow_skips is None else s.overflow_skips:>5}"
+        status = s.status + (f" {_duration(s.idle_s)}" if s.status == "stopped" else "")  # idle for
+        lines.append(line + "  " + status)
+    return "\n".join(lines)
+
+
+def run(cfg: dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+    statuses = collect(cfg, runs_dir, stale_after=stale_after)
+    print(table(statuses, runs_dir, stale_after), flush=True)
+    return statuses

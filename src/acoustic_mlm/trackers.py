@@ -1,0 +1,138 @@
+"""Live curves: a run's metrics rows sent to the trackers researchers watch (`train.loggers`).
+
+    csv          always: metrics.partial.csv while a seed trains, metrics.csv at the end (train.py);
+                 the source of every figure and of `amlm status`
+    tensorboard  event files in <run>/seeds/seed<S>/tensorboard/ (`tensorboard --logdir results/runs`),
+                 one scalar per metrics column, tagged with the column's name, at the row's step
+    wandb        Weights & Biases (`pip install -e ".[wandb]"`): project train.wandb_project, run
+                 "<arm>-seed<S>" grouped by arm, files under <run>/seeds/seed<S>/wandb/; WANDB_MODE=offline
+                 keeps it on disk (`wandb sync` uploads it later)
+
+Only the first process (rank 0) opens trackers, and they see a row only when train.py writes one
+(every train.log_interval steps): never a training step. A tracker that raises (a full disk, no
+network) is dropped with one warning and the run goes on; the CSV holds every row regardless.
+A tracker named in the config whose package is missing stops the run before it trains.
+"""
+
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+
+from .errors import UserError
+from .utils import log
+
+LOGGERS = ("csv", "tensorboard", "wandb")  # what train.loggers may name; csv is always written
+TENSORBOARD_DIR = "tensorboard"  # in the seed's folder
+WANDB_DIR = "wandb"  # made by wandb itself under the seed's folder
+
+
+class _TensorBoard:
+    """torch.utils.tensorboard's SummaryWriter (needs the `tensorboard` package, a dependency)."""
+
+    name = "tensorboard"
+
+    def __init__(self, seed_dir: Path, run_name: str, seed: int, cfg: dict):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(Path(seed_dir) / TENSORBOARD_DIR))
+
+    def log(self, row: dict) -> None:
+        step = int(row["step"])
+        for key, value in row.items():
+            if key != "step" and isinstance(value, numbers.Real):
+                self.writer.add_scalar(key, float(value), step)
+        self.writer.flush()  # visible to a running TensorBoard at once; rows are seconds to minutes apart
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _WandB:
+    """wandb.init / log / finish; the mode (online, offline, disabled) comes from WANDB_MODE as usual."""
+
+    name = "wandb"
+
+    def __init__(self, seed_dir: Path, run_name: str, seed: int, cfg: dict):
+        import wandb
+
+        Path(seed_dir).mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=cfg["train"].get("wandb_project", "acoustic-mlm"), name=f"{run_name}-seed{seed}",
+                              group=run_name, job_type="train", dir=str(seed_dir), config=cfg, reinit="create_new")
+
+    def log(self, row: dict) -> None:
+        values = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, numbers.Real)}
+        self.run.log(values, step=int(row["step"]))
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+_BACKENDS = {"tensorboard": _TensorBoard, "wandb": _WandB}
+_PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"),
+             "wandb": ("wandb", 'pip install -e ".[wandb]"')}
+
+
+def check_available(loggers) -> None:
+    """Stop before training when a named tracker's package is missing (UserError naming the key)."""
+    import importlib.util
+
+    for name in loggers:
+        if name in _PACKAGES and importlib.util.find_spec(_PACKAGES[name][0]) is None:
+            raise UserError(f"'train.loggers' names {name}, whose package {_PACKAGES[name][0]!r} is not installed: "
+                            f"{_PACKAGES[name][1]} (or remove {name} from train.loggers)")
+
+
+class Trackers:
+    """The trackers of one seed beside the CSV; a context manager that closes them.
+
+    `Trackers(cfg, run_name, seed, seed_dir, enabled=rank == 0)`; `log(row)` at each metrics row.
+    """
+
+    def __init__(self, cfg: dict, run_name: str, seed: int, seed_dir: Path, enabled: bool = True, backends=None):
+        names = [n for n in cfg["train"].get("loggers", ["csv"]) if n != "csv"] if enabled else []
+        if names:
+            check_available(names)
+        backends = backends if backends is not None else _BACKENDS
+        self.active = []
+        for name in names:
+            try:
+                self.active.append(backends[name](Path(seed_dir), run_name, seed, cfg))
+            except Exception as exc:  # noqa: BLE001 - a tracker must never stop training
+                self._warn(name, "could not start", exc)
+
+    @staticmethod
+    def _warn(name: str, what: str, exc: BaseException) -> None:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning("tracker %s %s (%s); training goes on without it, metrics.csv keeps every row", name, what, first)
+
+    def log(self, row: dict) -> None:
+        """One metrics row to every tracker still running; one that raises is dropped with a warning."""
+        for tracker in list(self.active):
+            try:
+                tracker.log(row)
+            except Exception as exc:  # noqa: BLE001
+                self._warn(tracker.name, "failed", exc)
+                self.active.remove(tracker)
+                self._close(tracker)
+
+    def _close(self, tracker) -> None:
+        try:
+            tracker.close()
+        except Exception:  # noqa: BLE001 - already warned, or closing at the end: nothing to save
+            pass
+
+    def close(self) -> None:
+        for tracker in self.active:
+            try:
+                tracker.close()
+            except Exception as exc:  # noqa: BLE001
+                self._warn(tracker.name, "could not close", exc)
+        self.active = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
