@@ -605,6 +605,8 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
             by_role = {r["role"]: name for name, r in reference.runs_of(ref).items()}
             paper_verdicts = {c["id"]: c["verdict"] for c in evaluate(reference.as_curves(ref), th, by_role)}
         except UserError as exc:
+            if isinstance(exc, readers.ReadError) and Path(reference_path or reference.REFERENCE_PATH).is_file():
+                raise  # a damaged or edited file is refused, never skipped
             log.warning("claims: %s; skipping the check on the paper's curves", exc)
 
     data = curves[(curves["split"] == split) & (curves["codebook"] == 0)]

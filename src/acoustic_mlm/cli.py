@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         dispatch(args)
     except UserError as exc:
         # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
-        print(f"amlm {args.command}: error: {final_names(str(exc))}", file=sys.stderr)
+        message = " ".join(final_names(str(exc)).splitlines())  # one line, whatever a value held
+        print(f"amlm {args.command}: error: {message}", file=sys.stderr)
         return 2
     return 0
 

@@ -318,7 +318,7 @@ def check_label_length(label: str, source: str = "config", key: str = "label") -
     """A legend label the figure can draw beside the curves (MAX_LABEL_CHARS characters, one line)."""
     if len(label) > MAX_LABEL_CHARS or "\n" in label:
         what = "holds a line break" if "\n" in label else f"is {len(label)} characters long"
-        raise ConfigError(f"{source}: '{key}' \"{_short(label)}\" {what}; the legend draws one line of at most "
+        raise ConfigError(f"{source}: '{key}' {json.dumps(_short(label))} {what}; the legend draws one line of at most "
                           f"{MAX_LABEL_CHARS} characters: shorten it (the run name can carry the rest)")
 
 

@@ -20,6 +20,7 @@ number, which would otherwise parse as a different number.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -45,8 +46,8 @@ def _check_file(path: Path, what: str, stage: str) -> None:
     if path.is_file():
         return
     if path.exists():
-        raise ReadError(f"{path}: {what} is not a regular file; {_rerun(stage)}")
-    raise ReadError(f"{path}: {what} not found; run the {stage} stage first" if stage else f"{path}: {what} not found")
+        raise ReadError(f"{path}: not a regular file; {_rerun(stage)}")
+    raise ReadError(f"{path}: not found; run the {stage} stage first" if stage else f"{path}: {what} not found")
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -59,13 +60,13 @@ def read_json(path: str | Path, what: str, stage: str, required: dict[str, type 
     try:
         obj = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ReadError(f"{path}: {what} is not valid JSON ({one_line(exc)}); it was cut short or edited: "
+        raise ReadError(f"{path}: not valid JSON ({one_line(exc)}); it was cut short or edited: "
                         f"{_rerun(stage)}") from None
     if not isinstance(obj, dict):
-        raise ReadError(f"{path}: {what} is a JSON {type(obj).__name__}, not an object; {_rerun(stage)}")
+        raise ReadError(f"{path}: a JSON {type(obj).__name__}, not an object; {_rerun(stage)}")
     for key, kind in (required or {}).items():
         if key not in obj:
-            raise ReadError(f"{path}: {what} lacks '{key}'; {_rerun(stage)}")
+            raise ReadError(f"{path}: lacks '{key}'; {_rerun(stage)}")
         value = obj[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
@@ -153,28 +154,24 @@ def read_csv_table(path: str | Path, what: str, stage: str, columns, *, ints=(),
         fh.seek(0, 2)
         size = fh.tell()
         if size == 0:
-            raise ReadError(f"{path}: {what} is an empty file; {_rerun(stage)}")
+            raise ReadError(f"{path}: an empty file; {_rerun(stage)}")
         fh.seek(-1, 2)
         if fh.read(1) != b"\n":
-            raise ReadError(f"{path}: {what} is cut short (its last row does not end with a line break); "
+            raise ReadError(f"{path}: cut short (its last row does not end with a line break); "
                             f"{_rerun(stage)}")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[], encoding="utf-8")
     except UnicodeDecodeError:
-        raise ReadError(f"{path}: {what} is not UTF-8 text; {_rerun(stage)}") from None
+        raise ReadError(f"{path}: not UTF-8 text; {_rerun(stage)}") from None
     except Exception as exc:  # noqa: BLE001 - pandas' parser errors (a row with extra fields, ...)
-        raise ReadError(f"{path}: {what} is not a readable CSV ({one_line(exc).splitlines()[0]}); "
+        raise ReadError(f"{path}: not a readable CSV ({one_line(exc).splitlines()[0]}); "
                         f"{_rerun(stage)}") from None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise ReadError(f"{path}: {what}: missing column(s) {', '.join(missing)}; {_rerun(stage)}")
+        raise ReadError(f"{path}: missing column(s) {', '.join(missing)}; {_rerun(stage)}")
     if frame.empty and not empty_ok:
-        raise ReadError(f"{path}: {what} has no rows; {_rerun(stage)}")
-    short = frame.isna().any(axis=1)  # a row with fewer fields than the header
-    if short.any():
-        i = int(np.flatnonzero(short.to_numpy())[0])
-        raise ReadError(f"{path}: row {i + 2} has fewer fields than the header (cut short or edited); "
-                        f"{_rerun(stage)}")
+        raise ReadError(f"{path}: no rows; {_rerun(stage)}")
+    _check_fields(path, len(frame.columns), stage)
     _convert(frame, path, stage, ints, numbers, finite)
     for col, allowed in (choices or {}).items():
         bad = ~frame[col].isin(list(allowed))
@@ -186,6 +183,15 @@ def read_csv_table(path: str | Path, what: str, stage: str, columns, *, ints=(),
         if col in frame.columns and col not in ints and col not in numbers and col not in finite:
             frame[col] = frame[col].astype(kind)
     return frame
+
+
+def _check_fields(path: Path, width: int, stage: str) -> None:
+    """Every row has as many fields as the header (pandas fills a short row with empty values)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        for i, row in enumerate(csv.reader(fh)):
+            if len(row) != width and row:
+                raise ReadError(f"{path}: row {i + 1} has {len(row)} fields, the header {width} (cut short or "
+                                f"edited); {_rerun(stage)}")
 
 
 def _convert(frame: pd.DataFrame, path: Path, stage: str, ints=(), numbers=(), finite=()) -> None:
