@@ -797,6 +797,16 @@ def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
     if case == "reference_role":
         _edit_csv(ref, 5, "role", "clip2")
         return figure, [f"{ref}: column 'role', row 7: 'clip2' is not one of"]
+    if case == "metrics_header_edited":  # the figure's loss column renamed: it was kept as a "diagnostic"
+        metrics.write_text(metrics.read_text().replace("train_loss_cb0", "train_loss_cbO", 1))
+        return aggregate, [f"{metrics}: missing column train_loss_cb0"]
+    if case == "curves_arm_deleted":  # one arm's rows gone: its claims turned inconclusive without a word
+        curves.write_text("".join(line for line in curves.read_text().splitlines(True)
+                                  if not line.startswith("prenorm_clip1,")))
+        return claims, [f"{curves}: no train codebook-0 rows for run(s) prenorm_clip1"]
+    if case == "reference_role_deleted":
+        ref.write_text("".join(line for line in ref.read_text().splitlines(True) if ",clip1," not in line))
+        return claims, [f"{ref}: role clip1 has 0 point(s)"]
     if case == "reference_missing_column":
         pd.read_csv(ref).drop(columns=["loss_bits"]).to_csv(ref, index=False)
         return compare, [f"{ref}: missing column(s) loss_bits"]
@@ -805,7 +815,8 @@ def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
 
 @pytest.mark.parametrize("case", ["metrics_cut", "metrics_text", "metrics_steps", "curves_cut", "curves_fields",
                                   "curves_split", "diagnostics_cut", "diagnostics_text", "reference_nan",
-                                  "reference_step0", "reference_role", "reference_missing_column"])
+                                  "reference_step0", "reference_role", "reference_missing_column",
+                                  "metrics_header_edited", "curves_arm_deleted", "reference_role_deleted"])
 def test_r3_damaged_summaries_are_refused_by_every_stage_that_reads_them(summaries, smoke_cfg, case):
     """A metrics.csv cut inside its last row was aggregated with the cut number; NaN in the paper's
     curves flipped verdicts silently. Each damaged file is now refused in one line naming it."""
@@ -847,7 +858,7 @@ def test_r3_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cf
         values = np.load(shard)
         values[0, 7] = 5000
         np.save(shard, values)
-        needles = [f"{shard}: code 5000 at codebook 0, frame 7 lies outside 0-1023", "rerun the tokenize stage"]
+        needles = [f"{shard}: code 5000 at codebook 0, frame 7 lies outside the codebook (0-1023)", "rerun the tokenize stage"]
     elif case == "codes_float":
         np.save(shard, np.load(shard).astype(np.float32))
         needles = [f"{shard}: float32 values; codes are whole numbers"]

@@ -159,7 +159,7 @@ def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
     partial = tmp_path / "partial"
     shutil.copytree(codes, partial)
     (partial / "shard-00001" / "codes.npy").unlink()
-    with pytest.raises(UserError, match="partial/shard-00001/codes.npy: not found; run the tokenize stage"):
+    with pytest.raises(UserError, match="partial/shard-00001/codes.npy: codes not found"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, partial, tmp_path / "r")
 
 

@@ -587,6 +587,11 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
     if not curves_path.is_file():
         raise UserError(f"{curves_path}: loss curves not found; run the aggregate stage first")
     curves = readers.read_curves(curves_path)
+    have = set(curves.loc[(curves["split"] == split) & (curves["codebook"] == 0), "run"])
+    missing = [name for name in cfg["runs"] if name not in have]
+    if missing:  # an arm left out would turn its claims inconclusive without a word
+        raise UserError(f"{curves_path}: no {split} codebook-0 rows for run(s) {', '.join(missing)} of the "
+                        "configuration; rerun the aggregate stage")
     roles = role_map(C.runs_by_role(cfg))
     claims = evaluate(curves, th, roles, split=split)
     explained = None

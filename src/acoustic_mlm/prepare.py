@@ -393,14 +393,10 @@ def read_plan(out_dir: Path) -> pd.DataFrame:
     path = Path(out_dir) / PLAN
     if not path.is_file():
         raise UserError(f"{path}: not found (run `amlm prepare --plan` first)")
-    try:
-        frame = pd.read_csv(path, dtype={"path": str, "clip_id": str, "shard": np.int64, "skip": str},
-                            keep_default_na=False)
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in PLAN_COLUMNS if c not in frame.columns]
-    if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
+    frame = readers.read_csv_table(path, "the shard plan", "prepare --plan", PLAN_COLUMNS, ints=["shard"],
+                                   empty_ok=True)
+    if (frame["shard"] < 0).any():
+        raise UserError(f"{path}: a negative shard; rerun the prepare --plan stage")
     return frame
 
 
@@ -468,10 +464,14 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
         for name in ("clips.csv", "rejects.csv", "audio.npy"):
             if not (folder / name).is_file():
                 raise UserError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
-        clips = pd.read_csv(folder / "clips.csv", dtype=_MANIFEST_DTYPES, keep_default_na=False)
+        rerun = f"prepare --shard {shard}"
+        clips = readers.read_csv_table(folder / "clips.csv", "a shard's clips", rerun, SHARD_COLUMNS, empty_ok=True,
+                                       ints=[c for c in SHARD_COLUMNS if _MANIFEST_DTYPES[c] is np.int64],
+                                       numbers=["duration_s"])
         clips.insert(2, "shard", int(shard))
         kept.append(clips)
-        rejected.append(pd.read_csv(folder / "rejects.csv", dtype=str, keep_default_na=False))
+        rejected.append(readers.read_csv_table(folder / "rejects.csv", "a shard's rejects", rerun, REJECTS_COLUMNS,
+                                               empty_ok=True))
     manifest = pd.concat(kept, ignore_index=True)
     rejects = pd.concat(rejected, ignore_index=True).sort_values("path", kind="stable")
     accounted = sorted(manifest["path"].tolist() + rejects["path"].tolist())

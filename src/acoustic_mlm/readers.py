@@ -47,7 +47,8 @@ def _check_file(path: Path, what: str, stage: str) -> None:
         return
     if path.exists():
         raise ReadError(f"{path}: not a regular file; {_rerun(stage)}")
-    raise ReadError(f"{path}: not found; run the {stage} stage first" if stage else f"{path}: {what} not found")
+    found = f"{what} not found" if what else "not found"
+    raise ReadError(f"{path}: {found}; run the {stage} stage first" if stage else f"{path}: {found}")
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -85,12 +86,14 @@ def _short(value: Any, limit: int = 40) -> str:
 def read_tokenizer_summary(path: str | Path) -> dict:
     """data/codes/tokenizer.json: the codes' summary (written last by tokenize: it marks them complete)."""
     path = Path(path)
-    meta = read_json(path, "the codes' summary", "tokenize", {"n_codebooks": int, "max_code": list,
+    meta = read_json(path, "", "tokenize", {"n_codebooks": int, "max_code": list,
                                                                "codebook_size": int})
     n, top = meta["n_codebooks"], meta["max_code"]
-    if n < 1 or len(top) != n or not all(isinstance(c, int) and not isinstance(c, bool) for c in top):
-        raise ReadError(f"{path}: 'max_code' must list {max(n, 1)} whole numbers, one per codebook; rerun the "
+    if n < 1 or len(top) != n:
+        raise ReadError(f"{path}: 'n_codebooks' is {n} but 'max_code' lists {len(top)} codebooks; rerun the "
                         "tokenize stage")
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in top):
+        raise ReadError(f"{path}: 'max_code' must list whole numbers, one per codebook; rerun the tokenize stage")
     bad = [c for c in top if not -1 <= c < meta["codebook_size"]]
     if bad:
         raise ReadError(f"{path}: 'max_code' holds {bad[0]}, outside 0-{meta['codebook_size'] - 1}; rerun the "
@@ -136,7 +139,7 @@ def read_codes(path: str | Path, frames: int, codebooks: int | None, codebook_si
         if low < -1 or high >= codebook_size:
             row, col = np.argwhere((block < -1) | (block >= codebook_size))[0]
             raise ReadError(f"{path}: code {int(block[row, col])} at codebook {row}, frame {start + col} lies outside "
-                            f"0-{codebook_size - 1} ('model.codebook_size'); rerun the tokenize stage")
+                            f"the codebook (0-{codebook_size - 1}); rerun the tokenize stage")
     return codes
 
 
@@ -241,8 +244,8 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     frame = read_csv_table(path, "metrics", "train", ["step"], ints=["step"])
     _convert(frame, path, "train", ints=["seed"] if "seed" in frame else [],
              numbers=[c for c in frame.columns if c not in ("step", "seed")])
-    if not _loss_columns(frame):
-        raise ReadError(f"{path}: metrics lack per-codebook loss columns (train_loss_cb0, ...); rerun the train stage")
+    if "train_loss_cb0" not in frame.columns:
+        raise ReadError(f"{path}: missing column train_loss_cb0 (the figure's loss); rerun the train stage")
     for _, steps in frame.groupby("seed", sort=False)["step"] if "seed" in frame else [(None, frame["step"])]:
         s = steps.to_numpy()
         if (s < 0).any() or (np.diff(s) <= 0).any():
@@ -289,4 +292,12 @@ def read_reference(path: str | Path) -> pd.DataFrame:
         i = int(np.flatnonzero((frame["step"] <= 0).to_numpy())[0])
         raise ReadError(f"{path}: column 'step', row {i + 2} is {frame['step'].iloc[i]:g}; steps are positive "
                         "(the x axis is logarithmic)")
+    counts = frame.groupby("role")["step"].count()
+    thin = [r for r in ROLES if counts.get(r, 0) < 2]
+    if thin:  # the claims on the paper's curves compare every role with the others
+        raise ReadError(f"{path}: role {thin[0]} has {counts.get(thin[0], 0)} point(s); the paper's curves hold "
+                        f"every role ({', '.join(ROLES)}) with at least 2 points; {_rerun('')}")
+    roles = frame.groupby("run")["role"].nunique()
+    if (roles > 1).any():
+        raise ReadError(f"{path}: run {roles.index[roles > 1][0]!r} has several roles; {_rerun('')}")
     return frame
