@@ -10,11 +10,14 @@ Every input is built at test time.
 import io
 import json
 import os
+import re
 import resource
 import signal
+import shutil
 import struct
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -433,3 +436,466 @@ def test_item8_extraction_counts_the_bytes_really_decompressed(tmp_path):
     honest = archive.Member("b.wav", None, "file", size=3 << 20, compressed=None)
     with pytest.raises(archive.UnsafeArchiveError, match="past the limit of 2097152 bytes"):
         small.copy(io.BytesIO(bytes(3 << 20)), io.BytesIO(), honest)
+
+
+# ================================================================= round 3: own arms, files stages read
+#
+# Each case of the third round: used correctly, or refused with exit 2 in one line naming the file
+# or key (and the stage to rerun), no traceback, and nothing changed or deleted.
+
+
+def _snapshot(folder: Path) -> dict:
+    """Every file under folder with its bytes (hidden names too): 'nothing changed or deleted'."""
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def _own_arms(n: int) -> dict:
+    """The smoke preset with n arms under new names (one per role, then extra arms without one)."""
+    cfg = yaml.safe_load(SMOKE)
+    base = list(cfg["runs"].values())
+    runs = {}
+    for i in range(n):
+        arm = dict(json.loads(json.dumps(base[i % len(base)])), label=f"My arm {i}")  # no shared lists: no aliases
+        if i >= len(base):
+            arm.pop("role", None)
+            arm["clip"] = 2.0 + i
+        runs[f"mine_{i}_arm"] = arm
+    cfg["runs"] = runs
+    return cfg
+
+
+def _engine_env() -> dict:
+    env = _env()
+    env.pop("PYTHONPATH")  # the jobs find the package in the copy's src/ (common.smk)
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    return env
+
+
+@pytest.mark.parametrize("arms", [1, 2, 5])
+def test_r3_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_path, arms):
+    """`--configfile mine.yaml` is the whole configuration: Snakemake plans exactly the file's
+    arms (the Snakefile's default config/config.yaml adds none) and DVC, given the same file as
+    config/config.yaml, has exactly those train stages."""
+    repo = copy_repo(root, tmp_path / "repo")
+    cfg = _own_arms(arms)
+    (repo / "mine.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--printshellcmds",
+                           "--configfile", "mine.yaml"], cwd=repo, env=_engine_env(), capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert sorted(set(re.findall(r"acoustic_mlm train (\w+) ", out))) == sorted(cfg["runs"])
+    assert re.search(rf"train\s+{arms}\n", out), out[-3000:]
+    assert "Traceback" not in out and "--config mine.yaml" in out
+
+    (repo / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):
+        subprocess.run(cmd, cwd=repo, env=_engine_env(), check=True, capture_output=True)
+    dvc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=repo, env=_engine_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert dvc.returncode == 0, dvc.stderr[-3000:]
+    stages = json.loads(dvc.stdout)
+    assert sorted(s for s in stages if s.startswith("train@")) == sorted(f"train@{r}" for r in cfg["runs"])
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--config", "figure={split: valid}"], "--config figure=...: command-line overrides are not supported"),
+    (["--configfile", "config/smoke.yaml", "config/config.yaml"], "2 --configfile files given"),
+])
+def test_r3_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extra, needle):
+    repo = copy_repo(root, tmp_path / "repo")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *extra], cwd=repo,
+                          env=_engine_env(), capture_output=True, text=True, timeout=300)
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower()]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and len(errors) == 1 and needle in errors[0], proc.stderr
+
+
+# ------------------------------------------------------------------- values valid now, breaking later
+
+
+@pytest.mark.parametrize("case, needles", [
+    ("long_name", ["'runs.", "the run name is 300 bytes; at most 251"]),
+    ("huge_seed", ["'runs.prenorm_clip1.seeds' has seed 18446744073709551616", "torch.manual_seed"]),
+    ("ddp_seed", ["'runs.prenorm_clip1.seeds' has seed 18446744073709551615", "1000003"]),
+    ("long_label", ["'runs.prenorm_clip1.label'", "is 10000 characters long", "at most 60"]),
+    ("two_line_label", ["'runs.prenorm_clip1.label'", "holds a line break"]),
+])
+def test_r3_values_later_stages_cannot_use_are_refused_by_validate(tmp_path, case, needles):
+    cfg = yaml.safe_load(SMOKE)
+    arm = cfg["runs"]["prenorm_clip1"]
+    if case == "long_name":
+        cfg["runs"] = {("a" * 300 if name == "prenorm_clip1" else name): r for name, r in cfg["runs"].items()}
+    elif case == "huge_seed":
+        arm["seeds"] = [2**64]
+    elif case == "ddp_seed":  # accepted by torch in process 0, not in process 1 (seed + 1,000,003)
+        arm["seeds"] = [2**64 - 1]
+        cfg["train"].update(processes=2, batch_size=2 * cfg["train"]["batch_size"])
+    elif case == "long_label":
+        arm["label"] = "x" * 10_000
+    else:
+        arm["label"] = "Pre-Norm\nclip 1"
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    _one_line_refusal(_amlm(["validate", "--config", path]), str(path), *needles)
+
+
+def test_r3_limits_hold_at_their_edges_and_for_derived_names():
+    cfg = yaml.safe_load(SMOKE)
+    cfg["runs"] = {("a" * 251 if name == "prenorm_clip1" else name): r for name, r in cfg["runs"].items()}
+    arm = cfg["runs"]["a" * 251]
+    arm.update(seeds=[0, 2**64 - 1], label="y" * C.MAX_LABEL_CHARS)
+    C.validate(cfg)  # the longest name, the largest seed, the longest label: accepted
+    with pytest.raises(C.ConfigError, match=r"sweep: 'sweep.lr': the run name is 252 bytes"):
+        C.check_run_name("b" * 252, "sweep", "sweep.lr")  # a derived name is checked by the same rule
+    with pytest.raises(C.ConfigError, match="cannot be a folder name"):
+        C.check_run_name("arm__lr-1/2", "sweep", "sweep.lr")
+    # the limit is the file system's: a name of MAX_RUN_NAME_BYTES makes every results path
+    run = Path("/tmp") / ("a" * C.MAX_RUN_NAME_BYTES + ".log")
+    run.write_text("x")
+    run.unlink()
+    torch.manual_seed(2**64 - 1)
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.manual_seed(2**64)
+
+
+# --------------------------------------------------------------------------- paths and config files
+
+
+def test_r3_output_paths_that_cannot_be_written_are_refused_in_one_line(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(SMOKE)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    cases = [
+        (["figure", "--curves", tmp_path / "c.csv", "--out", a_file], "--out names an existing file, not a folder"),
+        (["train", "prenorm_clip1", "--out", a_file / "run"], f"lies under {a_file}, which is a file"),
+        (["prepare", "--raw", tmp_path, "--out", a_file / "x" / "prepared"], f"lies under {a_file}, which is a file"),
+        (["aggregate", "--runs-dir", tmp_path, "--out", folder], "--out names an existing folder, not a file"),
+        (["claims", "--curves", tmp_path / "c.csv", "--out-md", a_file / "claims.md"], "which is a file"),
+    ]
+    before = _snapshot(tmp_path)
+    for args, needle in cases:
+        _one_line_refusal(_amlm([*args[:1], "--config", cfg, *args[1:]]), needle)
+    assert _snapshot(tmp_path) == before and sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_r3_config_paths_that_are_not_regular_files_and_empty_files(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    cases = [(tmp_path, "a folder, not a configuration file"), ("/dev/null", "not a regular file"),
+             (fifo, "not a regular file"), (empty, "the file is empty (no settings)"),
+             (tmp_path / "absent.yaml", "configuration file not found")]
+    for path, needle in cases:
+        _one_line_refusal(_amlm(["validate", "--config", path], timeout=60), str(path), needle)
+
+
+# ----------------------------------------------------------------------------------------------- audio
+
+
+@pytest.mark.parametrize("fmt, subtype", [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("AIFF", "PCM_24"), ("AU", "PCM_16"),
+                                          ("W64", "PCM_16")])
+def test_r3_audio_holding_less_than_its_header_declares_is_rejected_as_truncated(tmp_path, fmt, subtype):
+    """A WAV declaring 4 s that holds 1.24 s was kept as a 1.24 s clip (libsndfile reports what is
+    there); now it is rejected as truncated, like MP3 and FLAC. Complete files are kept."""
+    whole = tmp_path / f"whole.{fmt.lower()}"
+    sf.write(whole, np.stack([_noise(4.0, seed=5)] * 2, axis=1), 24000, format=fmt, subtype=subtype)
+    cut = tmp_path / f"cut.{fmt.lower()}"
+    data = whole.read_bytes()
+    cut.write_bytes(data[: int(len(data) * 0.31)])
+    assert sf.info(str(cut)).frames < 0.35 * 96000  # what libsndfile alone says: a shorter, clean file
+    with pytest.raises(prepare.Unusable, match=r"truncated or corrupt: decoded \d+ of the 96000 frames"):
+        prepare.decode(cut, 24000, 24000)
+    audio, _, channels = prepare.decode(whole, 24000, 24000)
+    assert len(audio) == 96000 and channels == 2
+
+
+def test_r3_truncated_wav_lands_in_rejects_csv(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i in range(3):
+        sf.write(raw / f"good{i}.wav", _noise(2.0, seed=i), 24000)
+    sf.write(raw / "long.wav", _noise(4.0, seed=9), 24000)
+    data = (raw / "long.wav").read_bytes()
+    (raw / "long.wav").write_bytes(data[: 44 + 2 * int(1.24 * 24000)])  # declares 4 s, holds 1.24 s
+    cfg = yaml.safe_load(SMOKE)
+    cfg["tokenizer"]["mode"] = "pretrained"
+    prepare.run(cfg, raw, tmp_path / "prepared")
+    rejects = dict(pd.read_csv(tmp_path / "prepared" / "rejects.csv").itertuples(index=False))
+    assert rejects == {"long.wav": "truncated or corrupt: decoded 29760 of the 96000 frames its header declares"}
+
+
+# ------------------------------------------------------------------------------------ fetch snapshots
+
+
+def test_r3_a_source_file_edited_after_fetch_is_refused_by_prepare(tmp_path):
+    """A `folder` source is hard-linked into data/raw: an edit in place reaches the fetched copy.
+    fetch records every file's sha256; prepare refuses a changed file in one line, writing nothing."""
+    src = tmp_path / "music"
+    src.mkdir()
+    for i in range(2):
+        sf.write(src / f"t{i}.wav", _noise(2.0, seed=i), 24000)
+    cfg = yaml.safe_load(SMOKE)
+    cfg["data"].update(source="folder", folder=str(src))
+    cfg["tokenizer"]["mode"] = "pretrained"
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    raw, prepared = tmp_path / "data" / "raw", tmp_path / "data" / "prepared"
+    assert _amlm(["fetch", "--config", path, "--out", raw]).returncode == 0
+    record = json.loads((raw / "SOURCE.json").read_text())
+    assert record["sha256"] == {f"t{i}.wav": sha256((src / f"t{i}.wav").read_bytes())[7:] for i in range(2)}
+    with open(src / "t1.wav", "r+b") as fh:  # an edit in place: the same inode, so data/raw/t1.wav too
+        fh.seek(2000)
+        fh.write(bytes(4000))
+    before = _snapshot(tmp_path / "data")
+    proc = _amlm(["prepare", "--config", path, "--raw", raw, "--out", prepared])
+    _one_line_refusal(proc, f"{raw / 't1.wav'}: changed since it was fetched", "rerun the fetch stage")
+    assert _snapshot(tmp_path / "data") == before and not prepared.exists()
+    assert _amlm(["fetch", "--config", path, "--out", raw]).returncode == 0  # fetched again: a new snapshot
+    assert _amlm(["prepare", "--config", path, "--raw", raw, "--out", prepared]).returncode == 0
+
+
+# ------------------------------------------------------------------------- interrupted stages, debris
+
+
+def test_r3_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_removed(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i in range(60):
+        sf.write(raw / f"c{i:02d}.wav", _noise(3.0, sr=44100, seed=i), 44100)
+    cfg = yaml.safe_load(SMOKE)
+    cfg["tokenizer"]["mode"] = "pretrained"
+    cfg["data"]["shard_files"] = 100
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "prepared"
+    proc = subprocess.Popen([sys.executable, "-m", "acoustic_mlm", "prepare", "--config", str(path), "--raw", str(raw),
+                             "--out", str(out)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120  # the stage's temporary folder, with a shard being written in it
+    while not list(tmp_path.glob(".prepared.tmp-*/.shard-00000.tmp-*")) and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.005)
+    assert proc.poll() is None, "prepare ended before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "raw"]  # nothing left behind
+
+    # a run killed harder (SIGKILL) leaves its temporary names; the next run of the same output removes them
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    debris, other = tmp_path / f".prepared.tmp-{pid}-abc", tmp_path / f".raw.tmp-{pid}-def"
+    for d in (debris, other):
+        (d / "shard-00000").mkdir(parents=True)
+        (d / "shard-00000" / "audio.npy").write_bytes(b"x" * 100)
+    live = tmp_path / f".prepared.tmp-{os.getpid()}-ghi"  # a live process's (a run in progress): left alone
+    live.mkdir()
+    assert _amlm(["prepare", "--config", path, "--raw", raw, "--out", out]).returncode == 0
+    assert not debris.exists() and live.exists() and other.exists()  # another output's name: not touched
+    assert (out / "manifest.csv").is_file()
+
+
+def test_r3_messages_name_final_paths_not_temporary_ones(tmp_path):
+    """tokenize (one process, DVC) writes files.csv inside data/.codes.tmp-*/ and warned with that
+    path; messages and errors now name data/codes/files.csv."""
+    script = (
+        "import logging, sys\n"
+        "from acoustic_mlm.utils import atomic_dir, setup_logging, log, final_names\n"
+        "setup_logging()\n"
+        f"with atomic_dir({str(tmp_path / 'data' / 'codes')!r}) as tmp:\n"
+        "    log.warning('tokenize: see %s for each file', tmp / 'files.csv')\n"
+        "    print(final_names(f'error: {tmp}/shard-00000/codes.npy: broken'))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"see {tmp_path / 'data' / 'codes' / 'files.csv'} for each file" in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == f"error: {tmp_path / 'data' / 'codes'}/shard-00000/codes.npy: broken"
+    assert ".tmp-" not in proc.stderr + proc.stdout
+
+
+# ------------------------------------------------------------- files the pipeline wrote, damaged or edited
+
+
+def _cut(path: Path, keep: float = 0.6) -> None:
+    """The file cut short, as an interrupted copy leaves it (inside a row, inside a number)."""
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)].rstrip(b"\n")[:-1])
+
+
+def _edit_csv(path: Path, row: int, column: str, value: str) -> None:
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame.loc[row, column] = value
+    frame.to_csv(path, index=False)
+
+
+@pytest.fixture()
+def summaries(tmp_path, smoke_cfg):
+    """An aggregate stage's real outputs, from made-up metrics of every arm (two seeds each)."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(smoke_cfg))
+    for i, name in enumerate(smoke_cfg["runs"]):
+        steps = np.array([1, 2, 4, 8, 16, 20, 32, 40])
+        rows = []
+        for seed in (1, 2):
+            curve = 6.0 - 0.1 * i + 4.0 * np.exp(-steps / 20) + 0.01 * seed
+            rows.append(pd.DataFrame({"seed": seed, "step": steps, "train_loss_cb0": curve, "valid_loss_cb0": curve + 0.1,
+                                      "grad_norm": 1.0 + steps, "lr": 1e-3, "nonfinite": 0}))
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        pd.concat(rows).to_csv(tmp_path / "runs" / name / "metrics.csv", index=False)
+    proc = _amlm(["aggregate", "--config", cfg, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "loss_curves.csv"])
+    assert proc.returncode == 0, proc.stderr
+    shutil.copy(ROOT / "data" / "reference" / "paper_curves.csv", tmp_path / "paper_curves.csv")
+    return tmp_path, cfg
+
+
+def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
+    """(the stage's arguments, needles of its one-line refusal) after damaging one file in d."""
+    metrics, curves, diags, ref = (d / "runs" / "prenorm_clip1" / "metrics.csv", d / "loss_curves.csv",
+                                   d / "diagnostics.csv", d / "paper_curves.csv")
+    aggregate = ["aggregate", "--runs-dir", d / "runs", "--out", d / "loss_curves.csv"]
+    figure = ["figure", "--curves", curves, "--reference", ref, "--out", d / "figures"]
+    claims = ["claims", "--curves", curves, "--diagnostics", diags, "--reference", ref, "--out-json", d / "c.json",
+              "--out-md", d / "c.md"]
+    stability = ["stability", "--curves", curves, "--diagnostics", diags, "--out", d / "figures"]
+    compare = ["compare", "--curves", curves, "--reference", ref, "--out", d / "figures" / "cmp.png"]
+    if case == "metrics_cut":
+        _cut(metrics)
+        return aggregate, [f"{metrics}: cut short", "rerun the train stage"]
+    if case == "metrics_text":
+        _edit_csv(metrics, 3, "train_loss_cb0", "7.1O")
+        return aggregate, [f"{metrics}: column 'train_loss_cb0', row 5: '7.1O' is not a number"]
+    if case == "metrics_steps":
+        _edit_csv(metrics, 3, "step", "2")
+        return aggregate, [f"{metrics}: 'step' must increase"]
+    if case == "curves_cut":
+        _cut(curves)
+        return figure, [f"{curves}: cut short", "rerun the aggregate stage"]
+    if case == "curves_fields":  # an edited row that lost a field, still ending with a line break
+        lines = curves.read_text().splitlines(keepends=True)
+        lines[3] = lines[3].rsplit(",", 1)[0] + "\n"
+        curves.write_text("".join(lines))
+        return claims, [f"{curves}: row 4 has 7 fields, the header 8"]
+    if case == "curves_split":
+        _edit_csv(curves, 0, "split", "test")
+        return stability, [f"{curves}: column 'split', row 2: 'test' is not one of train, valid"]
+    if case == "diagnostics_cut":
+        _cut(diags, 0.5)
+        return stability, [f"{diags}: cut short", "rerun the aggregate stage"]
+    if case == "diagnostics_text":
+        _edit_csv(diags, 1, "value", "high")
+        return claims, [f"{diags}: column 'value', row 3: 'high' is not a number"]
+    if case == "reference_nan":
+        _edit_csv(ref, 0, "loss_bits", "nan")
+        return claims, [f"{ref}: column 'loss_bits', row 2 is nan; it must be a finite number"]
+    if case == "reference_step0":
+        _edit_csv(ref, 0, "step", "0")
+        return compare, [f"{ref}: column 'step', row 2 is 0; steps are positive"]
+    if case == "reference_role":
+        _edit_csv(ref, 5, "role", "clip2")
+        return figure, [f"{ref}: column 'role', row 7: 'clip2' is not one of"]
+    if case == "metrics_header_edited":  # the figure's loss column renamed: it was kept as a "diagnostic"
+        metrics.write_text(metrics.read_text().replace("train_loss_cb0", "train_loss_cbO", 1))
+        return aggregate, [f"{metrics}: missing column train_loss_cb0"]
+    if case == "curves_arm_deleted":  # one arm's rows gone: its claims turned inconclusive without a word
+        curves.write_text("".join(line for line in curves.read_text().splitlines(True)
+                                  if not line.startswith("prenorm_clip1,")))
+        return claims, [f"{curves}: no train codebook-0 rows for run(s) prenorm_clip1"]
+    if case == "reference_role_deleted":
+        ref.write_text("".join(line for line in ref.read_text().splitlines(True) if ",clip1," not in line))
+        return claims, [f"{ref}: role clip1 has 0 point(s)"]
+    if case == "reference_missing_column":
+        pd.read_csv(ref).drop(columns=["loss_bits"]).to_csv(ref, index=False)
+        return compare, [f"{ref}: missing column(s) loss_bits"]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["metrics_cut", "metrics_text", "metrics_steps", "curves_cut", "curves_fields",
+                                  "curves_split", "diagnostics_cut", "diagnostics_text", "reference_nan",
+                                  "reference_step0", "reference_role", "reference_missing_column",
+                                  "metrics_header_edited", "curves_arm_deleted", "reference_role_deleted"])
+def test_r3_damaged_summaries_are_refused_by_every_stage_that_reads_them(summaries, smoke_cfg, case):
+    """A metrics.csv cut inside its last row was aggregated with the cut number; NaN in the paper's
+    curves flipped verdicts silently. Each damaged file is now refused in one line naming it."""
+    d, cfg = summaries
+    smoke_cfg["figure"]["overlay_paper"] = True  # the figure reads the reference too
+    cfg.write_text(yaml.safe_dump(smoke_cfg))
+    args, needles = _summary_case(case, d)
+    before = _snapshot(d)
+    _one_line_refusal(_amlm([args[0], "--config", cfg, *args[1:]]), *needles)
+    assert _snapshot(d) == before
+
+
+def _train_args(cfg: dict, tmp_path: Path, prepared: Path, codes: Path) -> list:
+    cfg["train"].update(warmup_steps=2, batch_size=2, valid_crops=3, crop_seconds=0.4)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return ["train", "prenorm_clip1", "--config", path, "--threads", "1", "--prepared", prepared, "--codes", codes,
+            "--out", tmp_path / "run"]
+
+
+@pytest.mark.parametrize("case", ["tokenizer_json_cut", "tokenizer_json_edited", "codes_out_of_range",
+                                  "codes_float", "manifest_cut", "manifest_text"])
+def test_r3_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cfg, tmp_path, case):
+    """A tokenizer.json that is not JSON, codes outside the codebook (only tokenizer.json's
+    max_code was read): tracebacks in train. Now one line naming the file and the stage to rerun."""
+    prepared, codes = tmp_path / "prepared", tmp_path / "codes"
+    shutil.copytree(data_dirs[0], prepared)
+    shutil.copytree(data_dirs[1], codes)
+    shard = codes / "shard-00001" / "codes.npy"
+    if case == "tokenizer_json_cut":
+        _cut(codes / "tokenizer.json")
+        needles = [f"{codes / 'tokenizer.json'}: not valid JSON", "rerun the tokenize stage"]
+    elif case == "tokenizer_json_edited":
+        meta = json.loads((codes / "tokenizer.json").read_text())
+        meta["max_code"] = "1023"
+        (codes / "tokenizer.json").write_text(json.dumps(meta))
+        needles = [f"{codes / 'tokenizer.json'}: 'max_code' is '1023', not list"]
+    elif case == "codes_out_of_range":  # tokenizer.json still says every code is below 16
+        values = np.load(shard)
+        values[0, 7] = 5000
+        np.save(shard, values)
+        needles = [f"{shard}: code 5000 at codebook 0, frame 7 lies outside the codebook (0-1023)", "rerun the tokenize stage"]
+    elif case == "codes_float":
+        np.save(shard, np.load(shard).astype(np.float32))
+        needles = [f"{shard}: float32 values; codes are whole numbers"]
+    elif case == "manifest_cut":
+        _cut(prepared / "manifest.csv", 0.8)
+        needles = [f"{prepared / 'manifest.csv'}: cut short", "rerun the prepare stage"]
+    else:
+        _edit_csv(prepared / "manifest.csv", 2, "offset", "9600.5")
+        needles = [f"{prepared / 'manifest.csv'}: column 'offset', row 4: '9600.5' is not a whole number"]
+    args = _train_args(smoke_cfg, tmp_path, prepared, codes)
+    before = _snapshot(tmp_path)
+    _one_line_refusal(_amlm(args), *needles)
+    after = _snapshot(tmp_path)
+    assert after == before and not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_r3_a_damaged_seed_summary_trains_that_seed_again(tmp_path, caplog):
+    """A completed seed's summary.json cut short ended in a traceback; the stage's own record
+    is now read through its reader and, damaged, makes the seed train again (with a warning)."""
+    out = tmp_path / "seed1"
+    out.mkdir()
+    fp = {"settings": {"train.lr": 0.001}, "processes": 1}
+    summary = {"status": "completed", "final_train_loss_cb0": 7.5, "final_valid_loss_cb0": 7.4, "nonfinite_steps": 0,
+               "fingerprint": fp}
+    (out / "summary.json").write_text(json.dumps(summary))
+    pd.DataFrame({"step": [1, 2], "train_loss_cb0": [10.0, 9.0]}).to_csv(out / "metrics.csv", index=False)
+    (out / "checkpoint.pt").write_bytes(b"x")
+    assert train._completed(out, fp) == summary
+    caplog.set_level("WARNING", logger="acoustic_mlm")
+    for damage in ("cut", "edited"):
+        if damage == "cut":
+            _cut(out / "summary.json")
+        else:
+            (out / "summary.json").write_text(json.dumps({**summary, "final_train_loss_cb0": "NaN"}))
+        assert train._completed(out, fp) is None
+        assert f"{out / 'summary.json'}: " in caplog.text and "training this seed again" in caplog.text
+        caplog.clear()
+    (out / "summary.json").write_text(json.dumps(summary))
+    _cut(out / "metrics.csv", 0.9)
+    assert train._completed(out, fp) is None and "metrics.csv: cut short" in caplog.text

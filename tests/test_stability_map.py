@@ -38,7 +38,7 @@ def _rows(arm, role, losses, layers=16, precision="fp32", seed=1, diverged=(), f
             "precision": precision, "seed": seed, "status": "diverged" if bad else "completed",
             "diverged_at_step": 10 if bad else None, "steps": 100, "first_train_loss_cb0": 10.0,
             "final_train_loss_cb0": final, "final_valid_loss_cb0": final, "capped_loss": M.capped_loss(final, 10.0),
-            "flattened": flat and not bad, "max_grad_norm": 3.0, "attn_logit_max": logit,
+            "flattened": flat and not bad, "late_change_share": 0.01 if flat else 0.3, "max_grad_norm": 3.0, "attn_logit_max": logit,
             "attn_logit_fp16_frac": logit / M.FP16_MAX, "clipped_frac": 0.5, "overflow_skips": 0,
             "nonfinite_steps": 0, "wall_time_s": 1.0})
     return rows
@@ -138,7 +138,14 @@ def test_pb_relax_is_judged_only_where_logits_reach_the_limit():
 def test_read_map_refuses_a_damaged_table(tmp_path):
     path = tmp_path / "stability_map.csv"
     pd.DataFrame(_rows("a", "clip1", {1e-3: 7.0})).drop(columns=["capped_loss"]).to_csv(path, index=False)
-    with pytest.raises(M.UserError, match="no column 'capped_loss'; rerun the map stage"):
+    with pytest.raises(M.UserError, match="missing column.*capped_loss.*map stage"):
         M.read_map(path)
-    with pytest.raises(M.UserError, match="not found; run the map stage first"):
+    with pytest.raises(M.UserError, match="none.csv"):
         M.read_map(tmp_path / "none.csv")
+    good = pd.DataFrame(_rows("a", "clip1", {1e-3: 7.0, 3e-3: 6.0}) + _rows("b", None, {1e-3: 7.5}))
+    good.to_csv(path, index=False)
+    back = M.read_map(path)
+    assert back["flattened"].dtype == bool and back["role"].isna().sum() == 1 and back["lr"].dtype == float
+    path.write_text(path.read_text()[:-20])  # cut in the middle of the last row
+    with pytest.raises(M.UserError, match="cut short"):
+        M.read_map(path)

@@ -47,7 +47,7 @@ def test_a_point_is_the_file_with_its_values_in_place(swept):
     assert list(pc["runs"]) == [name] and "sweep" not in pc
     run = pc["runs"][name]
     assert run["norm"] == "deepnorm" and run["clip"] == 1.0 and run["role"] == "deepnorm" and run["seeds"] == [1, 2]
-    assert run["label"].endswith("| lr=0.0015, layers=16")
+    assert run["label"] == swept["runs"]["postnorm_deepnorm_clip1"]["label"]
     assert swept["train"]["lr"] == 0.006 and swept["model"]["layers"] == 2  # the file's values are untouched
     keys = C.settings(pc, C.result_keys("train", pc, name))
     assert keys["train.lr"] == 0.0015 and keys["model.layers"] == 16 and keys[f"runs.{name}.norm"] == "deepnorm"

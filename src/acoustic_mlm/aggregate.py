@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import config as C
 from . import curves as curves_mod
+from . import readers
 from .errors import UserError
 from .utils import atomic_path, log, write_json
 
@@ -65,7 +66,7 @@ def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None
         path = Path(runs_dir) / name / "metrics.csv"
         if not path.is_file():
             raise UserError(f"{path}: metrics of run '{name}' not found; train it first")
-        metrics, rc = pd.read_csv(path), C.run_config(cfg, name)
+        metrics, rc = readers.read_metrics(path), C.run_config(cfg, name)
         frames.append(tidy(metrics, rc))
         diag.append(tidy_diagnostics(metrics, rc))
     curves = pd.concat(frames, ignore_index=True)

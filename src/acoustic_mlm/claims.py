@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from . import config as C
+from . import readers
 from .config import ClaimThresholds
 from .curves import _EPS, converged_step, detect_spikes, final_loss
 from .errors import UserError
@@ -585,7 +586,12 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
     curves_path = Path(curves_path)
     if not curves_path.is_file():
         raise UserError(f"{curves_path}: loss curves not found; run the aggregate stage first")
-    curves = pd.read_csv(curves_path)
+    curves = readers.read_curves(curves_path)
+    have = set(curves.loc[(curves["split"] == split) & (curves["codebook"] == 0), "run"])
+    missing = [name for name in cfg["runs"] if name not in have]
+    if missing:  # an arm left out would turn its claims inconclusive without a word
+        raise UserError(f"{curves_path}: no {split} codebook-0 rows for run(s) {', '.join(missing)} of the "
+                        "configuration; rerun the aggregate stage")
     roles = role_map(C.runs_by_role(cfg))
     claims = evaluate(curves, th, roles, split=split)
     explained = None
@@ -593,7 +599,7 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
         if not Path(diagnostics_path).is_file():
             raise UserError(f"{diagnostics_path}: diagnostics not found; run the aggregate stage first")
         stats = collect(curves, list(roles.values()), th, split=split)
-        explained = explain_spikes(stats, pd.read_csv(diagnostics_path))
+        explained = explain_spikes(stats, readers.read_diagnostics(diagnostics_path))
 
     paper_verdicts = None
     if check_reference:
@@ -604,6 +610,8 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
             by_role = {r["role"]: name for name, r in reference.runs_of(ref).items()}
             paper_verdicts = {c["id"]: c["verdict"] for c in evaluate(reference.as_curves(ref), th, by_role)}
         except UserError as exc:
+            if isinstance(exc, readers.ReadError) and Path(reference_path or reference.REFERENCE_PATH).is_file():
+                raise  # a damaged or edited file is refused, never skipped
             log.warning("claims: %s; skipping the check on the paper's curves", exc)
 
     data = curves[(curves["split"] == split) & (curves["codebook"] == 0)]

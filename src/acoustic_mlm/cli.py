@@ -24,13 +24,14 @@ Every subcommand reads and validates `--config` before doing any work.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from . import __version__
 from . import config as C
 from .errors import UserError
-from .utils import setup_logging
+from .utils import final_names, setup_logging
 
 DEFAULT_CONFIG = "config/config.yaml"
 
@@ -356,14 +357,48 @@ def dispatch(args: argparse.Namespace) -> int | None:
             print(f"{dvcgen.write(cfg, args.config, args.out)}: the DVC pipeline for {args.config}")
 
 
+# Output options: (stage, option attribute) -> what the path must be able to become.
+OUT_FOLDERS = {("fetch", "out"), ("fetch", "downloads"), ("prepare", "out"), ("tokenize", "out"), ("train", "out"),
+               ("figure", "out"), ("stability", "out"), ("preflight", "out")}
+OUT_FILES = {("aggregate", "out"), ("claims", "out_json"), ("claims", "out_md"), ("compare", "out"),
+             ("validate", "out")}
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every output path can be written as what it will be (a folder or a file): not an existing
+    file where a folder goes (or the reverse), and no file where a folder above it must be."""
+    for (stage, attr), kind in [(k, "folder") for k in sorted(OUT_FOLDERS)] + [(k, "file") for k in sorted(OUT_FILES)]:
+        path = getattr(args, attr, None) if args.command == stage else None
+        if path is None:
+            continue
+        path, option = Path(path), "--" + attr.replace("_", "-")
+        if kind == "folder" and path.exists() and not path.is_dir():
+            raise UserError(f"{path}: {option} names an existing file, not a folder; name a folder (or remove the file)")
+        if kind == "file" and path.is_dir():
+            raise UserError(f"{path}: {option} names an existing folder, not a file; name a file")
+        for above in path.parents:
+            if above.exists() or above.is_symlink():
+                if not above.is_dir():
+                    raise UserError(f"{path}: {option} lies under {above}, which is a file, not a folder")
+                break
+
+
+def _terminate(signum, _frame):
+    """SIGTERM ends the stage as Ctrl-C does: every `finally` runs, so temporary outputs are removed."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(getattr(args, "verbose", False))
+    signal.signal(signal.SIGTERM, _terminate)
     try:
+        check_outputs(args)
         code = dispatch(args)
     except UserError as exc:
         # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
-        print(f"amlm {args.command}: error: {exc}", file=sys.stderr)
+        message = " ".join(final_names(str(exc)).splitlines())  # one line, whatever a value held
+        print(f"amlm {args.command}: error: {message}", file=sys.stderr)
         return 2
     return code or 0  # a check that ran and failed (amlm verify): 1
 

@@ -267,11 +267,69 @@ def validate(cfg: Any, source: str = "config") -> dict:
         raise ConfigError(f"{source}: 'figure.y_min' must be below 'figure.y_max'")
     check_codebooks(cfg, source)
     check_labels(cfg, source)
+    for name, run in cfg["runs"].items():
+        check_run_name(name, source, f"runs.{name}")
+        check_label_length(run["label"], source, f"runs.{name}.label")
+    check_seeds(cfg, source)
     if cfg.get("sweep") is not None:
         from .sweep import validate_points  # sweep builds on this module
 
         validate_points(cfg, source)
     return cfg
+
+
+# ----------------------------------------------------------------------------- limits of later stages
+#
+# Values the schema accepts but a later stage cannot use. Each check is a function of one value, so
+# that settings derived from the config (a sweep's run names, say) can be checked the same way.
+
+# A run name is a file name in results/runs/<run>/, results/logs/train/<run>.log and DVC's
+# train@<run>: the longest, <run>.log, must fit the 255-byte name limit of common file systems.
+MAX_RUN_NAME_BYTES = 255 - len(".log")
+# torch.manual_seed takes seeds in [-2^63, 2^64 - 1]; training seeds process r with seed + r * 1,000,003.
+TORCH_SEED_MAX = 2**64 - 1
+RANK_SEED_STRIDE = 1_000_003
+# The legend draws each label on one line: four labels of 60 wide characters (W) fill about 70 % of
+# the figure's width, the legend still above the curves (drawn and looked at); the presets' labels
+# have 32-42. A label of 10,000 characters covered the plot and pushed the other arms off the image.
+MAX_LABEL_CHARS = 60
+
+
+def check_run_name(name: str, source: str = "config", key: str | None = None) -> None:
+    """A run name (given or derived) that every results path can hold: at most MAX_RUN_NAME_BYTES
+    bytes of UTF-8, no '/' or NUL, not '.' or '..'."""
+    key = key if key is not None else f"runs.{name}"
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_RUN_NAME_BYTES:
+        raise ConfigError(f"{source}: '{_short(key)}': the run name is {size} bytes; at most {MAX_RUN_NAME_BYTES} "
+                          f"(results/logs/train/<run>.log must fit the file system's 255-byte name limit); shorten it")
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        raise ConfigError(f"{source}: '{_short(key)}': {name!r} cannot be a folder name; use letters, digits and _")
+
+
+def check_seed(seed: int, source: str = "config", key: str = "seed", processes: int = 1) -> None:
+    """A seed torch accepts in every one of `processes` DDP processes (seed + rank * 1,000,003)."""
+    top = TORCH_SEED_MAX - RANK_SEED_STRIDE * (processes - 1)
+    if not 0 <= seed <= top:
+        raise ConfigError(f"{source}: '{key}' has seed {seed}; seeds run from 0 to {top} (torch.manual_seed takes "
+                          f"at most 2^64 - 1{', less 1000003 per further process' if processes > 1 else ''})")
+
+
+def check_seeds(cfg: dict, source: str = "config") -> None:
+    t = cfg["train"]
+    world = t["processes"] * t.get("nodes", 1)
+    for name, run in cfg["runs"].items():
+        for seed in run["seeds"]:
+            check_seed(seed, source, f"runs.{name}.seeds", world)
+    check_seed(cfg["tokenizer"]["seed"], source, "tokenizer.seed")
+
+
+def check_label_length(label: str, source: str = "config", key: str = "label") -> None:
+    """A legend label the figure can draw beside the curves (MAX_LABEL_CHARS characters, one line)."""
+    if len(label) > MAX_LABEL_CHARS or "\n" in label:
+        what = "holds a line break" if "\n" in label else f"is {len(label)} characters long"
+        raise ConfigError(f"{source}: '{key}' {json.dumps(_short(label))} {what}; the legend draws one line of at most "
+                          f"{MAX_LABEL_CHARS} characters: shorten it (the run name can carry the rest)")
 
 
 def _check_recipe(cfg: dict, source: str) -> None:
@@ -319,8 +377,7 @@ def _check_renamed_keys(cfg: Any, source: str) -> None:
 def load(path: str | Path) -> dict:
     """Read and validate a YAML configuration file."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: configuration file not found")
+    _check_config_path(path)
     return validate(read_yaml(path), source=str(path))
 
 
@@ -540,8 +597,7 @@ def read_yaml(path: str | Path):
     """The YAML document in `path`, read strictly: UTF-8 only, no aliases, no duplicate keys, at
     most MAX_CONFIG_BYTES. Every refusal is one ConfigError line naming the file."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: configuration file not found")
+    _check_config_path(path)
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: {size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes")
@@ -553,11 +609,28 @@ def read_yaml(path: str | Path):
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); "
                           "save the file as UTF-8") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if document is None:
+        raise ConfigError(f"{path}: the file is empty (no settings); copy a preset from config/ and edit it")
+    return document
+
+
+def _check_config_path(path: Path) -> None:
+    """The configuration path is a regular file (or a link to one): a folder, a device or a FIFO is
+    named as what it is, never opened (reading a FIFO would wait forever)."""
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a configuration file; name a YAML file (e.g. config/smoke.yaml)")
+    if path.exists():
+        raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); name a YAML file")
+    if path.is_symlink():
+        raise ConfigError(f"{path}: a broken link; configuration file not found")
+    raise ConfigError(f"{path}: configuration file not found")
 
 
 # ----------------------------------------------------------------------------- checks the schema cannot express

@@ -49,7 +49,7 @@ import soundfile as sf
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm import __version__, archive, sources, synth
 from acoustic_mlm.sources import AUDIO_SUFFIXES
-from acoustic_mlm.utils import Progress, atomic_dir, log, write_json
+from acoustic_mlm.utils import Progress, atomic_dir, file_sha256, log, write_json
 
 DEFAULT_RETRIES = 3  # further attempts after a network error or a resumed download that failed its hash
 DEFAULT_TIMEOUT_S = 60.0  # seconds to connect, and between two received chunks
@@ -329,6 +329,7 @@ def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
     if not files:
         raise UserError(f"data.folder: no audio files under {folder} ({len(skipped)} other files)")
     linked = copied = size = 0
+    hashes = {}
     with Progress(len(files), "fetch", unit="file") as bar:
         for rel, src in files:
             dest = out / rel
@@ -340,9 +341,11 @@ def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
                 shutil.copy2(src, dest)
                 copied += 1
             size += dest.stat().st_size
+            hashes[rel] = file_sha256(dest)  # the snapshot: prepare refuses a file changed since
             bar.update(1)
     _log_skipped(skipped, str(folder))
     return {"folder": str(folder), "files": len(files), "bytes": size, "hard_linked": linked, "copied": copied,
+            "sha256": hashes,
             "hidden_skipped": sum(s["reason"] == sources.HIDDEN for s in skipped),
             "skipped": skipped}  # every other path under the folder: prepare lists them in rejects.csv
 

@@ -307,10 +307,9 @@ def _handle(style: ArmStyle) -> Line2D:
 
 
 def _read_curves(path: Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: loss curves not found; run the aggregate stage first")
-    return pd.read_csv(path)
+    from .readers import read_curves
+
+    return read_curves(path)
 
 
 def _save(fig, path: Path, fmt: str, dpi: int | None) -> Path:

@@ -47,9 +47,11 @@ import pandas as pd
 import soundfile as sf
 
 from acoustic_mlm.config import ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE, ENCODEC_HOP, crop_frames
+from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.sources import SOURCE_RECORD, find_audio, is_audio_name, not_audio_reason, walk  # noqa: F401
-from acoustic_mlm.utils import OutOfSpaceError, Progress, atomic_dir, atomic_path, is_out_of_space, log, write_json
+from acoustic_mlm.utils import (OutOfSpaceError, Progress, atomic_dir, atomic_path, file_sha256, is_out_of_space, log,
+                                write_json)
 
 MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
@@ -129,11 +131,23 @@ def _fetch_record(raw_dir: Path) -> dict | None:
     path = raw_dir / SOURCE_RECORD
     if not path.is_file():
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError):
+    record = readers.read_json(path, "fetch's record", "fetch")
+    if "source" not in record:  # a JSON object of the user's own: not fetch's record
         return None
-    return record if isinstance(record, dict) and "source" in record else None
+    hashes = record.get("sha256", {})
+    if not (isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values())):
+        raise readers.ReadError(f"{path}: 'sha256' must map each file to its hash; rerun the fetch stage")
+    return record
+
+
+def check_snapshot(raw_dir: Path, rel_path: str, record: dict | None) -> None:
+    """A file fetch recorded a sha256 for (a `folder` source: hard-linked, so an edit of the
+    source in place reaches data/raw) still has that content; refused in one line otherwise."""
+    expected = (record or {}).get("sha256", {}).get(rel_path)
+    if expected is not None and file_sha256(raw_dir / rel_path) != expected:
+        raise UserError(f"{raw_dir / rel_path}: changed since it was fetched (its sha256 differs from "
+                        f"{raw_dir / SOURCE_RECORD}); the source folder was edited: rerun the fetch stage "
+                        "(snakemake --forcerun fetch, or dvc repro -f fetch)")
 
 
 def _mono_blocks(path: Path, block: int = 1 << 20) -> tuple[np.ndarray, int, int, int]:
@@ -150,6 +164,60 @@ def _mono_blocks(path: Path, block: int = 1 << 20) -> tuple[np.ndarray, int, int
             parts.append(b.mean(axis=1, dtype=np.float32))
     mono = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     return mono, sr, channels, declared
+
+
+_W64_FMT = bytes.fromhex("666d7420f3acd3118cd100c04f8edb8a")  # Sony Wave64 chunk GUIDs ("fmt ", "data")
+_W64_DATA = bytes.fromhex("64617461f3acd3118cd100c04f8edb8a")
+
+
+def header_frames(path: Path) -> int:
+    """The frames a WAV, AIFF, AU or Wave64 header declares (0: unknown or another format).
+
+    libsndfile reports the frames a file holds, not what its header declares: a WAV whose header
+    says 4 s but whose data stops at 1.24 s decodes as a clean 1.24 s clip. The header's own count
+    tells the two apart, as MP3 and FLAC decoders do themselves.
+    """
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return 0
+    try:
+        if head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
+            end = "<" if head[:4] == b"RIFF" else ">"
+            pos, align = 12, 0
+            while pos + 8 <= len(head):
+                cid, size = head[pos : pos + 4], struct.unpack_from(end + "I", head, pos + 4)[0]
+                if cid == b"fmt ":
+                    align = struct.unpack_from(end + "H", head, pos + 8 + 12)[0]
+                elif cid == b"data":
+                    return size // align if align and size not in (0, 0xFFFFFFFF) else 0
+                pos += 8 + size + (size & 1)
+        elif head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+            pos = 12
+            while pos + 8 <= len(head):
+                cid, size = head[pos : pos + 4], struct.unpack_from(">I", head, pos + 4)[0]
+                if cid == b"COMM":
+                    return struct.unpack_from(">I", head, pos + 10)[0]
+                pos += 8 + size + (size & 1)
+        elif head[:4] == b".snd":
+            offset, size, _, _, channels = struct.unpack_from(">IIIII", head, 4)
+            width = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 4, 7: 8, 27: 1}.get(struct.unpack_from(">I", head, 12)[0], 0)
+            return size // (width * channels) if width and channels and size != 0xFFFFFFFF else 0
+        elif head[:4] == b"riff" and head[24:32] == bytes.fromhex("77617665f3acd311"):
+            pos, align = 40, 0
+            while pos + 24 <= len(head):
+                guid, size = head[pos : pos + 16], struct.unpack_from("<Q", head, pos + 16)[0]
+                if guid == _W64_FMT:
+                    align = struct.unpack_from("<H", head, pos + 24 + 12)[0]
+                elif guid == _W64_DATA:
+                    return (size - 24) // align if align and size > 24 else 0
+                pos += (size + 7) // 8 * 8
+    except struct.error:  # a header cut inside a chunk: libsndfile decides
+        return 0
+    return 0
 
 
 def _resample(mono: np.ndarray, sr: int, sample_rate: int) -> np.ndarray:
@@ -204,6 +272,7 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     if not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
         raise Unusable(f"implausible sample rate: {sr} Hz, outside {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz "
                        "(a damaged header or not audio)")
+    declared = max(declared, header_frames(path))  # WAV, AIFF, AU: libsndfile reports what is there
     if declared > 0 and len(mono) < (1 - TRUNCATION_TOLERANCE) * declared:
         raise Unusable(f"truncated or corrupt: decoded {len(mono)} of the {declared} frames its header declares")
     if len(mono) == 0:
@@ -324,14 +393,10 @@ def read_plan(out_dir: Path) -> pd.DataFrame:
     path = Path(out_dir) / PLAN
     if not path.is_file():
         raise UserError(f"{path}: not found (run `amlm prepare --plan` first)")
-    try:
-        frame = pd.read_csv(path, dtype={"path": str, "clip_id": str, "shard": np.int64, "skip": str},
-                            keep_default_na=False)
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in PLAN_COLUMNS if c not in frame.columns]
-    if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
+    frame = readers.read_csv_table(path, "the shard plan", "prepare --plan", PLAN_COLUMNS, ints=["shard"],
+                                   empty_ok=True)
+    if (frame["shard"] < 0).any():
+        raise UserError(f"{path}: a negative shard; rerun the prepare --plan stage")
     return frame
 
 
@@ -350,6 +415,10 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     if todo.empty:
         raise UserError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards 0-{read_plan(out_dir)['shard'].max()})")
     rows, rejects = [], []
+    record = _fetch_record(raw_dir)
+    for rel_path, skip in zip(todo["path"], todo["skip"]):  # before writing anything
+        if not skip and (raw_dir / rel_path).is_file():
+            check_snapshot(raw_dir, rel_path, record)
     with atomic_dir(out_dir / shard_name(shard)) as tmp:
         with NpyWriter(tmp / "audio.npy") as writer, \
                 Progress(len(todo), f"prepare {shard_name(shard)}", unit="file") as bar:
@@ -395,10 +464,14 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
         for name in ("clips.csv", "rejects.csv", "audio.npy"):
             if not (folder / name).is_file():
                 raise UserError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
-        clips = pd.read_csv(folder / "clips.csv", dtype=_MANIFEST_DTYPES, keep_default_na=False)
+        rerun = f"prepare --shard {shard}"
+        clips = readers.read_csv_table(folder / "clips.csv", "a shard's clips", rerun, SHARD_COLUMNS, empty_ok=True,
+                                       ints=[c for c in SHARD_COLUMNS if _MANIFEST_DTYPES[c] is np.int64],
+                                       numbers=["duration_s"])
         clips.insert(2, "shard", int(shard))
         kept.append(clips)
-        rejected.append(pd.read_csv(folder / "rejects.csv", dtype=str, keep_default_na=False))
+        rejected.append(readers.read_csv_table(folder / "rejects.csv", "a shard's rejects", rerun, REJECTS_COLUMNS,
+                                               empty_ok=True))
     manifest = pd.concat(kept, ignore_index=True)
     rejects = pd.concat(rejected, ignore_index=True).sort_values("path", kind="stable")
     accounted = sorted(manifest["path"].tolist() + rejects["path"].tolist())
@@ -533,13 +606,10 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     manifest_path = prepared_dir / "manifest.csv"
     if not manifest_path.is_file():
         raise UserError(f"{manifest_path}: not found (run the prepare stage first)")
-    try:  # keep_default_na: a clip called "NA" or "null" stays a string
-        manifest = pd.read_csv(manifest_path, dtype=_MANIFEST_DTYPES, keep_default_na=False)
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{manifest_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in manifest.columns]
-    if missing:
-        raise UserError(f"{manifest_path}: missing column(s) {', '.join(missing)}")
+    # every field of every row, whole numbers where they must be; a clip called "NA" stays a string
+    ints = [c for c, kind in _MANIFEST_DTYPES.items() if kind is np.int64]
+    manifest = readers.read_csv_table(manifest_path, "the manifest", "prepare", REQUIRED_COLUMNS, ints=ints,
+                                      numbers=["duration_s"], empty_ok=True)
     if manifest.empty:
         raise UserError(f"{manifest_path}: no clips")
     bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})

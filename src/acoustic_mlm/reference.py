@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import UserError
 
 # The repository's copy: src/acoustic_mlm/reference.py -> <repo>/data/reference/paper_curves.csv
 REFERENCE_PATH = Path(__file__).resolve().parents[2] / "data" / "reference" / "paper_curves.csv"
@@ -21,16 +20,10 @@ COLUMNS = ["run", "role", "label", "step", "loss_bits", "note"]
 
 def load_reference(path: str | Path | None = None) -> pd.DataFrame:
     """The digitised paper curves, sorted by run (file order) and step."""
+    from .readers import read_reference
+
     path = Path(path) if path is not None else REFERENCE_PATH
-    if not path.is_file():
-        raise UserError(
-            f"{path}: the paper's digitised curves are not found; they ship in the repository "
-            "(data/reference/paper_curves.csv), so run from a checkout or pass the path"
-        )
-    ref = pd.read_csv(path)
-    missing = [c for c in COLUMNS if c not in ref.columns]
-    if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(COLUMNS)})")
+    ref = read_reference(path)  # every step and loss finite, steps positive, roles known
     order = {run: i for i, run in enumerate(dict.fromkeys(ref["run"]))}
     return ref.sort_values(["run", "step"], key=lambda c: c.map(order) if c.name == "run" else c,
                            kind="stable").reset_index(drop=True)

@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from . import curves as K  # noqa: E402
-from . import figure  # noqa: E402
+from . import figure, readers  # noqa: E402
 from .diagnostics import FP16_MAX  # noqa: E402
 from .errors import UserError  # noqa: E402
 from .utils import atomic_path, log  # noqa: E402
@@ -159,7 +159,7 @@ def run(cfg: dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> 
     for path, what in ((Path(curves_path), "loss curves"), (Path(diagnostics_path), "diagnostics")):
         if not path.is_file():
             raise UserError(f"{path}: {what} not found; run the aggregate stage first")
-    loss_curves, diagnostics = pd.read_csv(curves_path), pd.read_csv(diagnostics_path)
+    loss_curves, diagnostics = readers.read_curves(curves_path), readers.read_diagnostics(diagnostics_path)
     need = {"run", "seed", "step", "diagnostic", "value"}
     if not need <= set(diagnostics.columns):
         raise UserError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")

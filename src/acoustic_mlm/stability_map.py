@@ -29,6 +29,7 @@ import pandas as pd
 
 from . import config as C
 from . import curves
+from . import readers
 from .errors import UserError
 from .sweep import points, point_config
 from .utils import atomic_path, write_json
@@ -82,20 +83,11 @@ def relax_reach(relax_alpha: float) -> float:
 
 
 def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict]:
-    metrics, summary = run_dir / "metrics.csv", run_dir / "summary.json"
-    for path in (metrics, summary):
-        if not path.is_file():
-            raise UserError(f"{path}: not found; run the train stage for {name} first")
-    try:
-        m = pd.read_csv(metrics)
-        s = json.loads(summary.read_text())
-    except (ValueError, pd.errors.ParserError) as exc:
-        raise UserError(f"{run_dir}: unreadable metrics or summary ({str(exc).splitlines()[0]}); "
-                        f"rerun the train stage for {name}") from None
-    missing = {"seed", "step", "train_loss_cb0"} - set(m.columns)
-    if missing or "per_seed" not in s:
-        what = f"column '{sorted(missing)[0]}'" if missing else "key 'per_seed'"
-        raise UserError(f"{metrics if missing else summary}: no {what}; rerun the train stage for {name}")
+    """A point's metrics.csv and summary.json, through the readers every stage uses (acoustic_mlm.readers)."""
+    m = readers.read_metrics(run_dir / "metrics.csv")
+    s = readers.read_json(run_dir / "summary.json", f"the summary of {name}", "train", {"per_seed": dict})
+    if "seed" not in m.columns:
+        raise UserError(f"{run_dir / 'metrics.csv'}: no column 'seed'; rerun the train stage for {name}")
     return m, s
 
 
@@ -158,20 +150,17 @@ def run_table(cfg: dict, runs_dir: Path, out: Path) -> Path:
 
 
 def read_map(path: Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: stability map not found; run the map stage first")
-    try:
-        t = pd.read_csv(path)
-    except (ValueError, pd.errors.ParserError) as exc:
-        raise UserError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); rerun the map stage") from None
-    missing = [c for c in COLUMNS if c not in t.columns]
-    if missing:
-        raise UserError(f"{path}: no column '{missing[0]}'; rerun the map stage")
-    bad = t["lr"].isna() | ~np.isfinite(t["first_train_loss_cb0"])
-    if bad.any():
-        raise UserError(f"{path}: row {int(np.flatnonzero(bad)[0]) + 2} has no learning rate or initial loss; "
-                        "rerun the map stage")
+    """results/stability_map.csv through the shared CSV reader: the columns, numbers where numbers
+    belong, a rate and an initial loss in every row."""
+    t = readers.read_csv_table(Path(path), "stability map", "map", COLUMNS, ints=["layers", "seed", "steps"],
+                               numbers=["lr", "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0",
+                                        "capped_loss", "late_change_share", "max_grad_norm", "attn_logit_max",
+                                        "attn_logit_fp16_frac", "clipped_frac", "wall_time_s", "diverged_at_step",
+                                        "overflow_skips", "nonfinite_steps"],
+                               finite=["lr", "first_train_loss_cb0", "capped_loss"],
+                               choices={"flattened": ("True", "False")})
+    t["flattened"] = t["flattened"] == "True"
+    t["role"] = t["role"].where(t["role"] != "", None)
     return t
 
 

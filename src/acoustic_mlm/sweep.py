@@ -151,10 +151,6 @@ def run_names(cfg: dict) -> list[str]:
     return list(points(cfg)) or list(cfg["runs"])
 
 
-def point_label(arm_label: str, p: Point) -> str:
-    return f"{arm_label} | " + ", ".join(f"{_short(k)}={v}" for k, v in p.values)
-
-
 def point_config(cfg: dict, name: str) -> dict:
     """The configuration one run of `cfg` trains under: for a sweep point, the file's settings with the
     point's values in place and `runs:` holding only the point; for an arm (no sweep), `cfg` itself."""
@@ -168,8 +164,8 @@ def point_config(cfg: dict, name: str) -> dict:
     for key, value in p.values:
         section, leaf = key.split(".", 1)
         out[section][leaf] = value
-    arm = dict(out["runs"][p.arm])
-    arm.update(label=point_label(arm["label"], p), seeds=list(p.seeds))
+    arm = dict(out["runs"][p.arm])  # the arm's label: the map's legend draws arms, its table names points
+    arm.update(seeds=list(p.seeds))
     out["runs"] = {name: arm}
     return out
 

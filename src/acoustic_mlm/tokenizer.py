@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.devices import pick_device
@@ -726,7 +727,8 @@ def load_tokenizer(cfg: dict, out_dir: Path):
     folder = Path(out_dir) / MODEL_DIR
     if not (folder / "fit.json").is_file():
         raise UserError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
-    fitted = json.loads((folder / "fit.json").read_text()).get("level", level_of({"tokenizer": {"mode": "pretrained"}}))
+    fitted = readers.read_json(folder / "fit.json", "the tokenizer's fit", "tokenize").get(
+        "level", level_of({"tokenizer": {"mode": "pretrained"}}))
     wanted = level_of(cfg)
     if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
         raise TokenizerError(f"{folder / 'fit.json'}: fitted with level {fitted['method']} {fitted['target']}, the config "
@@ -837,18 +839,17 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
     fit_path = out_dir / MODEL_DIR / "fit.json"
     if not fit_path.is_file():
         raise TokenizerError(f"{fit_path}: not found (run `amlm tokenize --fit` first)")
-    info = json.loads(fit_path.read_text())
+    info = readers.read_json(fit_path, "the tokenizer's fit", "tokenize")
     counts = None  # (K, CODEBOOK_SIZE) code counts over every shard
     shards, tables = [], []
     for k in corpus.shards:
         enc_path = out_dir / shard_name(k) / "encode.json"
         if not enc_path.is_file():
             raise TokenizerError(f"{enc_path}: not found (run `amlm tokenize --shard {k}` first)")
-        shards.append(json.loads(enc_path.read_text()))
-        codes = shard_codes(out_dir, k)
-        if codes.ndim != 2 or codes.shape[1] != len(corpus.audio(k)) // ENCODEC_HOP:
-            raise TokenizerError(f"{out_dir / shard_name(k) / 'codes.npy'}: shape {codes.shape}, its shard's audio "
-                                 f"has {len(corpus.audio(k)) // ENCODEC_HOP} frames; rerun tokenize")
+        shards.append(readers.read_json(enc_path, "a shard's encoding record", "tokenize",
+                                        {"clips": int, "audio_seconds": (int, float), "encode_seconds": (int, float)}))
+        codes = readers.read_codes(out_dir / shard_name(k) / "codes.npy", len(corpus.audio(k)) // ENCODEC_HOP, None,
+                                   CODEBOOK_SIZE)
         part = np.stack([code_counts(np.asarray(row)) for row in codes])
         counts = part if counts is None else counts + part
         tables.append(_file_table(corpus.manifest[corpus.manifest["shard"] == k], codes, out_dir / shard_name(k)))
@@ -900,7 +901,9 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
     path = shard_dir / LEVELS
     if not path.is_file():
         raise TokenizerError(f"{path}: not found (rerun `amlm tokenize --shard {int(clips['shard'].iloc[0])}`)")
-    levels = pd.read_csv(path, dtype={"clip_id": str}, keep_default_na=False)
+    levels = readers.read_csv_table(path, "a shard's levels", "tokenize", ["clip_id", "gain_db"],
+                                    numbers=["rms_dbfs", "lufs"],
+                                    finite=["gain_db"])
     rows = []
     for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):
         c = code_counts(np.asarray(codes[0, o // ENCODEC_HOP : o // ENCODEC_HOP + nf]))

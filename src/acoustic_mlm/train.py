@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from . import config as C
-from . import curves, diagnostics
+from . import curves, diagnostics, readers
 from .devices import pick_device
 from .errors import UserError
 from .augment import apply_mixture, draw_mixture
@@ -385,20 +385,15 @@ def update(tr: Trainer, micro_batches, lr: float, probe: bool = False, on_phase=
 def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
     summary = Path(codes_dir) / "tokenizer.json"
-    if not summary.is_file():
-        raise UserError(f"{summary}: not found; run the tokenize stage first")
-    meta = json.loads(summary.read_text())
+    meta = readers.read_tokenizer_summary(summary)
     if meta.get("n_codebooks", 0) < m.codebooks:
         raise UserError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
     if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
         raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
                          f"'model.codebook_size' ({m.codebook_size})")
-    for k in corpus.shards:
-        codes = shard_codes(codes_dir, k)
-        frames = len(corpus.audio(k)) // C.ENCODEC_HOP
-        if codes.ndim != 2 or codes.shape[0] < m.codebooks or codes.shape[1] != frames:
-            raise UserError(f"{Path(codes_dir) / shard_name(k) / 'codes.npy'}: shape {codes.shape}, expected "
-                             f"({m.codebooks}+, {frames}) for its shard's audio; rerun tokenize")
+    for k in corpus.shards:  # every code in range: an edited or damaged shard is refused, not trained on
+        readers.read_codes(Path(codes_dir) / shard_name(k) / "codes.npy", len(corpus.audio(k)) // C.ENCODEC_HOP,
+                           m.codebooks, m.codebook_size)
 
 
 # ----------------------------------------------------------------------------- resumable state
@@ -508,7 +503,8 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     if rank != 0:  # only the first process writes
         return summaries[0]
     shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
-    frames = [pd.read_csv(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed) for seed in rc.seeds]
+    frames = [readers.read_metrics(out_dir / "seeds" / f"seed{seed}" / "metrics.csv").assign(seed=seed)
+              for seed in rc.seeds]
     metrics = pd.concat(frames, ignore_index=True)
     metrics = metrics[["seed"] + [c for c in metrics.columns if c != "seed"]]
     finals = [s["final_train_loss_cb0"] for s in summaries]
@@ -656,7 +652,12 @@ def _completed(out_dir: Path, fp: dict) -> dict | None:
     """The summary of a seed already completed under the same fingerprint, else None."""
     done = out_dir / "summary.json"
     if done.is_file() and (out_dir / "metrics.csv").is_file() and (out_dir / "checkpoint.pt").is_file():
-        previous = json.loads(done.read_text())
+        try:
+            previous = readers.read_seed_summary(done)
+            readers.read_metrics(out_dir / "metrics.csv")
+        except readers.ReadError as exc:  # the stage's own output, damaged: train the seed again
+            log.warning("train: %s; training this seed again", exc)
+            return None
         if previous.get("fingerprint") == fp:
             return previous
     return None

@@ -28,17 +28,91 @@ def setup_logging(verbose: bool = False) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:  # messages name final paths, never temporary ones
+        if not any(isinstance(f, _FinalNames) for f in handler.filters):
+            handler.addFilter(_FinalNames())
+
+
+# ----------------------------------------------------------------------------- temporary names
+#
+# Outputs are written under a temporary sibling name, `.<name>.tmp-<pid>-<random>`, then renamed.
+# Messages name the final path (final_names); a stage killed by SIGTERM or SIGINT removes its
+# temporary names on the way out (cli.main turns SIGTERM into SystemExit, so every `finally` runs);
+# a stage killed harder (SIGKILL, a power cut) leaves them, and the next stage writing the same
+# output removes those whose process is gone (remove_debris).
+_FINAL_OF: dict[str, str] = {}  # temporary path -> final path, for every temporary name of this process
+_TMP_PID = re.compile(r"\.tmp-(\d+)-")
+
+
+def final_names(text: str) -> str:
+    """`text` with every temporary output name of this process replaced by its final path."""
+    for tmp, final in sorted(_FINAL_OF.items(), key=lambda kv: -len(kv[0])):
+        if tmp in text:
+            text = text.replace(tmp, final)
+    return text
+
+
+class _FinalNames(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _FINAL_OF:
+            message = record.getMessage()
+            renamed = final_names(message)
+            if renamed != message:
+                record.msg, record.args = renamed, ()
+        return True
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_debris(final: Path) -> list[Path]:
+    """Remove the temporary names of `final` left by killed earlier runs (their process is gone);
+    a name of a live process (a run in progress) is left alone. Returns what was removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for p in final.parent.glob(f".{glob_escape(final.name)}.tmp-*"):
+            m = _TMP_PID.search(p.name[len(final.name) + 1:])
+            if m is None or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                removed.append(p)
+    if removed:
+        log.info("removed %d temporary name(s) of a killed earlier run beside %s", len(removed), final)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _register(tmp: Path, final: Path) -> None:
+    _FINAL_OF[str(tmp)] = str(final)
+    if not tmp.is_absolute():
+        _FINAL_OF[str(tmp.absolute())] = str(final.absolute())
 
 
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces `final` in one rename.
 
-    Nothing half-written ever sits at `final`: a crash leaves only a `.tmp-*` folder behind.
+    Nothing half-written ever sits at `final`: an exception, SIGINT or SIGTERM removes the
+    temporary folder; a harder kill leaves it, and the next run for `final` removes it.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    remove_debris(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
+    _register(tmp, final)
     tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; outputs get the usual permissions
     try:
         yield tmp
@@ -64,9 +138,11 @@ def atomic_path(final: str | Path, needed: int | None = None) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", suffix=final.suffix, dir=final.parent)
+    remove_debris(final)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", suffix=final.suffix, dir=final.parent)
     os.close(fd)
     tmp = Path(name)
+    _register(tmp, final)
     tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600
     try:
         yield tmp

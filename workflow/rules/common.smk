@@ -15,8 +15,27 @@ from acoustic_mlm import config as amlm_config
 from acoustic_mlm import sweep as amlm_sweep
 
 
-# The CLI reads the configuration from a file, so the file must be the whole truth:
-# the last --configfile, or the default. `--config key=value` overrides would be lost.
+# The CLI reads the configuration from a file, so that file is the whole configuration: the one
+# --configfile, or the default. Snakemake deep-merges --configfile into the Snakefile's
+# `configfile:` (config/config.yaml), which would add the default's arms to the user's; so `config`
+# is replaced below by the file's contents alone. `--config KEY=VALUE` overrides would never reach
+# the CLI's jobs, and several --configfile files would be merged where the CLI reads one: both are
+# refused in one line (exit status 2, as the CLI's refusals), before any job runs.
+def _refuse(message):
+    print(f"snakemake: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+if workflow.config_settings.config:
+    _refuse(
+        f"--config {' '.join(f'{k}=...' for k in workflow.config_settings.config)}: command-line overrides are "
+        "not supported; put every setting in one YAML file and pass it with --configfile FILE"
+    )
+if len(workflow.overwrite_configfiles) > 1:
+    _refuse(
+        f"{len(workflow.overwrite_configfiles)} --configfile files given; the stages read one: merge them into "
+        "one YAML file and pass it with --configfile FILE"
+    )
 CONFIGFILE = (
     os.path.relpath(workflow.overwrite_configfiles[-1])
     if workflow.overwrite_configfiles
@@ -25,19 +44,17 @@ CONFIGFILE = (
 # The CLI's own validation (schema, cross-field and cross-stage rules), at parse time: an invalid
 # file stops Snakemake before any job runs, so no output is deleted for a job that would fail.
 try:
-    amlm_config.load(CONFIGFILE)
+    _whole = amlm_config.load(CONFIGFILE)
 except amlm_config.ConfigError as _exc:
     print(f"snakemake: invalid configuration: {_exc}", file=sys.stderr)
     sys.exit(2)  # as the CLI: exit status 2 for a problem with the user's input
 except ImportError as _exc:  # Snakemake's own environment lacks a dependency of the package
     print(f"snakemake: warning: full configuration check skipped ({_exc}); schema only", file=sys.stderr)
-    validate(config, str(Path(workflow.basedir) / "src/acoustic_mlm/config.schema.json"))
-with open(CONFIGFILE) as _fh:
-    if yaml.safe_load(_fh) != config:
-        raise ValueError(
-            f"the merged Snakemake config differs from {CONFIGFILE}: put every setting in one "
-            "config file (--configfile FILE); --config overrides are not supported"
-        )
+    with open(CONFIGFILE) as _fh:
+        _whole = yaml.safe_load(_fh)
+    validate(_whole, str(Path(workflow.basedir) / "src/acoustic_mlm/config.schema.json"))
+config.clear()
+config.update(_whole)
 
 # Snakemake strips PYTHONPATH inside conda jobs and the conda env does not install this
 # package, so every job points Python at the source tree explicitly.
