@@ -33,7 +33,7 @@ TOP_FIELDS = {"config", "device", "device_type", "preset_device", "device_note",
               "compile", "torch", "threads", "peak_tflops", "memory_kind", "crop_frames", "batch_size", "accum_steps",
               "global_batch", "preset_micro_batch", "micro_batch", "micro_batches_measured",
               "optimizer_steps_measured", "warmup_updates", "arms", "figure", "disk", "cpu_times", "interconnect",
-              "gpu_projection"}
+              "gpu_projection", "sweep_projection"}
 
 
 def check_consistent(r: dict, cfg: dict) -> None:
