@@ -7,6 +7,7 @@ rule aggregate:
     output:
         curves="results/loss_curves.csv",
         diagnostics="results/diagnostics.csv",
+        finals="results/final_losses.json",  # each arm's final loss by role (DVC: dvc exp show's columns)
     params:
         cli=AMLM,
         config=CONFIGFILE,
@@ -17,7 +18,8 @@ rule aggregate:
     conda:
         ENV
     shell:
-        "{params.cli} aggregate --config {params.config} --runs-dir results/runs --out {output.curves} > {log} 2>&1"
+        "{params.cli} aggregate --config {params.config} --runs-dir results/runs --out {output.curves} "
+        "--finals {output.finals} > {log} 2>&1"
 
 
 rule figure:
