@@ -20,7 +20,7 @@ from . import readers
 from .errors import UserError
 from .utils import atomic_path, log, write_json
 
-LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")
+LOSS_COLUMN = readers.LOSS_COLUMN  # the metrics file's loss columns, as its reader defines them
 COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
 # and `nonfinite`: updates skipped for a non-finite loss so far (cumulative), so the figure can say so
 DIAGNOSTICS = "diagnostics.csv"  # written beside loss_curves.csv

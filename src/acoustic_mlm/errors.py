@@ -13,6 +13,10 @@ class UserError(Exception):
     """A problem with the user's input; the message is one line naming the file or key."""
 
 
+class ConfigError(UserError, ValueError):
+    """A configuration problem; the message is one line naming the file and the key."""
+
+
 def one_line(exc: BaseException) -> str:
     """An exception's message folded onto one line (its type's name when the message is empty)."""
     return " ".join(str(exc).split()) or type(exc).__name__

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -230,9 +231,10 @@ def _convert(frame: pd.DataFrame, path: Path, stage: str, ints=(), numbers=(), f
         frame[col] = values
 
 
-def _loss_columns(frame: pd.DataFrame) -> list[str]:
-    from .aggregate import LOSS_COLUMN
+LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")  # a metrics column of losses: split, codebook
 
+
+def _loss_columns(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if LOSS_COLUMN.match(c)]
 
 

@@ -29,7 +29,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from . import config as C
+from .errors import ConfigError
 
 SEEDS = "seeds"  # the grid key that sets the seeds of each point's run
 SEPARATOR = "__"  # between the arm and each <key>-<value> part of a point's name
@@ -49,11 +49,6 @@ class Point:
     @property
     def settings(self) -> dict:
         return dict(self.values)
-
-
-def sweepable(cfg: dict) -> list[str]:
-    """The dotted keys a sweep may set: the `model.` and `train.` leaves a training run depends on."""
-    return [k for k in C.result_keys("train", cfg) if k.startswith(("model.", "train."))]
 
 
 def format_value(value) -> str:
@@ -84,50 +79,50 @@ def _grids(cfg: dict, source: str) -> list[dict]:
     if sweep is None:
         return []
     if not isinstance(sweep, list) or not sweep:
-        raise C.ConfigError(f"{source}: 'sweep' must be a list of grids (- grid: {{key: [values]}})")
+        raise ConfigError(f"{source}: 'sweep' must be a list of grids (- grid: {{key: [values]}})")
     return sweep
 
 
-def points(cfg: dict, source: str = "config") -> dict[str, Point]:
+def points(cfg: dict, source: str = "config", allowed=None) -> dict[str, Point]:
     """Every point of the sweep by name, in order (grids, then arms, then values); {} without a sweep.
-    Raises ConfigError (one line) for a refused key or value, an unknown arm, or colliding names."""
+    Raises ConfigError (one line) for a refused value, an unknown arm, or colliding names, and with
+    `allowed` (the keys a sweep may set: config.validate passes the model./train. keys of
+    config.STEP_KEYS["train"]) for a key outside it."""
     out: dict[str, Point] = {}
-    allowed = None
     for g, grid in enumerate(_grids(cfg, source)):
         where = f"sweep[{g}]"
         if not isinstance(grid, dict) or not isinstance(grid.get("grid"), dict) or not grid["grid"]:
-            raise C.ConfigError(f"{source}: '{where}' needs a 'grid:' of keys with lists of values")
+            raise ConfigError(f"{source}: '{where}' needs a 'grid:' of keys with lists of values")
         unknown = sorted(set(grid) - {"grid", "arms"})
         if unknown:
-            raise C.ConfigError(f"{source}: unknown key '{where}.{unknown[0]}' (a grid has 'grid' and 'arms')")
+            raise ConfigError(f"{source}: unknown key '{where}.{unknown[0]}' (a grid has 'grid' and 'arms')")
         arms = grid.get("arms") or list(cfg["runs"])
         for arm in arms:
             if arm not in cfg["runs"]:
-                raise C.ConfigError(f"{source}: '{where}.arms' names '{arm}', which is not an arm under 'runs'")
+                raise ConfigError(f"{source}: '{where}.arms' names '{arm}', which is not an arm under 'runs'")
         keys = list(grid["grid"])
         for key in keys:
             values = grid["grid"][key]
-            if key != SEEDS:
-                allowed = allowed if allowed is not None else set(sweepable(cfg))
+            if key != SEEDS and allowed is not None:
                 if key not in allowed:
-                    raise C.ConfigError(
+                    raise ConfigError(
                         f"{source}: '{where}.grid.{key}' is not a setting of a training run; a sweep may set "
                         "'seeds' and the model./train. keys training depends on (not threads, workers, "
                         "checkpoint_interval or a whole section)")
             if not isinstance(values, list) or not values:
-                raise C.ConfigError(f"{source}: '{where}.grid.{key}' must be a non-empty list of values")
+                raise ConfigError(f"{source}: '{where}.grid.{key}' must be a non-empty list of values")
             for v in values:
                 if key == SEEDS:
                     if not isinstance(v, int) or isinstance(v, bool):
-                        raise C.ConfigError(f"{source}: '{where}.grid.seeds' holds {v!r}; seeds are whole numbers")
+                        raise ConfigError(f"{source}: '{where}.grid.seeds' holds {v!r}; seeds are whole numbers")
                 elif isinstance(v, (list, dict)) or v is None:
-                    raise C.ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; a sweep sets numbers, "
+                    raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; a sweep sets numbers, "
                                         "strings or booleans")
                 elif isinstance(v, str) and not _PART.match(v):
-                    raise C.ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; string values in a sweep "
+                    raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; string values in a sweep "
                                         "use a-z, 0-9 and _ (they become part of run names)")
             if key != SEEDS and len(set(map(format_value, values))) != len(values):
-                raise C.ConfigError(f"{source}: '{where}.grid.{key}' lists the same value twice")
+                raise ConfigError(f"{source}: '{where}.grid.{key}' lists the same value twice")
         swept = [k for k in keys if k != SEEDS]
         seeds = grid["grid"].get(SEEDS)
         for arm in arms:
@@ -135,12 +130,12 @@ def points(cfg: dict, source: str = "config") -> dict[str, Point]:
                 values = tuple(zip(swept, combo))
                 name = point_name(arm, values)
                 if name in out:
-                    raise C.ConfigError(f"{source}: sweep point '{name}' is listed twice ({where} repeats a point "
+                    raise ConfigError(f"{source}: sweep point '{name}' is listed twice ({where} repeats a point "
                                         "of an earlier grid); each point is one run")
                 if name in cfg["runs"]:
-                    raise C.ConfigError(f"{source}: sweep point '{name}' has the name of an arm under 'runs'")
+                    raise ConfigError(f"{source}: sweep point '{name}' has the name of an arm under 'runs'")
                 if len(name.encode()) > MAX_NAME_BYTES:
-                    raise C.ConfigError(f"{source}: sweep point '{name[:60]}...' has a {len(name.encode())}-byte "
+                    raise ConfigError(f"{source}: sweep point '{name[:60]}...' has a {len(name.encode())}-byte "
                                         f"name; shorten the arm name or sweep fewer keys (at most {MAX_NAME_BYTES})")
                 out[name] = Point(name, arm, values, tuple(seeds) if seeds else tuple(cfg["runs"][arm]["seeds"]))
     return out
@@ -158,7 +153,7 @@ def point_config(cfg: dict, name: str) -> dict:
     if not pts:
         return cfg
     if name not in pts:
-        raise C.ConfigError(f"config: no sweep point '{name}' (the sweep has {len(pts)} points, e.g. {next(iter(pts))})")
+        raise ConfigError(f"config: no sweep point '{name}' (the sweep has {len(pts)} points, e.g. {next(iter(pts))})")
     p = pts[name]
     out = copy.deepcopy({k: v for k, v in cfg.items() if k != "sweep"})
     for key, value in p.values:
@@ -170,10 +165,11 @@ def point_config(cfg: dict, name: str) -> dict:
     return out
 
 
-def validate_points(cfg: dict, source: str) -> None:
-    """Every point's configuration passes the same validation as a file would (one line naming it)."""
-    for name in points(cfg, source):
+def validate_points(cfg: dict, source: str, validate, allowed) -> None:
+    """Every point's configuration passes `validate` (config.validate) as a file would, and every
+    swept key is in `allowed`; one ConfigError line naming the point otherwise."""
+    for name in points(cfg, source, allowed=set(allowed)):
         try:
-            C.validate(point_config(cfg, name), source=f"{source} (sweep point {name})")
-        except C.ConfigError as exc:
-            raise C.ConfigError(str(exc)) from None
+            validate(point_config(cfg, name), source=f"{source} (sweep point {name})")
+        except ConfigError as exc:
+            raise ConfigError(str(exc)) from None
