@@ -149,25 +149,11 @@ NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__", "dvcge
 
 
 def _imports(root, *modules: str) -> set[str]:
-    """Package modules `modules` import, transitively (lazy imports inside functions included)."""
-    import ast
+    """Package modules `modules` import, transitively (lazy imports inside functions included): the
+    generator's own reading of the import graph, on this checkout's sources."""
+    from acoustic_mlm.dvcgen import imports
 
-    pkg = root / "src" / "acoustic_mlm"
-    seen, todo = set(), list(modules)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in ast.walk(ast.parse((pkg / f"{name}.py").read_text())):
-            found = []
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("acoustic_mlm")):
-                mod = (node.module or "").removeprefix("acoustic_mlm").lstrip(".")
-                found = [mod] if mod else [a.name for a in node.names]
-            elif isinstance(node, ast.Import):
-                found = [a.name.split(".", 1)[1] for a in node.names if a.name.startswith("acoustic_mlm.")]
-            todo += [f.split(".")[0] for f in found if (pkg / f"{f.split('.')[0]}.py").is_file()]
-    return seen
+    return imports(*modules, src=root / "src" / "acoustic_mlm")
 
 
 def _dvc(root) -> dict:
