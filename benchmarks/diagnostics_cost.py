@@ -2,7 +2,7 @@
 
 Two measurements in one invocation, at the configuration's model and batch size:
 
-1. Whole runs: `acoustic_mlm.train.run` of one arm for --steps steps on a generated corpus
+1. Whole runs: `acoustic_mlm.train.loop.run` of one arm for --steps steps on a generated corpus
    (benchmarks/forced_spike.write_corpus: the package's prepared/codes layout, no EnCodec),
    with `train.diagnostics` true and false, alternating (off, on, off, on, ...). Timed as this
    process's CPU time (one thread: what other processes on a shared machine do not change) and
@@ -36,9 +36,9 @@ import pandas as pd
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import diagnostics as D
-from acoustic_mlm import train
-from acoustic_mlm.objective import compute_mask_indices
+from acoustic_mlm.train import diagnostics as D
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.utils import machine_info, set_threads
 
 HERE = Path(__file__).resolve().parent

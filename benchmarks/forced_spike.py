@@ -31,10 +31,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from acoustic_mlm import aggregate, claims, stability, train
+from acoustic_mlm.report import aggregate
+from acoustic_mlm.report import claims
+from acoustic_mlm.report import stability
+from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
-from acoustic_mlm.prepare import MANIFEST_COLUMNS, shard_name
-from acoustic_mlm.tokenizer import LEVELS, MODEL_DIR, merge
+from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, shard_name
+from acoustic_mlm.tokenizer.stage import LEVELS, MODEL_DIR, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP, RATE = C.ENCODEC_HOP, 24000

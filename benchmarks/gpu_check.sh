@@ -44,7 +44,8 @@ STEPS=(
 check() {  # parse every command's options and its config on CPU, without running any (one process)
   "$PY" - "$@" <<'EOF'
 import importlib.util, shlex, sys
-from acoustic_mlm import cli, config
+from acoustic_mlm import cli
+from acoustic_mlm import config
 failed = 0
 for i, command in enumerate(sys.argv[1:]):
     argv = shlex.split(command)[1:]  # without the interpreter

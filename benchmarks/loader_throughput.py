@@ -1,6 +1,6 @@
 """How fast the training loader delivers a preset's micro-batches, against a GPU's projected step time.
 
-`acoustic_mlm.train.CropData` + `train.batches` (memory-mapped audio and codes shards, a
+`acoustic_mlm.train.loop.CropData` + `train.batches` (memory-mapped audio and codes shards, a
 fairseq span mask per crop, `train.workers` loader processes) are timed exactly as training
 uses them, on a prepared corpus that this script writes into a temporary folder (noise audio
 at 24 kHz in float32 and random int16 codes, in the stage's layout: manifest.csv,
@@ -8,7 +8,7 @@ shard-<k>/audio.npy, shard-<k>/codes.npy). The page cache is warm (the corpus wa
 written); a corpus larger than memory reads from disk as well.
 
 The GPU side is a projection, not a measurement: the preset's model FLOPs for one micro-batch
-(`acoustic_mlm.flops.step_flops`) at `--utilisation` of `--peak-tflops` (default: an H200's
+(`acoustic_mlm.preflight.flops.step_flops`) at `--utilisation` of `--peak-tflops` (default: an H200's
 989 dense bf16/fp16 TFLOP/s at 30 %), the optimizer step left out (so the bar is stricter).
 With train.workers 0 the loading adds to every step; with workers > 0 it overlaps the step,
 and keeps up when the loader's ms per micro-batch stays below the GPU's.
@@ -30,10 +30,10 @@ import pandas as pd
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm.flops import step_flops
-from acoustic_mlm.preflight import update_ms_at
-from acoustic_mlm.prepare import MANIFEST_COLUMNS, load_prepared, shard_name
-from acoustic_mlm.train import CropData, batches
+from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.preflight.run import update_ms_at
+from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, load_prepared, shard_name
+from acoustic_mlm.train.loop import CropData, batches
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.PEAK_TFLOPS has the table

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from acoustic_mlm import stability_map as M
+from acoustic_mlm.report import stability_map as M
 
 
 def summarise(t, wall_seconds: float | None, cores: int) -> dict:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import preflight, train
+from acoustic_mlm.preflight import run as preflight
+from acoustic_mlm.train import loop as train
 from acoustic_mlm.utils import write_json
 
 

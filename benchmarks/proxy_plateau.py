@@ -61,7 +61,7 @@ def apply(cfg: dict, overrides: dict) -> dict:
 
 
 def one(cfg: dict, run: str, prepared: str, codes: str, threads: int, entropy: float, margin: float) -> dict:
-    from acoustic_mlm import train
+    from acoustic_mlm.train import loop as train
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

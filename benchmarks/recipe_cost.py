@@ -2,7 +2,7 @@
 
     python benchmarks/recipe_cost.py --config config/paper.yaml config/gpu-small.yaml --util 0.3 0.4
 
-FLOPs per crop are acoustic_mlm.flops.step_flops (matmuls and convolutions, forward and backward;
+FLOPs per crop are acoustic_mlm.preflight.flops.step_flops (matmuls and convolutions, forward and backward;
 norms, softmax and the optimizer not counted) at the preset's crop length, with the masked frames
 of the preset's own masks (compute_mask_indices on 64 micro-batches). An arm is train.steps updates
 of batch_size x accum_steps crops; the figure is its arms. GPU-days at a stated share ("util") of
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import H200_BF16_DENSE_TFLOPS  # noqa: E402
 
 from acoustic_mlm import config as C  # noqa: E402
-from acoustic_mlm.flops import step_flops  # noqa: E402
-from acoustic_mlm.objective import compute_mask_indices  # noqa: E402
+from acoustic_mlm.preflight.flops import step_flops  # noqa: E402
+from acoustic_mlm.model.objective import compute_mask_indices  # noqa: E402
 
 
 def masked_share(m: C.ModelConfig, crops: int, frames: int, draws: int = 64, seed: int = 0) -> float:

@@ -28,7 +28,7 @@ def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dic
     import numpy as np
     import pandas as pd
 
-    from acoustic_mlm import tokenizer
+    from acoustic_mlm.tokenizer import stage as tokenizer
     from acoustic_mlm.utils import set_threads
 
     set_threads(threads)

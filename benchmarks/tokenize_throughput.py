@@ -7,7 +7,7 @@ in the same process:
   `EncodecModel.encodec_model_24khz()`, `set_target_bandwidth(6.0)`, then per clip
   `model.encode(wav[None, None])` under `torch.no_grad()` and
   `torch.cat([f[0] for f in frames], dim=-1)`; one call per clip.
-- **batched**: `acoustic_mlm.tokenizer.encode_clips(model, audio, clips, batch_size=B)`, what the
+- **batched**: `acoustic_mlm.tokenizer.stage.encode_clips(model, audio, clips, batch_size=B)`, what the
   tokenize stage runs: zero-padded batches of up to B clips, longest first, each clip's codes
   trimmed to its own frames, written into one aligned (K, frames) array; for each B of
   `--batch-sizes`.
@@ -51,9 +51,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from acoustic_mlm import synth
+from acoustic_mlm.data import synth
 from acoustic_mlm.config import ENCODEC_HOP
-from acoustic_mlm.tokenizer import (
+from acoustic_mlm.tokenizer.stage import (
     SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches,
 )  # fmt: skip
 from acoustic_mlm.devices import pick_device

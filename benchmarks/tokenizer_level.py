@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from acoustic_mlm import config, prepare, tokenizer
+from acoustic_mlm import config
+from acoustic_mlm.data import prepare
+from acoustic_mlm.tokenizer import stage as tokenizer
 
 
 def main() -> None:

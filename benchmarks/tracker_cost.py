@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import trackers
+from acoustic_mlm.train import trackers
 from acoustic_mlm.utils import atomic_path, machine_info
 
 

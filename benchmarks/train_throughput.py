@@ -1,6 +1,6 @@
 """Training-step throughput of the four arms against a `torch.nn.TransformerEncoder` baseline.
 
-One step is one update of `acoustic_mlm.train`, built by its `build_trainer` and stepped by its
+One step is one update of `acoustic_mlm.train.loop`, built by its `build_trainer` and stepped by its
 `update`, the code `amlm train` runs: the half model and fp32 master weights under fp16_fairseq,
 autocast and the GradScaler under bf16 / fp16, compiled when the preset sets train.compile;
 train.accum_steps micro-batches forward and backward, then clipping and AdamW. Every model trains
@@ -15,7 +15,7 @@ own, so the ratio isolates the blocks. The arms are timed in the same process, r
 interleaved (baseline, arm 1, ..., arm 4, baseline, arm 1, ...); each ratio is the median of
 the per-repetition ratios arm_fps / baseline_fps, so slow drift in a shared machine cancels.
 
-Model FLOPs are counted analytically (`acoustic_mlm.flops.step_flops`: matmuls and convolutions,
+Model FLOPs are counted analytically (`acoustic_mlm.preflight.flops.step_flops`: matmuls and convolutions,
 forward and backward, the same count for every arm whatever kernel runs it); MFU divides the achieved
 rate by `--peak-tflops` (default 989, an H200's dense bf16 peak, on CUDA; none on CPU).
 
@@ -38,11 +38,11 @@ import torch
 import torch.nn as nn
 
 from acoustic_mlm import config as C
-from acoustic_mlm.model import init_bert_params
-from acoustic_mlm.objective import AcousticMLM, MLMOutput, compute_mask_indices
+from acoustic_mlm.model.encoder import init_bert_params
+from acoustic_mlm.model.objective import AcousticMLM, MLMOutput, compute_mask_indices
 from acoustic_mlm.devices import pick_device
-from acoustic_mlm.flops import step_flops
-from acoustic_mlm.train import Trainer, build_trainer, update
+from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.train.loop import Trainer, build_trainer, update
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 BASELINE = "baseline"
@@ -55,7 +55,7 @@ BENCH_SEED = 0  # weights, audio, codes and mask are identical on every run of t
 
 
 def build_arm(cfg: dict, run: str) -> AcousticMLM:
-    """One arm exactly as `acoustic_mlm.train` builds it."""
+    """One arm exactly as `acoustic_mlm.train.loop` builds it."""
     torch.manual_seed(BENCH_SEED)
     return AcousticMLM(C.model_config(cfg, run))
 
@@ -100,7 +100,7 @@ class TransformerOnly(nn.Module):
 
 @dataclass
 class Trainee:
-    """One model as one arm of `acoustic_mlm.train` trains it: a `train.Trainer`."""
+    """One model as one arm of `acoustic_mlm.train.loop` trains it: a `train.Trainer`."""
 
     name: str  # run name, or "baseline"
     label: str  # legend label

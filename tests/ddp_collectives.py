@@ -16,8 +16,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from acoustic_mlm import config as C
-from acoustic_mlm import train
-from acoustic_mlm.preflight import synthetic_batch
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.preflight.run import synthetic_batch
 
 UPDATES = 3
 

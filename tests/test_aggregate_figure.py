@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from acoustic_mlm import aggregate, figure
+from acoustic_mlm.report import aggregate
+from acoustic_mlm.report import figure
 from acoustic_mlm.errors import UserError
 
 

@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from helpers import RUN_NAMES
 
 from acoustic_mlm import config as C
-from acoustic_mlm.flops import step_flops
+from acoustic_mlm.preflight.flops import step_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = list(RUN_NAMES)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from acoustic_mlm import tokenizer
+from acoustic_mlm.tokenizer import stage as tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acoustic_mlm import claims as CL
+from acoustic_mlm.report import claims as CL
 from acoustic_mlm import curves as CV
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
+from acoustic_mlm.report.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
 # logged like train.py with the default config: steps 1, 2, 4, ... then every 50, up to 1200
 STEPS = np.array([1, 2, 4, 8, 16, 32, 64] + list(range(100, 1201, 50)))

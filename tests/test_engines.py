@@ -28,9 +28,10 @@ import pytest
 import yaml
 from helpers import RUN_NAMES, SWEEP, copy_repo
 
-from acoustic_mlm import cli, dvcgen
+from acoustic_mlm import cli
+from acoustic_mlm import dvcgen
 from acoustic_mlm import config as C
-from acoustic_mlm import sweep
+from acoustic_mlm.config import sweep
 
 pytestmark = pytest.mark.e2e
 

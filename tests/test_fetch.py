@@ -22,7 +22,10 @@ import yaml
 
 from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
-from acoustic_mlm import archive, fetch, prepare, sources
+from acoustic_mlm.data import archive
+from acoustic_mlm.data import fetch
+from acoustic_mlm.data import prepare
+from acoustic_mlm.data import sources
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import SCHEMA_PATH
 

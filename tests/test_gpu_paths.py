@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from acoustic_mlm import config as C
-from acoustic_mlm import train
-from acoustic_mlm.objective import LN2, AcousticMLM, compute_mask_indices, nats_to_bits
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.model.objective import LN2, AcousticMLM, compute_mask_indices, nats_to_bits
 from helpers import tiny_config
 
 ARMS = {

@@ -29,7 +29,11 @@ import torch
 import yaml
 from helpers import copy_repo, make_tar, sha256
 
-from acoustic_mlm import archive, cli, fetch, prepare, train
+from acoustic_mlm.data import archive
+from acoustic_mlm import cli
+from acoustic_mlm.data import fetch
+from acoustic_mlm.data import prepare
+from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import acoustic_mlm.model as model_module
-from acoustic_mlm.model import (
+import acoustic_mlm.model.encoder as model_module
+from acoustic_mlm.model.encoder import (
     AcousticEncoder,
     ConvFeatureExtractor,
     ConvPositionalEmbedding,

@@ -10,7 +10,7 @@ import pandas as pd
 import yaml
 
 from acoustic_mlm import config as C
-from acoustic_mlm.launch import slurm_resources, torchrun, train_launcher
+from acoustic_mlm.train.launch import slurm_resources, torchrun, train_launcher
 
 TOLERANCE_BITS = 2e-3  # float reduction order differs between 1 and 2 processes; nothing else may
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from acoustic_mlm.config import ModelConfig
-from acoustic_mlm.objective import (
+from acoustic_mlm.model.objective import (
     LN2,
     AcousticMLM,
     CodebookHeads,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from acoustic_mlm.precision import (
+from acoustic_mlm.train.precision import (
     FP16Optimizer,
     Fp32GroupNorm,
     LossScaler,

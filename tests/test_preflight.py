@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
-from acoustic_mlm import cli, preflight
+from acoustic_mlm import cli
+from acoustic_mlm.preflight import run as preflight
 from acoustic_mlm import config as C
-from acoustic_mlm.flops import step_flops
+from acoustic_mlm.preflight.flops import step_flops
 
 ARM_FIELDS = {
     "run", "label", "seeds", "steps", "params", "measured_as", "warmup_s", "ms_per_micro_batch",

@@ -14,7 +14,9 @@ import pytest
 import soundfile as sf
 
 from acoustic_mlm import config as C
-from acoustic_mlm import fetch, prepare, tokenizer
+from acoustic_mlm.data import fetch
+from acoustic_mlm.data import prepare
+from acoustic_mlm.tokenizer import stage as tokenizer
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 

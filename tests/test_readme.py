@@ -60,9 +60,9 @@ def test_every_link_resolves(root, readme):
                 assert anchor in _anchors(dest.read_text()), f"{page}: no heading for #{anchor} in {path or page}"
 
 
-def test_every_path_in_the_project_tree_exists(root, readme):
+def test_the_project_tree_names_every_subpackage_and_module_and_nothing_else(root, readme):
     tree = re.search(r"## Project tree\n\n```\n(.*?)```", readme, re.S).group(1)
-    folder = ""
+    folder, listed = "", set()
     for line in tree.splitlines():
         entry = line.split("#")[0].strip()
         if not entry:
@@ -75,6 +75,11 @@ def test_every_path_in_the_project_tree_exists(root, readme):
             folder = entry if entry.endswith("/") else folder
         for p in paths:
             assert (root / p).exists(), f"the README's project tree names {p}, which does not exist"
+            listed.add(p.rstrip("/"))
+    pkg = root / "src" / "acoustic_mlm"
+    rooms = {f"src/acoustic_mlm/{p.name}" for p in pkg.iterdir()
+             if p.is_dir() and (p / "__init__.py").is_file() or p.suffix == ".py" and not p.name.startswith("__")}
+    assert rooms <= listed, f"the README's project tree misses {sorted(rooms - listed)}"
 
 
 def _dry_run(command: str) -> list[str] | None:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from acoustic_mlm import config as C
-from acoustic_mlm import precision
+from acoustic_mlm.train import precision
 
 MAX_TOKENS_330M = 900_000  # 330M dataset.max_tokens (scripts/run_training.sh passes 920,000: also 7 crops)
 MAX_TOKENS_95M = 2_000_000  # 95M dataset.max_tokens

@@ -6,11 +6,12 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from acoustic_mlm import claims as CL
-from acoustic_mlm import figure, reference
+from acoustic_mlm.report import claims as CL
+from acoustic_mlm.report import figure
+from acoustic_mlm.report import reference
 from acoustic_mlm.curves import detect_spikes
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
+from acoustic_mlm.report.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
 RUNS = ["prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1"]
 BY_ROLE = dict(zip(["clip10", "clip1", "deepnorm", "attn_relax"], RUNS))

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from acoustic_mlm import train
+from acoustic_mlm.train import loop as train
 from acoustic_mlm.errors import UserError
 
 TIMING = ["wall_time"]

@@ -5,7 +5,7 @@
 - a `folder` of good and bad files trains on the good ones and lists every bad one in rejects.csv;
 - a folder of only bad files fails with one line (the CLI, and Snakemake's merge job).
 
-Each test builds its audio at run time (acoustic_mlm.synth, written with soundfile at several rates,
+Each test builds its audio at run time (acoustic_mlm.data.synth, written with soundfile at several rates,
 channel counts and formats) in a fresh copy of the repository; nothing reaches the network.
 """
 
@@ -27,7 +27,7 @@ import soundfile as sf
 import yaml
 from helpers import copy_repo, make_tar, make_zip, sha256, RUN_NAMES
 
-from acoustic_mlm import synth
+from acoustic_mlm.data import synth
 
 pytestmark = pytest.mark.e2e
 

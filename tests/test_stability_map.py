@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acoustic_mlm import stability_map as M
+from acoustic_mlm.report import stability_map as M
 
 
 def test_sensitivity_by_hand():

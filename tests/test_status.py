@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from acoustic_mlm import cli, status, train
+from acoustic_mlm import cli
+from acoustic_mlm.report import status
+from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
 
 

@@ -10,7 +10,7 @@ import yaml
 from helpers import RUN_NAMES
 
 from acoustic_mlm import config as C
-from acoustic_mlm import sweep as S
+from acoustic_mlm.config import sweep as S
 
 
 @pytest.fixture()

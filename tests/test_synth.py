@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from acoustic_mlm import synth
+from acoustic_mlm.data import synth
 
 SR = 24000
 

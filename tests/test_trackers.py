@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from acoustic_mlm import config as C
-from acoustic_mlm import train, trackers
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.train import trackers
 from acoustic_mlm.errors import UserError
 
 

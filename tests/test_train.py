@@ -14,8 +14,8 @@ from helpers import RUN_NAMES
 
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
-from acoustic_mlm import train
-from acoustic_mlm.prepare import load_prepared
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.data.prepare import load_prepared
 
 
 @pytest.fixture()
@@ -172,8 +172,9 @@ def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):
 
 def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monkeypatch):
     """A loss that stays non-finite ends the seed as diverged; metrics, summary and figure still complete."""
-    from acoustic_mlm import aggregate, figure
-    from acoustic_mlm.objective import AcousticMLM
+    from acoustic_mlm.report import aggregate
+    from acoustic_mlm.report import figure
+    from acoustic_mlm.model.objective import AcousticMLM
 
     real_forward = AcousticMLM.forward
     calls = {"n": 0}
@@ -218,7 +219,7 @@ def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
 def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cfg, tmp_path, monkeypatch):
     """A run that skipped non-finite updates without diverging says so: its status is
     completed_with_nonfinite (per seed and for the arm) and it counts them."""
-    from acoustic_mlm.objective import AcousticMLM
+    from acoustic_mlm.model.objective import AcousticMLM
 
     real_forward = AcousticMLM.forward
     calls = {"n": 0}

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import train
-from acoustic_mlm.objective import AcousticMLM
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.model.objective import AcousticMLM
 
 
 @pytest.fixture()

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from acoustic_mlm import cli, verify
+from acoustic_mlm import cli
+from acoustic_mlm.report import verify
 from acoustic_mlm import config as C
-from acoustic_mlm import train
+from acoustic_mlm.train import loop as train
 
 ARMS = ("prenorm_clip10", "postnorm_deepnorm_clip1")
 

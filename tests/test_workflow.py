@@ -139,21 +139,29 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
 
 # The modules each DVC stage runs (cli.dispatch; training goes through sweep.point_config); the
 # modules they import (transitively) shape its outputs.
-STAGE_MODULE = {"fetch": ("fetch",), "prepare": ("prepare",), "tokenize": ("tokenizer",), "train": ("train", "sweep"),
-                "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("figure",),
-                "stability": ("stability",), "map": ("stability_map",), "map_figure": ("stability_map",),
-                "map_claims": ("stability_map",)}
+STAGE_MODULE = {"fetch": ("data.fetch",), "prepare": ("data.prepare",), "tokenize": ("tokenizer.stage",),
+                "train": ("train.loop", "config.sweep"), "aggregate": ("report.aggregate",),
+                "figure": ("report.figure",), "claims": ("report.claims",), "compare": ("report.figure",),
+                "stability": ("report.stability",), "map": ("report.stability_map",),
+                "map_figure": ("report.stability_map",), "map_claims": ("report.stability_map",)}
 MAP_STAGES = {"map", "map_figure", "map_claims"}  # with a sweep, instead of aggregate ... compare
 # Modules that shape no result: messages, logging and progress, device choice, the command line.
 NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__", "dvcgen"}
 
 
 def _imports(root, *modules: str) -> set[str]:
-    """Package modules `modules` import, transitively (lazy imports inside functions included): the
-    generator's own reading of the import graph, on this checkout's sources."""
-    from acoustic_mlm.dvcgen import imports
+    """Package modules `modules` import, transitively (lazy imports inside functions included), as
+    dotted names: the generator's own reading of the import graph, on this checkout's sources,
+    without the modules that shape no result and the package faces that hold only a docstring."""
+    from acoustic_mlm.dvcgen import imports, shapes_results
 
-    return imports(*modules, src=root / "src" / "acoustic_mlm")
+    src = root / "src" / "acoustic_mlm"
+    return {m for m in imports(*modules, src=src) if m.split(".")[-1] not in NO_RESULT and shapes_results(m, src)}
+
+
+def _dotted(dep: str) -> str:
+    """src/acoustic_mlm/data/fetch.py -> data.fetch; src/acoustic_mlm/config/__init__.py -> config."""
+    return Path(dep).relative_to("src/acoustic_mlm").with_suffix("").as_posix().removesuffix("/__init__").replace("/", ".")
 
 
 def _dvc(root) -> dict:
@@ -238,7 +246,7 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
     """A point's stage: its params (keys of the file) and its name (the swept values) together give
     exactly the settings its training depends on, result_keys of its own configuration."""
     from acoustic_mlm import config as C
-    from acoustic_mlm import sweep
+    from acoustic_mlm.config import sweep
 
     stages = _sweep_dvc(root, tmp_path)["stages"]
     cfg = C.load(tmp_path / "config" / "sweep.yaml")
@@ -276,8 +284,8 @@ def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
         del stages["check_config"]
         for name, stage in stages.items():
             stage = stage.get("do", stage)
-            deps = {Path(d).stem for d in stage["deps"] if d.startswith("src/acoustic_mlm/")}
-            needed = _imports(root, *STAGE_MODULE[_kind(name)]) - NO_RESULT
+            deps = {_dotted(d) for d in stage["deps"] if d.startswith("src/acoustic_mlm/")}
+            needed = _imports(root, *STAGE_MODULE[_kind(name)])
             assert needed <= deps, f"dvc.yaml stage {name} lacks deps on {sorted(needed - deps)}"
             assert deps <= needed, f"dvc.yaml stage {name} depends on modules it does not import: {sorted(deps - needed)}"
 

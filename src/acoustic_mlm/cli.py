@@ -28,10 +28,10 @@ import signal
 import sys
 from pathlib import Path
 
-from . import __version__
-from . import config as C
-from .errors import UserError
-from .utils import final_names, setup_logging
+from acoustic_mlm import __version__
+from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import final_names, setup_logging
 
 DEFAULT_CONFIG = "config/config.yaml"
 
@@ -247,16 +247,16 @@ def dispatch(args: argparse.Namespace) -> int | None:
     if args.command == "validate":
         print(f"{args.config}: valid ({len(cfg['runs'])} runs: {', '.join(cfg['runs'])})")
         if args.out is not None:
-            from .utils import atomic_path
+            from acoustic_mlm.utils import atomic_path
 
             with atomic_path(args.out) as tmp:  # constant content: a valid change reruns nothing downstream
                 tmp.write_text("the configuration is valid\n")
     elif args.command == "fetch":
-        from . import fetch
+        from acoustic_mlm.data import fetch
 
         fetch.run(cfg, args.out, args.downloads)
     elif args.command == "prepare":
-        from . import prepare
+        from acoustic_mlm.data import prepare
 
         if args.plan:
             prepare.plan(cfg, args.raw, args.out)
@@ -267,7 +267,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
         else:
             prepare.run(cfg, args.raw, args.out)
     elif args.command == "tokenize":
-        from . import tokenizer
+        from acoustic_mlm.tokenizer import stage as tokenizer
 
         if args.fit:
             tokenizer.fit(cfg, args.prepared, args.out, threads=threads)
@@ -278,36 +278,36 @@ def dispatch(args: argparse.Namespace) -> int | None:
         else:
             tokenizer.run(cfg, args.prepared, args.out, threads=threads)
     elif args.command == "train":
-        from . import train
+        from acoustic_mlm.train import loop as train
 
         if (args.run is None) == (args.run_name is None):
             raise UserError("name the run once: amlm train RUN (or --run RUN)")
         args.run = args.run or args.run_name
-        from .sweep import point_config
+        from acoustic_mlm.config.sweep import point_config
 
         cfg = point_config(cfg, args.run)  # a sweep point: the file's settings with the point's values
         C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
         out = args.out if args.out is not None else Path("results/runs") / args.run
         train.run(cfg, args.run, args.prepared, args.codes, out, threads=threads)
     elif args.command == "aggregate":
-        from . import aggregate
+        from acoustic_mlm.report import aggregate
 
         aggregate.run(cfg, args.runs_dir, args.out, finals_path=args.finals)
     elif args.command == "figure":
-        from . import figure
+        from acoustic_mlm.report import figure
 
         figure.run(cfg, args.curves, args.out, reference_path=args.reference)
     elif args.command == "stability":
-        from . import stability
+        from acoustic_mlm.report import stability
 
         stability.run(cfg, args.curves, args.diagnostics, args.out)
     elif args.command == "claims":
-        from . import claims
+        from acoustic_mlm.report import claims
 
         claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference,
                    diagnostics_path=args.diagnostics)
     elif args.command in ("map", "map-figure", "map-claims"):
-        from . import stability_map
+        from acoustic_mlm.report import stability_map
 
         if args.command == "map":
             stability_map.run_table(cfg, args.runs_dir, args.out)
@@ -316,7 +316,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
         else:
             stability_map.run_claims(cfg, args.map, args.out_json, args.out_md)
     elif args.command == "preflight":
-        from . import preflight
+        from acoustic_mlm.preflight import run as preflight
 
         preflight.run(cfg, args.config, args.out, micro_batch=args.micro_batch, micro_batches=args.micro_batches,
                       optimizer_steps=args.optimizer_steps, warmup=args.warmup, device_name=args.device,
@@ -326,13 +326,13 @@ def dispatch(args: argparse.Namespace) -> int | None:
                       **{k: v for k, v in (("utilisation", args.utilisation), ("intra_node_gb_s", args.intra_node_gb_s),
                                            ("inter_node_gb_s", args.inter_node_gb_s)) if v is not None})
     elif args.command == "status":
-        from . import status
+        from acoustic_mlm.report import status
 
         if not args.stale_after > 0:
             raise UserError(f"--stale-after must be a positive number of minutes, not {args.stale_after}")
         status.run(cfg, args.runs_dir, stale_after=60.0 * args.stale_after)
     elif args.command == "verify":
-        from . import verify
+        from acoustic_mlm.report import verify
 
         if args.tolerance is not None and not args.tolerance >= 0:
             raise UserError(f"--tolerance must be a number of bits >= 0, not {args.tolerance}")
@@ -345,11 +345,11 @@ def dispatch(args: argparse.Namespace) -> int | None:
         ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke" else "default_run")
         return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance)
     elif args.command == "compare":
-        from . import figure
+        from acoustic_mlm.report import figure
 
         figure.compare(cfg, args.curves, args.out, reference_path=args.reference)
     elif args.command == "dvc-yaml":
-        from . import dvcgen
+        from acoustic_mlm import dvcgen
 
         if args.check:
             dvcgen.check(cfg, args.config, args.out)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError
+from acoustic_mlm.errors import UserError
 
-from .utils import log
+from acoustic_mlm.utils import log
 
 LOCK_DIR_ENV = "AMLM_GPU_LOCK_DIR"
 

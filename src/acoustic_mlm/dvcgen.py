@@ -15,7 +15,7 @@ keys the file holds) a stale dvc.yaml stops `dvc repro` with one line instead of
 `train@<arm>`), its params templated on the arm (`runs.${key}.clip`). The file then serves every
 configuration with the same keys copied onto the path it names.
 
-**With `sweep:`** every point (`acoustic_mlm.sweep`) is a stage of its own, `train-<point>`, then
+**With `sweep:`** every point (`acoustic_mlm.config.sweep`) is a stage of its own, `train-<point>`, then
 `map`, `map_figure` and `map_claims` instead of aggregate, figure, stability, claims and compare (as
 Snakemake's map.smk). DVC reads params from the YAML file by key, and a point's values live in lists
 under `sweep:`, where a key such as `train.lr` cannot be addressed. So a point's stage states its
@@ -50,10 +50,10 @@ from pathlib import Path
 
 import yaml
 
-from . import config as C
-from . import sweep as S
-from .errors import UserError
-from .utils import atomic_path
+from acoustic_mlm import config as C
+from acoustic_mlm.config import sweep as S
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import atomic_path
 
 SRC = Path(__file__).parent  # the package's modules: the import graph is read from here
 PACKAGE = "src/acoustic_mlm"  # where those modules lie in the repository, as dvc.yaml names them
@@ -63,10 +63,11 @@ NO_RESULT = frozenset({"utils", "errors", "devices", "cli", "__init__", "__main_
 # The modules each stage runs (cli.dispatch); what they import shapes the stage's outputs. Training
 # runs through sweep.point_config (a sweep point's settings).
 ENTRY = {
-    "fetch": ("fetch",), "prepare": ("prepare",), "tokenize": ("tokenizer",), "train": ("train", "sweep"),
-    "aggregate": ("aggregate",), "figure": ("figure",), "stability": ("stability",), "claims": ("claims",),
-    "compare": ("figure",), "map": ("stability_map",), "map_figure": ("stability_map",),
-    "map_claims": ("stability_map",),
+    "fetch": ("data.fetch",), "prepare": ("data.prepare",), "tokenize": ("tokenizer.stage",),
+    "train": ("train.loop", "config.sweep"), "aggregate": ("report.aggregate",), "figure": ("report.figure",),
+    "stability": ("report.stability",), "claims": ("report.claims",), "compare": ("report.figure",),
+    "map": ("report.stability_map",), "map_figure": ("report.stability_map",),
+    "map_claims": ("report.stability_map",),
 }
 REFERENCE = "data/reference/paper_curves.csv"
 WIDTH = 104  # folded commands wrap before this column
@@ -101,29 +102,59 @@ class Stage:
 # ----------------------------------------------------------------------------- the import graph
 
 
+def module_file(name: str, src: Path = SRC) -> Path | None:
+    """The file of a package module named as a dotted path under acoustic_mlm ("" is the package)."""
+    base = src.joinpath(*name.split(".")) if name else src
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if name and path.is_file() or not name and path.name == "__init__.py" and path.is_file():
+            return path
+    return None
+
+
+def direct_imports(name: str, src: Path = SRC) -> set[str]:
+    """Package modules one module imports (lazy imports inside functions count), as dotted names;
+    importing ``a.b`` also runs the package ``a``'s ``__init__`` (unless ``a`` holds the importer)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module_file(name, src).read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "acoustic_mlm":
+            mod = (node.module or "").removeprefix("acoustic_mlm").lstrip(".")
+            for alias in node.names:  # `from acoustic_mlm.data import prepare` imports a module
+                sub = f"{mod}.{alias.name}" if mod else alias.name
+                found.add(sub if module_file(sub, src) else mod)
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("acoustic_mlm.") for a in node.names if a.name.startswith("acoustic_mlm.")}
+    with_parents = set()
+    for mod in found:
+        parts = mod.split(".")
+        with_parents |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}  # a module's own packages
+    return {m for m in with_parents - own if m and m != name and module_file(m, src)}
+
+
 def imports(*modules: str, src: Path = SRC) -> set[str]:
-    """Package modules the given modules import, transitively, themselves included (lazy imports
-    inside functions count: they run when the stage does)."""
+    """Package modules the given modules import, transitively, themselves included."""
     seen, todo = set(), list(modules)
     while todo:
         name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in ast.walk(ast.parse((src / f"{name}.py").read_text())):
-            found = []
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("acoustic_mlm")):
-                mod = (node.module or "").removeprefix("acoustic_mlm").lstrip(".")
-                found = [mod] if mod else [a.name for a in node.names]
-            elif isinstance(node, ast.Import):
-                found = [a.name.split(".", 1)[1] for a in node.names if a.name.startswith("acoustic_mlm.")]
-            todo += [f.split(".")[0] for f in found if (src / f"{f.split('.')[0]}.py").is_file()]
+        if name not in seen:
+            seen.add(name)
+            todo += direct_imports(name, src)
     return seen
+
+
+def shapes_results(name: str, src: Path = SRC) -> bool:
+    """Whether a module's code can shape a stage's outputs: not one of NO_RESULT, and not a package
+    face that holds nothing but its docstring."""
+    if name.split(".")[-1] in NO_RESULT:
+        return False
+    body = ast.parse(module_file(name, src).read_text()).body
+    return not all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
 
 
 def module_deps(entry: tuple[str, ...]) -> list[str]:
     """The source files whose code shapes a stage's outputs, sorted."""
-    return [f"{PACKAGE}/{m}.py" for m in sorted(imports(*entry) - NO_RESULT)]
+    files = [module_file(m).relative_to(SRC).as_posix() for m in imports(*entry) if shapes_results(m)]
+    return [f"{PACKAGE}/{f}" for f in sorted(files)]
 
 
 # ----------------------------------------------------------------------------- params

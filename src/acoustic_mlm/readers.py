@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import UserError, one_line
+from acoustic_mlm.errors import UserError, one_line
 
 SCAN_BLOCK = 1 << 22  # codes checked 4 M values at a time (8 MB of int16): memory stays flat
 
@@ -282,7 +282,7 @@ REFERENCE_COLUMNS = ["run", "role", "label", "step", "loss_bits", "note"]
 def read_reference(path: str | Path) -> pd.DataFrame:
     """The paper's digitised curves (data/reference/paper_curves.csv or the user's own): every step
     and loss a finite number, steps positive (the figure's x axis is logarithmic), roles known."""
-    from .config import ROLES
+    from acoustic_mlm.config import ROLES
 
     path = Path(path)
     if not path.is_file():

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .errors import UserError
+from acoustic_mlm.errors import UserError
 
 log = logging.getLogger("acoustic_mlm")
 

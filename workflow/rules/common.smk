@@ -12,7 +12,7 @@ from snakemake.utils import validate
 # The package from this source tree, for its configuration check and STEP_KEYS (no torch needed).
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from acoustic_mlm import config as amlm_config
-from acoustic_mlm import sweep as amlm_sweep
+from acoustic_mlm.config import sweep as amlm_sweep
 
 
 # The CLI reads the configuration from a file, so that file is the whole configuration: the one
@@ -52,7 +52,7 @@ except ImportError as _exc:  # Snakemake's own environment lacks a dependency of
     print(f"snakemake: warning: full configuration check skipped ({_exc}); schema only", file=sys.stderr)
     with open(CONFIGFILE) as _fh:
         _whole = yaml.safe_load(_fh)
-    validate(_whole, str(Path(workflow.basedir) / "src/acoustic_mlm/config.schema.json"))
+    validate(_whole, str(Path(workflow.basedir) / "src/acoustic_mlm/config/config.schema.json"))
 config.clear()
 config.update(_whole)
 
@@ -64,8 +64,8 @@ SRC = os.path.relpath(Path(workflow.basedir) / "src")
 AMLM = f'PYTHONPATH="{SRC}" python -m acoustic_mlm'
 # A run on several GPUs: torchrun starts train.processes DDP processes (one per GPU) on each of
 # train.nodes machines (srun and a c10d rendezvous under SLURM); the package builds the command
-# (src/acoustic_mlm/launch.py, standard library only, loaded by path: no package install needed).
-_spec = importlib.util.spec_from_file_location("amlm_launch", Path(workflow.basedir) / "src/acoustic_mlm/launch.py")
+# (src/acoustic_mlm/train/launch.py, standard library only, loaded by path: no package install needed).
+_spec = importlib.util.spec_from_file_location("amlm_launch", Path(workflow.basedir) / "src/acoustic_mlm/train/launch.py")
 launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launch)
 TRAIN_CLI = launch.train_launcher(config["train"], SRC)
@@ -73,7 +73,7 @@ TRAIN_SLURM = launch.slurm_resources(config["train"])  # nodes, one task per nod
 GPUS = config["train"]["processes"] * config["train"].get("nodes", 1)  # GPUs of one training job
 ENV = "../envs/amlm.yaml"
 
-# The training runs: the arms, or with a `sweep:` section every point of it (acoustic_mlm.sweep).
+# The training runs: the arms, or with a `sweep:` section every point of it (acoustic_mlm.config.sweep).
 RUNS = amlm_sweep.run_names(config)
 SWEEP = bool(config.get("sweep"))
 FIGURE_FORMATS = ["png", "pdf", "svg"]

@@ -1,5 +1,5 @@
 # A sweep's runs -> the stability map table -> the LR-sensitivity figure and the verdicts
-# (acoustic_mlm.stability_map; docs/stability.md). Used instead of figure.smk when the config has `sweep:`.
+# (acoustic_mlm.report.stability_map; docs/stability.md). Used instead of figure.smk when the config has `sweep:`.
 
 
 rule stability_map:

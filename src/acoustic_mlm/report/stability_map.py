@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import config as C
-from . import curves
-from . import readers
-from .errors import UserError
-from .sweep import points, point_config
-from .utils import atomic_path, write_json
+from acoustic_mlm import config as C
+from acoustic_mlm import curves
+from acoustic_mlm import readers
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.config.sweep import points, point_config
+from acoustic_mlm.utils import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +449,7 @@ def draw(cfg: dict, t: pd.DataFrame):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .figure import arm_styles
+    from acoustic_mlm.report.figure import arm_styles
 
     styles = arm_styles(cfg["runs"])
     ps = panels(t)

@@ -18,9 +18,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig, mask_groups  # noqa: F401  (mask_groups: the config check needs it too)
-from .cqt import CQTTarget
-from .model import AcousticEncoder
+from acoustic_mlm.config import ModelConfig, mask_groups  # noqa: F401  (mask_groups: the config check needs it too)
+from acoustic_mlm.model.cqt import CQTTarget
+from acoustic_mlm.model.encoder import AcousticEncoder
 
 LN2 = math.log(2)  # nats per bit
 

@@ -26,9 +26,9 @@ import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from .errors import UserError  # noqa: E402
-from .reference import load_reference  # noqa: E402
-from .utils import atomic_path, log  # noqa: E402
+from acoustic_mlm.errors import UserError  # noqa: E402
+from acoustic_mlm.report.reference import load_reference  # noqa: E402
+from acoustic_mlm.utils import atomic_path, log  # noqa: E402
 
 TITLE = "Acoustic MLM Loss on Codebook-0 vs Training Steps"
 XLABEL = "Training Step"
@@ -307,7 +307,7 @@ def _handle(style: ArmStyle) -> Line2D:
 
 
 def _read_curves(path: Path) -> pd.DataFrame:
-    from .readers import read_curves
+    from acoustic_mlm.readers import read_curves
 
     return read_curves(path)
 

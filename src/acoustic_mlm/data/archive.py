@@ -36,7 +36,7 @@ import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to re
 import zipfile  # isort: skip
 
 from acoustic_mlm.errors import UserError, one_line
-from .utils import OutOfSpaceError, is_out_of_space
+from acoustic_mlm.utils import OutOfSpaceError, is_out_of_space
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 # What reading a damaged archive raises (zip: bad CRC, unsupported method; gzip/xz: bad stream).

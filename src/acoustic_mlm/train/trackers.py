@@ -19,8 +19,8 @@ from __future__ import annotations
 import numbers
 from pathlib import Path
 
-from .errors import UserError
-from .utils import log
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import log
 
 LOGGERS = ("csv", "tensorboard", "wandb")  # what train.loggers may name; csv is always written
 TENSORBOARD_DIR = "tensorboard"  # in the seed's folder

@@ -25,7 +25,7 @@ import copy
 
 import torch
 
-from .config import ENCODEC_HOP, cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (the formulas live with the config check)
+from acoustic_mlm.config import ENCODEC_HOP, cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (the formulas live with the config check)
 
 SAMPLE_RATE = 24000  # EnCodec's rate: every crop reaches the model at 24 kHz
 

@@ -38,13 +38,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import config as C
-from .devices import pick_device
-from .errors import UserError
-from .flops import step_flops
-from .objective import AcousticMLM, compute_mask_indices
-from .train import KEEP_STATES, build_trainer, update
-from .utils import Progress, atomic_path, log, set_threads, write_json
+from acoustic_mlm import config as C
+from acoustic_mlm.devices import pick_device
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.model.objective import AcousticMLM, compute_mask_indices
+from acoustic_mlm.train.loop import KEEP_STATES, build_trainer, update
+from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
 FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this
 GB = 1e9  # memory and disk in decimal gigabytes
@@ -676,7 +676,7 @@ def sweep_projection(cfg: dict, utilisation: float, intra_gb_s: float, inter_gb_
     from its own counted FLOPs (its model, batch and steps) at `utilisation` of the GPU's peak for its
     own precision, plus its exposed all-reduce, its seeds one after another; None without a sweep.
     Training updates only: validation rows and start-up are not counted."""
-    from .sweep import point_config, points
+    from acoustic_mlm.config.sweep import point_config, points
 
     pts = points(cfg)
     if not pts:
@@ -825,7 +825,7 @@ def markdown(r: dict) -> str:
     ]
     if r["gpu_projection"] is not None:
         lines += [
-            f"**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.flops.step_flops`, at "
+            f"**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "
             f"{100 * r['gpu_projection'][0]['utilisation']:.0f}% of each GPU's dense {r['precision']} peak, plus the "
             "exposed all-reduce; no hours are taken from the CPU times above):",
             "",
@@ -866,7 +866,7 @@ def markdown(r: dict) -> str:
         "median ms per step (the once-per-update finite check, clipping, AdamW) + the exposed all-reduce; when that "
         "is under a minute one whole update is run and its time used ('measured'). Wall time = seeds x steps x "
         "ms/update; GPU-hours = wall x processes; the figure's jobs share the GPUs longest first. Model FLOPs: "
-        f"acoustic_mlm.flops.step_flops. Memory: {r['memory_kind']}.",
+        f"acoustic_mlm.preflight.flops.step_flops. Memory: {r['memory_kind']}.",
         "",
     ]
     return "\n".join(lines)

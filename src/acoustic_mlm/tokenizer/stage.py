@@ -64,7 +64,7 @@ from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import ENCODEC_HOP
 from acoustic_mlm.devices import pick_device
-from acoustic_mlm.prepare import check_calibration_data
+from acoustic_mlm.data.prepare import check_calibration_data
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, keep_freed_memory, log, set_threads, write_json
 
 SAMPLE_RATE = 24_000  # EnCodec 24 kHz
@@ -667,7 +667,7 @@ MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated
 
 def read_prepared(prepared_dir: str | Path):
     """The prepared corpus through `prepare.load_prepared`, its errors as TokenizerError."""
-    from acoustic_mlm.prepare import load_prepared
+    from acoustic_mlm.data.prepare import load_prepared
 
     try:
         return load_prepared(prepared_dir)
@@ -744,7 +744,7 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
 
     Memory: one padded batch and a memory map of the shard's codes.
     """
-    from acoustic_mlm.prepare import shard_name
+    from acoustic_mlm.data.prepare import shard_name
 
     set_threads(threads)
     keep_freed_memory()  # 1.6x faster encoding on CPU (BENCHMARKS.md)
@@ -809,7 +809,7 @@ def clip_levels(audio: np.ndarray, clips, level: dict) -> tuple:
 
 def _planned_shards(prepared_dir: Path) -> set[int]:
     """The shards prepare's plan (shards.csv) lists; empty when there is no plan."""
-    from acoustic_mlm.prepare import PLAN, read_plan
+    from acoustic_mlm.data.prepare import PLAN, read_plan
 
     if not (Path(prepared_dir) / PLAN).is_file():
         return set()
@@ -818,7 +818,7 @@ def _planned_shards(prepared_dir: Path) -> set[int]:
 
 def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
     """A shard's codes.npy, memory-mapped read-only."""
-    from acoustic_mlm.prepare import shard_name
+    from acoustic_mlm.data.prepare import shard_name
 
     path = Path(codes_dir) / shard_name(shard) / "codes.npy"
     if not path.is_file():
@@ -832,7 +832,7 @@ def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
 def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
     """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
     every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
-    from acoustic_mlm.prepare import shard_name
+    from acoustic_mlm.data.prepare import shard_name
 
     out_dir = Path(out_dir)
     corpus = read_prepared(prepared_dir)

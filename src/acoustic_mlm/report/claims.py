@@ -42,12 +42,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import config as C
-from . import readers
-from .config import ClaimThresholds
-from .curves import _EPS, converged_step, detect_spikes, final_loss
-from .errors import UserError
-from .utils import atomic_path, log, write_json
+from acoustic_mlm import config as C
+from acoustic_mlm import readers
+from acoustic_mlm.config import ClaimThresholds
+from acoustic_mlm.curves import _EPS, converged_step, detect_spikes, final_loss
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import atomic_path, log, write_json
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 
@@ -603,7 +603,7 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
 
     paper_verdicts = None
     if check_reference:
-        from . import reference
+        from acoustic_mlm.report import reference
 
         try:
             ref = reference.load_reference(reference_path)

@@ -39,17 +39,19 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from . import config as C
-from . import curves, diagnostics, readers
-from .devices import pick_device
-from .errors import UserError
-from .augment import apply_mixture, draw_mixture
-from .objective import AcousticMLM, compute_group_masks, mask_groups
-from .precision import FP16Optimizer, LossScaler, MinLossScaleError, half_model, scale_window
-from .prepare import load_prepared, shard_name
-from .tokenizer import shard_codes
-from .trackers import Trackers
-from .utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
+from acoustic_mlm import config as C
+from acoustic_mlm import curves
+from acoustic_mlm.train import diagnostics
+from acoustic_mlm import readers
+from acoustic_mlm.devices import pick_device
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.train.augment import apply_mixture, draw_mixture
+from acoustic_mlm.model.objective import AcousticMLM, compute_group_masks, mask_groups
+from acoustic_mlm.train.precision import FP16Optimizer, LossScaler, MinLossScaleError, half_model, scale_window
+from acoustic_mlm.data.prepare import load_prepared, shard_name
+from acoustic_mlm.tokenizer.stage import shard_codes
+from acoustic_mlm.train.trackers import Trackers
+from acoustic_mlm.utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import __version__
-from . import config as C
-from .errors import UserError
-from .utils import atomic_path, log, write_json
+from acoustic_mlm import __version__
+from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import atomic_path, log, write_json
 
 METRICS = "metrics.csv"  # every arm's rows, with a `run` column
 META = "reference.json"
@@ -36,7 +36,7 @@ DEFAULT_TOLERANCE_BITS = 0.05  # a reference written without a measurement of it
 
 def fingerprints(cfg: dict) -> dict:
     """Each arm's settings that shape its numbers, as training fingerprints a seed (one process)."""
-    from .train import fingerprint
+    from acoustic_mlm.train.loop import fingerprint
 
     return {run: fingerprint(cfg, run, 1)["settings"] for run in cfg["runs"]}
 
@@ -171,7 +171,7 @@ def draw(cfg: dict, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .figure import log_step_axis
+    from acoustic_mlm.report.figure import log_step_axis
 
     ref, _ = load_reference(ref_dir)
     runs = list(cfg["runs"])

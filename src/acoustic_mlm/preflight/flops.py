@@ -12,7 +12,7 @@ One function per part; `step_flops` sums them. Axes: B crops, T frames per crop.
 
 from __future__ import annotations
 
-from .config import ModelConfig
+from acoustic_mlm.config import ModelConfig
 
 
 def conv_frontend_flops(m: ModelConfig, batch: int, frames: int) -> int:

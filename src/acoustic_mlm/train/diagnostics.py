@@ -174,7 +174,7 @@ class ValidProbe:
     """
 
     def __init__(self, model: nn.Module):
-        from .model import MultiheadSelfAttention
+        from acoustic_mlm.model.encoder import MultiheadSelfAttention
 
         self.model = model
         self.attention = [m for m in model.modules() if isinstance(m, MultiheadSelfAttention)]

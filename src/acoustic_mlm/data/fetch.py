@@ -4,7 +4,7 @@ One function per kind of `data.source`; each fills a temporary folder and return
 which lands in `SOURCE.json` next to the audio. The folder appears at `out_dir` only when
 complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or nothing.
 
-- `synthetic`: procedural music (acoustic_mlm.synth), offline.
+- `synthetic`: procedural music (acoustic_mlm.data.synth), offline.
 - `fma_*`, `librispeech-*`, `url`: an archive (sources.py says where, with which hash) is
   downloaded through pooch into the downloads folder (`data/downloads/` by default, next to
   `out_dir`, so that DVC can version it), checked against its hash, and kept: a later fetch
@@ -47,8 +47,11 @@ from urllib.parse import urlsplit
 import soundfile as sf
 
 from acoustic_mlm.errors import UserError, one_line
-from acoustic_mlm import __version__, archive, sources, synth
-from acoustic_mlm.sources import AUDIO_SUFFIXES
+from acoustic_mlm import __version__
+from acoustic_mlm.data import archive
+from acoustic_mlm.data import sources
+from acoustic_mlm.data import synth
+from acoustic_mlm.data.sources import AUDIO_SUFFIXES
 from acoustic_mlm.utils import Progress, atomic_dir, file_sha256, log, write_json
 
 DEFAULT_RETRIES = 3  # further attempts after a network error or a resumed download that failed its hash
@@ -213,7 +216,7 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
 
 
 def _fetch_synthetic(cfg: dict, out: Path, ctx: Context) -> dict:
-    """Procedural music (acoustic_mlm.synth): offline, identical for a seed."""
+    """Procedural music (acoustic_mlm.data.synth): offline, identical for a seed."""
     p = cfg["data"]["synthetic"]
     log.info("fetch: generating %d synthetic clips of %.1f s at %d Hz (seed %d)",
              p["n_clips"], p["clip_seconds"], p["sample_rate"], p["seed"])
@@ -221,7 +224,7 @@ def _fetch_synthetic(cfg: dict, out: Path, ctx: Context) -> dict:
     return {
         "params": {k: p[k] for k in ("n_clips", "clip_seconds", "sample_rate", "seed")},
         "format": "FLAC PCM_16",
-        "generator": f"acoustic_mlm.synth {__version__}",
+        "generator": f"acoustic_mlm.data.synth {__version__}",
         "files": len(paths),
         "total_seconds": round(sum(sf.info(str(q)).duration for q in paths), 3),
     }

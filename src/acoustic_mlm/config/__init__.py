@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .errors import ConfigError, UserError  # noqa: F401 - ConfigError: config.ConfigError for callers
+from acoustic_mlm.errors import ConfigError, UserError  # noqa: F401 - ConfigError: config.ConfigError for callers
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
 ENCODEC_HOP = 320  # samples per EnCodec frame at 24 kHz (75 Hz)
@@ -268,7 +268,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
         check_label_length(run["label"], source, f"runs.{name}.label")
     check_seeds(cfg, source)
     if cfg.get("sweep") is not None:
-        from .sweep import validate_points  # the sweep's points are validated as files are, by this function
+        from acoustic_mlm.config.sweep import validate_points  # the sweep's points are validated as files are, by this function
 
         train_keys = [k for k in result_keys("train", cfg) if k.startswith(("model.", "train."))]
         validate_points(cfg, source, validate, allowed=train_keys)

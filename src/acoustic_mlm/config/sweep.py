@@ -29,7 +29,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from acoustic_mlm.errors import ConfigError
 
 SEEDS = "seeds"  # the grid key that sets the seeds of each point's run
 SEPARATOR = "__"  # between the arm and each <key>-<value> part of a point's name

@@ -14,13 +14,13 @@ import pandas as pd
 
 
 # The repository's copy: src/acoustic_mlm/reference.py -> <repo>/data/reference/paper_curves.csv
-REFERENCE_PATH = Path(__file__).resolve().parents[2] / "data" / "reference" / "paper_curves.csv"
+REFERENCE_PATH = Path(__file__).resolve().parents[3] / "data" / "reference" / "paper_curves.csv"
 COLUMNS = ["run", "role", "label", "step", "loss_bits", "note"]
 
 
 def load_reference(path: str | Path | None = None) -> pd.DataFrame:
     """The digitised paper curves, sorted by run (file order) and step."""
-    from .readers import read_reference
+    from acoustic_mlm.readers import read_reference
 
     path = Path(path) if path is not None else REFERENCE_PATH
     ref = read_reference(path)  # every step and loss finite, steps positive, roles known

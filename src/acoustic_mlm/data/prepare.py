@@ -49,7 +49,7 @@ import soundfile as sf
 from acoustic_mlm.config import ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE, ENCODEC_HOP, crop_frames
 from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError, one_line
-from acoustic_mlm.sources import SOURCE_RECORD, find_audio, is_audio_name, not_audio_reason, walk  # noqa: F401
+from acoustic_mlm.data.sources import SOURCE_RECORD, find_audio, is_audio_name, not_audio_reason, walk  # noqa: F401
 from acoustic_mlm.utils import (OutOfSpaceError, Progress, atomic_dir, atomic_path, file_sha256, is_out_of_space, log,
                                 write_json)
 

@@ -28,11 +28,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import curves as K  # noqa: E402
-from . import figure, readers  # noqa: E402
-from .diagnostics import FP16_MAX  # noqa: E402
-from .errors import UserError  # noqa: E402
-from .utils import atomic_path, log  # noqa: E402
+from acoustic_mlm import curves as K  # noqa: E402
+from acoustic_mlm.report import figure
+from acoustic_mlm import readers  # noqa: E402
+from acoustic_mlm.train.diagnostics import FP16_MAX  # noqa: E402
+from acoustic_mlm.errors import UserError  # noqa: E402
+from acoustic_mlm.utils import atomic_path, log  # noqa: E402
 
 TITLE = "Training stability: loss, gradient norm, attention logits"
 STEM = "stability"

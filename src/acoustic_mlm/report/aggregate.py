@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import config as C
-from . import curves as curves_mod
-from . import readers
-from .errors import UserError
-from .utils import atomic_path, log, write_json
+from acoustic_mlm import config as C
+from acoustic_mlm import curves as curves_mod
+from acoustic_mlm import readers
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import atomic_path, log, write_json
 
 LOSS_COLUMN = readers.LOSS_COLUMN  # the metrics file's loss columns, as its reader defines them
 COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
