@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop as train
@@ -96,7 +97,7 @@ def per_diagnostic(cfg: dict, reps: int) -> dict:
     rng = np.random.default_rng(0)
 
     def batch(n):
-        wav = torch.randn(n, T * C.ENCODEC_HOP)
+        wav = torch.randn(n, T * encodec.HOP)
         codes = torch.randint(0, m.codebook_size, (n, m.codebooks, T))
         mask = torch.from_numpy(compute_mask_indices((n, T), m.mask_prob, m.mask_length, m.mask_min_masks, rng))
         return wav, codes, mask

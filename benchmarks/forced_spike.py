@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from acoustic_mlm import encodec
 from acoustic_mlm.report import aggregate
 from acoustic_mlm.report import claims
 from acoustic_mlm.report import stability
@@ -40,7 +41,7 @@ from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, shard_name
 from acoustic_mlm.tokenizer.stage import LEVELS, MODEL_DIR, merge
 
 ROOT = Path(__file__).resolve().parents[1]
-HOP, RATE = C.ENCODEC_HOP, 24000
+HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE
 CODES = 16  # distinct codes per codebook in the corpus
 RUN_FRAMES = 12  # mean length of a run of one code
 FORCED_TRAIN = dict(steps=240, warmup_steps=24, lr=0.05, batch_size=4, crop_seconds=0.4, log_interval=5,

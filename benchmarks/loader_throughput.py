@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.run import update_ms_at
@@ -37,7 +38,7 @@ from acoustic_mlm.train.loop import CropData, batches
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.PEAK_TFLOPS has the table
-SAMPLE_RATE = 24000
+SAMPLE_RATE = encodec.SAMPLE_RATE
 
 
 def write_corpus(root: Path, shards: int, clips_per_shard: int, clip_seconds: float, codebooks: int = 8,
@@ -45,8 +46,8 @@ def write_corpus(root: Path, shards: int, clips_per_shard: int, clip_seconds: fl
     """A prepared corpus and its codes in the stages' layout; every clip in the train split."""
     prepared, codes_dir = root / "prepared", root / "codes"
     rng = np.random.default_rng(seed)
-    frames = int(clip_seconds * SAMPLE_RATE) // C.ENCODEC_HOP
-    samples = frames * C.ENCODEC_HOP
+    frames = int(clip_seconds * SAMPLE_RATE) // encodec.HOP
+    samples = frames * encodec.HOP
     rows = []
     for k in range(shards):
         (prepared / shard_name(k)).mkdir(parents=True)
@@ -158,7 +159,7 @@ def main(argv=None) -> dict:
             "ms_per_micro_batch_all": [t["ms_per_micro_batch"] for t in times[(b, w)]],
             "startup_ms": statistics.median(t["startup_ms"] for t in times[(b, w)]),
             "make_ms": statistics.median(t["make_ms"] for t in times[(b, w)]),
-            "crops_per_s": b / (ms / 1000), "audio_seconds_per_s": b * frames * C.ENCODEC_HOP / SAMPLE_RATE / (ms / 1000),
+            "crops_per_s": b / (ms / 1000), "audio_seconds_per_s": b * frames * encodec.HOP / SAMPLE_RATE / (ms / 1000),
             "gpu_ms_per_micro_batch_projected": gpu_ms, "loader_over_gpu": ms / gpu_ms,
         })
     print(f"| micro-batch | workers | loader ms / micro-batch | ms to make one | crops/s | start-up ms | projected GPU ms "

@@ -30,6 +30,7 @@ import time
 import numpy as np
 import torch
 
+from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.devices import pick_device
@@ -80,7 +81,7 @@ def main(argv=None) -> dict:
     t = C.train_config(cfg, RUN)
     device = pick_device(args.device)
     T = C.crop_frames(cfg)
-    L = T * C.ENCODEC_HOP
+    L = T * encodec.HOP
     B = t.batch_size // t.processes  # one process's micro-batch
     rng = np.random.default_rng(SEED)
     m0 = C.model_config(cfg, RUN)

@@ -28,12 +28,13 @@ def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dic
     import numpy as np
     import pandas as pd
 
+    from acoustic_mlm import encodec
     from acoustic_mlm.tokenizer import stage as tokenizer
     from acoustic_mlm.utils import set_threads
 
     set_threads(threads)
     model = tokenizer.build_encodec(6.0, 0)
-    n = int(seconds * tokenizer.SAMPLE_RATE) // 320 * 320
+    n = int(seconds * encodec.SAMPLE_RATE) // encodec.HOP * encodec.HOP
     audio = (0.1 * np.random.default_rng(0).standard_normal(n)).astype(np.float32)
     clips = pd.DataFrame({"offset": [0], "num_samples": [n]})
     t0 = time.perf_counter()

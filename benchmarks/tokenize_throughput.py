@@ -52,7 +52,7 @@ import pandas as pd
 import torch
 
 from acoustic_mlm.data import synth
-from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm import encodec
 from acoustic_mlm.tokenizer.stage import (
     SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches,
 )  # fmt: skip
@@ -72,7 +72,7 @@ def clip_lengths(n: int, min_seconds: float, max_seconds: float, seed: int) -> n
     """Lengths in samples, uniform in [min, max] seconds, rounded down to whole 320-sample frames."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
     seconds = rng.uniform(min_seconds, max_seconds, size=n)
-    return np.maximum(1, (seconds * SAMPLE_RATE).astype(np.int64) // ENCODEC_HOP) * ENCODEC_HOP
+    return np.maximum(1, (seconds * SAMPLE_RATE).astype(np.int64) // encodec.HOP) * encodec.HOP
 
 
 def make_clip(kind: str, seed: int, index: int, samples: int) -> np.ndarray:
@@ -101,7 +101,7 @@ def tokenizer_model(mode: str, seed: int, audio_kind: str, frames: int, iters: i
     model = build_encodec(BANDWIDTH, seed)
     info: dict = {"tokenizer": mode, "bandwidth": BANDWIDTH, "seed": seed}
     if mode == "calibrated":
-        n = math.ceil(frames / (CALIBRATION_CLIP_SECONDS * SAMPLE_RATE / ENCODEC_HOP))
+        n = math.ceil(frames / (CALIBRATION_CLIP_SECONDS * SAMPLE_RATE / encodec.HOP))
         samples = int(CALIBRATION_CLIP_SECONDS * SAMPLE_RATE)
         chunks = [make_clip(audio_kind, seed, CALIBRATION_INDEX + i, samples) for i in range(n)]
         stats = calibrate(model, chunks, frames, iters, seed)
@@ -127,9 +127,9 @@ def encode_plain(model, audio: np.ndarray, clips: pd.DataFrame, device: torch.de
 def aligned(per_clip: list[np.ndarray], clips: pd.DataFrame, total_samples: int) -> np.ndarray:
     """Per-clip codes in encode_clips' layout: (K, total_samples // 320) int16, -1 where no clip is."""
     K = per_clip[0].shape[0]
-    codes = np.full((K, total_samples // ENCODEC_HOP), -1, dtype=np.int16)
+    codes = np.full((K, total_samples // encodec.HOP), -1, dtype=np.int16)
     for c, offset, n in zip(per_clip, clips["offset"].to_numpy(), clips["num_samples"].to_numpy()):
-        frames, first = int(n) // ENCODEC_HOP, int(offset) // ENCODEC_HOP
+        frames, first = int(n) // encodec.HOP, int(offset) // encodec.HOP
         if c.shape[1] < frames:
             raise RuntimeError(f"EnCodec gave {c.shape} codes for {n} samples")
         codes[:, first : first + frames] = c[:, :frames]

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.model.encoder import init_bert_params
 from acoustic_mlm.model.objective import AcousticMLM, MLMOutput, compute_mask_indices
@@ -147,7 +148,7 @@ def fixed_batch(cfg: dict, device: torch.device, scope: str = "step"):
     g = torch.Generator().manual_seed(BENCH_SEED)
     if scope == "transformer":
         return (torch.randn(t.batch_size, frames, m.dim, generator=g).to(device),)
-    wav = 0.1 * torch.randn(t.batch_size, frames * C.ENCODEC_HOP, generator=g)
+    wav = 0.1 * torch.randn(t.batch_size, frames * encodec.HOP, generator=g)
     codes = torch.randint(m.codebook_size, (t.batch_size, m.codebooks, frames), generator=g)
     mask = compute_mask_indices(
         (t.batch_size, frames), m.mask_prob, m.mask_length, m.mask_min_masks, np.random.default_rng(BENCH_SEED)

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from acoustic_mlm import encodec
 from acoustic_mlm.report import aggregate
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop as train
@@ -28,7 +29,7 @@ def _model_and_batch(cfg, run="prenorm_clip1", T=15, B=2, seed=0):
     torch.manual_seed(seed)
     m = C.model_config(cfg, run)
     model = AcousticMLM(m)
-    wav = torch.randn(B, T * C.ENCODEC_HOP)
+    wav = torch.randn(B, T * encodec.HOP)
     codes = torch.randint(0, 16, (B, m.codebooks, T))
     mask = torch.zeros(B, T, dtype=torch.bool)
     mask[:, 3:9] = True

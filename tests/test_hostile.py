@@ -29,6 +29,7 @@ import torch
 import yaml
 from helpers import copy_repo, make_tar, sha256
 
+from acoustic_mlm import encodec
 from acoustic_mlm.data import archive
 from acoustic_mlm import cli
 from acoustic_mlm.data import fetch
@@ -181,7 +182,7 @@ def test_item3_refusals_come_before_any_stage_and_through_the_cli(tmp_path):
     cfg = yaml.safe_load(SMOKE)
     cfg["runs"]["prenorm_clip1"]["label"] = r"Pre-Norm $\alpha$ | Clip=1"  # math that renders is kept
     assert C.validate(cfg)["runs"]["prenorm_clip1"]["label"].endswith("Clip=1")
-    assert C.encodec_codebooks(1.5) == 2 and C.encodec_codebooks(24.0) == 32
+    assert encodec.codebooks(1.5) == 2 and encodec.codebooks(24.0) == 32
     cfg["tokenizer"]["bandwidth"], cfg["model"]["codebooks"] = 12.0, 16  # 16 codebooks exist at 12 kbps
     C.validate(cfg)
 

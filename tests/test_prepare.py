@@ -18,7 +18,7 @@ from acoustic_mlm.data import fetch
 from acoustic_mlm.data import prepare
 from acoustic_mlm.tokenizer import stage as tokenizer
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm import encodec
 
 SR = 24000
 
@@ -77,8 +77,8 @@ def test_prepared_audio_is_24khz_mono_in_whole_frames(prepared):
     assert manifest["path"].tolist() == [f"synth_{i:05d}.flac" for i in range(4)]
     assert manifest["shard"].tolist() == [0, 0, 0, 1]  # shards of 3 files, in path order
     # 1.1 s at 32 kHz -> 26400 samples at 24 kHz -> 82 frames of 320
-    assert (manifest["num_samples"] == 82 * ENCODEC_HOP).all()
-    assert (manifest["num_frames"] == manifest["num_samples"] // ENCODEC_HOP).all()
+    assert (manifest["num_samples"] == 82 * encodec.HOP).all()
+    assert (manifest["num_frames"] == manifest["num_samples"] // encodec.HOP).all()
     assert (manifest["orig_sample_rate"] == 32000).all()
     assert set(manifest["orig_channels"]) <= {1, 2}
     assert np.allclose(manifest["duration_s"], manifest["num_samples"] / SR)
@@ -137,7 +137,7 @@ def test_prepare_summary_and_both_splits(prepared):
     _, root = prepared
     manifest = prepare.load_prepared(root / "prepared").manifest
     summary = json.loads((root / "prepared" / "prepare.json").read_text())
-    assert summary["sample_rate"] == SR and summary["hop"] == ENCODEC_HOP
+    assert summary["sample_rate"] == SR and summary["hop"] == encodec.HOP
     assert (summary["shards"], summary["shard_files"]) == (2, 3)
     counts = manifest["split"].value_counts()
     assert counts["train"] >= 1 and counts["valid"] >= 1
@@ -200,7 +200,7 @@ def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):
     corpus = prepare.load_prepared(tmp_path / "prepared")
     row = corpus.manifest.set_index("clip_id").loc["tone"]
     assert (row.orig_sample_rate, row.orig_channels) == (44100, 2)
-    assert row.num_samples == (int(0.5 * SR) // ENCODEC_HOP) * ENCODEC_HOP == 11840
+    assert row.num_samples == (int(0.5 * SR) // encodec.HOP) * encodec.HOP == 11840
     x = np.asarray(corpus.clip(int(np.flatnonzero(corpus.manifest["clip_id"] == "tone")[0])), dtype=np.float64)
     spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
     peak_hz = np.fft.rfftfreq(len(x), 1 / SR)[np.argmax(spectrum)]
@@ -226,7 +226,7 @@ def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
     manifest = prepare.load_prepared(tmp_path / "prepared").manifest
     assert manifest["path"].tolist() == ["007.ogg", "a/song.wav", "b/song.flac", "b/take.mp3"]
     assert manifest["clip_id"].tolist() == ["007", "a/song", "b/song", "take"]  # "007" stays a string
-    assert (manifest["num_samples"] % ENCODEC_HOP == 0).all() and (manifest["num_samples"] > 0).all()
+    assert (manifest["num_samples"] % encodec.HOP == 0).all() and (manifest["num_samples"] > 0).all()
     assert manifest["orig_sample_rate"].tolist() == [22050, 16000, SR, 48000]
     rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv")
     assert rejects["path"].tolist() == [".hidden/x.wav", "tiny.WAV"]
@@ -243,7 +243,7 @@ def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(root / "prepared", bad)
     audio = np.load(bad / "shard-00001" / "audio.npy")
-    np.save(bad / "shard-00001" / "audio.npy", audio[:-ENCODEC_HOP])
+    np.save(bad / "shard-00001" / "audio.npy", audio[:-encodec.HOP])
     with pytest.raises(UserError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
         prepare.load_prepared(bad)
     shutil.rmtree(bad / "shard-00001")
@@ -341,7 +341,7 @@ def test_folder_with_good_and_bad_files(tmp_path, caplog):
     assert sorted(manifest["path"]) == sorted(good)
     for _, row in manifest.iterrows():
         assert (row.orig_sample_rate, row.orig_channels) == good[row.path], row.path
-        assert row.num_samples == 75 * ENCODEC_HOP or row.path.endswith(".mp3"), row  # 1 s = 75 frames
+        assert row.num_samples == 75 * encodec.HOP or row.path.endswith(".mp3"), row  # 1 s = 75 frames
         assert abs(row.duration_s - 1.0) < 0.06, row
     assert all(np.isfinite(corpus.audio(k)).all() for k in corpus.shards)
 

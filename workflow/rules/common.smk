@@ -70,7 +70,7 @@ launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launch)
 TRAIN_CLI = launch.train_launcher(config["train"], SRC)
 TRAIN_SLURM = launch.slurm_resources(config["train"])  # nodes, one task per node (several nodes)
-GPUS = config["train"]["processes"] * config["train"].get("nodes", 1)  # GPUs of one training job
+GPUS = amlm_config.world_size(config["train"])  # GPUs of one training job
 ENV = "../envs/amlm.yaml"
 
 # The training runs: the arms, or with a `sweep:` section every point of it (acoustic_mlm.config.sweep).

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from acoustic_mlm import encodec
 from acoustic_mlm.errors import ConfigError, UserError  # noqa: F401 - ConfigError: config.ConfigError for callers
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
-ENCODEC_HOP = 320  # samples per EnCodec frame at 24 kHz (75 Hz)
 NORMS = ("pre", "post", "deepnorm")  # the norm axis of the ablation
 ATTENTIONS = ("softmax", "pb_relax")  # the attention axis
 ROLES = ("clip10", "clip1", "deepnorm", "attn_relax")  # the paper's four curves, in legend order
@@ -32,6 +32,11 @@ RENAMED_RUN_KEYS = {
     "deepnorm": "'norm: deepnorm' (norm is pre | post | deepnorm)",
     "attn_relax": "'attention: pb_relax' (attention is softmax | pb_relax)",
 }
+
+
+def world_size(train: dict) -> int:
+    """DDP processes of one training run, from a `train:` section: train.nodes x train.processes."""
+    return train["processes"] * train.get("nodes", 1)
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ class TrainConfig:
     @property
     def world(self) -> int:
         """DDP processes in all: nodes * processes."""
-        return self.nodes * self.processes
+        return world_size({"processes": self.processes, "nodes": self.nodes})
 
     @property
     def schedule_updates(self) -> int:
@@ -225,10 +230,10 @@ def validate(cfg: Any, source: str = "config") -> dict:
         raise ConfigError(f"{source}: 'runs': two arms share a label; legend labels must be unique")
     m = cfg["model"]
     stride = total_stride(m["conv_layers"])
-    if stride != ENCODEC_HOP:
+    if stride != encodec.HOP:
         raise ConfigError(
             f"{source}: 'model.conv_layers' strides multiply to {stride}; they must multiply to "
-            f"{ENCODEC_HOP} so that features align with EnCodec's 75 Hz frames"
+            f"{encodec.HOP} so that features align with EnCodec's 75 Hz frames"
         )
     if m["dim"] % m["heads"]:
         raise ConfigError(f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.heads' ({m['heads']})")
@@ -237,7 +242,7 @@ def validate(cfg: Any, source: str = "config") -> dict:
             f"{source}: 'model.dim' ({m['dim']}) must be divisible by 'model.pos_conv_groups' ({m['pos_conv_groups']})"
         )
     t = cfg["train"]
-    world = t["processes"] * t.get("nodes", 1)
+    world = world_size(t)
     if t["batch_size"] % world:
         raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} processes "
                           "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them")
@@ -314,7 +319,7 @@ def check_seed(seed: int, source: str = "config", key: str = "seed", processes: 
 
 def check_seeds(cfg: dict, source: str = "config") -> None:
     t = cfg["train"]
-    world = t["processes"] * t.get("nodes", 1)
+    world = world_size(t)
     for name, run in cfg["runs"].items():
         for seed in run["seeds"]:
             check_seed(seed, source, f"runs.{name}.seeds", world)
@@ -333,7 +338,7 @@ def _check_recipe(cfg: dict, source: str) -> None:
     """Cross-field rules of the MERT recipe switches: mask groups, noise mixing, CQT bins (docs/recipe.md)."""
     m, t = cfg["model"], cfg["train"]
     groups = mask_groups(t["batch_size"], t["mask_group"])
-    world = t["processes"] * t.get("nodes", 1)
+    world = world_size(t)
     if len(groups) % world and (t["mask_group"] or m["mixture_prob"] > 0):
         raise ConfigError(
             f"{source}: 'train.mask_group' ({t['mask_group']}) splits 'train.batch_size' ({t['batch_size']}) into "
@@ -341,7 +346,7 @@ def _check_recipe(cfg: dict, source: str) -> None:
             "(each process holds whole groups)"
         )
     if m["mixture_prob"] > 0:
-        crop = crop_frames(cfg) * ENCODEC_HOP
+        crop = crop_frames(cfg) * encodec.HOP
         (n_min, n_max), (len_min, len_max) = m["mixture_segments"], m["mixture_samples"]
         if n_min > n_max or len_min > len_max:
             raise ConfigError(f"{source}: 'model.mixture_segments' and 'model.mixture_samples' must be [min, max] ranges")
@@ -424,7 +429,7 @@ def to_dict(dc) -> dict:
 
 def total_stride(conv_layers) -> int:
     """Samples between consecutive frames of a (channels, kernel, stride) conv stack: the product
-    of its strides (ENCODEC_HOP = 320 in every valid config)."""
+    of its strides (encodec.HOP = 320 in every valid config)."""
     return math.prod(stride for _, _, stride in conv_layers)
 
 
@@ -449,7 +454,7 @@ def cqt_top_frequency(fmin: float, bins: int, bins_per_octave: int) -> float:
 def crop_frames(cfg: dict) -> int:
     """Frames in one training crop: train.crop_seconds rounded to whole samples, then down to whole
     EnCodec frames. Training cuts crops of this length; prepare rejects clips shorter than one."""
-    return int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // ENCODEC_HOP
+    return int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // encodec.HOP
 
 
 # ----------------------------------------------------------------------------- what each step depends on
@@ -552,8 +557,6 @@ def settings(cfg: dict, keys: list[str]) -> dict:
 # ----------------------------------------------------------------------------- strict reading
 
 MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
-ENCODEC_CODEBOOK_SIZE = 1024  # codes per EnCodec RVQ codebook (encodec/model.py: bins=1024)
-ENCODEC_FRAME_RATE = 24000 // ENCODEC_HOP  # EnCodec 24 kHz frames per second (75)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -669,27 +672,19 @@ def check_integers(cfg: Any, schema: dict, source: str = "config", at: tuple = (
             check_integers(v, schema["items"], source, at + (i,))
 
 
-def encodec_codebooks(bandwidth: float) -> int:
-    """Codebooks EnCodec 24 kHz uses at `bandwidth` kbps: each costs log2(1024) bits x 75 Hz =
-    0.75 kbps (encodec/quantization/vq.py, get_num_quantizers_for_bandwidth), so 1.5/3/6/12/24
-    kbps give 2/4/8/16/32."""
-    per_codebook = math.log2(ENCODEC_CODEBOOK_SIZE) * ENCODEC_FRAME_RATE / 1000
-    return max(1, math.floor(bandwidth / per_codebook + 1e-9))
-
-
 def check_codebooks(cfg: dict, source: str = "config") -> None:
     """The model predicts codebooks the tokenizer will write (known before tokenize runs)."""
     m, bandwidth = cfg["model"], float(cfg["tokenizer"]["bandwidth"])
-    have = encodec_codebooks(bandwidth)
+    have = encodec.codebooks(bandwidth)
     if m["codebooks"] > have:
         raise ConfigError(
             f"{source}: 'model.codebooks' is {m['codebooks']} but 'tokenizer.bandwidth' {bandwidth:g} kbps gives "
             f"{have} codebooks (EnCodec 24 kHz: 1.5/3/6/12/24 kbps give 2/4/8/16/32); lower model.codebooks "
             "or raise tokenizer.bandwidth"
         )
-    if m["codebook_size"] < ENCODEC_CODEBOOK_SIZE:
+    if m["codebook_size"] < encodec.CODEBOOK_SIZE:
         raise ConfigError(f"{source}: 'model.codebook_size' is {m['codebook_size']} but EnCodec codes run from 0 "
-                          f"to {ENCODEC_CODEBOOK_SIZE - 1}; set it to {ENCODEC_CODEBOOK_SIZE}")
+                          f"to {encodec.CODEBOOK_SIZE - 1}; set it to {encodec.CODEBOOK_SIZE}")
 
 
 def check_labels(cfg: dict, source: str = "config") -> None:

@@ -46,7 +46,8 @@ import numpy as np
 import pandas as pd
 import soundfile as sf
 
-from acoustic_mlm.config import ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE, ENCODEC_HOP, crop_frames
+from acoustic_mlm import encodec
+from acoustic_mlm.config import crop_frames
 from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.data.sources import SOURCE_RECORD, find_audio, is_audio_name, not_audio_reason, walk  # noqa: F401
@@ -286,7 +287,7 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     if peak <= SILENCE_PEAK:
         raise Unusable(f"digital silence (peak {peak:.2g})")
     audio = _resample(mono, sr, sample_rate)
-    n = len(audio) // ENCODEC_HOP * ENCODEC_HOP  # whole EnCodec frames only
+    n = len(audio) // encodec.HOP * encodec.HOP  # whole EnCodec frames only
     if n < min_samples:
         raise Unusable(f"shorter than one training crop ({len(audio) / sample_rate:.3f} s < {min_samples / sample_rate:.3f} s)")
     return np.ascontiguousarray(audio[:n], dtype=np.float32), sr, channels
@@ -361,7 +362,7 @@ def shard_name(shard: int) -> str:
 
 
 def _min_samples(cfg: dict) -> int:
-    return max(1, crop_frames(cfg)) * ENCODEC_HOP
+    return max(1, crop_frames(cfg)) * encodec.HOP
 
 
 def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
@@ -436,7 +437,7 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
                 else:
                     n = len(audio)
                     rows.append(dict(clip_id=clip_id, path=rel_path, offset=writer.append(audio), num_samples=n,
-                                     num_frames=n // ENCODEC_HOP, orig_sample_rate=orig_sr, orig_channels=orig_ch,
+                                     num_frames=n // encodec.HOP, orig_sample_rate=orig_sr, orig_channels=orig_ch,
                                      duration_s=n / sample_rate))
                 bar.update(1, kept=len(rows), rejected=len(rejects))
         pd.DataFrame(rows, columns=list(SHARD_COLUMNS)).to_csv(tmp / "clips.csv", index=False)
@@ -495,7 +496,7 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
     total = int(manifest["num_samples"].sum())
     write_json(out_dir / "prepare.json", {
         "sample_rate": sample_rate,
-        "hop": ENCODEC_HOP,
+        "hop": encodec.HOP,
         "shards": int(todo["shard"].nunique()),
         "shard_files": int(cfg["data"]["shard_files"]),
         "clips": {s: int(by_split.size().get(s, 0)) for s in ("train", "valid")},
@@ -528,7 +529,7 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame, where: str = "prep
     tc = cfg.get("tokenizer") or {}
     if tc.get("mode") != "calibrated":
         return
-    CODEBOOK_SIZE, FRAME_RATE = ENCODEC_CODEBOOK_SIZE, ENCODEC_FRAME_RATE  # noqa: N806
+    CODEBOOK_SIZE, FRAME_RATE = encodec.CODEBOOK_SIZE, encodec.FRAME_RATE  # noqa: N806
     have = int(manifest.loc[manifest["split"] == "train", "num_frames"].sum())
     if have < CODEBOOK_SIZE:
         share = 1 - float(cfg["data"]["valid_fraction"])
@@ -619,9 +620,9 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     sh, o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("shard", "offset", "num_samples", "num_frames"))
     length = {k: len(corpus.audio(k)) for k in corpus.shards}  # also checks every shard's audio.npy
     checks = [
-        ((s <= 0) | (s % ENCODEC_HOP != 0), f"num_samples is not a positive multiple of {ENCODEC_HOP}"),
-        (nf != s // ENCODEC_HOP, f"num_frames != num_samples // {ENCODEC_HOP}"),
-        ((o < 0) | (o % ENCODEC_HOP != 0), f"offset is not a non-negative multiple of {ENCODEC_HOP}"),
+        ((s <= 0) | (s % encodec.HOP != 0), f"num_samples is not a positive multiple of {encodec.HOP}"),
+        (nf != s // encodec.HOP, f"num_frames != num_samples // {encodec.HOP}"),
+        ((o < 0) | (o % encodec.HOP != 0), f"offset is not a non-negative multiple of {encodec.HOP}"),
         (o + s > np.array([length[k] for k in sh]), "offset + num_samples exceeds its shard's audio.npy "
                                                     "(the manifest does not match the audio; rerun prepare)"),
     ]

@@ -25,16 +25,15 @@ import copy
 
 import torch
 
-from acoustic_mlm.config import ENCODEC_HOP, cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (the formulas live with the config check)
-
-SAMPLE_RATE = 24000  # EnCodec's rate: every crop reaches the model at 24 kHz
+from acoustic_mlm import encodec
+from acoustic_mlm.config import cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (the formulas live with the config check)
 
 
 class CQTTarget:
     """(B, L) waveform at 24 kHz, L = 320 T -> (B, T, bins) CQT magnitudes, one row per code frame."""
 
     def __init__(self, bins: int = 336, bins_per_octave: int = 48, fmin: float = 32.7,
-                 sample_rate: int = SAMPLE_RATE, hop: int = ENCODEC_HOP):
+                 sample_rate: int = encodec.SAMPLE_RATE, hop: int = encodec.HOP):
         from nnAudio.features.cqt import CQT  # the maintained CQT that MERT uses (PyPI: nnAudio)
 
         if cqt_top_frequency(fmin, bins, bins_per_octave) >= sample_rate / 2:

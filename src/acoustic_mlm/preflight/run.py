@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from acoustic_mlm import config as C
+from acoustic_mlm import encodec
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.preflight.flops import step_flops
@@ -174,7 +175,7 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
     """
     seconds = corpus_seconds(cfg, corpus_hours)
     rate = cfg["data"]["sample_rate"]
-    k = C.encodec_codebooks(float(cfg["tokenizer"]["bandwidth"]))  # rows of every codes.npy
+    k = encodec.codebooks(float(cfg["tokenizer"]["bandwidth"]))  # rows of every codes.npy
     final_gb = params * PARAM_BYTES / GB
     state_gb = params * (PARAM_BYTES + ADAM_STATE_BYTES) / GB
     seeds = sum(a["seeds"] for a in arms)
@@ -183,7 +184,7 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
         "corpus_note": None if seconds is not None else
         f"data.source {cfg['data']['source']}: size unknown before fetching; pass --corpus-hours",
         "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
-        "codes_gb": None if seconds is None else seconds * C.ENCODEC_FRAME_RATE * k * CODE_BYTES / GB,
+        "codes_gb": None if seconds is None else seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB,
         "codebooks_stored": k,
         "checkpoint_gb_per_seed": final_gb,
         "state_gb_per_file": state_gb,
@@ -311,7 +312,7 @@ class Plan:
 def synthetic_batch(m: C.ModelConfig, batch: int, frames: int, device: torch.device, seed: int = 0):
     """Audio (B, 320 T), codes (B, K, T) and one fairseq span mask (B, T), shaped as a training batch."""
     g = torch.Generator().manual_seed(seed)
-    wav = 0.1 * torch.randn(batch, frames * C.ENCODEC_HOP, generator=g)
+    wav = 0.1 * torch.randn(batch, frames * encodec.HOP, generator=g)
     codes = torch.randint(m.codebook_size, (batch, m.codebooks, frames), generator=g)
     mask = compute_mask_indices((batch, frames), m.mask_prob, m.mask_length, m.mask_min_masks,
                                 np.random.default_rng(seed))

@@ -62,14 +62,12 @@ import torch
 
 from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.config import ENCODEC_HOP
+from acoustic_mlm import encodec
+from acoustic_mlm.encodec import CODEBOOK_SIZE, FRAME_RATE, SAMPLE_RATE
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.data.prepare import check_calibration_data
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, keep_freed_memory, log, set_threads, write_json
 
-SAMPLE_RATE = 24_000  # EnCodec 24 kHz
-FRAME_RATE = SAMPLE_RATE // ENCODEC_HOP  # 75 Hz
-CODEBOOK_SIZE = 1024  # codes per RVQ level
 OFFICIAL_URL = "https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th"
 OFFICIAL_SHA256_PREFIX = "d7cc33bc"  # EnCodec names its checkpoints <name>-<sha256 prefix>.th
 # Calibration always runs on this many torch threads. Float results depend on the thread count
@@ -269,7 +267,7 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
     none: 1. Silence stays silence: a clip below LUFS_GATE_DB, a window at or below WINDOW_SILENCE_DB,
     or a clip that cannot be measured keeps gain 1 (and digital zeros stay zeros whatever the gain).
     """
-    n = len(clip) // ENCODEC_HOP
+    n = len(clip) // encodec.HOP
     gains = np.ones(n, dtype=np.float32)
     if method == "none" or n == 0:
         return gains
@@ -278,7 +276,7 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
         if math.isfinite(level) and level > LUFS_GATE_DB:
             gains[:] = 10 ** ((target_db - level) / 20)
         return gains
-    body, window = clip[: n * ENCODEC_HOP], LEVEL_WINDOW_FRAMES * ENCODEC_HOP
+    body, window = clip[: n * encodec.HOP], LEVEL_WINDOW_FRAMES * encodec.HOP
     if method == "rms":
         return _window_gains(np.array([rms_dbfs(body[st : st + window]) for st in range(0, len(body), window)]),
                              n, target_db)
@@ -430,10 +428,10 @@ def _embed_crops(model, chunks, windows, batch_size: int, gains: dict | None = N
 
 def _scaled(audio: np.ndarray, gains: np.ndarray | None, first: int, end: int) -> np.ndarray:
     """Frames [first, end) of `audio` as float32, each multiplied by its gain (None: as is)."""
-    x = np.asarray(audio[first * ENCODEC_HOP : end * ENCODEC_HOP], dtype=np.float32)
+    x = np.asarray(audio[first * encodec.HOP : end * encodec.HOP], dtype=np.float32)
     if gains is None:
         return x
-    return x * np.repeat(gains[first:end], ENCODEC_HOP)
+    return x * np.repeat(gains[first:end], encodec.HOP)
 
 
 @contextlib.contextmanager
@@ -488,7 +486,7 @@ def _calibrate(model, audio_chunks, frames, iters, seed, crop_frames, context_fr
     g = torch.Generator().manual_seed(seed)
     windows = []  # (chunk index, start frame, context frames, frames kept)
     for ci, chunk in enumerate(audio_chunks):
-        nf = len(chunk) // ENCODEC_HOP
+        nf = len(chunk) // encodec.HOP
         for st in range(0, nf, crop_frames):
             windows.append((ci, st, min(st, context_frames), min(crop_frames, nf - st)))
     available = sum(w[3] for w in windows)
@@ -582,7 +580,7 @@ def pieces(offsets: Sequence[int], lengths: Sequence[int], segment_frames: int =
     codes are dropped; shorter clips are one piece."""
     out = []
     for o, s in zip(offsets, lengths):
-        first, n = int(o) // ENCODEC_HOP, int(s) // ENCODEC_HOP
+        first, n = int(o) // encodec.HOP, int(s) // encodec.HOP
         if segment_frames <= 0 or n <= segment_frames:
             out.append((first, n, 0, first))
             continue
@@ -615,7 +613,7 @@ def encode_clips(
     to what the encoder sees (level normalisation, `frame_gains`); None: the audio as is.
     """
     K = n_codebooks(model)
-    shape = (K, len(audio) // ENCODEC_HOP)
+    shape = (K, len(audio) // encodec.HOP)
     if out is None:
         out = np.empty(shape, dtype=np.int16)
     if out.shape != shape or out.dtype != np.int16:
@@ -629,10 +627,10 @@ def encode_clips(
     t0, done = time.perf_counter(), 0
     with Progress(total, label, unit="frame") as bar:
         for batch in padded_batches(frames, batch_size):
-            wav = np.zeros((len(batch), max(frames[i] for i in batch) * ENCODEC_HOP), dtype=np.float32)
+            wav = np.zeros((len(batch), max(frames[i] for i in batch) * encodec.HOP), dtype=np.float32)
             for row, i in enumerate(batch):
                 first, n = todo[i][0], todo[i][1]
-                wav[row, : n * ENCODEC_HOP] = _scaled(audio, frame_gain, first, first + n)
+                wav[row, : n * encodec.HOP] = _scaled(audio, frame_gain, first, first + n)
             encoded = model.encode(torch.from_numpy(wav)[:, None].to(device))  # [(codes (B, K, T), scale)]
             c = torch.cat([f[0] for f in encoded], dim=-1).cpu().numpy()
             kept = 0
@@ -766,7 +764,7 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     levels, frame_gain = clip_levels(audio, clips, level)
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
         levels.to_csv(tmp / LEVELS, index=False)
-        shape = (n_codebooks(model), len(audio) // ENCODEC_HOP)  # (K, frames of the shard)
+        shape = (n_codebooks(model), len(audio) // encodec.HOP)  # (K, frames of the shard)
         codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=np.int16, shape=shape)
         t0 = time.perf_counter()
         encode_clips(model, audio, clips, out=codes, batch_size=int(tc["batch_size"]), device=device,
@@ -795,13 +793,13 @@ def clip_levels(audio: np.ndarray, clips, level: dict) -> tuple:
     """Each clip's level (RMS dBFS and BS.1770 LUFS, whatever the method) and the gain applied to it
     (the mean over its frames, in dB), and the per-frame gains for `encode_clips` (None for level none)."""
     method, target = level["method"], level["target"]
-    frame_gain = np.ones(len(audio) // ENCODEC_HOP, dtype=np.float32) if method != "none" else None
+    frame_gain = np.ones(len(audio) // encodec.HOP, dtype=np.float32) if method != "none" else None
     rows = []
     for o, n, cid in zip(clips["offset"].to_numpy(np.int64), clips["num_samples"].to_numpy(np.int64), clips["clip_id"]):
         clip = np.asarray(audio[o : o + n], dtype=np.float32)
         gains = frame_gains(clip, method, target or 0.0)
         if frame_gain is not None:
-            frame_gain[o // ENCODEC_HOP : o // ENCODEC_HOP + len(gains)] = gains
+            frame_gain[o // encodec.HOP : o // encodec.HOP + len(gains)] = gains
         rows.append((cid, round(rms_dbfs(clip), 2), round(loudness_lufs(clip), 2),
                      round(float(np.mean(20 * np.log10(gains))) if len(gains) else 0.0, 2)))
     return pd.DataFrame(rows, columns=list(LEVEL_COLUMNS)), frame_gain
@@ -848,7 +846,7 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
             raise TokenizerError(f"{enc_path}: not found (run `amlm tokenize --shard {k}` first)")
         shards.append(readers.read_json(enc_path, "a shard's encoding record", "tokenize",
                                         {"clips": int, "audio_seconds": (int, float), "encode_seconds": (int, float)}))
-        codes = readers.read_codes(out_dir / shard_name(k) / "codes.npy", len(corpus.audio(k)) // ENCODEC_HOP, None,
+        codes = readers.read_codes(out_dir / shard_name(k) / "codes.npy", len(corpus.audio(k)) // encodec.HOP, None,
                                    CODEBOOK_SIZE)
         part = np.stack([code_counts(np.asarray(row)) for row in codes])
         counts = part if counts is None else counts + part
@@ -860,7 +858,7 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
         "n_codebooks": int(counts.shape[0]),
         "codebook_size": CODEBOOK_SIZE,
         "frame_rate": FRAME_RATE,
-        "hop_length": ENCODEC_HOP,
+        "hop_length": encodec.HOP,
         "sample_rate": SAMPLE_RATE,
         "shards": len(shards),
         "clips": int(sum(s["clips"] for s in shards)),
@@ -906,7 +904,7 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
                                     finite=["gain_db"])
     rows = []
     for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):
-        c = code_counts(np.asarray(codes[0, o // ENCODEC_HOP : o // ENCODEC_HOP + nf]))
+        c = code_counts(np.asarray(codes[0, o // encodec.HOP : o // encodec.HOP + nf]))
         rows.append((cid, int((c > 0).sum()), round(_entropy_bits(c), 4), round(float(c.max()) / max(int(c.sum()), 1), 5)))
     stats = pd.DataFrame(rows, columns=["clip_id", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"])
     table = pd.DataFrame({"clip_id": clips["clip_id"].to_numpy(),

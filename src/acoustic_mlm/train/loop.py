@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from acoustic_mlm import config as C
+from acoustic_mlm import encodec
 from acoustic_mlm import curves
 from acoustic_mlm.train import diagnostics
 from acoustic_mlm import readers
@@ -112,13 +113,13 @@ class CropData(torch.utils.data.Dataset):
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
             raise UserError(
-                f"no {split} clip holds {crop_frames} frames ({crop_frames / 75:.2f} s): "
+                f"no {split} clip holds {crop_frames} frames ({crop_frames / encodec.FRAME_RATE:.2f} s): "
                 "lower 'train.crop_seconds' or use longer clips"
             )
         self.corpus, self.codes_dir = corpus, Path(codes_dir)
         self.shard = rows["shard"].to_numpy().astype(np.int64)  # shard per clip
         self.offsets = rows["offset"].to_numpy().astype(np.int64)  # first sample in its shard
-        self.starts = (self.offsets // C.ENCODEC_HOP).astype(np.int64)  # first frame in its shard
+        self.starts = (self.offsets // encodec.HOP).astype(np.int64)  # first frame in its shard
         self.frames = rows["num_frames"].to_numpy().astype(np.int64)
         # Clips are drawn in proportion to the crops they hold, so every frame is equally likely.
         weights = (self.frames - crop_frames + 1).astype(np.float64)
@@ -138,7 +139,7 @@ class CropData(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         rng = np.random.default_rng([self.seed, int(i)])
         clips = rng.choice(len(self.starts), size=self.batch, p=self.p)
-        T, hop = self.crop_frames, C.ENCODEC_HOP
+        T, hop = self.crop_frames, encodec.HOP
         if self.crop_unit == "sample":  # any sample whose rounded frame leaves T codes
             offset = rng.integers(0, (self.frames[clips] - T) * hop + 1)  # samples into the clip
             samples = self.offsets[clips] + offset
@@ -164,13 +165,13 @@ class CropData(torch.utils.data.Dataset):
 
     def gather(self, shards: np.ndarray, first_samples: np.ndarray,
                first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        T, hop, K = self.crop_frames, C.ENCODEC_HOP, self.m.codebooks
+        T, hop, K = self.crop_frames, encodec.HOP, self.m.codebooks
         wav = np.stack([self.corpus.audio(s)[a : a + T * hop] for s, a in zip(shards, first_samples)])
         codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
         return torch.from_numpy(wav.astype(np.float32)), torch.from_numpy(codes.astype(np.int64))
 
 
-def label_offset(sample: int, sample_rate: int = 24000, label_rate: float = 75.0) -> int:
+def label_offset(sample: int, sample_rate: int = encodec.SAMPLE_RATE, label_rate: float = encodec.FRAME_RATE) -> int:
     """The first code frame of a crop starting at `sample`: int(round(sample * label_rate / sample_rate)),
     as MERT's collater_frm_label (mert_fairseq/data/mert_dataset.py; Python's round: halves to even)."""
     return int(round(sample * (label_rate / sample_rate)))
@@ -394,7 +395,7 @@ def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
         raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
                          f"'model.codebook_size' ({m.codebook_size})")
     for k in corpus.shards:  # every code in range: an edited or damaged shard is refused, not trained on
-        readers.read_codes(Path(codes_dir) / shard_name(k) / "codes.npy", len(corpus.audio(k)) // C.ENCODEC_HOP,
+        readers.read_codes(Path(codes_dir) / shard_name(k) / "codes.npy", len(corpus.audio(k)) // encodec.HOP,
                            m.codebooks, m.codebook_size)
 
 
