@@ -1,6 +1,6 @@
 # Reproduce MERT's "Acoustic MLM Loss on Codebook-0 vs Training Steps" figure.
 #   snakemake --cores all                                  offline CPU default (config/config.yaml)
-#   snakemake --cores all --configfile config/smoke.yaml   the 3-minute smoke preset
+#   snakemake --cores all --configfile config/smoke.yaml   the smoke preset (times: BENCHMARKS.md)
 #   snakemake --cores all --use-conda                      each job in workflow/envs/amlm.yaml
 # Every rule is a thin call of the package's CLI (`python -m acoustic_mlm <stage>`).
 

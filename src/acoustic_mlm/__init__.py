@@ -1,7 +1,9 @@
 """acoustic_mlm: reproduce MERT's acoustic-MLM training-stability figure.
 
-Stages (one module each, one `amlm` subcommand each):
-fetch -> prepare -> tokenizer -> train (x4 arms) -> aggregate -> figure.
+The pipeline's stages, one `amlm` subcommand each (acoustic_mlm.cli; docs/pipeline.md):
+fetch -> prepare -> tokenize -> train (each arm) -> aggregate -> figure, stability, claims, compare;
+with a sweep: train (each point) -> map -> map-figure, map-claims.
+Around them: preflight, status, verify, validate, dvc-yaml.
 """
 
 __version__ = "0.1.0"
