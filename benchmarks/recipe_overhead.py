@@ -8,7 +8,7 @@ Variants, all at the configuration's shapes (width, depth, batch, crop) on one f
   MERT's 336 / 48 / 32.7 Hz by default), nothing else;
 - `recipe`: every switch as the configuration sets it, the CQT loss forced on.
 
-One step is forward (autocast for bf16 / fp16), backward and `AdamW.step`. Repetitions are
+One step is one `train.update` (what `amlm train` runs): forward, backward, clipping, AdamW. Repetitions are
 interleaved (off, cqt, recipe, off, ...); each ratio is the median of per-repetition ratios of
 step times, so drift on a shared machine cancels. Noise mixing runs in the data path, not in the
 step: its cost is timed apart, as milliseconds per micro-batch for `augment.draw_mixture` and
@@ -34,8 +34,8 @@ from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.devices import pick_device
-from acoustic_mlm.model.objective import AcousticMLM, compute_group_masks, mask_groups
-from acoustic_mlm.train.loop import autocast
+from acoustic_mlm.model.objective import compute_group_masks, mask_groups
+from acoustic_mlm.train.loop import Trainer, build_trainer, update
 from acoustic_mlm.utils import machine_info, set_threads
 
 RUN = "prenorm_clip1"
@@ -51,15 +51,12 @@ def variants(cfg: dict, args) -> dict[str, C.ModelConfig]:
     return {"off": off, "cqt": dataclasses.replace(off, **cqt), "recipe": dataclasses.replace(m, **cqt)}
 
 
-def step_seconds(model, opt, batch, device, precision) -> float:
+def step_seconds(tr: Trainer, batch, device) -> float:
+    """One update of one micro-batch, as `amlm train` steps it (`train.update`)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    with autocast(device, precision):
-        out = model(*batch)
-    out.loss.backward()
-    opt.step()
+    update(tr, [batch], 1e-4)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - t0
@@ -69,7 +66,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/smoke.yaml")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--precision", default="fp32", choices=C.PRECISIONS)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--cqt-bins", type=int, default=336)
@@ -91,15 +88,14 @@ def main(argv=None) -> dict:
     mask = torch.from_numpy(compute_group_masks(B, T, m0.mask_prob, m0.mask_length, m0.mask_min_masks, rng,
                                                 t.mask_group)).to(device)
     models = {}
+    ts = dataclasses.replace(t, seed=SEED, precision=args.precision, compile=False)
     for name, m in variants(cfg, args).items():
-        torch.manual_seed(SEED)
-        model = AcousticMLM(m).to(device).train()
-        models[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
-        step_seconds(*models[name], (wav, codes, mask), device, args.precision)  # warm-up (CQT kernels, allocator)
+        models[name] = build_trainer(m, ts, device)
+        step_seconds(models[name], (wav, codes, mask), device)  # warm-up (CQT kernels, allocator)
     times: dict[str, list[float]] = {name: [] for name in models}
     for _ in range(args.reps):
-        for name, (model, opt) in models.items():
-            times[name].append(step_seconds(model, opt, (wav, codes, mask), device, args.precision))
+        for name, tr in models.items():
+            times[name].append(step_seconds(tr, (wav, codes, mask), device))
     ratios = {name: statistics.median(a / b for a, b in zip(times[name], times["off"])) for name in models}
 
     groups = mask_groups(B, t.mask_group)
