@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm.preflight.run import synthetic_batch
+from acoustic_mlm.preflight.measure import synthetic_batch
 from acoustic_mlm.train.loop import build_trainer, lr_at, update
 from acoustic_mlm.utils import set_threads, write_json
 

@@ -32,12 +32,12 @@ import torch
 from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops
-from acoustic_mlm.preflight.run import update_ms_at
+from acoustic_mlm.preflight.project import update_ms_at
 from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, load_prepared, shard_name
 from acoustic_mlm.train.loop import CropData, batches
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
-H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.PEAK_TFLOPS has the table
+H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.project.PEAK_TFLOPS has the table
 SAMPLE_RATE = encodec.SAMPLE_RATE
 
 

@@ -42,7 +42,7 @@ def main(argv=None) -> dict:
     one["train"].update(steps=args.steps, checkpoint_interval=0, log_interval=max(1, args.steps // 4))
     one = C.validate(one, source=f"{args.config} with one arm, {args.steps} steps")
     with tempfile.TemporaryDirectory() as tmp:
-        pf = preflight.run(one, args.config, Path(tmp) / "preflight", threads=args.threads)
+        pf = preflight.run(one, args.config, Path(tmp) / "preflight", preflight.Options(threads=args.threads))
         train.run(one, args.run, args.prepared, args.codes, Path(tmp) / "run", threads=args.threads)
         rows = pd.read_csv(Path(tmp) / "run" / "metrics.csv")
     first, last = rows.iloc[0], rows.iloc[-1]

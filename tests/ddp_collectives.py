@@ -17,7 +17,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from acoustic_mlm import config as C
 from acoustic_mlm.train import loop as train
-from acoustic_mlm.preflight.run import synthetic_batch
+from acoustic_mlm.preflight.measure import synthetic_batch
 
 UPDATES = 3
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from acoustic_mlm import cli
-from acoustic_mlm.preflight import run as preflight
+from acoustic_mlm.preflight import measure, project
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops
 
@@ -128,8 +128,8 @@ def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_wei
         assert a["scaler_updates"] == a["updates_run"] == 3 and a["overflow_updates"] == 0
         assert a["loss_scale"] == 128.0
     assert "float16, float32 master weights; loss scale 128 after 3 update(s)" in (tmp_path / "preflight.md").read_text()
-    fp32 = preflight.measure_arm(*_smoke_arm(root), "fp32", 37, preflight.Plan(4, 1, 1, 0, False), 1,
-                                 preflight.MemoryProbe(torch.device("cpu")))
+    fp32 = measure.measure_arm(*_smoke_arm(root), "fp32", 37, measure.Plan(4, 1, 1, 0, False), 1,
+                               measure.MemoryProbe(torch.device("cpu")))
     assert (fp32["param_dtype"], fp32["master_dtype"], fp32["loss_scale"]) == ("float32", None, None)
 
 
@@ -175,7 +175,7 @@ def test_paper_preset_on_cpu_at_micro_batch_1(root, tmp_path):
     m = C.model_config(cfg, "prenorm_clip1")
     for g in gpus.values():  # from counted FLOPs at the stated utilisation: no CPU time enters
         p = g["arms"][0]
-        assert g["utilisation"] == preflight.DEFAULT_UTILISATION
+        assert g["utilisation"] == project.DEFAULT_UTILISATION
         assert p["compute_ms"] == pytest.approx(56 * step_flops(m, 1, 384) / (g["peak_tflops"] * 1e12 * 0.35) * 1000)
         assert p["ms_per_update"] == pytest.approx(p["compute_ms"] + max(0.0, expected_comm - 2 / 3 * p["compute_ms"] / 56))
         assert g["gpu_hours"] == pytest.approx(sum(x["hours"] for x in g["arms"]) * 64)
@@ -189,24 +189,24 @@ def test_paper_preset_on_cpu_at_micro_batch_1(root, tmp_path):
 
 
 def test_figure_wall_hours_longest_first():
-    assert preflight.figure_wall_hours([3, 2, 2, 1], 1) == 8
-    assert preflight.figure_wall_hours([3, 2, 2, 1], 2) == 4
-    assert preflight.figure_wall_hours([3, 2, 2, 1], 8) == 3
+    assert project.figure_wall_hours([3, 2, 2, 1], 1) == 8
+    assert project.figure_wall_hours([3, 2, 2, 1], 2) == 4
+    assert project.figure_wall_hours([3, 2, 2, 1], 8) == 3
 
 
 def test_suggested_micro_batch_keeps_the_global_batch():
-    assert preflight.suggest_micro_batch(32, 10) == 8
-    assert preflight.suggest_micro_batch(24, 5) == 4
-    assert preflight.suggest_micro_batch(32, 0) == 0
+    assert project.suggest_micro_batch(32, 10) == 8
+    assert project.suggest_micro_batch(24, 5) == 4
+    assert project.suggest_micro_batch(32, 0) == 0
 
 
 def test_peak_table():
-    assert preflight.peak_tflops("NVIDIA H200", "bf16") == 989.0
-    assert preflight.peak_tflops("NVIDIA H100 PCIe", "fp16") == 756.0
-    assert preflight.peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5
-    assert preflight.peak_tflops("NVIDIA A10", "bf16") == 125.0
-    assert preflight.peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None
-    assert preflight.peak_tflops("Some New GPU", "bf16") is None
+    assert project.peak_tflops("NVIDIA H200", "bf16") == 989.0
+    assert project.peak_tflops("NVIDIA H100 PCIe", "fp16") == 756.0
+    assert project.peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5
+    assert project.peak_tflops("NVIDIA A10", "bf16") == 125.0
+    assert project.peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None
+    assert project.peak_tflops("Some New GPU", "bf16") is None
 
 
 def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch):
@@ -219,13 +219,13 @@ def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch)
             raise torch.OutOfMemoryError("out of memory")
         return {"ms_per_update_measured": None, "measured_micro_batch": plan.micro_batch}
 
-    monkeypatch.setattr(preflight, "measure_arm", fake_measure)
+    monkeypatch.setattr(measure, "measure_arm", fake_measure)
     cfg = C.validate(smoke_cfg)
     m, t = C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1")
-    plan = preflight.Plan(micro_batch=32, micro_batches=2, optimizer_steps=1, warmup=0)
-    res, mb, no_fit = preflight._fit_cuda(m, t, torch.device("cpu"), "fp32", 37, plan, 32, None, None)
+    plan = measure.Plan(micro_batch=32, micro_batches=2, optimizer_steps=1, warmup=0)
+    res, mb, no_fit = measure.fit_cuda(m, t, torch.device("cpu"), "fp32", 37, plan, 32, None, None)
     assert tried == [32, 16, 8, 4] and mb == 4 and no_fit == [32, 16, 8]
-    summary = preflight._fit_summary({**res, "did_not_fit": no_fit}, torch.device("cuda"), 32, 32, 0)
+    summary = measure.fit_summary({**res, "did_not_fit": no_fit}, torch.device("cuda"), 32, 32, 0)
     assert summary["fits"] is False and summary["max_micro_batch"] == 4
     assert (summary["suggested_micro_batch"], summary["suggested_accum_steps"]) == (4, 8)
 
@@ -234,12 +234,12 @@ def test_cpu_fit_is_linear_in_the_micro_batch():
     # 312.5 M parameters: 5 GB of weights, gradients and Adam state, then 1 GB per crop
     res = {"measured_micro_batch": 1, "activation_gb_per_micro_batch": 1.0, "peak_memory_gb": 5.5,
            "params": 312_500_000}
-    s = preflight._fit_summary(res, torch.device("cpu"), 32, 32, int(20e9))
+    s = measure.fit_summary(res, torch.device("cpu"), 32, 32, int(20e9))
     assert s["fits"] is False and s["max_micro_batch"] == 15
     assert (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
-    s = preflight._fit_summary(res, torch.device("cpu"), 8, 32, int(20e9))
+    s = measure.fit_summary(res, torch.device("cpu"), 8, 32, int(20e9))
     assert s["fits"] is True and (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
-    s = preflight._fit_summary({**res, "peak_memory_gb": 25.0}, torch.device("cpu"), 8, 32, int(20e9))
+    s = measure.fit_summary({**res, "peak_memory_gb": 25.0}, torch.device("cpu"), 8, 32, int(20e9))
     assert s["fits"] is False and s["max_micro_batch"] == 0 and s["suggested_micro_batch"] == 0  # nothing fits
 
 

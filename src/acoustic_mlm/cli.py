@@ -318,13 +318,14 @@ def dispatch(args: argparse.Namespace) -> int | None:
     elif args.command == "preflight":
         from acoustic_mlm.preflight import run as preflight
 
-        preflight.run(cfg, args.config, args.out, micro_batch=args.micro_batch, micro_batches=args.micro_batches,
-                      optimizer_steps=args.optimizer_steps, warmup=args.warmup, device_name=args.device,
-                      precision=args.precision, peak=args.peak_tflops, nodes=args.nodes,
-                      gpus_per_node=args.gpus_per_node, corpus_hours=args.corpus_hours,
-                      full_update=args.full_update, threads=threads, every_model=args.every_model,
-                      **{k: v for k, v in (("utilisation", args.utilisation), ("intra_node_gb_s", args.intra_node_gb_s),
-                                           ("inter_node_gb_s", args.inter_node_gb_s)) if v is not None})
+        projection = {k: getattr(args, k) for k in ("utilisation", "intra_node_gb_s", "inter_node_gb_s")
+                      if getattr(args, k) is not None}  # not given: preflight.Options' defaults
+        options = preflight.Options(
+            micro_batch=args.micro_batch, micro_batches=args.micro_batches, optimizer_steps=args.optimizer_steps,
+            warmup=args.warmup, full_update=args.full_update, device=args.device, precision=args.precision,
+            peak_tflops=args.peak_tflops, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+            corpus_hours=args.corpus_hours, threads=threads, every_model=args.every_model, **projection)
+        preflight.run(cfg, args.config, args.out, options)
     elif args.command == "status":
         from acoustic_mlm.report import status
 

@@ -26,7 +26,8 @@ import copy
 import torch
 
 from acoustic_mlm import encodec
-from acoustic_mlm.config import cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (the formulas live with the config check)
+# Formulas kept with their config check; cqt_bin_frequency is re-exported beside the CQT (tests import it here).
+from acoustic_mlm.config import cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (cqt_bin_frequency)
 
 
 class CQTTarget:

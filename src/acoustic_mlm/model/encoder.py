@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from acoustic_mlm.config import ATTENTIONS, NORMS, ModelConfig, total_stride  # noqa: F401  (total_stride: re-exported for the front end)
+from acoustic_mlm.config import ATTENTIONS, NORMS, ModelConfig, total_stride  # total_stride: kept with its config check
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions: one per formula

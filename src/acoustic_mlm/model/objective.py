@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from acoustic_mlm.config import ModelConfig, mask_groups  # noqa: F401  (mask_groups: the config check needs it too)
+from acoustic_mlm.config import ModelConfig, mask_groups  # mask_groups: kept with its config check
 from acoustic_mlm.model.cqt import CQTTarget
 from acoustic_mlm.model.encoder import AcousticEncoder
 

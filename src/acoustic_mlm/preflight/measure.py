@@ -1,0 +1,328 @@
+"""Preflight's measurements: one arm's model built and stepped by `train.build_trainer` and
+`train.update` on synthetic inputs of a training batch's shape, its micro-batches and optimizer
+steps timed apart with their peak memory (`MemoryProbe`), and whether the preset's micro-batch fits
+(on CUDA by trying smaller ones, on CPU estimated against the memory available).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from acoustic_mlm import config as C
+from acoustic_mlm import encodec
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.model.objective import compute_mask_indices
+from acoustic_mlm.preflight.project import GB, projected_update_ms, steady_bytes_per_param, suggest_micro_batch
+from acoustic_mlm.train.loop import build_trainer, update
+from acoustic_mlm.utils import Progress, log
+
+FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+class MemoryProbe:
+    """Peak memory of a phase: CUDA allocated bytes, or the process's peak RSS on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.kind = ("peak CUDA memory allocated by torch (torch.cuda.max_memory_allocated)" if self.cuda else
+                     "peak resident set size (RSS) of the process above its size before the arm's model was built")
+        self.resettable = self.cuda or self._reset_rss_peak()
+
+    @staticmethod
+    def _status(field: str) -> int:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise OSError(f"/proc/self/status has no {field}")
+
+    @staticmethod
+    def _reset_rss_peak() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+            return True
+        except OSError:
+            return False
+
+    def current(self) -> int:
+        if self.cuda:
+            return torch.cuda.memory_allocated(self.device)
+        try:
+            return self._status("VmRSS")
+        except OSError:
+            return 0
+
+    def reset(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._reset_rss_peak()
+
+    def peak(self) -> int:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device)
+        try:
+            return self._status("VmHWM")
+        except OSError:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB; never reset
+
+    def available(self) -> int:
+        """Bytes the measured quantity may grow to: the device's total, or the memory available to
+        this process (MemAvailable, or the cgroup v2 limit minus its usage when lower)."""
+        if self.cuda:
+            return torch.cuda.get_device_properties(self.device).total_memory
+        avail = None
+        try:
+            with open("/proc/meminfo") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        avail = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        try:
+            limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            if limit != "max":
+                avail = min(avail or math.inf, int(limit) - used)
+        except (OSError, ValueError):
+            pass
+        if avail is None:
+            import psutil
+
+            avail = psutil.virtual_memory().available
+        return int(avail)
+
+
+def _free(device: torch.device) -> None:
+    """Release the previous model's memory, so that the next one's is measured from a true baseline.
+
+    On CPU glibc keeps freed blocks in the process (the second of two paper-size models measured
+    0 GB above a baseline that still held the first one's 5.8 GB); malloc_trim returns them.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    else:
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc: the baseline may include freed memory
+            pass
+
+
+# ----------------------------------------------------------------------------- measuring one arm
+
+
+@dataclass
+class Plan:
+    """What to run per arm."""
+
+    micro_batch: int  # crops per measured micro-batch (per process)
+    micro_batches: int  # timed micro-batches
+    optimizer_steps: int  # timed optimizer steps (the micro-batches are shared out between them)
+    warmup: int  # untimed updates of one micro-batch first (compilation, kernel selection, Adam state)
+    full_update: bool = True  # run one whole update when projected under FULL_UPDATE_LIMIT_S
+
+
+def synthetic_batch(m: C.ModelConfig, batch: int, frames: int, device: torch.device, seed: int = 0):
+    """Audio (B, 320 T), codes (B, K, T) and one fairseq span mask (B, T), shaped as a training batch."""
+    g = torch.Generator().manual_seed(seed)
+    wav = 0.1 * torch.randn(batch, frames * encodec.HOP, generator=g)
+    codes = torch.randint(m.codebook_size, (batch, m.codebooks, frames), generator=g)
+    mask = compute_mask_indices((batch, frames), m.mask_prob, m.mask_length, m.mask_min_masks,
+                                np.random.default_rng(seed))
+    return wav.to(device), codes.to(device), torch.from_numpy(mask).to(device)
+
+
+class _Phases:
+    """`train.update`'s on_phase: time and peak memory of each micro-batch (forward, backward) and of
+    the step (the once-per-update check, clipping, AdamW), the device synchronised at each phase."""
+
+    def __init__(self, device: torch.device, probe: MemoryProbe, grad_bytes: int):
+        self.device, self.probe, self.grad_bytes = device, probe, grad_bytes
+        self.micro_s: list[float] = []
+        self.step_s: list[float] = []
+        self.micro_peak = self.activation = self.step_peak = 0
+
+    def _mark(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _restart(self) -> None:
+        self.probe.reset()
+        self.start_mem = self.probe.current()
+        self.t0 = self._mark()
+
+    def __call__(self, phase: str) -> None:
+        now = self._mark()
+        if phase == "start":
+            self.first = True  # zero_grad(set_to_none) empties the gradients between updates, as in training
+        elif phase == "micro":
+            self.micro_s.append(now - self.t0)
+            peak = self.probe.peak()
+            self.micro_peak = max(self.micro_peak, peak)
+            # activations: the peak above the start, less the gradients the first micro-batch creates
+            self.activation = max(self.activation, peak - self.start_mem - (self.grad_bytes if self.first else 0))
+            self.first = False
+        else:
+            self.step_s.append(now - self.t0)
+            self.step_peak = max(self.step_peak, self.probe.peak())
+        self._restart()
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """`total` micro-batches shared out between `parts` updates, the first ones taking the remainder."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precision: str, frames: int,
+                plan: Plan, n_micro_update: int, probe: MemoryProbe, bar: Progress | None = None) -> dict:
+    """Time and memory of one arm's updates, built and stepped by train.build_trainer and
+    train.update as `amlm train` steps them: micro-batches and steps timed apart, and (if short) one
+    whole update.
+
+    Raises torch.OutOfMemoryError on CUDA when the micro-batch does not fit.
+    """
+    _free(device)
+    base = probe.current()
+    tr = build_trainer(m, dataclasses.replace(t, precision=precision), device)
+    params = sum(p.numel() for p in tr.model.parameters())
+    batch = synthetic_batch(m, plan.micro_batch, frames, device, seed=t.seed)
+    losses, updates, overflows = [], 0, 0
+
+    def run(n: int, on_phase=None) -> None:
+        nonlocal updates, overflows
+        u = update(tr, [batch] * n, t.lr, on_phase=on_phase)
+        losses.extend(float(o.loss.detach()) for o in u.outs)
+        updates += 1
+        overflows += int(u.overflow)
+
+    t0 = time.perf_counter()
+    for _ in range(plan.warmup):  # untimed: compilation, kernel selection, the Adam state
+        run(1)
+        if bar is not None:
+            bar.update(1)
+    warmup_s = time.perf_counter() - t0
+    phases = _Phases(device, probe, tr.grad_bytes())
+    for share in _split(plan.micro_batches, plan.optimizer_steps):
+        run(share, phases)
+        if bar is not None:
+            bar.update(share + 1)
+    static = probe.current() - base  # weights, master weights and Adam state (gradients freed between updates)
+    micro_ms, opt_ms = 1000 * statistics.median(phases.micro_s), 1000 * statistics.median(phases.step_s)
+    projected = projected_update_ms(n_micro_update, micro_ms, opt_ms)
+    micro_peak = phases.micro_peak
+    full_ms = None
+    if plan.full_update and projected / 1000 < FULL_UPDATE_LIMIT_S:
+        probe.reset()
+        t0 = phases._mark()
+        run(n_micro_update)
+        full_ms = 1000 * (phases._mark() - t0)
+        micro_peak = max(micro_peak, probe.peak())
+    first = next(tr.model.parameters())
+    precision_state = {
+        "param_dtype": str(first.dtype).removeprefix("torch."),
+        "master_dtype": str(tr.fp16.master[0].dtype).removeprefix("torch.") if tr.fp16 is not None else None,
+        "loss_scale": tr.loss_scale if math.isfinite(tr.loss_scale) else None,
+        "scaler_updates": tr.fp16.scaler.iter if tr.fp16 is not None else None,
+        "updates_run": updates,
+        "overflow_updates": overflows,
+        "grad_bytes": tr.grad_bytes(),
+    }
+    del tr, batch
+    _free(device)
+    return {
+        "params": params,
+        "warmup_s": warmup_s,
+        "ms_per_micro_batch": micro_ms,
+        "ms_per_micro_batch_all": [1000 * x for x in phases.micro_s],
+        "ms_optimizer_step": opt_ms,
+        "ms_optimizer_step_all": [1000 * x for x in phases.step_s],
+        "ms_per_update_projected": projected,
+        "ms_per_update_measured": full_ms,
+        "peak_memory_gb": (max(micro_peak, phases.step_peak) - base) / GB,
+        "static_memory_gb": static / GB,
+        "activation_gb_per_micro_batch": phases.activation / GB,
+        "losses_finite": bool(np.all(np.isfinite(losses))),
+        "first_loss": losses[0] if losses else None,
+        **precision_state,
+    }
+
+
+# ----------------------------------------------------------------------------- whether it fits
+
+
+def fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, bar) -> tuple[dict, int, list[int]]:
+    """Measure at plan.micro_batch; when it runs out of memory, at the largest divisor of the
+    process's crops per update that fits (tried in descending order). Returns (measurement,
+    micro-batch measured, micro-batches that did not fit)."""
+    tried_out = []
+    candidates = [plan.micro_batch] + sorted(
+        (d for d in range(1, plan.micro_batch) if crops_per_process % d == 0), reverse=True)
+    for mb in candidates:
+        try:
+            p = Plan(mb, plan.micro_batches, plan.optimizer_steps, plan.warmup, plan.full_update)
+            return measure_arm(m, t, device, precision, frames, p, crops_per_process // mb, probe, bar), mb, tried_out
+        except torch.OutOfMemoryError:
+            tried_out.append(mb)
+            log.info("preflight: micro-batch %d does not fit on %s", mb, device)
+        _free(device)  # outside the except block: its traceback no longer holds the failed attempt's tensors
+    raise UserError(f"preflight: the model does not fit on {device} even at micro-batch 1")
+
+
+def fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int,
+                 precision: str = "fp32") -> dict:
+    """Whether the preset's micro-batch fits, the largest that fits, and the setting that keeps the global batch.
+
+    CUDA: decided by trying (the micro-batch measured is the largest that fitted). CPU: the peak
+    grows linearly in the micro-batch from the measured one, against the memory available.
+    """
+    mb = res["measured_micro_batch"]
+    if device.type == "cuda":
+        # a smaller micro-batch asked for (--micro-batch) says nothing about the preset's: not tried
+        fits = False if res["did_not_fit"] else (True if mb >= preset_micro else None)
+        max_fit, how = (mb if res["did_not_fit"] else None), "tried on the device"
+        best = preset_micro if fits else mb
+    else:
+        # A steady update holds weights, gradients and Adam state (steady_bytes_per_param: RSS after a
+        # step also counts memory the allocator kept) plus the micro-batch's activations.
+        per_crop = res["activation_gb_per_micro_batch"] * GB / mb
+        steady = res["params"] * steady_bytes_per_param(precision)
+        peak = res["peak_memory_gb"] * GB
+
+        def peak_at(b: int) -> float:
+            return max(peak, steady + b * per_crop)
+
+        fits = peak_at(preset_micro) <= avail
+        max_fit = int((avail - steady) // per_crop) if per_crop > 0 and peak_at(1) <= avail else 0
+        how = ("estimated: weights, gradients, master weights and Adam state plus the measured activations per "
+               "crop times the micro-batch, against the memory available here")
+        best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(max_fit, crops_per_process))
+    return {
+        "fits": fits if fits is None else bool(fits),
+        "fits_at_micro_batch": preset_micro,
+        "max_micro_batch": max_fit,
+        "max_micro_batch_method": how,
+        "suggested_micro_batch": best,
+        "suggested_accum_steps": crops_per_process // best if best else None,
+    }

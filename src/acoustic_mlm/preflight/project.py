@@ -1,0 +1,236 @@
+"""Preflight's projections: formulas from measured or counted numbers to the time of an update, of
+an arm and of the whole figure, the gradient all-reduce, the peak TFLOP/s of known GPUs, and the
+disk a preset takes; `gpu_projection` and `sweep_projection` cost a preset on named GPUs from its
+counted FLOPs (`flops.step_flops`) when its own GPU is not here. Each is a projection, not a
+measurement.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from acoustic_mlm import config as C
+from acoustic_mlm import encodec
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.model.objective import AcousticMLM
+from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.train.loop import KEEP_STATES
+
+GB = 1e9  # memory and disk in decimal gigabytes
+CODE_BYTES = 2  # int16 codes (tokenizer stage)
+AUDIO_BYTES = 4  # float32 samples (prepare stage)
+ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32, per parameter
+PARAM_BYTES = 4  # fp32 master weights (autocast keeps them fp32)
+
+# Dense tensor-core peak (bf16 = fp16) and plain fp32 peak in TFLOP/s, from NVIDIA's datasheets
+# (SXM parts unless named); matched as substrings of torch.cuda.get_device_name, first match wins.
+PEAK_TFLOPS: tuple[tuple[str, float | None, float], ...] = (
+    ("H200", 989.0, 67.0),
+    ("H100 PCIe", 756.0, 51.0),
+    ("H100", 989.0, 67.0),
+    ("A100", 312.0, 19.5),
+    ("L40S", 362.0, 91.6),
+    ("A10", 125.0, 31.2),  # after A100: "A10" is a substring of "A100"
+    ("V100", None, 15.7),  # fp16 tensor cores (125) but no bf16
+)
+V100_FP16_TFLOPS = 125.0
+HALF_PRECISIONS = ("bf16", "fp16", "fp16_fairseq")  # tensor-core precisions (fp16_fairseq: an fp16 model)
+
+# Named GPUs the cost is projected on when the preset's GPU is not here (from counted FLOPs; a
+# projection, not a measurement): (name, dense fp16/bf16 peak, fp32 peak) in TFLOP/s, NVIDIA's
+# datasheets (SXM parts).
+PROJECTION_GPUS: tuple[tuple[str, float, float], ...] = (
+    ("H100 / H200 (SXM)", 989.0, 67.0),
+    ("A100 (SXM)", 312.0, 19.5),
+)
+DEFAULT_UTILISATION = 0.35  # share of the peak assumed for a projection: the middle of docs/recipe.md's 30-40 %
+# Interconnect bandwidth per GPU and direction, GB/s, for the gradient all-reduce:
+NVLINK_GB_S = 450.0  # within a node: NVLink 4 of an H100/H200 SXM, 900 GB/s bidirectional (NVIDIA H100 datasheet)
+INFINIBAND_GB_S = 50.0  # across nodes: one 400 Gb/s NDR InfiniBand port per GPU (NVIDIA DGX H100 datasheet, 8x ConnectX-7)
+BACKWARD_SHARE = 2 / 3  # of a micro-batch's FLOPs (flops.py: 4 of 6 per matmul weight): what DDP overlaps the all-reduce with
+
+# Corpus sizes of the named sources that can be known before a download (sources.py: track counts
+# of github.com/mdeff/fma, 30 s clips each).
+KNOWN_CORPUS_SECONDS = {"fma_small": 8_000 * 30.0, "fma_medium": 25_000 * 30.0, "fma_large": 106_574 * 30.0}
+
+
+# ----------------------------------------------------------------------------- formulas
+
+
+def peak_tflops(device_name: str, precision: str) -> float | None:
+    """The device's peak for this precision from PEAK_TFLOPS, or None when the name is unknown."""
+    for key, half, fp32 in PEAK_TFLOPS:
+        if key in device_name:
+            if precision == "fp32":
+                return fp32
+            if key == "V100":
+                return V100_FP16_TFLOPS if precision in ("fp16", "fp16_fairseq") else None
+            return half
+    return None
+
+
+def allreduce_ms(grad_bytes: int, processes: int, nodes: int, intra_gb_s: float, inter_gb_s: float) -> float:
+    """A ring all-reduce of `grad_bytes` over `processes`: each process sends and receives
+    2 (n - 1) / n of the bytes (nccl-tests' bus bandwidth, doc/PERFORMANCE.md), at the slowest link's
+    bandwidth per GPU: NVLink within one node, the InfiniBand port across nodes. A projection."""
+    if processes <= 1:
+        return 0.0
+    gb_s = intra_gb_s if nodes <= 1 else inter_gb_s
+    return 2 * (processes - 1) / processes * grad_bytes / (gb_s * 1e9) * 1000.0
+
+
+def with_communication(compute_ms: float, micro_ms: float, comm_ms: float) -> tuple[float, float, str]:
+    """(ms per update, exposed all-reduce ms, what bounds it). DDP all-reduces the gradients during the
+    last micro-batch's backward (BACKWARD_SHARE of its time); what is left of the all-reduce adds on.
+    Communication bounds an update when the all-reduce takes longer than its compute."""
+    exposed = max(0.0, comm_ms - BACKWARD_SHARE * micro_ms)
+    return compute_ms + exposed, exposed, ("communication" if comm_ms > compute_ms else "compute")
+
+
+def update_ms_at(flops: float, peak: float, utilisation: float) -> float:
+    """A projection, not a measurement: ms for `flops` model FLOPs at `utilisation` of a `peak` TFLOP/s device."""
+    return flops / (peak * 1e12 * utilisation) * 1000.0
+
+
+def micro_batches_per_update(batch_size: int, accum_steps: int, processes: int, micro_batch: int) -> int:
+    """Micro-batches each process runs per update: its share of the global batch / the micro-batch."""
+    crops = batch_size * accum_steps // processes
+    if crops % micro_batch:
+        raise UserError(f"--micro-batch {micro_batch} does not divide the {crops} crops per update and process "
+                        "(train.batch_size x train.accum_steps / train.processes)")
+    return crops // micro_batch
+
+
+def projected_update_ms(n_micro: int, micro_ms: float, optimizer_ms: float) -> float:
+    """One update from its parts: n micro-batches and one optimizer step."""
+    return n_micro * micro_ms + optimizer_ms
+
+
+def wall_hours(steps: int, update_ms: float, seeds: int = 1) -> float:
+    """Hours of one arm's job: its seeds one after another, `steps` updates each."""
+    return seeds * steps * update_ms / 3.6e6
+
+
+def figure_wall_hours(job_hours: list[float], slots: int) -> float:
+    """Wall time of jobs on `slots` parallel slots, longest job first onto the least loaded slot."""
+    loads = [0.0] * max(1, slots)
+    for h in sorted(job_hours, reverse=True):
+        loads[loads.index(min(loads))] += h
+    return max(loads)
+
+
+def suggest_micro_batch(crops_per_process: int, max_fit: int) -> int:
+    """The largest divisor of a process's crops per update that is at most `max_fit` (0: none fits)."""
+    return max((d for d in range(1, crops_per_process + 1) if crops_per_process % d == 0 and d <= max_fit), default=0)
+
+
+def corpus_seconds(cfg: dict, corpus_hours: float | None = None) -> float | None:
+    """Seconds of audio the preset's source holds, where it can be known before fetching."""
+    if corpus_hours is not None:
+        return corpus_hours * 3600.0
+    d = cfg["data"]
+    if d["source"] == "synthetic":
+        return d["synthetic"]["n_clips"] * d["synthetic"]["clip_seconds"]
+    return KNOWN_CORPUS_SECONDS.get(d["source"])
+
+
+def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_hours: float | None = None) -> dict:
+    """Disk of prepared audio (float32, 24 kHz), codes (int16, K x 75 Hz) and checkpoints.
+
+    Checkpoints: each seed's final checkpoint holds the fp32 weights; while a job runs, its
+    resumable states (weights + Adam state, the last KEEP_STATES kept) sit beside it, for as
+    many jobs as run at once.
+    """
+    seconds = corpus_seconds(cfg, corpus_hours)
+    rate = cfg["data"]["sample_rate"]
+    k = encodec.codebooks(float(cfg["tokenizer"]["bandwidth"]))  # rows of every codes.npy
+    final_gb = params * PARAM_BYTES / GB
+    state_gb = params * (PARAM_BYTES + ADAM_STATE_BYTES) / GB
+    seeds = sum(a["seeds"] for a in arms)
+    out = {
+        "corpus_seconds": seconds,
+        "corpus_note": None if seconds is not None else
+        f"data.source {cfg['data']['source']}: size unknown before fetching; pass --corpus-hours",
+        "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
+        "codes_gb": None if seconds is None else seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB,
+        "codebooks_stored": k,
+        "checkpoint_gb_per_seed": final_gb,
+        "state_gb_per_file": state_gb,
+        "checkpoints_gb": seeds * final_gb + min(slots, len(arms)) * KEEP_STATES * state_gb,
+    }
+    out["total_gb"] = None if seconds is None else out["audio_gb"] + out["codes_gb"] + out["checkpoints_gb"]
+    return out
+
+
+def steady_bytes_per_param(precision: str) -> int:
+    """Bytes per parameter a steady update holds: fp32 weights, gradients and Adam state; under
+    fp16_fairseq fp16 weights and gradients beside fp32 master weights, their gradients and Adam state."""
+    if precision == "fp16_fairseq":
+        return 2 + 2 + 2 * PARAM_BYTES + ADAM_STATE_BYTES
+    return 2 * PARAM_BYTES + ADAM_STATE_BYTES
+
+
+# ----------------------------------------------------------------------------- on named GPUs, from counted FLOPs
+
+
+def gpu_projection(cfg: dict, arms: list[dict], precision: str, utilisation: float, processes: int, nodes: int,
+                   slots: int, intra_gb_s: float, inter_gb_s: float) -> list[dict]:
+    """A projection, not a measurement: per GPU of PROJECTION_GPUS, one update of each arm from its
+    counted FLOPs (flops.step_flops, per process) at `utilisation` of the GPU's peak for `precision`,
+    plus what the gradient all-reduce leaves exposed; the figure's hours from those."""
+    frames = C.crop_frames(cfg)
+    rows = []
+    for gpu, half, fp32 in PROJECTION_GPUS:
+        gpu_peak = half if precision in HALF_PRECISIONS else fp32
+        hours, per_arm = [], []
+        for a in arms:
+            micro_ms = update_ms_at(step_flops(C.model_config(cfg, a["run"]), a["measured_micro_batch"], frames),
+                                    gpu_peak, utilisation)
+            compute = a["micro_batches_per_update"] * micro_ms
+            comm = allreduce_ms(a["grad_bytes"], processes, nodes, intra_gb_s, inter_gb_s)
+            ms, exposed, bound = with_communication(compute, micro_ms, comm)
+            per_arm.append({"run": a["run"], "compute_ms": compute, "allreduce_ms": comm, "exposed_allreduce_ms": exposed,
+                            "ms_per_update": ms, "bound": bound,
+                            "hours": wall_hours(a["steps"], ms, a["seeds"])})
+            hours.append(per_arm[-1]["hours"])
+        rows.append({"gpu": gpu, "peak_tflops": gpu_peak, "utilisation": utilisation, "arms": per_arm,
+                     "wall_hours": figure_wall_hours(hours, slots), "gpu_hours": sum(hours) * processes})
+    return rows
+
+
+def sweep_projection(cfg: dict, utilisation: float, intra_gb_s: float, inter_gb_s: float) -> dict | None:
+    """A projection, not a measurement: a sweep's whole map on each GPU of PROJECTION_GPUS, every point
+    from its own counted FLOPs (its model, batch and steps) at `utilisation` of the GPU's peak for its
+    own precision, plus its exposed all-reduce, its seeds one after another; None without a sweep.
+    Training updates only: validation rows and start-up are not counted."""
+    from acoustic_mlm.config.sweep import point_config, points
+
+    pts = points(cfg)
+    if not pts:
+        return None
+    frames = C.crop_frames(cfg)
+    rows = []
+    for gpu, half, fp32 in PROJECTION_GPUS:
+        gpu_hours, panels = 0.0, {}
+        for name, pt in pts.items():
+            pc = point_config(cfg, name)
+            m, t = C.model_config(pc, name), C.train_config(pc, name)
+            micro = t.batch_size // t.world
+            micro_ms = update_ms_at(step_flops(m, micro, frames), half if t.precision in HALF_PRECISIONS else fp32,
+                                    utilisation)
+            grad_bytes = sum(p.numel() for p in _param_shapes(m)) * (2 if t.precision == "fp16_fairseq" else 4)
+            comm = allreduce_ms(grad_bytes, t.world, t.nodes, intra_gb_s, inter_gb_s)
+            ms, _, _ = with_communication(t.accum_steps * micro_ms, micro_ms, comm)
+            hours = wall_hours(t.steps, ms, len(pt.seeds)) * t.world
+            gpu_hours += hours
+            key = f"{m.layers} layers, {t.precision}"
+            panels[key] = panels.get(key, 0.0) + hours
+        rows.append({"gpu": gpu, "utilisation": utilisation, "gpu_hours": gpu_hours,
+                     "panels": {k: round(v, 3) for k, v in panels.items()}})
+    return {"points": len(pts), "runs": sum(len(p.seeds) for p in pts.values()), "gpus": rows}
+
+
+def _param_shapes(m: C.ModelConfig) -> list:
+    """The parameters of a model of this configuration, built on the meta device (no memory, no time)."""
+    with torch.device("meta"):
+        return list(AcousticMLM(m).parameters())

@@ -1,0 +1,120 @@
+"""preflight.md: preflight.json as a readable page."""
+
+from __future__ import annotations
+
+from acoustic_mlm.preflight.project import GB
+from acoustic_mlm.train.loop import KEEP_STATES
+
+
+def _yes_no(x) -> str:
+    return "not tried" if x is None else ("yes" if x else "no")
+
+
+def _num(x, fmt: str = ".3g") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def markdown(r: dict) -> str:
+    """preflight.json as a readable page."""
+    f, d = r["figure"], r["disk"]
+    kind = "CPU" if r["cpu_times"] else "GPU"
+    lines = [
+        f"# Preflight: {r['config']}",
+        "",
+        f"Measured on **{r['device']}** ({r['precision']}, torch {r['torch']}, {r['threads']} CPU threads), "
+        f"micro-batch {r['micro_batch']} of {r['crop_frames']} frames; {r['micro_batches_measured']} timed "
+        f"micro-batches, {r['optimizer_steps_measured']} optimizer steps and {r['warmup_updates']} warm-up "
+        "update(s) per model, on synthetic inputs, stepped by `train.update` as `amlm train` steps them.",
+        "",
+    ]
+    if r["device_note"]:
+        lines += [f"Note: {r['device_note']}.", ""]
+    a0 = r["arms"][0]
+    scale = (f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} overflowed)"
+             if a0["loss_scale"] is not None else "")
+    masters = f", {a0['master_dtype']} master weights" if a0["master_dtype"] else ""
+    lines += [f"Weights: {a0['param_dtype']}{masters}{scale}.", ""]
+    if r["gpu_projection"] is None:
+        lines += [
+            f"| arm | ms/update | from | all-reduce ms | bound | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | "
+            f"micro-batch x accum | hours | {kind}-hours |",
+            "|---|---:|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
+        ]
+    else:
+        lines += [
+            "| arm | CPU ms/update | from | peak memory here (GB) | fits here | micro-batch x accum |",
+            "|---|---:|---|---:|---|---|",
+        ]
+    for a in r["arms"]:
+        mfu = "n/a" if a["mfu"] is None else f"{100 * a['mfu']:.1f}%"
+        suggestion = (f"{a['suggested_micro_batch']} x {a['suggested_accum_steps']}" if a["suggested_micro_batch"]
+                      else "none fits")
+        if r["gpu_projection"] is None:
+            lines.append(
+                f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['exposed_allreduce_ms']:.1f} "
+                f"of {a['allreduce_ms']:.1f} | {a['bound']} | {a['frames_per_s']:.0f} | "
+                f"{a['tflops']:.3g} | {mfu} | {a['peak_memory_gb']:.2f} | {_yes_no(a['fits'])} | "
+                f"{suggestion} | {a['hours']:.2f} | {a['gpu_hours']:.2f} |"
+            )
+        else:
+            lines.append(f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['peak_memory_gb']:.2f} | "
+                         f"{_yes_no(a['fits'])} | {suggestion} |")
+    ic = r["interconnect"]
+    lines += [
+        "",
+        f"**Gradient all-reduce**: {a0['allreduce_bytes'] / GB:.3g} GB per update and process ({a0['param_dtype']} "
+        f"gradients, once per update), over {ic['link']}, at {ic['intra_node_gb_s']:g} GB/s within a node and "
+        f"{ic['inter_node_gb_s']:g} GB/s across nodes per GPU (defaults: NVLink of an H100/H200 SXM, 900 GB/s both "
+        "ways, NVIDIA's H100 datasheet; one 400 Gb/s NDR InfiniBand port per GPU, NVIDIA's DGX H100 datasheet); a "
+        "ring moves 2 (n - 1) / n of the bytes (nccl-tests' bus bandwidth). DDP overlaps it with the last "
+        "micro-batch's backward; what is left adds to the update. Communication bounds an update when the "
+        "all-reduce takes longer than its compute.",
+        "",
+    ]
+    if r["gpu_projection"] is not None:
+        lines += [
+            f"**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "
+            f"{100 * r['gpu_projection'][0]['utilisation']:.0f}% of each GPU's dense {r['precision']} peak, plus the "
+            "exposed all-reduce; no hours are taken from the CPU times above):",
+            "",
+            "| GPU | peak TFLOP/s | ms/update | all-reduce ms | bound | the figure: wall hours | GPU-hours |",
+            "|---|---:|---:|---:|---|---:|---:|",
+        ]
+        for g in r["gpu_projection"]:
+            a = g["arms"][0]
+            lines.append(f"| {g['gpu']} | {g['peak_tflops']:g} | {a['ms_per_update']:.1f} | {a['allreduce_ms']:.1f} | "
+                         f"{a['bound']} | {g['wall_hours']:.1f} | {g['gpu_hours']:.0f} |")
+        lines += ["", f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), "
+                  f"{f['processes']} process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), "
+                  f"{f['concurrent_jobs']} job(s) at once (hours: the projection above)."]
+    else:
+        lines += [
+            f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), {f['processes']} "
+            f"process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), {f['concurrent_jobs']} job(s) "
+            f"at once: **{f['wall_hours']:.1f} h** wall, {f['gpu_hours']:.1f} {kind}-hours.",
+        ]
+    if r.get("sweep_projection"):
+        sw = r["sweep_projection"]
+        lines += ["", f"**The sweep** (a projection from counted FLOPs, not a measurement): {sw['points']} points, "
+                  f"{sw['runs']} runs one after another on one GPU, each at its own precision's peak x "
+                  f"{100 * sw['gpus'][0]['utilisation']:.0f}%, training updates only:", "",
+                  "| GPU | GPU-hours for the map | by panel |", "| --- | --- | --- |"]
+        for g in sw["gpus"]:
+            by = ", ".join(f"{k}: {v:.2f}" for k, v in g["panels"].items())
+            lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {by} |")
+    lines += [
+        "",
+        f"**Disk**: audio {_num(d['audio_gb'])} GB (float32, 24 kHz), codes {_num(d['codes_gb'])} GB "
+        f"(int16, {d['codebooks_stored']} x 75 Hz), checkpoints {d['checkpoints_gb']:.3g} GB "
+        f"({d['checkpoint_gb_per_seed']:.3g} GB per seed; resumable states of {d['state_gb_per_file']:.3g} GB, "
+        f"the last {KEEP_STATES} per running job); total {_num(d['total_gb'])} GB."
+        + (f" {d['corpus_note']}." if d["corpus_note"] else ""),
+        "",
+        "How: ms/update = micro-batches per update and process x median ms per micro-batch (forward, backward) + "
+        "median ms per step (the once-per-update finite check, clipping, AdamW) + the exposed all-reduce; when that "
+        "is under a minute one whole update is run and its time used ('measured'). Wall time = seeds x steps x "
+        "ms/update; GPU-hours = wall x processes; the figure's jobs share the GPUs longest first. Model FLOPs: "
+        f"acoustic_mlm.preflight.flops.step_flops. Memory: {r['memory_kind']}.",
+        "",
+    ]
+    return "\n".join(lines)
