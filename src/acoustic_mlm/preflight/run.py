@@ -44,7 +44,8 @@ from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.model.objective import AcousticMLM, compute_mask_indices
-from acoustic_mlm.train.loop import KEEP_STATES, build_trainer, update
+from acoustic_mlm.train.state import KEEP_STATES
+from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
 FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this
