@@ -38,7 +38,9 @@ import torch
 from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.train import diagnostics as D
-from acoustic_mlm.train import loop as train
+from acoustic_mlm.train import loop
+from acoustic_mlm.train import update as U
+from acoustic_mlm.train.schedule import log_steps
 from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.utils import machine_info, set_threads
 
@@ -72,12 +74,12 @@ def whole_runs(cfg: dict, steps: int, reps: int, threads: int, work: Path) -> di
                               warmup_steps=min(cfg["train"]["warmup_steps"], steps - 1))
             out = work / f"run-{rep}-{int(on)}"
             t0, w0 = time.process_time(), time.perf_counter()
-            train.run(c, RUN, prepared, codes, out, threads=threads)
+            loop.run(c, RUN, prepared, codes, out, threads=threads)
             cpus[on].append(time.process_time() - t0)
             walls[on].append(time.perf_counter() - w0)
             shutil.rmtree(out)
     interval, total = cfg["train"]["log_interval"], cfg["train"]["steps"]
-    rows, preset_rows = len(train.log_steps(steps, interval)), len(train.log_steps(total, interval))
+    rows, preset_rows = len(log_steps(steps, interval)), len(log_steps(total, interval))
     per_row = statistics.median([(a - b) / rows for a, b in zip(cpus[True], cpus[False])])
     per_step = statistics.median(cpus[False]) / steps
     return {"steps": steps, "rows": rows, "cpu_on_s": cpus[True], "cpu_off_s": cpus[False],
@@ -91,7 +93,7 @@ def whole_runs(cfg: dict, steps: int, reps: int, threads: int, work: Path) -> di
 def per_diagnostic(cfg: dict, reps: int) -> dict:
     """Each diagnostic's time per row against log_interval training steps, on one model and batch."""
     m, t = C.model_config(cfg, RUN), C.train_config(cfg, RUN)
-    tr = train.build_trainer(m, dataclasses.replace(t, seed=0), torch.device("cpu"))  # what amlm train steps
+    tr = U.build_trainer(m, dataclasses.replace(t, seed=0), torch.device("cpu"))  # what amlm train steps
     model, opt = tr.model, tr.opt
     T = C.crop_frames(cfg)
     rng = np.random.default_rng(0)
@@ -105,7 +107,7 @@ def per_diagnostic(cfg: dict, reps: int) -> dict:
     wav, codes, mask = batch(t.batch_size)
 
     def step():
-        train.update(tr, [(wav, codes, mask)], t.lr)
+        U.update(tr, [(wav, codes, mask)], t.lr)
 
     for _ in range(3):
         step()  # warm-up
@@ -141,10 +143,10 @@ def per_diagnostic(cfg: dict, reps: int) -> dict:
         def run():
             if probe:
                 with D.ValidProbe(model) as p:
-                    train.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
+                    U.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
                 p.values()
             else:
-                train.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
+                U.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
         return run
 
     per_row = {

@@ -3,7 +3,7 @@
 MERT rounds the cosine logits to fp16 before dividing by the temperature (mert_model.py,
 compute_nce); their backward is about loss scale x (p - y) / logit_temp in fp16, which overflows
 once the scale passes about 65504 x logit_temp (2^12.7 at temperature 0.1). This trains the
-preset's model under `train.precision: fp16_fairseq` with `train.build_trainer` and `train.update`
+preset's model under `train.precision: fp16_fairseq` with `build_trainer` and `update` of `train/update.py`
 (what `amlm train` runs) on fixed-seed synthetic batches (random audio and codes, fairseq span
 masks), once per setting, and records the loss scale after every update.
 
@@ -28,7 +28,8 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.measure import synthetic_batch
-from acoustic_mlm.train.loop import build_trainer, lr_at, update
+from acoustic_mlm.train.schedule import lr_at
+from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import set_threads, write_json
 
 

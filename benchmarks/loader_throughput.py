@@ -1,6 +1,6 @@
 """How fast the training loader delivers a preset's micro-batches, against a GPU's projected step time.
 
-`acoustic_mlm.train.loop.CropData` + `train.batches` (memory-mapped audio and codes shards, a
+`acoustic_mlm.train.crops.CropData` + `crops.batches` (memory-mapped audio and codes shards, a
 fairseq span mask per crop, `train.workers` loader processes) are timed exactly as training
 uses them, on a prepared corpus that this script writes into a temporary folder (noise audio
 at 24 kHz in float32 and random int16 codes, in the stage's layout: manifest.csv,
@@ -34,7 +34,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import update_ms_at
 from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, load_prepared, shard_name
-from acoustic_mlm.train.loop import CropData, batches
+from acoustic_mlm.train.crops import CropData, batches
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.project.PEAK_TFLOPS has the table

@@ -26,7 +26,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.measure import synthetic_batch
-from acoustic_mlm.train.loop import autocast
+from acoustic_mlm.train.update import autocast
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 

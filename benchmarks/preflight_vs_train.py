@@ -1,7 +1,7 @@
 """Does `amlm preflight` predict what `amlm train` takes? Both on the same preset, arm and micro-batch, in one invocation.
 
 Preflight's ms per update (the preset's micro-batch, measured on synthetic inputs with
-`train.build_trainer` / `train.update`) against the ms per update that `amlm train` logs
+`train.update.build_trainer` / `train.update.update`) against the ms per update that `amlm train` logs
 (metrics.csv's wall_time between its first and last rows, divided by the updates between them: it
 includes data loading and the validation passes at the rows in between, which preflight leaves
 out). The data are a prepared corpus and its codes (the smoke pipeline's, for example).

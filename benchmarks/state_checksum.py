@@ -1,6 +1,6 @@
 """What the resumable state's checksum costs: sha256 of a saved state against torch.save itself.
 
-Each training state (`train.save_state`) is hashed once after it is written and once more before
+Each training state (`train.state.save_state`) is hashed once after it is written and once more before
 it is resumed from. This times, in one process and interleaved, `torch.save` of a state of
 --megabytes of float32 tensors to a file (the baseline) and `utils.file_sha256` of that file, and
 reports the median of the per-repetition ratios hash / save. The file is read back from the page

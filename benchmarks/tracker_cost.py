@@ -1,10 +1,10 @@
 """Cost per metrics row of the trackers (train.loggers), against the CSV write every row already has.
 
-At each metrics row train.record rewrites metrics.partial.csv (all rows so far, atomically): that is
+At each metrics row train.loop.record rewrites metrics.partial.csv (all rows so far, atomically): that is
 the baseline, timed in the same invocation on the same rows. Each tracker then gets the same rows
 one at a time, as trackers.Trackers.log gets them in training:
 
-    csv          train.record's write: pandas to_csv of the rows so far, temporary name, rename
+    csv          train.loop.record's write: pandas to_csv of the rows so far, temporary name, rename
     tensorboard  trackers._TensorBoard.log: one add_scalar per column, then flush
     wandb        trackers._WandB.log under WANDB_MODE=offline (the files only; no network)
 
@@ -41,7 +41,7 @@ def make_rows(metrics: Path, n: int) -> list[dict]:
 
 
 def time_csv(rows: list[dict], folder: Path) -> list[float]:
-    """train.record's write, row by row: the whole table so far, atomically."""
+    """train.loop.record's write, row by row: the whole table so far, atomically."""
     times = []
     for i in range(1, len(rows) + 1):
         t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Training-step throughput of the four arms against a `torch.nn.TransformerEncoder` baseline.
 
-One step is one update of `acoustic_mlm.train.loop`, built by its `build_trainer` and stepped by its
+One step is one update of `acoustic_mlm.train.update`, built by its `build_trainer` and stepped by its
 `update`, the code `amlm train` runs: the half model and fp32 master weights under fp16_fairseq,
 autocast and the GradScaler under bf16 / fp16, compiled when the preset sets train.compile;
 train.accum_steps micro-batches forward and backward, then clipping and AdamW. Every model trains
@@ -43,7 +43,7 @@ from acoustic_mlm.model.encoder import init_bert_params
 from acoustic_mlm.model.objective import AcousticMLM, MLMOutput, compute_mask_indices
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.preflight.flops import step_flops
-from acoustic_mlm.train.loop import Trainer, build_trainer, update
+from acoustic_mlm.train.update import Trainer, build_trainer, update
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 BASELINE = "baseline"
@@ -56,7 +56,7 @@ BENCH_SEED = 0  # weights, audio, codes and mask are identical on every run of t
 
 
 def build_arm(cfg: dict, run: str) -> AcousticMLM:
-    """One arm exactly as `acoustic_mlm.train.loop` builds it."""
+    """One arm exactly as `acoustic_mlm.train.update.build_trainer` builds it."""
     torch.manual_seed(BENCH_SEED)
     return AcousticMLM(C.model_config(cfg, run))
 
@@ -86,7 +86,7 @@ def build_baseline(cfg: dict) -> AcousticMLM:
 
 class TransformerOnly(nn.Module):
     """Scope "transformer": the encoder's transformer alone (positional conv, blocks, final norm) on
-    states x (B, T, D), loss mean(y^2), returned as an MLMOutput so that `train.update` steps it; the
+    states x (B, T, D), loss mean(y^2), returned as an MLMOutput so that `update` steps it; the
     other parameters get no gradient (AdamW skips them)."""
 
     def __init__(self, model: AcousticMLM):
@@ -101,7 +101,7 @@ class TransformerOnly(nn.Module):
 
 @dataclass
 class Trainee:
-    """One model as one arm of `acoustic_mlm.train.loop` trains it: a `train.Trainer`."""
+    """One model as one arm of `acoustic_mlm.train.loop` trains it: a `train.update.Trainer`."""
 
     name: str  # run name, or "baseline"
     label: str  # legend label
@@ -115,13 +115,13 @@ class Trainee:
         return self.tr.model
 
     def step(self, batch) -> torch.Tensor:
-        """One update (`train.update`) of accum_steps micro-batches of `batch`: (wav, codes, mask) for
+        """One update (`update`) of accum_steps micro-batches of `batch`: (wav, codes, mask) for
         the whole MLM, (x,) for scope "transformer". Returns the last micro-batch's detached loss."""
         return update(self.tr, [batch] * self.accum_steps, self.lr).outs[-1].loss.detach()
 
 
 def trainees(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list[Trainee]:
-    """The baseline first, then the arms in the configuration's order, built by `train.build_trainer`
+    """The baseline first, then the arms in the configuration's order, built by `build_trainer`
     for `precision` (the transformer scope is never compiled).
 
     The baseline clips at 1; the clip value costs nothing: clip_grad_norm_ always computes the

@@ -16,20 +16,22 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from acoustic_mlm import config as C
-from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.distributed import init_distributed
+from acoustic_mlm.train.schedule import lr_at
+from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.preflight.measure import synthetic_batch
 
 UPDATES = 3
 
 
 def main(config: str, out_dir: str) -> None:
-    rank, world = train.init_distributed("cpu")
+    rank, world = init_distributed("cpu")
     torch.set_num_threads(1)
     cfg = C.load(config)
     m, t = C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1")
     t = dataclasses.replace(t, compile=False)
     device = torch.device("cpu")
-    tr = train.build_trainer(m, t, device, rank, world)
+    tr = build_trainer(m, t, device, rank, world)
     log = {"grad": [], "scalar": [], "grad_bytes": tr.grad_bytes(), "accum_steps": t.accum_steps, "world": world}
     inside_hook = [False]
     real_all_reduce = dist.all_reduce
@@ -57,7 +59,7 @@ def main(config: str, out_dir: str) -> None:
         for i in range(t.accum_steps):  # the global micro-batch drawn whole, rows rank, rank + world, ... kept
             wav, codes, mask = synthetic_batch(m, t.batch_size, frames, device, seed=100 * u + i)
             micro.append((wav[rank::world], codes[rank::world], mask[rank::world]))
-        result = train.update(tr, micro, train.lr_at(u + 1, t))
+        result = update(tr, micro, lr_at(u + 1, t))
         assert result.finite
     dist.all_reduce = real_all_reduce
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(log))

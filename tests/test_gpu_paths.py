@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from acoustic_mlm import config as C
 from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.update import autocast, evaluate, optimizer_step
 from acoustic_mlm.model.objective import LN2, AcousticMLM, compute_mask_indices, nats_to_bits
 from helpers import tiny_config
 
@@ -67,13 +68,13 @@ def test_paper_size_model_does_one_training_update_on_cpu(root):
     wav, codes, mask = batch(m, B=1, T=frames)
     before = model.encoder.transformer.blocks[23].ffn.fc2.weight.detach().clone()
     device = torch.device("cpu")
-    with train.autocast(device, "fp32"):
+    with autocast(device, "fp32"):
         out = model(wav, codes, mask)
     assert math.isfinite(out.loss.item()) and out.bits.shape == (8,)
     out.loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None]
     assert not missing, missing  # every parameter takes part in the update
-    grad_norm, _, skipped = train.optimizer_step(model, opt, scaler, t.clip)
+    grad_norm, _, skipped = optimizer_step(model, opt, scaler, t.clip)
     assert math.isfinite(grad_norm) and not skipped
     assert not torch.equal(before, model.encoder.transformer.blocks[23].ffn.fc2.weight)
     assert len(opt.state) == len(list(model.parameters()))  # Adam state for every parameter
@@ -101,7 +102,7 @@ def test_autocast_runs_the_blocks_in_the_precision(precision, dtype):
     model = AcousticMLM(m)
     seen = []
     model.encoder.transformer.blocks[0].ffn.fc1.register_forward_hook(lambda mod, i, o: seen.append(o.dtype))
-    with train.autocast(torch.device("cpu"), precision):
+    with autocast(torch.device("cpu"), precision):
         out = model(*batch(m))
     assert seen == [dtype] and out.loss.dtype == torch.float32  # the loss is reduced in float32
 
@@ -160,7 +161,7 @@ def test_compiled_training_trains():
             opt.zero_grad(set_to_none=True)
             out = step_model(wav, codes, mask)
             out.loss.backward()
-            train.optimizer_step(model, opt, scaler, 1.0)
+            optimizer_step(model, opt, scaler, 1.0)
             losses[mode].append(out.loss.item())
     assert all(math.isfinite(x) for x in losses["compiled"])
     assert losses["compiled"][-1] < losses["compiled"][0]
@@ -231,7 +232,7 @@ def test_forward_and_backward_have_no_host_sync(precision):
     model.static_shapes = True  # what a GPU runs (CPU eager selects the masked frames: a free host read there)
     wav, codes, mask = batch(m)
     with _HostSyncs() as syncs:
-        with train.autocast(torch.device("cpu"), precision):
+        with autocast(torch.device("cpu"), precision):
             out = model(wav, codes, mask)
         out.loss.backward()
     assert syncs.seen == []
@@ -263,7 +264,7 @@ def test_evaluate_weights_by_masked_frames():
     m = tiny_config()
     model = AcousticMLM(m)
     wav, codes, mask = batch(m, B=5)
-    got = train.evaluate(model, wav, codes, mask, torch.device("cpu"), "fp32", chunk=2)
+    got = evaluate(model, wav, codes, mask, torch.device("cpu"), "fp32", chunk=2)
     assert model.training  # evaluate restores training mode
     with torch.no_grad():
         _, bits = selected_loss(model.eval(), wav, codes, mask)  # every masked frame of the 5 crops at once

@@ -35,6 +35,7 @@ from acoustic_mlm import cli
 from acoustic_mlm.data import fetch
 from acoustic_mlm.data import prepare
 from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.state import completed_summary
 from acoustic_mlm import config as C
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -891,16 +892,16 @@ def test_r3_a_damaged_seed_summary_trains_that_seed_again(tmp_path, caplog):
     (out / "summary.json").write_text(json.dumps(summary))
     pd.DataFrame({"step": [1, 2], "train_loss_cb0": [10.0, 9.0]}).to_csv(out / "metrics.csv", index=False)
     (out / "checkpoint.pt").write_bytes(b"x")
-    assert train._completed(out, fp) == summary
+    assert completed_summary(out, fp) == summary
     caplog.set_level("WARNING", logger="acoustic_mlm")
     for damage in ("cut", "edited"):
         if damage == "cut":
             _cut(out / "summary.json")
         else:
             (out / "summary.json").write_text(json.dumps({**summary, "final_train_loss_cb0": "NaN"}))
-        assert train._completed(out, fp) is None
+        assert completed_summary(out, fp) is None
         assert f"{out / 'summary.json'}: " in caplog.text and "training this seed again" in caplog.text
         caplog.clear()
     (out / "summary.json").write_text(json.dumps(summary))
     _cut(out / "metrics.csv", 0.9)
-    assert train._completed(out, fp) is None and "metrics.csv: cut short" in caplog.text
+    assert completed_summary(out, fp) is None and "metrics.csv: cut short" in caplog.text

@@ -19,7 +19,7 @@ from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.model.cqt import CQTTarget, cqt_bin_frequency, cqt_top_frequency
 from acoustic_mlm.model.encoder import AcousticEncoder, EncoderBlock, FeedForward, TransformerEncoder
 from acoustic_mlm.model.objective import AcousticMLM, compute_group_masks, compute_mask_indices, mask_groups, uniform_bits
-from acoustic_mlm.train.loop import CropData, label_offset
+from acoustic_mlm.train.crops import CropData, label_offset
 
 SR, HOP = 24000, 320
 

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.state import KEEP_STATES, load_latest_state, save_state
 from acoustic_mlm.errors import UserError
 
 TIMING = ["wall_time"]
@@ -60,7 +61,7 @@ def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_p
     _kill_after_state(_cli(cfg_path, data_dirs, out), out, min_step=40)
     assert not (out / "metrics.csv").exists()  # nothing half-written looks complete
     states = sorted((out / "state" / "seed1").glob("step-*.pt"))
-    assert 1 <= len(states) <= train.KEEP_STATES
+    assert 1 <= len(states) <= KEEP_STATES
 
     # the newest state is damaged (e.g. a bad copy): the previous one must be used
     if len(states) == 2:
@@ -78,14 +79,14 @@ def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_p
 def test_state_of_other_settings_is_refused(data_dirs, resume_cfg, tmp_path):
     cfg, _ = resume_cfg
     out = tmp_path / "run"
-    train.save_state(out / "state" / "seed1", 10, {"fingerprint": {"other": 1}, "step": 10})
+    save_state(out / "state" / "seed1", 10, {"fingerprint": {"other": 1}, "step": 10})
     with pytest.raises(UserError, match="resumable state of a run with other settings"):
         train.run(cfg, "prenorm_clip1", *data_dirs, out, threads=1)
 
 
 def test_only_unreadable_states_start_afresh(tmp_path):
     (tmp_path / "step-000000010.pt").write_bytes(b"not a checkpoint")
-    assert train.load_latest_state(tmp_path, {"a": 1}) is None
+    assert load_latest_state(tmp_path, {"a": 1}) is None
 
 
 def test_a_completed_seed_is_not_trained_again(data_dirs, resume_cfg, tmp_path):

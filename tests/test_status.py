@@ -13,6 +13,8 @@ import yaml
 from acoustic_mlm import cli
 from acoustic_mlm.report import status
 from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.state import STATE_DIR
+from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, PARTIAL, summarize
 from acoustic_mlm import config as C
 
 
@@ -49,19 +51,19 @@ def runs_dir(tmp_path, cfg):
     done = _rows([1, 2, 4, 50, 100], [1.0, 2.0, 4.0, 50.0, 100.0], [10.0, 9.5, 9.0, 7.0, 6.25])
     seed_dir = runs / "prenorm_clip10" / "seeds" / "seed1"
     _write(seed_dir / "metrics.csv", done)
-    summary = train.summarize(done, C.run_config(cfg, "prenorm_clip10"), C.train_config(cfg, "prenorm_clip10"))
+    summary = summarize(done, C.run_config(cfg, "prenorm_clip10"), C.train_config(cfg, "prenorm_clip10"))
     (seed_dir / "summary.json").write_text(json.dumps(summary))
     # running: rows so far and a resumable state, both fresh; fp16 loss scale and skips
     running = _rows([1, 2, 4, 8, 16, 32, 40], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 40.0], [10, 9.8, 9.6, 9.0, 8.5, 8.0, 7.5],
                     fp16=True)
-    _write(runs / "prenorm_clip1" / "seeds" / "seed1" / train.PARTIAL, running)
-    (runs / "prenorm_clip1" / train.STATE_DIR / "seed1").mkdir(parents=True)
-    (runs / "prenorm_clip1" / train.STATE_DIR / "seed1" / "step-000000040.pt").write_bytes(b"x")
+    _write(runs / "prenorm_clip1" / "seeds" / "seed1" / PARTIAL, running)
+    (runs / "prenorm_clip1" / STATE_DIR / "seed1").mkdir(parents=True)
+    (runs / "prenorm_clip1" / STATE_DIR / "seed1" / "step-000000040.pt").write_bytes(b"x")
     # diverged: its last row says so; the job is writing its summary
-    _write(runs / "postnorm_deepnorm_clip1" / "seeds" / "seed1" / train.PARTIAL,
+    _write(runs / "postnorm_deepnorm_clip1" / "seeds" / "seed1" / PARTIAL,
            _rows([1, 2, 4], [1.0, 2.0, 4.0], [10.0, 9.9, 9.8], diverged_at=57))
     # stopped: rows, but nothing new for two hours
-    stale = runs / "prenorm_attnrelax_clip1" / "seeds" / "seed1" / train.PARTIAL
+    stale = runs / "prenorm_attnrelax_clip1" / "seeds" / "seed1" / PARTIAL
     _write(stale, _rows([1, 2, 4, 8], [1.0, 2.0, 4.0, 8.0], [10.0, 9.9, 9.8, 9.7]))
     old = time.time() - 7200
     os.utime(stale, (old, old))
@@ -98,7 +100,7 @@ def test_stale_after_decides_running_or_stopped(cfg, runs_dir):
 def test_completed_with_nonfinite_comes_from_the_summary(cfg, runs_dir):
     path = runs_dir / "prenorm_clip10" / "seeds" / "seed1" / "summary.json"
     summary = json.loads(path.read_text())
-    path.write_text(json.dumps({**summary, "status": train.COMPLETED_WITH_NONFINITE}))
+    path.write_text(json.dumps({**summary, "status": COMPLETED_WITH_NONFINITE}))
     assert status.collect(cfg, runs_dir)[0].status == "completed_with_nonfinite"
 
 

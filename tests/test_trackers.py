@@ -10,6 +10,7 @@ import pytest
 from acoustic_mlm import config as C
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train import trackers
+from acoustic_mlm.train.state import fingerprint
 from acoustic_mlm.errors import UserError
 
 
@@ -49,7 +50,7 @@ def test_loggers_do_not_change_results_nor_the_fingerprint(tiny_cfg):
     for step in C.STEP_KEYS:
         run = "prenorm_clip1" if step == "train" else None
         assert C.settings(tiny_cfg, C.result_keys(step, tiny_cfg, run)) == C.settings(with_tb, C.result_keys(step, with_tb, run))
-    assert train.fingerprint(tiny_cfg, "prenorm_clip1", 1) == train.fingerprint(with_tb, "prenorm_clip1", 1)
+    assert fingerprint(tiny_cfg, "prenorm_clip1", 1) == fingerprint(with_tb, "prenorm_clip1", 1)
 
 
 def test_loggers_must_name_known_trackers_and_keep_the_csv(tiny_cfg):

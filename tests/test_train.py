@@ -15,6 +15,10 @@ from helpers import RUN_NAMES
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.crops import CropData, batches
+from acoustic_mlm.train.schedule import log_steps, lr_at
+from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, run_status
+from acoustic_mlm.train.update import optimizer_step
 from acoustic_mlm.data.prepare import load_prepared
 
 
@@ -28,16 +32,16 @@ def tiny_cfg(smoke_cfg):
 def test_lr_schedule_warmup_then_polynomial_decay(smoke_cfg):
     t = C.train_config(smoke_cfg, "prenorm_clip1")
     t = type(t)(**{**t.__dict__, "steps": 100, "warmup_steps": 10, "lr": 1e-3, "end_lr": 1e-4, "lr_power": 2.0})
-    assert train.lr_at(1, t) == pytest.approx(1e-4)
-    assert train.lr_at(5, t) == pytest.approx(5e-4)
-    assert train.lr_at(10, t) == pytest.approx(1e-3)
-    assert train.lr_at(55, t) == pytest.approx(1e-4 + 9e-4 * 0.5**2)
-    assert train.lr_at(100, t) == pytest.approx(1e-4)
+    assert lr_at(1, t) == pytest.approx(1e-4)
+    assert lr_at(5, t) == pytest.approx(5e-4)
+    assert lr_at(10, t) == pytest.approx(1e-3)
+    assert lr_at(55, t) == pytest.approx(1e-4 + 9e-4 * 0.5**2)
+    assert lr_at(100, t) == pytest.approx(1e-4)
 
 
 def test_log_steps():
-    assert train.log_steps(20, 5) == [1, 2, 4, 5, 8, 10, 15, 16, 20]
-    assert train.log_steps(7, 100) == [1, 2, 4, 7]
+    assert log_steps(20, 5) == [1, 2, 4, 5, 8, 10, 15, 16, 20]
+    assert log_steps(7, 100) == [1, 2, 4, 7]
 
 
 def _model_with_grads(seed=0):
@@ -54,7 +58,7 @@ def test_clipping_logs_the_norm_before_clipping_and_bounds_the_update(clip, expe
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)  # update = -grad, so its norm is the clipped norm
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    norm, clipped, skipped = train.optimizer_step(model, opt, scaler, clip)
+    norm, clipped, skipped = optimizer_step(model, opt, scaler, clip)
     full = 2.0 * math.sqrt(15)
     assert norm == pytest.approx(full)  # logged before clipping
     assert clipped is expect_clipped and skipped is False
@@ -72,7 +76,7 @@ def test_fp16_scaler_skips_overflowing_steps():
         p.grad[0] = float("inf")  # as an fp16 overflow leaves them
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    norm, clipped, skipped = train.optimizer_step(model, opt, scaler, 1.0)
+    norm, clipped, skipped = optimizer_step(model, opt, scaler, 1.0)
     assert skipped and not clipped and not math.isfinite(norm)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update
 
@@ -81,9 +85,9 @@ def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
     prepared, codes = data_dirs
     m = C.model_config(tiny_cfg, "prenorm_clip1")
     corpus = load_prepared(prepared)
-    data = train.CropData(corpus, codes, "train", 30, 2, m, seed=3)
-    in_process = [tuple(x.clone() for x in b) for b in train.batches(data, 4, 8, workers=0, pin=False)]
-    two_workers = list(train.batches(data, 4, 8, workers=2, pin=False))
+    data = CropData(corpus, codes, "train", 30, 2, m, seed=3)
+    in_process = [tuple(x.clone() for x in b) for b in batches(data, 4, 8, workers=0, pin=False)]
+    two_workers = list(batches(data, 4, 8, workers=2, pin=False))
     direct = data[6]
     for a, b in zip(in_process, two_workers):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
@@ -235,9 +239,9 @@ def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cf
     tiny_cfg["train"].update(steps=12, max_nonfinite=5)
     prepared, codes = data_dirs
     summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
-    assert summary["status"] == train.COMPLETED_WITH_NONFINITE and summary["nonfinite_steps"] == 2
-    assert summary["per_seed"]["1"]["status"] == train.COMPLETED_WITH_NONFINITE
+    assert summary["status"] == COMPLETED_WITH_NONFINITE and summary["nonfinite_steps"] == 2
+    assert summary["per_seed"]["1"]["status"] == COMPLETED_WITH_NONFINITE
     assert summary["per_seed"]["1"]["steps"] == 12 and summary["per_seed"]["1"]["diverged_at_step"] is None
-    assert train.run_status(["completed", "completed_with_nonfinite"]) == "completed_with_nonfinite"
-    assert train.run_status(["completed_with_nonfinite", "diverged"]) == "diverged"
-    assert train.run_status(["completed", "completed"]) == "completed"
+    assert run_status(["completed", "completed_with_nonfinite"]) == "completed_with_nonfinite"
+    assert run_status(["completed_with_nonfinite", "diverged"]) == "diverged"
+    assert run_status(["completed", "completed"]) == "completed"

@@ -10,6 +10,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm.train import loop as train
+from acoustic_mlm.train.schedule import log_steps, lr_at
 from acoustic_mlm.model.objective import AcousticMLM
 
 
@@ -32,19 +33,19 @@ def test_mert_330m_schedule_numbers(root):
     # (power 1, end_learning_rate 0); the figure runs 100K of the 400K updates.
     t = C.train_config(C.load(root / "config" / "paper.yaml"), "prenorm_clip1")
     assert (t.steps, t.schedule_updates) == (100_000, 400_000)
-    assert train.lr_at(16_000, t) == pytest.approx(7.5e-4)
-    assert train.lr_at(32_000, t) == pytest.approx(1.5e-3)
-    assert train.lr_at(50_000, t) == pytest.approx(1.5e-3 * (1 - 18_000 / 368_000))  # 1.4266e-3
-    assert round(train.lr_at(50_000, t), 5) == 1.43e-3
-    assert train.lr_at(100_000, t) == pytest.approx(1.5e-3 * (1 - 68_000 / 368_000))  # 1.2228e-3 at the figure's end
-    assert train.lr_at(400_000, t) == 0.0
+    assert lr_at(16_000, t) == pytest.approx(7.5e-4)
+    assert lr_at(32_000, t) == pytest.approx(1.5e-3)
+    assert lr_at(50_000, t) == pytest.approx(1.5e-3 * (1 - 18_000 / 368_000))  # 1.4266e-3
+    assert round(lr_at(50_000, t), 5) == 1.43e-3
+    assert lr_at(100_000, t) == pytest.approx(1.5e-3 * (1 - 68_000 / 368_000))  # 1.2228e-3 at the figure's end
+    assert lr_at(400_000, t) == 0.0
 
 
 def test_schedule_ends_at_steps_without_total_updates(smoke_cfg):
     t = _t(smoke_cfg, steps=100, warmup_steps=10, lr=1e-3, total_updates=None)
-    assert t.schedule_updates == 100 and train.lr_at(100, t) == 0.0
+    assert t.schedule_updates == 100 and lr_at(100, t) == 0.0
     longer = _t(smoke_cfg, steps=100, warmup_steps=10, lr=1e-3, total_updates=190)
-    assert train.lr_at(100, longer) == pytest.approx(1e-3 * 0.5)  # halfway through the decay
+    assert lr_at(100, longer) == pytest.approx(1e-3 * 0.5)  # halfway through the decay
 
 
 @pytest.mark.parametrize("keys, message", [
@@ -60,9 +61,9 @@ def test_schedule_and_world_mistakes_are_one_line(smoke_cfg, keys, message):
 
 
 def test_rows_without_powers_of_two_are_whole_intervals():
-    assert train.log_steps(20, 5, powers_of_two=False) == [5, 10, 15, 20]
-    assert train.log_steps(22, 5, powers_of_two=False) == [5, 10, 15, 20, 22]
-    assert train.log_steps(20, 5) == [1, 2, 4, 5, 8, 10, 15, 16, 20]  # the CPU presets' default
+    assert log_steps(20, 5, powers_of_two=False) == [5, 10, 15, 20]
+    assert log_steps(22, 5, powers_of_two=False) == [5, 10, 15, 20, 22]
+    assert log_steps(20, 5) == [1, 2, 4, 5, 8, 10, 15, 16, 20]  # the CPU presets' default
 
 
 def test_interval_rows_are_the_mean_of_the_steps_in_the_interval(data_dirs, tiny_cfg, tmp_path):
@@ -141,7 +142,7 @@ def test_fp16_fairseq_overflow_is_not_an_update(data_dirs, tiny_cfg, tmp_path, m
     assert m["overflow_skips"].tolist() == [0, 0, 2, 2, 2, 2, 2, 2]
     assert m["loss_scale"].tolist() == [128.0, 128.0, 32.0, 32.0, 32.0, 32.0, 32.0, 32.0]
     t = C.train_config(tiny_cfg, "prenorm_clip1")
-    assert m["lr"].tolist() == pytest.approx([train.lr_at(s, t) for s in range(1, 9)])
+    assert m["lr"].tolist() == pytest.approx([lr_at(s, t) for s in range(1, 9)])
     assert m["train_loss_cb0"].notna().all()  # no row holds an overflowed step
 
     # the same run where micro-batches 3 and 4 are simply absent: identical updates 3.. (data n+2)

@@ -22,7 +22,7 @@ from acoustic_mlm import encodec
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.preflight.project import GB, projected_update_ms, steady_bytes_per_param, suggest_micro_batch
-from acoustic_mlm.train.loop import build_trainer, update
+from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import Progress, log
 
 FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this

@@ -14,7 +14,7 @@ from acoustic_mlm import encodec
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.flops import step_flops
-from acoustic_mlm.train.loop import KEEP_STATES
+from acoustic_mlm.train.state import KEEP_STATES
 
 GB = 1e9  # memory and disk in decimal gigabytes
 CODE_BYTES = 2  # int16 codes (tokenizer stage)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from acoustic_mlm.preflight.project import GB
-from acoustic_mlm.train.loop import KEEP_STATES
+from acoustic_mlm.train.state import KEEP_STATES
 
 
 def _yes_no(x) -> str:

@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm.train.loop import PARTIAL, STATE_DIR
+from acoustic_mlm.train.state import STATE_DIR
+from acoustic_mlm.train.summary import PARTIAL
 
 STALE_AFTER_S = 1800.0  # a running seed without a new metrics row or state for this long is "stopped"
 

@@ -2,7 +2,7 @@
 
 A reference (data/reference/default_run/ for the default preset, data/reference/smoke_run/ for the
 smoke preset) holds every arm's metrics rows as this package produced them, and reference.json: the
-package version and commit, the machine, the command, each arm's settings (train.fingerprint) and
+package version and commit, the machine, the command, each arm's settings (train.state.fingerprint) and
 the tolerance in bits, set from measured differences between runs (docs/reference_run.md).
 
 `amlm verify` compares every loss column in bits (train_loss_cb<k> and valid_loss_cb<k>, every
@@ -36,7 +36,7 @@ DEFAULT_TOLERANCE_BITS = 0.05  # a reference written without a measurement of it
 
 def fingerprints(cfg: dict) -> dict:
     """Each arm's settings that shape its numbers, as training fingerprints a seed (one process)."""
-    from acoustic_mlm.train.loop import fingerprint
+    from acoustic_mlm.train.state import fingerprint
 
     return {run: fingerprint(cfg, run, 1)["settings"] for run in cfg["runs"]}
 

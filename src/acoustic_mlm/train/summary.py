@@ -1,0 +1,107 @@
+"""What a run reports: the metrics rows' training means (accumulated on the device between rows),
+the partial rows while a seed trains, and the summaries of a seed and of an arm (status, final
+losses as curves.py defines them, clipping)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+from acoustic_mlm import config as C
+from acoustic_mlm import curves
+
+PARTIAL = "metrics.partial.csv"  # the rows so far, while a seed trains
+
+
+class Accumulator:
+    """Means since the last metrics row, summed on the training device so that a step adds no
+    device-to-host copy; the sums reach the host only when a row is written."""
+
+    def __init__(self, codebooks: int):
+        self.k = codebooks
+        self.reset()
+
+    def reset(self):
+        self.n, self.sums, self.clipped, self.gmax = 0, None, 0, 0.0  # sums: K bits, loss, feature penalty
+
+    def add(self, means: torch.Tensor, grad_norm: float, clipped: bool):
+        # `update`'s means: K bits, the loss, the feature penalty; averaged over micro-batches and processes
+        v = means.double()
+        self.sums = v if self.sums is None else self.sums + v
+        self.n += 1
+        self.clipped += int(clipped)
+        self.gmax = max(self.gmax, grad_norm) if math.isfinite(grad_norm) else self.gmax
+
+    def state(self) -> dict:
+        return {"n": self.n, "sums": None if self.sums is None else self.sums.cpu(), "clipped": self.clipped,
+                "gmax": self.gmax}
+
+    def load(self, st: dict, device: torch.device) -> None:
+        self.n, self.clipped, self.gmax = st["n"], st["clipped"], st["gmax"]
+        self.sums = None if st["sums"] is None else st["sums"].to(device)
+
+    def flush(self) -> dict:
+        nan = float("nan")
+        means = (self.sums / self.n).cpu().numpy() if self.n else np.full(self.k + 2, nan)
+        row = {f"train_loss_cb{k}": float(means[k]) for k in range(self.k)}
+        row.update(
+            train_loss=float(means[self.k]),
+            feature_penalty=float(means[self.k + 1]),
+            grad_norm_max=self.gmax if self.n else nan,
+            clip_frac=self.clipped / self.n if self.n else nan,
+        )
+        self.reset()
+        return row
+
+
+COMPLETED_WITH_NONFINITE = "completed_with_nonfinite"  # every step ran, some updates skipped as non-finite
+
+
+def run_status(statuses: list[str]) -> str:
+    """An arm's status from its seeds': the worst of completed < completed_with_nonfinite < diverged."""
+    order = ["completed", COMPLETED_WITH_NONFINITE, "diverged"]
+    return max(statuses, key=order.index)
+
+
+def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
+    """Scalars for `dvc metrics show`: final losses (curves.final_loss), clipping, status."""
+    finite = metrics[np.isfinite(metrics["train_loss_cb0"])]  # a diverged run: its finite rows
+    last = metrics.iloc[-1]
+    diverged = bool(metrics["diverged"].any())
+    updates = int(last["step"]) - int(last["nonfinite"])  # updates taken: skipped steps are not updates
+    nonfinite = int(last["nonfinite"])
+    return {
+        "run": rc.name,
+        "label": rc.label,
+        "seed": t.seed,
+        "steps": int(last["step"]),
+        # a skipped non-finite update is not a clean run: say so rather than "completed"
+        "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
+        "diverged_at_step": int(last["step"]) if diverged else None,
+        "final_train_loss_cb0": curves.final_loss(finite["step"], finite["train_loss_cb0"]),
+        "final_valid_loss_cb0": curves.final_loss(finite["step"], finite["valid_loss_cb0"]),
+        "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
+        "max_grad_norm": float(metrics["grad_norm_max"].max()),
+        "clipped_frac": curves.clipped_fraction(int(last["clipped_steps"]), updates),
+        "nonfinite_steps": nonfinite,
+        "overflow_skips": int(last["overflow_skips"]),
+        "wall_time_s": float(last["wall_time"]),
+    }
+
+
+def summarize_arm(rc: C.RunConfig, summaries: list[dict]) -> dict:
+    """An arm's summary from its seeds' (`summarize`): status, non-finite steps, the mean final
+    losses and the spread of the final training loss across seeds, and each seed's own summary."""
+    finals = [s["final_train_loss_cb0"] for s in summaries]
+    return {
+        "run": rc.name, "label": rc.label, "seeds": list(rc.seeds),
+        "status": run_status([s["status"] for s in summaries]),
+        "nonfinite_steps": int(sum(s["nonfinite_steps"] for s in summaries)),
+        "final_train_loss_cb0": float(np.mean(finals)),
+        "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
+        "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
+        "per_seed": {str(s["seed"]): {k: v for k, v in s.items() if k != "fingerprint"} for s in summaries},
+    }
