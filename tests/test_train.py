@@ -15,7 +15,7 @@ from helpers import RUN_NAMES
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
-from acoustic_mlm.data.prepare import load_prepared
+from acoustic_mlm.data.corpus import load_prepared
 
 
 @pytest.fixture()

@@ -49,7 +49,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.model.objective import AcousticMLM, compute_group_masks, mask_groups
 from acoustic_mlm.train.precision import FP16Optimizer, LossScaler, MinLossScaleError, half_model, scale_window
-from acoustic_mlm.data.prepare import load_prepared, shard_name
+from acoustic_mlm.data.corpus import load_prepared, shard_name
 from acoustic_mlm.tokenizer.stage import shard_codes
 from acoustic_mlm.train.trackers import Trackers
 from acoustic_mlm.utils import Progress, atomic_path, file_sha256, log, set_threads, write_json
