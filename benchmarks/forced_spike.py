@@ -37,7 +37,7 @@ from acoustic_mlm.report import claims
 from acoustic_mlm.report import stability
 from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
-from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, shard_name
+from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, shard_name
 from acoustic_mlm.tokenizer.stage import LEVELS, MODEL_DIR, merge
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ from acoustic_mlm import encodec
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import update_ms_at
-from acoustic_mlm.data.prepare import MANIFEST_COLUMNS, load_prepared, shard_name
+from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, load_prepared, shard_name
 from acoustic_mlm.train.crops import CropData, batches
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 

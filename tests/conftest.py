@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from acoustic_mlm.data.prepare import MANIFEST_COLUMNS
+from acoustic_mlm.data.corpus import MANIFEST_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def smoke_cfg() -> dict:
 @pytest.fixture(scope="session")
 def data_dirs(tmp_path_factory):
     """A tiny prepared corpus (6 clips of 2 s in two shards) with skewed, learnable codes."""
-    from acoustic_mlm.data.prepare import shard_name
+    from acoustic_mlm.data.corpus import shard_name
     from acoustic_mlm.tokenizer.stage import MODEL_DIR, merge
 
     root = tmp_path_factory.mktemp("data")

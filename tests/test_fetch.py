@@ -25,6 +25,7 @@ from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha2
 from acoustic_mlm.data import archive
 from acoustic_mlm.data import fetch
 from acoustic_mlm.data import prepare
+from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.data import sources
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import SCHEMA_PATH
@@ -462,7 +463,7 @@ def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
     prepared = _amlm("prepare", "--config", "config.yaml", cwd=tmp_path)
     assert prepared.returncode == 0, prepared.stderr
     assert "kept 4 files, rejected 1" in prepared.stderr
-    manifest = prepare.load_prepared(tmp_path / "data" / "prepared").manifest
+    manifest = load_prepared(tmp_path / "data" / "prepared").manifest
     assert manifest["path"].tolist() == [f"songs/s{i}.wav" for i in range(4)]
     rejects = (tmp_path / "data" / "prepared" / "rejects.csv").read_text().splitlines()
     assert rejects[0] == "path,reason" and rejects[1].startswith("songs/silent.wav,digital silence")
@@ -557,4 +558,4 @@ def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_pa
     prepare.run(cfg, tmp_path / "raw", tmp_path / "prepared")
     rejects = prepare.pd.read_csv(tmp_path / "prepared" / "rejects.csv")
     assert sorted(rejects["path"]) == ["c/dev.wav", "c/fifo.wav", "c/notes.txt"]
-    assert sorted(prepare.load_prepared(tmp_path / "prepared").manifest["path"]) == ["c/a0.wav", "c/a1.wav"]
+    assert sorted(load_prepared(tmp_path / "prepared").manifest["path"]) == ["c/a0.wav", "c/a1.wav"]

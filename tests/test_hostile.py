@@ -34,6 +34,7 @@ from acoustic_mlm.data import archive
 from acoustic_mlm import cli
 from acoustic_mlm.data import fetch
 from acoustic_mlm.data import prepare
+from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import completed_summary
 from acoustic_mlm import config as C
@@ -120,7 +121,7 @@ def test_item2_huge_samples_and_implausible_rates_are_rejected_with_a_reason(tmp
     summary = json.loads((tmp_path / "prepared" / "prepare.json").read_text())
     assert summary["rejected_by_reason"] == {"implausible sample rate": 2, "samples out of range": 1}
     # the kept clips are exactly the decoded audio: 2 s each, no clipping of the loud one
-    audio = prepare.load_prepared(tmp_path / "prepared")
+    audio = load_prepared(tmp_path / "prepared")
     loud_row = int(np.flatnonzero(manifest["path"] == "loud.wav")[0])
     np.testing.assert_allclose(audio.clip(loud_row), loud[: 48000 // 320 * 320], rtol=1e-6)
 

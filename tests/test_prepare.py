@@ -16,6 +16,7 @@ import soundfile as sf
 from acoustic_mlm import config as C
 from acoustic_mlm.data import fetch
 from acoustic_mlm.data import prepare
+from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.tokenizer import stage as tokenizer
 from acoustic_mlm.errors import UserError
 from acoustic_mlm import encodec
@@ -70,7 +71,7 @@ def test_fetch_rejects_an_unknown_source(tmp_path):
 
 def test_prepared_audio_is_24khz_mono_in_whole_frames(prepared):
     _, root = prepared
-    corpus = prepare.load_prepared(root / "prepared")
+    corpus = load_prepared(root / "prepared")
     manifest = corpus.manifest
     assert list(manifest.columns) == list(prepare.MANIFEST_COLUMNS)
     assert manifest["clip_id"].tolist() == [f"synth_{i:05d}" for i in range(4)]
@@ -98,7 +99,7 @@ def test_shards_join_into_the_corpus_one_shard_makes(prepared, tmp_path):
     cfg, root = prepared
     one = make_cfg(shard_files=1000)
     prepare.run(one, root / "raw", tmp_path / "one")
-    a, b = prepare.load_prepared(root / "prepared"), prepare.load_prepared(tmp_path / "one")
+    a, b = load_prepared(root / "prepared"), load_prepared(tmp_path / "one")
     assert b.shards == [0] and a.shards == [0, 1]
     cols = ["clip_id", "path", "split", "num_samples", "orig_sample_rate", "orig_channels"]
     pd.testing.assert_frame_equal(a.manifest[cols], b.manifest[cols])
@@ -135,7 +136,7 @@ def test_merge_names_a_missing_shard(prepared, tmp_path):
 
 def test_prepare_summary_and_both_splits(prepared):
     _, root = prepared
-    manifest = prepare.load_prepared(root / "prepared").manifest
+    manifest = load_prepared(root / "prepared").manifest
     summary = json.loads((root / "prepared" / "prepare.json").read_text())
     assert summary["sample_rate"] == SR and summary["hop"] == encodec.HOP
     assert (summary["shards"], summary["shard_files"]) == (2, 3)
@@ -197,7 +198,7 @@ def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):
     sf.write(raw / "tone.wav", np.stack([left, np.zeros_like(left)], axis=1), 44100)  # right channel silent
     sf.write(raw / "other.wav", sine(220.0, 0.5, 44100)[:, None], 44100)
     prepare.run(make_cfg(), raw, tmp_path / "prepared")
-    corpus = prepare.load_prepared(tmp_path / "prepared")
+    corpus = load_prepared(tmp_path / "prepared")
     row = corpus.manifest.set_index("clip_id").loc["tone"]
     assert (row.orig_sample_rate, row.orig_channels) == (44100, 2)
     assert row.num_samples == (int(0.5 * SR) // encodec.HOP) * encodec.HOP == 11840
@@ -223,7 +224,7 @@ def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
         prepare.run(make_cfg(), raw, tmp_path / "prepared")
     assert any("tiny.WAV" in r.getMessage() for r in caplog.records)
-    manifest = prepare.load_prepared(tmp_path / "prepared").manifest
+    manifest = load_prepared(tmp_path / "prepared").manifest
     assert manifest["path"].tolist() == ["007.ogg", "a/song.wav", "b/song.flac", "b/take.mp3"]
     assert manifest["clip_id"].tolist() == ["007", "a/song", "b/song", "take"]  # "007" stays a string
     assert (manifest["num_samples"] % encodec.HOP == 0).all() and (manifest["num_samples"] > 0).all()
@@ -245,10 +246,10 @@ def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
     audio = np.load(bad / "shard-00001" / "audio.npy")
     np.save(bad / "shard-00001" / "audio.npy", audio[:-encodec.HOP])
     with pytest.raises(UserError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
-        prepare.load_prepared(bad)
+        load_prepared(bad)
     shutil.rmtree(bad / "shard-00001")
     with pytest.raises(UserError, match=r"shard-00001/audio\.npy: not found"):
-        prepare.load_prepared(bad)
+        load_prepared(bad)
 
 
 # ------------------------------------------------------------------------------------------
@@ -336,7 +337,7 @@ def test_folder_with_good_and_bad_files(tmp_path, caplog):
     fetch.run(cfg, tmp_path / "data" / "raw")
     with caplog.at_level(logging.INFO, logger="acoustic_mlm"):
         prepare.run(cfg, tmp_path / "data" / "raw", tmp_path / "data" / "prepared")
-    corpus = prepare.load_prepared(tmp_path / "data" / "prepared")
+    corpus = load_prepared(tmp_path / "data" / "prepared")
     manifest = corpus.manifest
     assert sorted(manifest["path"]) == sorted(good)
     for _, row in manifest.iterrows():
@@ -364,7 +365,7 @@ def test_odd_sample_rate_is_resampled_quickly_and_nearly_exactly(tmp_path):
     sf.write(tmp_path / "raw" / "a.wav", x, 44101)
     sf.write(tmp_path / "raw" / "b.wav", x, 44101)
     prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
-    corpus = prepare.load_prepared(tmp_path / "prepared")
+    corpus = load_prepared(tmp_path / "prepared")
     assert corpus.manifest["orig_sample_rate"].tolist() == [44101, 44101]
     y = np.asarray(corpus.clip(0), dtype=np.float64)
     peak_hz = np.fft.rfftfreq(len(y), 1 / SR)[np.argmax(np.abs(np.fft.rfft(y * np.hanning(len(y)))))]
@@ -394,7 +395,7 @@ def test_every_path_is_in_the_manifest_or_the_rejects(tmp_path):
     os.mkfifo(raw / "pipe.wav")  # never opened: must not block
     (raw / os.fsdecode(b"bad\xff.wav")).write_bytes((raw / "a.flac").read_bytes())  # a good file, a bad name
     prepare.run(make_cfg(), raw, tmp_path / "prepared")
-    manifest = prepare.load_prepared(tmp_path / "prepared").manifest
+    manifest = load_prepared(tmp_path / "prepared").manifest
     assert manifest["path"].tolist() == ["a.flac", "b.flac", "song.aiff", "sub/voice.bin", "take.dat"]
     assert manifest["clip_id"].tolist() == ["a", "b", "song", "sub/voice.bin", "take.dat"]
     rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv", keep_default_na=False)
@@ -432,7 +433,7 @@ def test_files_fetch_did_not_take_are_in_the_rejects(tmp_path):
     fetch.run(cfg, tmp_path / "raw")
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["SOURCE.json", "a.flac", "b.flac", "c.snd.dat"]
     prepare.run(cfg, tmp_path / "raw", tmp_path / "prepared")
-    manifest = prepare.load_prepared(tmp_path / "prepared").manifest
+    manifest = load_prepared(tmp_path / "prepared").manifest
     rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv", keep_default_na=False)
     assert manifest["path"].tolist() == ["a.flac", "b.flac", "c.snd.dat"]
     assert sorted(rejects["path"]) == ["bad\\xff.wav", "cover.jpg", "gone.wav", "pipe.flac", "track.m4a"]
@@ -492,7 +493,7 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     assert not (tmp_path / "prepared").exists()
     cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
     prepare.run(cfg, raw, tmp_path / "prepared")
-    assert len(prepare.load_prepared(tmp_path / "prepared").manifest) == 4
+    assert len(load_prepared(tmp_path / "prepared").manifest) == 4
     # Back to calibrated: prepare does not rerun on the mode alone, so the fit refuses the same way
     smoke = Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"
     cfg["tokenizer"] = {**C.load(smoke)["tokenizer"], "mode": "calibrated"}

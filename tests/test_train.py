@@ -19,7 +19,7 @@ from acoustic_mlm.train.crops import CropData, batches
 from acoustic_mlm.train.schedule import log_steps, lr_at
 from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, run_status
 from acoustic_mlm.train.update import optimizer_step
-from acoustic_mlm.data.prepare import load_prepared
+from acoustic_mlm.data.corpus import load_prepared
 
 
 @pytest.fixture()

@@ -11,7 +11,7 @@ rerun; nothing damaged is used silently. Every stage reading a kind goes through
     loss_curves.csv                        read_curves          aggregate
     diagnostics.csv                        read_diagnostics     aggregate
     the paper's curves CSV                 read_reference       (shipped in data/reference/)
-    manifest.csv                           read_csv_table       prepare (prepare.load_prepared checks the rest)
+    manifest.csv                           read_csv_table       prepare (corpus.load_prepared checks the rest)
 
 A CSV written by the package always ends with a newline and has every field of every row: a file
 cut short (an interrupted copy, an editor) fails those checks even where the cut falls inside a

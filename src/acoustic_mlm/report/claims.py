@@ -1,7 +1,7 @@
 """The findings stage: the figure's six claims, checked on the reproduced loss curves.
 
 Reads `loss_curves.csv` (codebook 0, one split) and writes `claims.json` and `claims.md`; given
-`diagnostics.csv`, it also says what the diagnostics show at every spike (explain_spikes).
+`diagnostics.csv`, it also says what the diagnostics show at every spike (spike_diagnostics).
 Each claim comes back with the numbers it was judged on and one of three verdicts:
 
     reproduced       the measured curves show what the paper's figure shows
@@ -19,14 +19,8 @@ The claims, as read from a description of the paper's figure (data/reference/REA
     f  every arm stabilises by 30-40 % of the x-range
 
 Arms are found by their `role` in the config (clip10, clip1, deepnorm, attn_relax), never by
-their names. Definitions (all per run and seed, on the rows of that curve, steps as logged):
-
-    first     the first logged loss
-    final     curves.final_loss: mean loss over the last 10 % of the curve's step range
-    converged curves.converged_step with `converge_margin` bits: from there on the curve stays
-              within the margin of its own final loss, through the whole final window
-    spike     curves.detect_spikes with `spike_threshold` and `recovery_margin` bits
-    diverged  the curve holds a non-finite loss (the step of the first one is reported)
+their names. The statistics judged (first, final and converged loss, spikes, divergence; per run
+and seed) are defined in acoustic_mlm.report.curve_stats; claims.md is written by claims_markdown.
 
 With several seeds per arm, comparisons use the mean over seeds, and a comparison whose
 difference is smaller than the seeds' spread (max - min, or two standard deviations) is
@@ -36,7 +30,7 @@ inconclusive. With one seed per arm, each verdict's note says that it rests on o
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -45,70 +39,14 @@ import pandas as pd
 from acoustic_mlm import config as C
 from acoustic_mlm import readers
 from acoustic_mlm.config import ClaimThresholds
-from acoustic_mlm.curves import _EPS, converged_step, detect_spikes, final_loss
+from acoustic_mlm.curves import _EPS
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report.claims_markdown import spikes_markdown, to_markdown
+from acoustic_mlm.report.curve_stats import CurveStats, collect, rounded
+from acoustic_mlm.report.spike_diagnostics import explain_spikes
 from acoustic_mlm.utils import atomic_path, log, write_json
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
-
-
-# ----------------------------------------------------------------------------- curve statistics
-
-
-@dataclass
-class CurveStats:
-    """The statistics of one run and seed."""
-
-    run: str
-    seed: int
-    first_step: int
-    first_bits: float
-    last_step: int
-    final_bits: float  # NaN if diverged
-    converged_step: float  # NaN if diverged or never within the margin
-    converged_fraction: float  # converged_step / last_step
-    diverged_step: int | None  # first step with a non-finite loss
-    spikes: list[dict]  # on the finite part of the curve
-
-
-def curve_stats(run: str, seed: int, steps, loss, th: ClaimThresholds) -> CurveStats:
-    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
-    bad = np.flatnonzero(~np.isfinite(loss))
-    diverged = int(steps[bad[0]]) if len(bad) else None
-    finite_steps, finite_loss = (steps[: bad[0]], loss[: bad[0]]) if len(bad) else (steps, loss)
-    final = conv = math.nan
-    if diverged is None:
-        final = final_loss(steps, loss)
-        conv = converged_step(steps, loss, final, th.converge_margin)
-    return CurveStats(
-        run=run,
-        seed=seed,
-        first_step=int(steps[0]),
-        first_bits=float(loss[0]),
-        last_step=int(steps[-1]),
-        final_bits=final,
-        converged_step=conv,
-        converged_fraction=conv / steps[-1] if steps[-1] > 0 else math.nan,
-        diverged_step=diverged,
-        spikes=detect_spikes(finite_steps, finite_loss, th.spike_threshold, th.recovery_margin),
-    )
-
-
-def collect(curves: pd.DataFrame, runs: list[str], th: ClaimThresholds, split: str = "train",
-            codebook: int = 0) -> dict[str, list[CurveStats]]:
-    """Statistics per run (those present in `curves`), one entry per seed, seeds ascending."""
-    need = {"run", "step", "split", "codebook", "loss_bits"}
-    if not need <= set(curves.columns):
-        raise UserError(f"loss curves lack column(s): {', '.join(sorted(need - set(curves.columns)))}")
-    data = curves[(curves["split"] == split) & (curves["codebook"] == codebook) & curves["run"].isin(runs)]
-    if "seed" not in data.columns:
-        data = data.assign(seed=0)
-    out: dict[str, list[CurveStats]] = {}
-    for (run, seed), g in data.groupby(["run", "seed"], sort=True):
-        # duplicate steps (a resumed run) collapse to their mean
-        g = g.groupby("step", sort=True)["loss_bits"].mean(numeric_only=True)
-        out.setdefault(run, []).append(curve_stats(run, int(seed), g.index.to_numpy(), g.to_numpy(), th))
-    return out
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -154,13 +92,6 @@ def _per_seed_verdict(passes: dict[str, list[bool]]) -> str:
     if all(all(p) for p in passes.values()):
         return REPRODUCED
     return INCONCLUSIVE
-
-
-def _r(x: float, nd: int = 4):
-    """JSON-friendly rounding: NaN -> None; nd=0 gives an int (steps)."""
-    if x is None or not math.isfinite(x):
-        return None
-    return int(round(x)) if nd == 0 else round(float(x), nd)
 
 
 # ----------------------------------------------------------------------------- the claims
@@ -239,7 +170,7 @@ class _Context:
     def per_seed(self, attr: str, roles=None) -> dict[str, dict[str, float]]:
         roles = roles or list(self.present)
         nd = 0 if attr.endswith("_step") else 4
-        return {self.roles[r]: {str(s.seed): _r(getattr(s, attr), nd) for s in self.stats[self.roles[r]]}
+        return {self.roles[r]: {str(s.seed): rounded(getattr(s, attr), nd) for s in self.stats[self.roles[r]]}
                 for r in roles if r in self.present}
 
     def values(self, role: str, attr: str) -> list[float]:
@@ -265,7 +196,7 @@ class _Context:
         roles = [r for r in (roles or self.roles) if r in self.present]
         m = {}
         for attr in attrs:
-            m[attr] = {self.roles[r]: _r(self.mean(r, attr), 0 if attr.endswith("_step") else 4) for r in roles}
+            m[attr] = {self.roles[r]: rounded(self.mean(r, attr), 0 if attr.endswith("_step") else 4) for r in roles}
             if self.multi_seed:
                 m[f"{attr}_per_seed"] = self.per_seed(attr, roles)
         m["seeds"] = {self.roles[r]: len(self.stats[self.roles[r]]) for r in roles}
@@ -310,7 +241,7 @@ class _Context:
             return INCONCLUSIVE, measured, notes + ["no other arm has a final loss to compare"]
         rival = min(others, key=others.get)
         gap = others[rival] - mine
-        measured["gap_bits"] = _r(gap)
+        measured["gap_bits"] = rounded(gap)
         ok, why = _compare(self.roles["clip10"], self.roles[rival], gap,
                            (self.spread("clip10", "final_bits"), self.spread(rival, "final_bits")),
                            self.th.min_final_gap, self.multi_seed, "bits", self.th.seed_spread == "range")
@@ -342,7 +273,7 @@ class _Context:
         others = {r: self.mean(r, "converged_step") for r in roles if r != "clip1"}
         rival = max(others, key=others.get)
         gap = self.mean("clip1", "converged_step") - others[rival]
-        measured["gap_steps"] = _r(gap, 0)
+        measured["gap_steps"] = rounded(gap, 0)
         ok, why = _compare(self.roles["clip1"], self.roles[rival], gap,
                            (self.spread("clip1", "converged_step"), self.spread(rival, "converged_step")),
                            0.0, self.multi_seed, "steps", self.th.seed_spread == "range")
@@ -361,7 +292,7 @@ class _Context:
             recovered = [k for k in s.spikes if k["recovery_step"] is not None]
             pick = max(recovered or s.spikes, key=lambda k: k["height_bits"], default=None)
             per_seed[str(s.seed)] = None if pick is None else {
-                k: (_r(v) if isinstance(v, float) else v) for k, v in pick.items()}
+                k: (rounded(v) if isinstance(v, float) else v) for k, v in pick.items()}
             passes.append(bool(recovered))
             if s.spikes and not recovered:
                 notes.append(f"seed {s.seed}: rose {pick['height_bits']:.3g} bits at step {pick['peak_step']} "
@@ -410,165 +341,7 @@ class _Context:
         return self.every_arm(passes, f"not stabilised by {th.stabilise_fraction:.0%} of the x-range", measured, notes)
 
 
-# ----------------------------------------------------------------------------- what the diagnostics show at a spike
-
-UNUSUAL_FACTOR = 3.0  # a diagnostic at a spike this many times its median before the spike is unusual
-BASELINE_ROWS = 3  # ... the median of the last this many rows before the onset (early training moves fast)
-SKIP_NAMES = {"overflow_skips": "fp16 overflow", "nonfinite": "non-finite loss"}
-
-
-def _before_and_during(series: pd.Series, onset: int, peak: int) -> tuple[float, float]:
-    """(median of the last BASELINE_ROWS finite values before `onset`, largest value in onset..peak)
-    of a step-indexed series."""
-    before = series[(series.index < onset) & np.isfinite(series.to_numpy())].sort_index().iloc[-BASELINE_ROWS:]
-    during = series[(series.index >= onset) & (series.index <= peak)]
-    return (float(before.median()) if len(before) else math.nan,
-            float(during.max()) if len(during) else math.nan)
-
-
-def explain_spikes(stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame,
-                   factor: float = UNUSUAL_FACTOR) -> list[dict]:
-    """For every spike in `stats` (claim d's spikes, every arm and seed), what the diagnostics show
-    from its onset to its peak: the largest gradient norm before clipping and attention logit,
-    each against its median over the last BASELINE_ROWS rows before the onset, and the updates
-    skipped (fp16 overflow, non-finite loss) in between. `unusual` names what rose `factor` times or more
-    above its median, any skipped update, and an attention logit beyond float16's range;
-    empty: the diagnostics show nothing unusual at that spike.
-    """
-    out = []
-    for run, per_seed in stats.items():
-        for s in per_seed:
-            rows = diagnostics[(diagnostics["run"] == run) & (diagnostics["seed"] == s.seed)]
-            wide = rows.pivot_table(index="step", columns="diagnostic", values="value", aggfunc="mean", dropna=False)
-            for k in s.spikes:
-                onset, peak = k["onset_step"], k["peak_step"]
-                seen = {"run": run, "seed": s.seed, "onset_step": onset, "peak_step": peak,
-                        "height_bits": k["height_bits"], "unusual": []}
-                for name, column in (("grad_norm", "grad_norm_max"), ("attn_logit", "attn_logit_max")):
-                    label = {"grad_norm": "gradient norm", "attn_logit": "attention logit"}[name]
-                    if column not in wide.columns:
-                        seen[name] = None  # not measured (train.diagnostics false)
-                        continue
-                    median, top = _before_and_during(wide[column], onset, peak)
-                    seen[name] = {"max": _r(top), "median_before": _r(median),
-                                  "ratio": _r(top / median) if median > 0 else None}
-                    if math.isfinite(top) and median > 0 and top >= factor * median:
-                        seen["unusual"].append(f"{label} {top / median:.1f}x its median")
-                if seen["attn_logit"] and (seen["attn_logit"]["max"] or 0) >= 65504:
-                    seen["unusual"].append("attention logit beyond float16's range")
-                for name in ("overflow_skips", "nonfinite"):
-                    if name not in wide.columns:
-                        seen[name] = None
-                        continue
-                    c = wide[name].dropna()
-                    start = c[c.index < onset].iloc[-1] if (c.index < onset).any() else 0.0
-                    end = c[c.index <= peak].iloc[-1] if (c.index <= peak).any() else start
-                    seen[name] = int(end - start)
-                    if seen[name] > 0:
-                        seen["unusual"].append(f"{seen[name]} update(s) skipped for {SKIP_NAMES[name]}")
-                out.append(seen)
-    return out
-
-
-def _seen_text(name: str, v: dict | None) -> str:
-    if v is None:
-        return f"{name} not measured"
-    ratio = f"{v['ratio']:.2f}x" if v["ratio"] is not None else "n/a"
-    return f"{name} up to {_fmt(v['max'])} ({ratio} its median {_fmt(v['median_before'])} just before)"
-
-
-def spikes_markdown(explained: list[dict], factor: float = UNUSUAL_FACTOR) -> str:
-    """The claims.md section: one line per spike with the diagnostics' numbers and a plain reading."""
-    lines = ["", "## What the diagnostics show at each spike", ""]
-    if not explained:
-        return "\n".join(lines + ["No arm spikes, so there is nothing to explain.", ""])
-    lines.append(f"From the onset row to the peak row of each spike (`diagnostics.csv`); \"unusual\" is {factor:g} "
-                 f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, "
-                 "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before clipping "
-                 "since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers.")
-    lines.append("")
-    for e in explained:
-        skipped = ", ".join(f"{e[n]} for {SKIP_NAMES[n]}" if e[n] is not None else f"{SKIP_NAMES[n]} not counted"
-                            for n in SKIP_NAMES)
-        reading = ("**unusual**: " + "; ".join(e["unusual"]) if e["unusual"]
-                   else "**nothing unusual** in the diagnostics")
-        lines.append(f"- `{e['run']}` seed {e['seed']}, spike +{e['height_bits']:.2f} bits, onset step "
-                     f"{e['onset_step']}, peak step {e['peak_step']}: {_seen_text('gradient norm', e['grad_norm'])}; "
-                     f"{_seen_text('attention logit', e['attn_logit'])}; skipped updates: {skipped}. {reading}.")
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------- outputs
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
-    return str(v)
-
-
-def measured_text(measured: dict) -> str:
-    """One line per measured quantity, for the markdown table (per-seed detail is in the JSON)."""
-    parts = []
-    for key, val in measured.items():
-        if key.endswith("_per_seed") or key == "seeds":  # seeds: in the header; per seed: in the JSON
-            continue
-        if key == "spike":
-            val = {f"seed {k}": _spike_text(v) for k, v in val.items()}
-        if isinstance(val, dict):
-            per_seed = measured.get(f"{key}_per_seed", {})
-            inner = ", ".join(f"{k} {_fmt(v)}{_range_text(per_seed.get(k))}" for k, v in val.items()) or "none"
-            parts.append(f"{key}: {inner}")
-        elif isinstance(val, list):
-            parts.append(f"{key}: {', '.join(_fmt(v) for v in val)}")
-        else:
-            parts.append(f"{key}: {_fmt(val)}")
-    return "<br>".join(parts)
-
-
-def _range_text(per_seed: dict | None) -> str:
-    """" (min-max)" over seeds when there are several, else ""."""
-    v = [x for x in (per_seed or {}).values() if x is not None]
-    return f" ({_fmt(min(v))}-{_fmt(max(v))})" if len(v) > 1 else ""
-
-
-def _spike_text(k: dict | None) -> str:
-    if k is None:
-        return "none"
-    back = k["recovery_step"] if k["recovery_step"] is not None else "never"
-    return f"+{k['height_bits']:.2f} bits at step {k['peak_step']}, recovered at {back}"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(claims: list[dict], header: dict, paper_verdicts: dict[str, str] | None = None) -> str:
-    lines = [
-        "# Findings: the figure's claims on the reproduced curves",
-        "",
-        f"Source: `{header['curves']}`, codebook 0, split `{header['split']}`; seeds per run: "
-        + ", ".join(f"`{r}` {n}" for r, n in header["n_seeds"].items()) + ".",
-        "Thresholds: " + ", ".join(f"`{k}` {v}" for k, v in header["thresholds"].items()) + ".",
-        "",
-    ]
-    cols = ["", "claim", "paper", "measured", "verdict"] + (["on the paper's curves"] if paper_verdicts else [])
-    lines += ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-    for c in claims:
-        row = [c["id"], c["claim"], c["paper"], measured_text(c["measured"]), f"**{c['verdict']}**"]
-        if paper_verdicts:
-            row.append(paper_verdicts.get(c["id"], "n/a"))
-        lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
-    lines += ["", "## Notes", ""]
-    lines += [f"- **{c['id']}** ({c['verdict']}): {c['note'] or '-'}" for c in claims]
-    if paper_verdicts:
-        lines += ["", "The last column applies the same checks to the paper's curves as digitised from a "
-                      "textual description of the figure (`data/reference/paper_curves.csv`, about "
-                      "0.1 bits and 20 % in steps): where it is not \"reproduced\", the paper's own numbers "
-                      "do not support the claim at these thresholds."]
-    return "\n".join(lines) + "\n"
+# ----------------------------------------------------------------------------- the stage
 
 
 def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True,

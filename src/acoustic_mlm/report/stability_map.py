@@ -15,6 +15,11 @@ computed per seed and reported as the mean with its spread (claims.seed_spread).
 
 The verdict rules are written in docs/stability.md ("The stability map: verdict rules"); `verdicts`
 implements them as written there.
+
+One module for the three map stages (`run_table`, `run_claims`, `run_figure`), a little over 500
+lines, because they read one table through one set of definitions: its columns, the formulas, and
+what a panel is (`panels`, `_in_panel`), which the statistics, the verdicts and the figure all use.
+Its sections go in that order: formulas, the table, per arm and panel, verdicts, the figure.
 """
 
 from __future__ import annotations

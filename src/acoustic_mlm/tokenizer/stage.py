@@ -65,7 +65,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm import encodec
 from acoustic_mlm.encodec import CODEBOOK_SIZE, FRAME_RATE, SAMPLE_RATE
 from acoustic_mlm.devices import pick_device
-from acoustic_mlm.data.prepare import check_calibration_data
+from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.utils import Progress, atomic_dir, atomic_path, keep_freed_memory, log, set_threads, write_json
 
 OFFICIAL_URL = "https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th"
@@ -664,8 +664,8 @@ MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated
 
 
 def read_prepared(prepared_dir: str | Path):
-    """The prepared corpus through `prepare.load_prepared`, its errors as TokenizerError."""
-    from acoustic_mlm.data.prepare import load_prepared
+    """The prepared corpus through `corpus.load_prepared`, its errors as TokenizerError."""
+    from acoustic_mlm.data.corpus import load_prepared
 
     try:
         return load_prepared(prepared_dir)
@@ -742,7 +742,7 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
 
     Memory: one padded batch and a memory map of the shard's codes.
     """
-    from acoustic_mlm.data.prepare import shard_name
+    from acoustic_mlm.data.corpus import shard_name
 
     set_threads(threads)
     keep_freed_memory()  # 1.6x faster encoding on CPU (BENCHMARKS.md)
@@ -807,7 +807,7 @@ def clip_levels(audio: np.ndarray, clips, level: dict) -> tuple:
 
 def _planned_shards(prepared_dir: Path) -> set[int]:
     """The shards prepare's plan (shards.csv) lists; empty when there is no plan."""
-    from acoustic_mlm.data.prepare import PLAN, read_plan
+    from acoustic_mlm.data.corpus import PLAN, read_plan
 
     if not (Path(prepared_dir) / PLAN).is_file():
         return set()
@@ -816,7 +816,7 @@ def _planned_shards(prepared_dir: Path) -> set[int]:
 
 def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
     """A shard's codes.npy, memory-mapped read-only."""
-    from acoustic_mlm.data.prepare import shard_name
+    from acoustic_mlm.data.corpus import shard_name
 
     path = Path(codes_dir) / shard_name(shard) / "codes.npy"
     if not path.is_file():
@@ -830,7 +830,7 @@ def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
 def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
     """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
     every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
-    from acoustic_mlm.data.prepare import shard_name
+    from acoustic_mlm.data.corpus import shard_name
 
     out_dir = Path(out_dir)
     corpus = read_prepared(prepared_dir)

@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from acoustic_mlm import config as C
 from acoustic_mlm import readers
-from acoustic_mlm.data.prepare import load_prepared
+from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import diagnostics
