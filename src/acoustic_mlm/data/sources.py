@@ -195,11 +195,12 @@ def find_audio(folder: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class ArchiveSource:
-    """One downloadable corpus: where it is, how to check it, what its audio members look like."""
+    """One downloadable corpus: where it is, how to check it, what its audio members look like. (The
+    tokenizer downloads EnCodec's checkpoint as one too, named "tokenizer.checkpoint".)"""
 
     name: str  # the data.source value
     url: str
-    known_hash: str  # "<algorithm>:<hex>", lower case, as pooch reads it
+    known_hash: str | None  # "<algorithm>:<hex>", lower case, as pooch reads it; None: the caller checks
     filename: str  # the archive's name under the downloads folder
     layout: str | None = None  # regex every audio member should fullmatch; None: any layout
     exclude_stems: frozenset[str] = field(default_factory=frozenset)  # members never extracted
