@@ -38,7 +38,7 @@ from acoustic_mlm.report import stability
 from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
 from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, shard_name
-from acoustic_mlm.tokenizer.stage import LEVELS, MODEL_DIR, merge
+from acoustic_mlm.tokenizer.stage import LOUDNESS_TABLE, MODEL_DIR, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE
@@ -79,7 +79,7 @@ def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -
     (codes_dir / shard_name(0) / "encode.json").write_text(json.dumps(
         {"clips": clips, "audio_seconds": clips * frames * HOP / RATE, "encode_seconds": 0.0}))
     pd.DataFrame({"clip_id": [r["clip_id"] for r in rows], "rms_dbfs": -13.5, "lufs": -13.5,  # tones at 0.3
-                  "gain_db": 0.0}).to_csv(codes_dir / shard_name(0) / LEVELS, index=False)
+                  "gain_db": 0.0}).to_csv(codes_dir / shard_name(0) / LOUDNESS_TABLE, index=False)
     pd.DataFrame(rows)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
     merge({"tokenizer": {"batch_size": 1}}, prepared, codes_dir)  # tokenizer.json, as the stage writes it

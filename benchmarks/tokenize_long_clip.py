@@ -29,17 +29,18 @@ def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dic
     import pandas as pd
 
     from acoustic_mlm import encodec
-    from acoustic_mlm.tokenizer import stage as tokenizer
+    from acoustic_mlm.tokenizer.codec import build_encodec
+    from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
     from acoustic_mlm.utils import set_threads
 
     set_threads(threads)
-    model = tokenizer.build_encodec(6.0, 0)
+    model = build_encodec(6.0, 0)
     n = int(seconds * encodec.SAMPLE_RATE) // encodec.HOP * encodec.HOP
     audio = (0.1 * np.random.default_rng(0).standard_normal(n)).astype(np.float32)
     clips = pd.DataFrame({"offset": [0], "num_samples": [n]})
     t0 = time.perf_counter()
-    tokenizer.encode_clips(model, audio, clips, segment_frames=round(segment_s * 75),
-                           context_frames=round(context_s * 75))
+    settings = {"batch_size": 1, "segment_seconds": segment_s, "context_seconds": context_s}  # as tokenizer: reads them
+    encode_clips(model, audio, clips, EncodeSettings.from_config(settings, "cpu"))
     return {"segment_seconds": segment_s, "seconds": time.perf_counter() - t0,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 

@@ -7,7 +7,7 @@ in the same process:
   `EncodecModel.encodec_model_24khz()`, `set_target_bandwidth(6.0)`, then per clip
   `model.encode(wav[None, None])` under `torch.no_grad()` and
   `torch.cat([f[0] for f in frames], dim=-1)`; one call per clip.
-- **batched**: `acoustic_mlm.tokenizer.stage.encode_clips(model, audio, clips, batch_size=B)`, what the
+- **batched**: `acoustic_mlm.tokenizer.encode.encode_clips(model, audio, clips, EncodeSettings(batch_size=B))`, what the
   tokenize stage runs: zero-padded batches of up to B clips, longest first, each clip's codes
   trimmed to its own frames, written into one aligned (K, frames) array; for each B of
   `--batch-sizes`.
@@ -53,9 +53,10 @@ import torch
 
 from acoustic_mlm.data import synth
 from acoustic_mlm import encodec
-from acoustic_mlm.tokenizer.stage import (
-    SAMPLE_RATE, build_encodec, calibrate, encode_clips, n_codebooks, padded_batches,
-)  # fmt: skip
+from acoustic_mlm.encodec import SAMPLE_RATE
+from acoustic_mlm.tokenizer.calibration import calibrate
+from acoustic_mlm.tokenizer.codec import build_encodec, n_codebooks
+from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips, padded_batches
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads, write_json
 
@@ -163,7 +164,8 @@ def time_variant(name, batch_size, model, audio, clips, device) -> tuple[float, 
     if name == PLAIN:
         out = encode_plain(model, audio, clips, device)
     else:
-        out = encode_clips(model, audio, clips, batch_size=batch_size, device=device, label=f"tokenize B={batch_size}")
+        out = encode_clips(model, audio, clips, EncodeSettings(batch_size=batch_size, device=device),
+                           label=f"tokenize B={batch_size}")
     _sync(device)
     seconds = time.perf_counter() - t0
     return seconds, (aligned(out, clips, len(audio)) if name == PLAIN else out)

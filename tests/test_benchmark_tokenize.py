@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from acoustic_mlm.tokenizer import stage as tokenizer
+from acoustic_mlm.tokenizer import calibration, codec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_padding_share_of_longest_first_batches():
 
 def test_main_compares_batched_codes_with_the_plain_api(tmp_path, capsys, monkeypatch):
     # one calibration thread keeps the minimal calibration (1,024 frames) fast on a shared machine
-    monkeypatch.setattr(tokenizer, "CALIBRATION_THREADS", 1)
+    monkeypatch.setattr(calibration, "CALIBRATION_THREADS", 1)
     out = tmp_path / "bench.json"
     result = bench.main(
         ["--clips", "3", "--min-seconds", "1", "--max-seconds", "2", "--batch-sizes", "1,2", "--repeats", "1",
@@ -83,7 +83,7 @@ def test_plain_path_is_encodecs_readme():
     """The reference path is model.encode per clip: codes equal a direct call on the clip."""
     import torch
 
-    model = tokenizer.build_encodec(6.0, 0)
+    model = codec.build_encodec(6.0, 0)
     lengths = np.array([40, 25]) * 320
     audio, clips = bench.make_corpus("noise", lengths, seed=0)
     (first, second) = bench.encode_plain(model, audio, clips, torch.device("cpu"))

@@ -57,6 +57,8 @@ def _set(cfg, dotted, value):
         ("runs.prenorm_clip10.clip", -1.0, "'runs.prenorm_clip10.clip'"),
         ("runs.prenorm_clip1.deepnorm", True, "'runs.prenorm_clip1.deepnorm' was replaced by 'norm: deepnorm'"),
         ("runs.prenorm_clip1.attn_relax", False, "'runs.prenorm_clip1.attn_relax' was replaced by 'attention: pb_relax'"),
+        ("tokenizer.level", "kweighted", "'tokenizer.level' was renamed to 'tokenizer.loudness'"),
+        ("tokenizer.level_target", -23.0, "'tokenizer.level_target' was renamed to 'tokenizer.loudness_target'"),
         ("runs.prenorm_clip1.attention", "flash", "'runs.prenorm_clip1.attention'"),
         ("runs.prenorm_clip1.role", "clip10", "'runs.prenorm_clip1.role' is clip10, as is 'runs.prenorm_clip10.role'"),
         ("runs.prenorm_clip1.role", "baseline", "'runs.prenorm_clip1.role'"),

@@ -47,7 +47,7 @@ CHANGED = {
     "data.known_hash": "sha256:" + "0" * 64,
     "data.folder": "/tmp/some-folder",
     "data.base_url": "http://127.0.0.1:9/mirror/",
-    "tokenizer.level": "none",
+    "tokenizer.loudness": "none",
     "model.mixture_segments": [1, 2],
     "model.mixture_samples": [12000, 24000],
     "train.crop_unit": "sample",

@@ -23,7 +23,7 @@ import yaml
 from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
 from acoustic_mlm.data import archive
-from acoustic_mlm.data import fetch
+from acoustic_mlm.data import download, fetch
 from acoustic_mlm.data import prepare
 from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.data import sources
@@ -36,8 +36,8 @@ SR = 24000
 
 @pytest.fixture(autouse=True)
 def no_retry_sleep(monkeypatch):
-    """fetch.download sleeps 1 s, 2 s, ... between attempts; the local server needs no pause."""
-    monkeypatch.setattr(fetch.time, "sleep", lambda s: None)
+    """download.download sleeps 1 s, 2 s, ... between attempts; the local server needs no pause."""
+    monkeypatch.setattr(download.time, "sleep", lambda s: None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_wrong_hash_is_a_one_line_error_and_writes_nothing(server, tmp_path):
     blob = make_zip(corpus())
     url = server.serve("/bad/hash.zip", blob)
     data = tmp_path / "data"
-    with pytest.raises(fetch.DownloadError, match=r"SHA256 hash of downloaded file .* does not match") as err:
+    with pytest.raises(download.DownloadError, match=r"SHA256 hash of downloaded file .* does not match") as err:
         fetch.run(url_cfg(url, "sha256:" + "0" * 64), data / "raw", retries=3, timeout=10)
     assert "\n" not in str(err.value) and "data.known_hash" in str(err.value)
     assert not data.exists()  # no raw folder, no downloads folder, no partial file
@@ -150,7 +150,7 @@ def test_broken_download_fails_cleanly_then_resumes_on_the_next_fetch(server, tm
     url = server.serve("/flaky/again.zip", blob)
     server.truncate_once.add("/flaky/again.zip")
     data = tmp_path / "data"
-    with pytest.raises(fetch.DownloadError, match=r"failed after 1 attempt: .*") as err:
+    with pytest.raises(download.DownloadError, match=r"failed after 1 attempt: .*") as err:
         fetch.run(url_cfg(url, sha256(blob)), data / "raw", retries=0, timeout=10)
     assert "\n" not in str(err.value)
     assert not (data / "raw").exists()
@@ -201,7 +201,7 @@ def test_corrupt_partial_download_is_discarded_by_the_hash_check(server, tmp_pat
 
 
 def test_missing_file_is_a_one_line_error_without_retries(server, tmp_path):
-    with pytest.raises(fetch.DownloadError, match=r"404") as err:
+    with pytest.raises(download.DownloadError, match=r"404") as err:
         fetch.run(url_cfg(server.url("/nowhere.zip"), "sha256:" + "1" * 64), tmp_path / "data" / "raw",
                   retries=3, timeout=10)
     assert "\n" not in str(err.value)
@@ -509,7 +509,7 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
     name = "pibble.ogg"  # a server that serves other bytes: refused, naming the key to check
     server.files[f"/librosa-data/{name}"] = b"not pibble"
     (tmp_path / "data" / "downloads" / "librosa" / name).unlink()
-    with pytest.raises(fetch.DownloadError, match=r"pibble\.ogg.*check data\.base_url$"):
+    with pytest.raises(download.DownloadError, match=r"pibble\.ogg.*check data\.base_url$"):
         fetch.run(cfg, tmp_path / "data" / "raw2")
     assert not (tmp_path / "data" / "raw2").exists()
 

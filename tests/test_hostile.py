@@ -32,7 +32,7 @@ from helpers import copy_repo, make_tar, sha256
 from acoustic_mlm import encodec
 from acoustic_mlm.data import archive
 from acoustic_mlm import cli
-from acoustic_mlm.data import fetch
+from acoustic_mlm.data import download
 from acoustic_mlm.data import prepare
 from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.train import loop as train
@@ -394,7 +394,7 @@ def test_item8_archive_bombs_conflicts_and_long_names_are_refused_by_name(server
     """A 975 KB zip of a 1 GB WAV of zeros was extracted in full; a.wav then a.wav/b.wav gave
     FileExistsError; a 300-character folder name OSError 36. Each is now refused, naming the
     member, before anything is written."""
-    monkeypatch.setattr(fetch.time, "sleep", lambda s: None)
+    monkeypatch.setattr(download.time, "sleep", lambda s: None)
     bomb = tmp_path / "bomb.zip"
     _zip_of_zero_wav(bomb, 1 << 30)
     assert bomb.stat().st_size < 1_100_000

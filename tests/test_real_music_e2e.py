@@ -28,8 +28,8 @@ from test_sources_e2e import FIGURE, read_csv, run, show, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing()))]
 
-# Codebook 0 over the 14 recordings (docs/tokenizer.md, benchmarks/tokenizer_level.py): with level
-# kweighted 2.5% of the frames on the most frequent code and 9.02 bits; 9.3% and 8.54 bits with level
+# Codebook 0 over the 14 recordings (docs/tokenizer.md, benchmarks/tokenizer_loudness.py): with loudness
+# kweighted 2.5% of the frames on the most frequent code and 9.02 bits; 9.3% and 8.54 bits with loudness
 # rms (glacier-bay-humpback: 96% of its frames on one code); 36.8% and 6.14 bits without normalisation.
 PIPELINE_TIMEOUT_S = 2400  # 11 min of audio through every stage: about 5 min on 2 idle cores, far more on busy ones
 MAX_TOP_CODE_SHARE = 0.05  # codebook 0: no code on more than 5% of the frames
@@ -48,7 +48,7 @@ def recordings() -> list[Path]:
 
 def assert_informative_codebook0(repo: Path) -> dict:
     tok = json.loads((repo / "data" / "codes" / "tokenizer.json").read_text())
-    assert tok["level"]["method"] == "kweighted", tok["level"]
+    assert tok["loudness"]["method"] == "kweighted", tok["loudness"]
     assert tok["top_code_share"][0] <= MAX_TOP_CODE_SHARE, tok["top_code_share"]
     assert tok["unigram_entropy_bits"][0] >= MIN_ENTROPY_BITS, tok["unigram_entropy_bits"]
     files = read_csv(repo / "data" / "codes" / "files.csv")

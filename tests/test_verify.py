@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -84,6 +85,22 @@ def test_a_run_of_other_settings_is_refused_by_name(data_dirs, tiny, tmp_path, c
     assert f"train.lr: 0.001 here, {cfg['train']['lr']} in the reference" in err
     assert len(err.strip().splitlines()) == 1
     assert cli.main(["verify", "--config", str(path), "--reference", str(tmp_path / "nothing")]) == 2
+
+
+def test_a_reference_recorded_under_renamed_keys_is_read_under_the_new_names(root, tmp_path):
+    """A reference stores each arm's settings by key; a key renamed since (config.RENAMED_KEYS, values
+    unchanged) is read under its new name, so the reference still matches its preset."""
+    cfg = C.load(root / "config" / "smoke.yaml")
+    ref = shutil.copytree(root / "data" / "reference" / "smoke_run", tmp_path / "ref")
+    meta = json.loads((ref / verify.META).read_text())
+    old_name = {new: old for old, new in C.RENAMED_KEYS.items()}
+    meta["arms"] = {run: {old_name.get(k, k): v for k, v in settings.items()}
+                    for run, settings in verify.fingerprints(cfg).items()}
+    (ref / verify.META).write_text(json.dumps(meta))
+    assert all("tokenizer.level" in s and "tokenizer.loudness" not in s for s in meta["arms"].values())
+    _, read = verify.load_reference(ref)
+    assert read["arms"] == verify.fingerprints(cfg)
+    assert read["arms"]["prenorm_clip1"]["tokenizer.loudness"] == cfg["tokenizer"]["loudness"]
 
 
 @pytest.mark.parametrize("preset, folder", [("config/smoke.yaml", "smoke_run")])

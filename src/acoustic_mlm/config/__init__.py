@@ -23,6 +23,7 @@ from acoustic_mlm.config.checks import (
     MAX_LABEL_CHARS,
     MAX_RUN_NAME_BYTES,
     RANK_SEED_STRIDE,
+    RENAMED_KEYS,
     RENAMED_RUN_KEYS,
     TORCH_SEED_MAX,
     check_codebooks,
@@ -37,6 +38,7 @@ from acoustic_mlm.config.checks import (
     cqt_top_frequency,
     crop_frames,
     mask_groups,
+    renamed_settings,
     total_stride,
     validate,
 )
@@ -70,7 +72,7 @@ __all__ = [
     # load.py
     "MAX_CONFIG_BYTES", "load", "read_yaml",
     # checks.py
-    "validate", "RENAMED_RUN_KEYS", "MAX_RUN_NAME_BYTES", "TORCH_SEED_MAX", "RANK_SEED_STRIDE", "MAX_LABEL_CHARS",
+    "validate", "RENAMED_RUN_KEYS", "RENAMED_KEYS", "renamed_settings", "MAX_RUN_NAME_BYTES", "TORCH_SEED_MAX", "RANK_SEED_STRIDE", "MAX_LABEL_CHARS",
     "check_run_name", "check_seed", "check_seeds", "check_label_length", "check_finite", "check_integers",
     "check_codebooks", "check_labels",
     "total_stride", "mask_groups", "cqt_bin_frequency", "cqt_top_frequency", "crop_frames",

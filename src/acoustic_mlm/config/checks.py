@@ -26,6 +26,13 @@ RENAMED_RUN_KEYS = {
     "deepnorm": "'norm: deepnorm' (norm is pre | post | deepnorm)",
     "attn_relax": "'attention: pb_relax' (attention is softmax | pb_relax)",
 }
+# Keys of earlier versions renamed with their values unchanged: old dotted key -> new dotted key. A
+# config still using one gets a sentence naming the new key; settings recorded under the old names
+# (a reference run's, report.verify) are read through `renamed_settings`.
+RENAMED_KEYS = {
+    "tokenizer.level": "tokenizer.loudness",  # "level" is an RVQ level (a codebook); this is loudness normalisation
+    "tokenizer.level_target": "tokenizer.loudness_target",
+}
 
 
 def validate(cfg: Any, source: str = "config") -> dict:
@@ -79,6 +86,19 @@ def _check_renamed_keys(cfg: Any, source: str) -> None:
         for old in RENAMED_RUN_KEYS:
             if isinstance(run, dict) and old in run:
                 raise ConfigError(f"{source}: 'runs.{name}.{old}' was replaced by {RENAMED_RUN_KEYS[old]}")
+    for old, new in RENAMED_KEYS.items():
+        *parents, last = old.split(".")
+        node = cfg
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            raise ConfigError(f"{source}: '{old}' was renamed to '{new}' (the values are the same)")
+
+
+def renamed_settings(settings: dict) -> dict:
+    """{dotted key: value} recorded by an earlier version, its renamed keys (RENAMED_KEYS) under
+    their new names, in the same order."""
+    return {RENAMED_KEYS.get(key, key): value for key, value in settings.items()}
 
 
 def _check_schema(cfg: Any, source: str) -> None:

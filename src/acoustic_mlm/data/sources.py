@@ -195,11 +195,12 @@ def find_audio(folder: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class ArchiveSource:
-    """One downloadable corpus: where it is, how to check it, what its audio members look like."""
+    """One downloadable corpus: where it is, how to check it, what its audio members look like. (The
+    tokenizer downloads EnCodec's checkpoint as one too, named "tokenizer.checkpoint".)"""
 
     name: str  # the data.source value
     url: str
-    known_hash: str  # "<algorithm>:<hex>", lower case, as pooch reads it
+    known_hash: str | None  # "<algorithm>:<hex>", lower case, as pooch reads it; None: the caller checks
     filename: str  # the archive's name under the downloads folder
     layout: str | None = None  # regex every audio member should fullmatch; None: any layout
     exclude_stems: frozenset[str] = field(default_factory=frozenset)  # members never extracted
@@ -253,7 +254,7 @@ class FileSetSource:
     files: dict[str, str]  # file name -> "<algorithm>:<hex>"
 
     def members(self) -> list[ArchiveSource]:
-        """One download per file (fetch.download's unit), in name order."""
+        """One download per file (download.download's unit), in name order."""
         return [ArchiveSource(name=self.name, url=self.base_url + quote(f), known_hash=h, filename=f)
                 for f, h in sorted(self.files.items())]
 

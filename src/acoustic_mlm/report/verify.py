@@ -102,11 +102,15 @@ def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command:
 
 
 def load_reference(ref_dir: Path) -> tuple[pd.DataFrame, dict]:
+    """A reference's metrics and reference.json, each arm's settings under today's key names (a
+    reference recorded before a key was renamed holds the same values under the old name)."""
     ref_dir = Path(ref_dir)
     for name in (METRICS, META):
         if not (ref_dir / name).is_file():
             raise UserError(f"{ref_dir / name}: not found; a reference folder holds {METRICS} and {META}")
-    return pd.read_csv(ref_dir / METRICS), json.loads((ref_dir / META).read_text())
+    meta = json.loads((ref_dir / META).read_text())
+    meta["arms"] = {run: C.renamed_settings(settings) for run, settings in meta.get("arms", {}).items()}
+    return pd.read_csv(ref_dir / METRICS), meta
 
 
 def _settings_differ(mine: dict, theirs: dict) -> list[str]:
