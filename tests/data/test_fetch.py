@@ -29,7 +29,7 @@ from acoustic_mlm.data import sources
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import SCHEMA_PATH
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 SR = 24000
 
 

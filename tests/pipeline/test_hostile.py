@@ -37,7 +37,7 @@ from acoustic_mlm.data import prepare
 from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = (ROOT / "config" / "smoke.yaml").read_text()
 LR_LINE = 1 + [line.startswith("  lr:") for line in SMOKE.splitlines()].index(True)
 
