@@ -15,7 +15,7 @@ experiment takes a minute:
     python benchmarks/forced_spike.py --out results/forced_spike --figure docs/stability_forced_spike.png
 
 writes the runs, loss_curves.csv, diagnostics.csv, the figure (and, with --figure, a copy of its
-PNG) and prints what the diagnostics show at every spike. tests/test_stability.py runs it.
+PNG) and prints what the diagnostics show at every spike. tests/report/test_stability.py runs it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ setting runs in its own process (peak RSS is per process), alternating, `--repea
     python benchmarks/tokenize_long_clip.py --seconds 300 --segments 0,60 --context 2
 
 The clip is white noise through the untrained encoder: the encoder's cost does not depend on the
-codebooks or the signal. Whether segments change the codes is tested in tests/test_tokenizer.py.
+codebooks or the signal. Whether segments change the codes is tested in tests/tokenizer/test_stage.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Shared test helpers (imported by test modules; pytest puts tests/ on sys.path)."""
+"""Shared test helpers (imported by the test modules of every folder: pyproject.toml puts tests/ on
+sys.path)."""
 
 import hashlib
 import io

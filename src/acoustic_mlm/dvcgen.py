@@ -7,7 +7,7 @@ hand: each stage's `params` are `config.result_keys` of its steps (`config.STEP_
 `config.DVC_STAGES`), each stage's source `deps` are the package modules its entry module imports,
 followed through the import graph (`imports`), so a key or a module cannot be listed twice or
 forgotten. The committed dvc.yaml is this module's output for config/config.yaml, byte for byte
-(tests/test_workflow.py), and the first stage checks that the file still is the generated one
+(tests/pipeline/test_workflow.py), and the first stage checks that the file still is the generated one
 (`amlm dvc-yaml --check`): a sweep's points are stages, so after a change of the sweep (or of which
 keys the file holds) a stale dvc.yaml stops `dvc repro` with one line instead of training old points.
 
@@ -30,7 +30,7 @@ dependence on the settings in three parts, which together are `result_keys("trai
 - every other training setting is the file's key, as for an arm.
 
 Changing one value therefore reruns exactly the points whose configuration it changes, as in
-Snakemake, whose train rule takes `settings_for("train", point)` as params (tests/test_engines.py
+Snakemake, whose train rule takes `settings_for("train", point)` as params (tests/pipeline/test_engines.py
 checks both). One difference is left: inserting a grid before another renumbers the second grid's
 `sweep.<i>.grid.seeds` keys, which DVC sees as changed params; put new grids last.
 

@@ -193,7 +193,7 @@ class AcousticMLM(nn.Module):
     """MERT's acoustic MLM: backbone + per-codebook heads; forward returns the loss as MLMOutput.
 
     forward(wav (B, L), codes (B, K, T) long, mask (B, T) bool). Only masked frames enter the
-    loss, computed one of two ways that agree to float rounding (tests/test_gpu_paths.py):
+    loss, computed one of two ways that agree to float rounding (tests/train/test_gpu_paths.py):
 
     - static shapes (on a GPU, and whenever torch.compile traces the model): the heads score
       every frame and the unmasked ones are weighted 0. No shape depends on the mask and nothing

@@ -4,7 +4,7 @@ Matmuls and convolutions only (the MFU convention: norms, activations, softmax a
 optimizer are not counted), the same count for every arm whatever kernel runs it. A matmul of
 an (n x a) input by an (a x b) weight costs 2nab forward and 4nab backward (the gradients of
 input and weight): 6nab. `torch.utils.flop_counter` gives the same numbers for ungrouped
-convolutions and explicit-matmul attention (tests/test_benchmark_baseline.py); it ignores
+convolutions and explicit-matmul attention (tests/benchmarks/test_train_throughput.py); it ignores
 `groups` in a conv backward and so overcounts the grouped positional conv.
 
 One function per part; `step_flops` sums them. Axes: B crops, T frames per crop.

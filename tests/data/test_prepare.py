@@ -495,7 +495,7 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     prepare.run(cfg, raw, tmp_path / "prepared")
     assert len(load_prepared(tmp_path / "prepared").manifest) == 4
     # Back to calibrated: prepare does not rerun on the mode alone, so the fit refuses the same way
-    smoke = Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"
+    smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
     cfg["tokenizer"] = {**C.load(smoke)["tokenizer"], "mode": "calibrated"}
     with pytest.raises(UserError) as again:
         tokenizer.fit(cfg, tmp_path / "prepared", tmp_path / "codes")

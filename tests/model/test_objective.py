@@ -35,7 +35,7 @@ def batch(cfg: ModelConfig, B: int = 2, T: int = 20, seed: int = 0):
 # --- units ------------------------------------------------------------------------------------
 
 
-def test_bits():
+def test_bits_are_nats_over_ln_2():
     assert LN2 == math.log(2)
     assert nats_to_bits(math.log(1024)) == pytest.approx(10.0, abs=1e-12)
 
@@ -62,14 +62,14 @@ def test_zero_projection_is_a_uniform_predictor_of_10_bits():
     assert out.loss.item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_cosine_logits():
+def test_cosine_logits_are_cosines_over_the_temperature():
     x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])  # (N=3, F=2)
     e = torch.tensor([[3.0, 0.0], [1.0, 1.0], [0.0, -1.0]])  # (V=3, F=2)
     expected = torch.tensor([[1.0, 2**-0.5, 0.0], [0.0, 2**-0.5, -1.0], [0.0, 0.0, 0.0]]) / 0.1
     torch.testing.assert_close(cosine_logits(x, e, 0.1), expected)
 
 
-def test_codebook_heads_shapes():
+def test_codebook_heads_give_one_logit_per_codebook_and_code():
     heads = CodebookHeads(dim=32, final_dim=8, codebooks=4, codebook_size=16)
     assert heads.codewords.shape == (4, 16, 8)
     assert heads.proj.out_features == 32
@@ -93,7 +93,7 @@ def test_masks_rows_may_differ_without_require_same_masks():
     assert len(set(m.sum(axis=1).tolist())) > 1
 
 
-def test_masks_min_masks():
+def test_masks_hold_at_least_min_masks_spans():
     m = compute_mask_indices((8, 100), 0.0, 1, 3, np.random.default_rng(0))
     assert (m.sum(axis=1) == 3).all()  # 3 distinct spans of one frame each
     m = compute_mask_indices((8, 100), 0.0, 5, 2, np.random.default_rng(0), require_same_masks=False)
@@ -106,7 +106,7 @@ def test_masks_fraction_on_long_sequences():
     assert 0.52 < m.mean() < 0.64
 
 
-def test_masks_short_sequences():
+def test_sequences_shorter_than_two_spans_still_get_masks_in_every_row():
     for T in (6, 8, 10):
         m = compute_mask_indices((4, T), 0.8, 5, 2, np.random.default_rng(T))
         assert m.shape == (4, T) and m.any(axis=1).all()

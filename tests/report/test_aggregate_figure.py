@@ -31,7 +31,7 @@ def runs_dir(tmp_path, smoke_cfg):
     return tmp_path / "runs"
 
 
-def test_aggregate_tidy(runs_dir, tmp_path, smoke_cfg):
+def test_aggregate_writes_one_row_per_run_step_split_and_codebook(runs_dir, tmp_path, smoke_cfg):
     out = tmp_path / "curves.csv"
     curves = aggregate.run(smoke_cfg, runs_dir, out)
     on_disk = pd.read_csv(out)
@@ -67,7 +67,7 @@ def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
     assert not (tmp_path / "c.csv").exists()
 
 
-def test_step_labels():
+def test_step_labels_write_thousands_as_k():
     assert [figure.step_label(x) for x in (1, 10, 100, 1000, 10_000, 100_000, 2500)] == [
         "1", "10", "100", "1K", "10K", "100K", "2.5K"]
 

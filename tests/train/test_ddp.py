@@ -56,7 +56,7 @@ def test_one_gradient_all_reduce_and_one_scalar_all_reduce_per_update(ddp_cfg, t
     cfg = yaml.safe_load(ddp_cfg.read_text())
     cfg["train"]["accum_steps"] = 4
     ddp_cfg.write_text(yaml.safe_dump(cfg))
-    script = Path(__file__).with_name("ddp_collectives.py")
+    script = Path(__file__).parents[1] / "ddp_collectives.py"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(script), str(ddp_cfg), str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -16,7 +16,7 @@ import pytest
 
 from acoustic_mlm.tokenizer import calibration, codec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_benchmark():

@@ -24,7 +24,7 @@ from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.kmeans import kmeans
 from acoustic_mlm.utils import file_sha256
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SR, HOP = 24_000, 320
 CLIP_SECONDS = [4.0, 5.0, 3.2, 6.0, 4.48, 5.0, 2.56] * 2  # about 60 s; clips 3 and 10 are valid
 CALIB_FRAMES, CALIB_ITERS = 3000, 6

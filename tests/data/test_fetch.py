@@ -30,7 +30,7 @@ from acoustic_mlm.data import sources
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import SCHEMA_PATH
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 SR = 24000
 
 
@@ -272,7 +272,7 @@ def test_links_inside_the_archive_are_skipped_not_followed(tmp_path):
     assert files_under(tmp_path / "out") == ["c/a.wav"] and not any(p.is_symlink() for p in (tmp_path / "out").rglob("*"))
 
 
-def test_member_checks():
+def test_member_names_and_link_targets_that_leave_the_root_are_unsafe():
     ok, why = archive._relative("./a//b/./c.wav")
     assert ok.as_posix() == "a/b/c.wav" and why is None
     assert archive._relative("a/../../b")[1] and archive._relative("C:/x.wav")[1] and archive._relative("a\x00b")[1]

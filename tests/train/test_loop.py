@@ -39,7 +39,7 @@ def test_lr_schedule_warmup_then_polynomial_decay(smoke_cfg):
     assert lr_at(100, t) == pytest.approx(1e-4)
 
 
-def test_log_steps():
+def test_log_steps_are_powers_of_two_every_interval_and_the_last():
     assert log_steps(20, 5) == [1, 2, 4, 5, 8, 10, 15, 16, 20]
     assert log_steps(7, 100) == [1, 2, 4, 7]
 
@@ -149,14 +149,14 @@ def test_each_arm_lowers_the_loss(data_dirs, tiny_cfg, tmp_path, run):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_reduced_precision_on_cpu(data_dirs, tiny_cfg, tmp_path, precision):
+def test_bf16_and_fp16_on_cpu_complete_with_finite_losses(data_dirs, tiny_cfg, tmp_path, precision):
     prepared, codes = data_dirs
     tiny_cfg["train"].update(precision=precision, steps=4, accum_steps=2)
     summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["status"] == "completed" and math.isfinite(summary["final_train_loss_cb0"])
 
 
-def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
+def test_missing_codes_are_named_with_the_stage_to_run(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     with pytest.raises(UserError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
         train.run(tiny_cfg, "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
@@ -167,7 +167,7 @@ def test_missing_codes_named(data_dirs, tiny_cfg, tmp_path):
         train.run(tiny_cfg, "prenorm_clip1", prepared, partial, tmp_path / "r")
 
 
-def test_crop_longer_than_every_clip(data_dirs, tiny_cfg, tmp_path):
+def test_a_crop_longer_than_every_clip_is_refused_naming_crop_seconds(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["train"]["crop_seconds"] = 3.0
     with pytest.raises(UserError, match="crop_seconds"):

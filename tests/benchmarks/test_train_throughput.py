@@ -19,7 +19,7 @@ from helpers import RUN_NAMES
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = list(RUN_NAMES)
 
 

@@ -40,7 +40,7 @@ def test_receptive_field_and_stride_of_mert_stack():
 
 
 @pytest.mark.parametrize("n, alpha, beta", [(12, 2.2134, 0.3195), (24, 2.6321, 0.2686)])
-def test_deepnorm_coefficients(n, alpha, beta):
+def test_deepnorm_alpha_is_2n_to_the_quarter_and_beta_8n_to_minus_a_quarter(n, alpha, beta):
     a, b = deepnorm_coefficients(n)
     assert a == pytest.approx(alpha, abs=1e-4)
     assert b == pytest.approx(beta, abs=1e-4)
@@ -59,7 +59,7 @@ def test_feature_extractor_gives_one_frame_per_320_samples(conv_layers, frames):
     assert out.shape == (2, conv_layers[-1][0], frames)
 
 
-def test_feature_extractor_layout():
+def test_feature_extractor_is_seven_padded_bias_free_convs_with_one_group_norm():
     fe = ConvFeatureExtractor(MERT_CONV)
     assert fe.pad == (40, 40)
     assert ConvFeatureExtractor(NARROW_CONV).pad == (12, 13)  # odd total padding: the extra sample on the right
@@ -215,7 +215,7 @@ def test_deepnorm_scales_exactly_v_out_fc1_fc2_by_beta():
     assert all(b.alpha == 1.0 for b in plain.blocks)
 
 
-def test_bert_init():
+def test_bert_init_draws_weights_at_std_0_02_and_zeroes_biases():
     torch.manual_seed(0)
     enc = TransformerEncoder(tiny_config(dim=64, ffn_dim=256))
     w = enc.blocks[0].ffn.fc1.weight
@@ -239,7 +239,7 @@ def test_residual_scale_only_under_deepnorm_and_unknown_axes_refused():
 
 
 @pytest.mark.parametrize("norm", ["pre", "post", "deepnorm"])
-def test_encoder_final_norm_placement(norm):
+def test_pre_norm_ends_on_a_layer_norm_and_post_norm_normalises_the_first_input(norm):
     """Pre-Norm ends on a LayerNorm; Post-Norm normalises the input of the first block."""
     torch.manual_seed(0)
     enc = TransformerEncoder(tiny_config(norm=norm, layers=1)).eval()

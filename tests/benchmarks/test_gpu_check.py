@@ -62,7 +62,7 @@ def test_without_a_gpu_the_real_run_refuses(root):
     assert proc.returncode == 2
 
 
-def test_relax_fp16_on_cpu(root, tmp_path):
+def test_relax_fp16_benchmark_on_cpu_stays_within_fp16_rounding_of_fp32(root, tmp_path):
     relax = _load(root, "relax_fp16")
     result = relax.main(["--config", str(root / "config/smoke.yaml"), "--device", "cpu", "--batch-size", "2",
                          "--crop-seconds", "0.4", "--qk-scales", "1,64", "--threads", "1"])

@@ -95,7 +95,7 @@ def check_consistent(r: dict, cfg: dict) -> None:
     assert d["total_gb"] == pytest.approx(d["audio_gb"] + d["codes_gb"] + d["checkpoints_gb"])
 
 
-def test_smoke_preset(root, tmp_path, capsys):
+def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp_path, capsys):
     code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path),
                      "--threads", "1", "--micro-batches", "2", "--optimizer-steps", "1"])
     assert code == 0
@@ -138,6 +138,7 @@ def _smoke_arm(root):
     return C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1"), torch.device("cpu")
 
 
+@pytest.mark.slow
 def test_paper_preset_on_cpu_at_micro_batch_1(root, tmp_path):
     """The paper's 318 M-parameter model on a machine without CUDA, as a user runs it: the preset's
     fp16_fairseq (half model, fp32 master weights, a loss scale), one crop, one update per model,
@@ -200,7 +201,7 @@ def test_suggested_micro_batch_keeps_the_global_batch():
     assert project.suggest_micro_batch(32, 0) == 0
 
 
-def test_peak_table():
+def test_peak_tflops_by_gpu_name_and_precision_and_none_for_unknown_gpus():
     assert project.peak_tflops("NVIDIA H200", "bf16") == 989.0
     assert project.peak_tflops("NVIDIA H100 PCIe", "fp16") == 756.0
     assert project.peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5

@@ -79,7 +79,7 @@ def test_bad_config_is_one_line_naming_the_key(smoke_cfg, key, value, needle):
     assert "\n" not in msg and msg.startswith("smoke.yaml: ")
 
 
-def test_missing_key(smoke_cfg):
+def test_a_missing_key_is_named_with_its_section(smoke_cfg):
     del smoke_cfg["train"]["lr"]
     with pytest.raises(C.ConfigError, match="missing key 'train.lr'"):
         C.validate(smoke_cfg)

@@ -132,7 +132,7 @@ def test_overlay_matches_arms_by_role_whatever_their_names(ref, smoke_cfg):
     matplotlib.pyplot.close(fig)
 
 
-def test_side_by_side_png(ref, labels, smoke_cfg, tmp_path):
+def test_side_by_side_puts_the_paper_left_and_the_reproduction_right(ref, labels, smoke_cfg, tmp_path):
     curves = reproduction(labels)
     fig_cfg = {"x_max": None, "y_min": None, "y_max": None, "split": "train"}
     fig, (ax_p, ax_r) = figure.side_by_side(curves, ref, smoke_cfg["runs"], fig_cfg)
@@ -156,7 +156,7 @@ def test_side_by_side_png(ref, labels, smoke_cfg, tmp_path):
     matplotlib.pyplot.close(fig)
 
 
-def test_compare_from_config(smoke_cfg, labels, tmp_path):
+def test_compare_writes_a_png_and_names_missing_curves(smoke_cfg, labels, tmp_path):
     curves_path = tmp_path / "loss_curves.csv"
     reproduction(labels).to_csv(curves_path, index=False)
     smoke_cfg["figure"].update(y_min=5.0, y_max=10.0)

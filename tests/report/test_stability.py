@@ -19,7 +19,7 @@ from acoustic_mlm.report import stability
 from acoustic_mlm.cli import main
 from acoustic_mlm.train.diagnostics import FP16_MAX
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_forced_spike():

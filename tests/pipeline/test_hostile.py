@@ -1,10 +1,10 @@
 """Hostile inputs and faults: each case is used correctly or refused in one line (exit 2, no
 traceback) naming the file and the key or member; nothing is lost and nothing half-written kept.
 
-One test per case of the hostile-input report (item numbers in the test names): 2 huge
-samples and implausible rates, 3 values validation let through, 4 YAML alias bombs, 5 a damaged
-newest training state, 7 a config error under Snakemake, 8 resource faults and archive bombs.
-Every input is built at test time.
+One test per case of docs/refusals.md: huge samples and implausible rates, values validation let
+through, YAML alias bombs, a damaged newest training state, a config error under Snakemake,
+resource faults and archive bombs, then own arms and the files stages read. Every input is built
+at test time.
 """
 
 import io
@@ -39,7 +39,7 @@ from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import completed_summary
 from acoustic_mlm import config as C
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = (ROOT / "config" / "smoke.yaml").read_text()
 LR_LINE = 1 + [line.startswith("  lr:") for line in SMOKE.splitlines()].index(True)
 
@@ -87,10 +87,10 @@ def _wav_header_rate(data: bytes, rate: int) -> bytes:
     return bytes(patched)
 
 
-# ------------------------------------------------------------------------------------------ item 2
+# ----------------------------------------------------------------- huge samples, implausible rates
 
 
-def test_item2_huge_samples_and_implausible_rates_are_rejected_with_a_reason(tmp_path):
+def test_huge_samples_and_implausible_rates_are_rejected_with_a_reason(tmp_path):
     """A float WAV of +-3e38 passed the NaN/infinity check; an 8 KB WAV declaring 1 Hz became a
     4,000 s clip. Both are rejected with their reason in rejects.csv; good files are kept."""
     raw = tmp_path / "raw"
@@ -126,7 +126,7 @@ def test_item2_huge_samples_and_implausible_rates_are_rejected_with_a_reason(tmp
     np.testing.assert_allclose(audio.clip(loud_row), loud[: 48000 // 320 * 320], rtol=1e-6)
 
 
-# ------------------------------------------------------------------------------------------ item 3
+# ------------------------------------------------------------------- values validation let through
 
 
 def _yaml_case(case: str) -> bytes:
@@ -161,7 +161,7 @@ def _yaml_case(case: str) -> bytes:
     ("bad_label", ["'runs.prenorm_clip1.label'", r"\badcmd", "cannot be drawn by matplotlib"]),
     ("latin1", ["not UTF-8", "0xe9", "line 1"]),
 ])
-def test_item3_values_validation_let_through_are_refused_naming_the_key(tmp_path, capsys, case, needles):
+def test_values_validation_let_through_are_refused_naming_the_key(tmp_path, capsys, case, needles):
     """Each was accepted (or failed late without its key); now `amlm validate` refuses it in one line."""
     path = tmp_path / f"{case}.yaml"
     path.write_bytes(_yaml_case(case))
@@ -173,7 +173,7 @@ def test_item3_values_validation_let_through_are_refused_naming_the_key(tmp_path
     assert len(err) < 400
 
 
-def test_item3_refusals_come_before_any_stage_and_through_the_cli(tmp_path):
+def test_refusals_come_before_any_stage_and_through_the_cli(tmp_path):
     """The same refusals through the installed entry point: exit 2, one line, no traceback, and
     training never starts (a NaN clip once silently turned clipping off)."""
     path = tmp_path / "nan.yaml"
@@ -189,7 +189,7 @@ def test_item3_refusals_come_before_any_stage_and_through_the_cli(tmp_path):
     C.validate(cfg)
 
 
-# ------------------------------------------------------------------------------------------ item 4
+# -------------------------------------------------------------------------------- YAML alias bombs
 
 
 def _billion_laughs(levels: int, width: int = 10) -> str:
@@ -201,7 +201,7 @@ def _billion_laughs(levels: int, width: int = 10) -> str:
 
 
 @pytest.mark.parametrize("levels", [9, 12])
-def test_item4_yaml_alias_bombs_fail_at_once_in_one_line(tmp_path, levels):
+def test_yaml_alias_bombs_fail_at_once_in_one_line(tmp_path, levels):
     """A 6-8 KB file of nested aliases (10^9 to 10^12 strings once expanded) produced an 8 MB
     error, or ran 93 s into a MemoryError. Refused at the first alias, under a 1 GB memory cap."""
     text = _billion_laughs(levels)
@@ -218,7 +218,7 @@ def test_item4_yaml_alias_bombs_fail_at_once_in_one_line(tmp_path, levels):
     assert len(line) < 300
 
 
-# ------------------------------------------------------------------------------------------ item 5
+# ----------------------------------------------------------------- a damaged newest training state
 
 
 def _flip_inside_largest_tensor(state_file: Path, n: int = 256) -> None:
@@ -235,7 +235,7 @@ def _flip_inside_largest_tensor(state_file: Path, n: int = 256) -> None:
     assert state_file.stat().st_size == size
 
 
-def test_item5_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg, tmp_path, monkeypatch, caplog):
+def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg, tmp_path, monkeypatch, caplog):
     """256 bytes changed inside one tensor of the newest state loaded silently and the resumed
     metrics differed. Now the state's sha256 fails, the previous state is used with a warning,
     and the resumed metrics equal an uninterrupted run's."""
@@ -278,11 +278,11 @@ def test_item5_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smo
     assert resumed["final_valid_loss_cb0"] == reference["final_valid_loss_cb0"]
 
 
-# ------------------------------------------------------------------------------------------ item 7
+# ------------------------------------------------------------------ a config error under Snakemake
 
 
 @pytest.mark.e2e
-def test_item7_config_error_under_snakemake_deletes_nothing(root, tmp_path):
+def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
     """DeepNorm on a Pre-Norm arm made Snakemake delete that arm's metrics.csv and summary.json
     before the error; under a new config file name it deleted data/raw. Now the config is
     validated when the workflow is parsed: exit 2, one line, every output still there."""
@@ -315,7 +315,7 @@ def test_item7_config_error_under_snakemake_deletes_nothing(root, tmp_path):
         assert sorted(p.relative_to(repo) for p in (repo / "data" / "raw").rglob("*")) == raw
 
 
-# ------------------------------------------------------------------------------------------ item 8
+# ------------------------------------------------------------------ resource faults, archive bombs
 
 
 def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, **train) -> tuple:
@@ -330,7 +330,7 @@ def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, *
     return proc, out
 
 
-def test_item8_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
+def test_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
     """A file-size limit at the first state save ended in "[enforce fail at inline_container.cc]
     unexpected pos". Now: exit 2, one line naming the state file and the bytes it needs."""
     proc, out = _train_under_limit(smoke_cfg, data_dirs, tmp_path, 200_000, steps=30, log_interval=10,
@@ -344,7 +344,7 @@ def test_item8_file_size_limit_in_training_is_one_line_and_leaves_nothing_partia
     assert not (out / "metrics.csv").exists() and not (out / "summary.json").exists()
 
 
-def test_item8_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_last_complete_rows(
+def test_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_last_complete_rows(
         data_dirs, smoke_cfg, tmp_path):
     """metrics.partial.csv (rewritten at every metrics row) under a file-size limit ended in a
     traceback from pandas. Now: exit 2, one line naming it; the file left is the last complete one."""
@@ -359,7 +359,7 @@ def test_item8_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_la
     assert not (out / "metrics.csv").exists()
 
 
-def test_item8_file_size_limit_in_prepare_is_one_line_and_leaves_nothing_partial(tmp_path):
+def test_file_size_limit_in_prepare_is_one_line_and_leaves_nothing_partial(tmp_path):
     """A file-size limit in prepare ended in "OSError: 144000 requested and 111968 written"."""
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -390,7 +390,7 @@ def _zip_of_zero_wav(path: Path, nbytes: int) -> None:
             member.write(block)
 
 
-def test_item8_archive_bombs_conflicts_and_long_names_are_refused_by_name(server, tmp_path, monkeypatch):
+def test_archive_bombs_conflicts_and_long_names_are_refused_by_name(server, tmp_path, monkeypatch):
     """A 975 KB zip of a 1 GB WAV of zeros was extracted in full; a.wav then a.wav/b.wav gave
     FileExistsError; a 300-character folder name OSError 36. Each is now refused, naming the
     member, before anything is written."""
@@ -429,7 +429,7 @@ def test_item8_archive_bombs_conflicts_and_long_names_are_refused_by_name(server
     assert not (tmp_path / "x").exists()
 
 
-def test_item8_extraction_counts_the_bytes_really_decompressed(tmp_path):
+def test_extraction_counts_the_bytes_really_decompressed(tmp_path):
     """A header that understates a member's size cannot get past the limits while streaming."""
     src = io.BytesIO(bytes(3 << 20))
     member = archive.Member("a.wav", None, "file", size=1 << 20, compressed=None)
@@ -445,9 +445,9 @@ def test_item8_extraction_counts_the_bytes_really_decompressed(tmp_path):
         small.copy(io.BytesIO(bytes(3 << 20)), io.BytesIO(), honest)
 
 
-# ================================================================= round 3: own arms, files stages read
+# ================================================================= own arms, files stages read
 #
-# Each case of the third round: used correctly, or refused with exit 2 in one line naming the file
+# Each case: used correctly, or refused with exit 2 in one line naming the file
 # or key (and the stage to rerun), no traceback, and nothing changed or deleted.
 
 
@@ -479,7 +479,7 @@ def _engine_env() -> dict:
 
 
 @pytest.mark.parametrize("arms", [1, 2, 5])
-def test_r3_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_path, arms):
+def test_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_path, arms):
     """`--configfile mine.yaml` is the whole configuration: Snakemake plans exactly the file's
     arms (the Snakefile's default config/config.yaml adds none) and DVC, given the same file as
     config/config.yaml, has exactly those train stages."""
@@ -509,7 +509,7 @@ def test_r3_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp
     (["--config", "figure={split: valid}"], "--config figure=...: command-line overrides are not supported"),
     (["--configfile", "config/smoke.yaml", "config/config.yaml"], "2 --configfile files given"),
 ])
-def test_r3_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extra, needle):
+def test_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extra, needle):
     repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *extra], cwd=repo,
                           env=_engine_env(), capture_output=True, text=True, timeout=300)
@@ -528,7 +528,7 @@ def test_r3_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, e
     ("long_label", ["'runs.prenorm_clip1.label'", "is 10000 characters long", "at most 60"]),
     ("two_line_label", ["'runs.prenorm_clip1.label'", "holds a line break"]),
 ])
-def test_r3_values_later_stages_cannot_use_are_refused_by_validate(tmp_path, case, needles):
+def test_values_later_stages_cannot_use_are_refused_by_validate(tmp_path, case, needles):
     cfg = yaml.safe_load(SMOKE)
     arm = cfg["runs"]["prenorm_clip1"]
     if case == "long_name":
@@ -547,7 +547,7 @@ def test_r3_values_later_stages_cannot_use_are_refused_by_validate(tmp_path, cas
     _one_line_refusal(_amlm(["validate", "--config", path]), str(path), *needles)
 
 
-def test_r3_limits_hold_at_their_edges_and_for_derived_names():
+def test_limits_hold_at_their_edges_and_for_derived_names():
     cfg = yaml.safe_load(SMOKE)
     cfg["runs"] = {("a" * 251 if name == "prenorm_clip1" else name): r for name, r in cfg["runs"].items()}
     arm = cfg["runs"]["a" * 251]
@@ -569,7 +569,7 @@ def test_r3_limits_hold_at_their_edges_and_for_derived_names():
 # --------------------------------------------------------------------------- paths and config files
 
 
-def test_r3_output_paths_that_cannot_be_written_are_refused_in_one_line(tmp_path):
+def test_output_paths_that_cannot_be_written_are_refused_in_one_line(tmp_path):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(SMOKE)
     a_file = tmp_path / "a_file"
@@ -589,7 +589,7 @@ def test_r3_output_paths_that_cannot_be_written_are_refused_in_one_line(tmp_path
     assert _snapshot(tmp_path) == before and sorted(p.name for p in folder.iterdir()) == []
 
 
-def test_r3_config_paths_that_are_not_regular_files_and_empty_files(tmp_path):
+def test_config_paths_that_are_folders_fifos_empty_or_absent_are_refused_in_one_line(tmp_path):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     empty = tmp_path / "empty.yaml"
@@ -606,7 +606,7 @@ def test_r3_config_paths_that_are_not_regular_files_and_empty_files(tmp_path):
 
 @pytest.mark.parametrize("fmt, subtype", [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("AIFF", "PCM_24"), ("AU", "PCM_16"),
                                           ("W64", "PCM_16")])
-def test_r3_audio_holding_less_than_its_header_declares_is_rejected_as_truncated(tmp_path, fmt, subtype):
+def test_audio_holding_less_than_its_header_declares_is_rejected_as_truncated(tmp_path, fmt, subtype):
     """A WAV declaring 4 s that holds 1.24 s was kept as a 1.24 s clip (libsndfile reports what is
     there); now it is rejected as truncated, like MP3 and FLAC. Complete files are kept."""
     whole = tmp_path / f"whole.{fmt.lower()}"
@@ -621,7 +621,7 @@ def test_r3_audio_holding_less_than_its_header_declares_is_rejected_as_truncated
     assert len(audio) == 96000 and channels == 2
 
 
-def test_r3_truncated_wav_lands_in_rejects_csv(tmp_path):
+def test_truncated_wav_lands_in_rejects_csv(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     for i in range(3):
@@ -639,7 +639,7 @@ def test_r3_truncated_wav_lands_in_rejects_csv(tmp_path):
 # ------------------------------------------------------------------------------------ fetch snapshots
 
 
-def test_r3_a_source_file_edited_after_fetch_is_refused_by_prepare(tmp_path):
+def test_a_source_file_edited_after_fetch_is_refused_by_prepare(tmp_path):
     """A `folder` source is hard-linked into data/raw: an edit in place reaches the fetched copy.
     fetch records every file's sha256; prepare refuses a changed file in one line, writing nothing."""
     src = tmp_path / "music"
@@ -669,7 +669,7 @@ def test_r3_a_source_file_edited_after_fetch_is_refused_by_prepare(tmp_path):
 # ------------------------------------------------------------------------- interrupted stages, debris
 
 
-def test_r3_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_removed(tmp_path):
+def test_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_removed(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     for i in range(60):
@@ -706,7 +706,7 @@ def test_r3_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_r
     assert (out / "manifest.csv").is_file()
 
 
-def test_r3_messages_name_final_paths_not_temporary_ones(tmp_path):
+def test_messages_name_final_paths_not_temporary_ones(tmp_path):
     """tokenize (one process, DVC) writes files.csv inside data/.codes.tmp-*/ and warned with that
     path; messages and errors now name data/codes/files.csv."""
     script = (
@@ -824,7 +824,7 @@ def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
                                   "curves_split", "diagnostics_cut", "diagnostics_text", "reference_nan",
                                   "reference_step0", "reference_role", "reference_missing_column",
                                   "metrics_header_edited", "curves_arm_deleted", "reference_role_deleted"])
-def test_r3_damaged_summaries_are_refused_by_every_stage_that_reads_them(summaries, smoke_cfg, case):
+def test_damaged_summaries_are_refused_by_every_stage_that_reads_them(summaries, smoke_cfg, case):
     """A metrics.csv cut inside its last row was aggregated with the cut number; NaN in the paper's
     curves flipped verdicts silently. Each damaged file is now refused in one line naming it."""
     d, cfg = summaries
@@ -846,7 +846,7 @@ def _train_args(cfg: dict, tmp_path: Path, prepared: Path, codes: Path) -> list:
 
 @pytest.mark.parametrize("case", ["tokenizer_json_cut", "tokenizer_json_edited", "codes_out_of_range",
                                   "codes_float", "manifest_cut", "manifest_text"])
-def test_r3_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cfg, tmp_path, case):
+def test_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cfg, tmp_path, case):
     """A tokenizer.json that is not JSON, codes outside the codebook (only tokenizer.json's
     max_code was read): tracebacks in train. Now one line naming the file and the stage to rerun."""
     prepared, codes = tmp_path / "prepared", tmp_path / "codes"
@@ -882,7 +882,7 @@ def test_r3_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cf
     assert after == before and not (tmp_path / "run" / "metrics.csv").exists()
 
 
-def test_r3_a_damaged_seed_summary_trains_that_seed_again(tmp_path, caplog):
+def test_a_damaged_seed_summary_trains_that_seed_again(tmp_path, caplog):
     """A completed seed's summary.json cut short ended in a traceback; the stage's own record
     is now read through its reader and, damaged, makes the seed train again (with a warning)."""
     out = tmp_path / "seed1"

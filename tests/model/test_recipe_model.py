@@ -177,7 +177,7 @@ def test_encoder_layerdrop_drops_the_drawn_blocks_in_training_only():
     torch.testing.assert_close(enc(x), enc.layer_norm(ref))  # evaluation: every block
 
 
-def test_encoder_layerdrop_rate():
+def test_encoder_layerdrop_keeps_each_block_with_probability_one_minus_the_rate():
     enc = TransformerEncoder(tiny_config(layers=2, dim=8, heads=2, ffn_dim=8, encoder_layerdrop=0.3)).train()
     x = torch.randn(1, 3, 8)
     torch.manual_seed(1)
@@ -459,7 +459,7 @@ def test_config_rejects_cqt_above_nyquist(root):
         C.validate(cfg, "smoke.yaml")
 
 
-def test_presets_set_mert_values(root):
+def test_presets_set_merts_dropouts_feature_grad_mult_and_mixture(root):
     paper = C.load(root / "config" / "paper.yaml")
     small = C.load(root / "config" / "gpu-small.yaml")
     m330, m95 = C.model_config(paper), C.model_config(small)

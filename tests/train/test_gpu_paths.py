@@ -49,6 +49,7 @@ def batch(m, B: int = 3, T: int = 24, seed: int = 0):
 # ----------------------------------------------------------------------------- the paper-size model
 
 
+@pytest.mark.slow
 def test_paper_size_model_does_one_training_update_on_cpu(root):
     """MERT-330M's shape (MERT's conv stack, width 1024, 24 layers) at micro-batch 1 and 5.12 s.
 

@@ -10,7 +10,7 @@ import pytest
 from acoustic_mlm.report import stability_map as M
 
 
-def test_sensitivity_by_hand():
+def test_lr_sensitivity_caps_diverged_and_risen_runs_at_their_initial_loss():
     # rates:          1e-3  3e-3  1e-2 (diverged)  3e-2 (above its initial loss)
     finals = [7.0, 6.0, math.nan, 11.0]
     initials = [10.0, 10.0, 10.2, 10.4]
@@ -56,7 +56,7 @@ def _map(clip1, clip10, seeds=(1, 2), jitter=0.01, **kw) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_arm_statistics():
+def test_arm_statistics_best_and_largest_stable_rate_and_sensitivity():
     stats = M.arm_stats(_map([7.0, 6.0, 6.5, 7.5], [6.8, 6.1, 8.0, 0.0]))
     c1 = stats[stats["role"] == "clip1"].iloc[0]
     assert c1["best_lr"] == 3e-3 and c1["largest_stable_lr"] == 3e-2 and c1["seeds"] == 2
@@ -86,7 +86,7 @@ def test_panels_separate_every_swept_setting_but_the_rate():
     assert list(M.arm_stats(t)["best_loss"]) == [6.0, 7.0]
 
 
-def test_clipping_verdicts():
+def test_clipping_verdict_comes_out_each_way():
     supported = M.verdict_clipping(M.arm_stats(_map([7.0, 6.0, 6.5, 7.5], [6.8, 6.1, 8.0, 0.0])), 0.02)
     assert supported["verdict"] == M.SUPPORTED
     # clip 1 far more sensitive than clip 10 (which does not diverge at the top here)

@@ -1,0 +1,75 @@
+"""archive.py called directly: a member escaping the folder refused before anything is written, the
+kind judged by content, every member in exactly one count, and the compression-ratio rule's floor.
+Unsafe archives through `amlm fetch` are in test_fetch.py, bombs and conflicting names in
+tests/pipeline/test_hostile.py."""
+
+import io
+import zipfile
+
+import pytest
+from helpers import make_tar, make_zip
+
+from acoustic_mlm.data import archive
+
+
+def _write(tmp_path, name: str, blob: bytes):
+    path = tmp_path / name
+    path.write_bytes(blob)
+    return path
+
+
+@pytest.mark.parametrize("name, blob, member", [
+    ("p.tar.gz", make_tar({"c/ok.wav": b"ok", "c/../../evil.wav": b"x"}), "c/../../evil.wav"),
+    ("h.tar.gz", make_tar({"c/ok.wav": b"ok"}, hardlinks={"c/h.wav": "../outside.wav"}), "c/h.wav"),
+    ("s.tar.gz", make_tar({"c/ok.wav": b"ok"}, symlinks={"c/s.wav": "/etc/passwd"}), "c/s.wav"),
+    ("a.zip", make_zip({"c/ok.wav": b"ok", "/tmp/evil.wav": b"x"}), "/tmp/evil.wav"),
+    ("d.zip", make_zip({"c/ok.wav": b"ok", "C:\\evil.wav": b"x"}), "C:\\evil.wav"),
+], ids=["tar-parent", "tar-hardlink-out", "tar-symlink-absolute", "zip-absolute", "zip-drive-letter"])
+def test_a_member_escaping_the_folder_is_refused_and_nothing_is_written(tmp_path, name, blob, member):
+    path, dest = _write(tmp_path, name, blob), tmp_path / "out"
+    with pytest.raises(archive.UnsafeArchiveError) as err:
+        archive.extract(path, dest)
+    assert str(err.value).startswith(f"refusing {name}: member {member!r} ")
+    assert str(err.value).endswith("; nothing was extracted")
+    assert not dest.exists() and sorted(p.name for p in tmp_path.iterdir()) == [name]  # c/ok.wav came first
+
+
+def test_the_kind_is_read_from_the_content_not_the_name(tmp_path):
+    assert archive.archive_kind(_write(tmp_path, "really_a_zip.tar.gz", make_zip({"a.wav": b"a"}))) == "zip"
+    assert archive.archive_kind(_write(tmp_path, "really_a_tar.zip", make_tar({"a.wav": b"a"}))) == "tar"
+    with pytest.raises(archive.ArchiveError, match="notes.zip: neither a zip nor a tar archive"):
+        archive.archive_kind(_write(tmp_path, "notes.zip", b"plain text, not an archive"))
+
+
+def test_every_member_lands_in_exactly_one_count(tmp_path):
+    blob = make_tar({"c/a.wav": b"aaaa", "c/b.wav": b"bb", "c/notes.txt": b"n"}, symlinks={"c/l.wav": "a.wav"})
+    done = archive.extract(_write(tmp_path, "x.tar.gz", blob), tmp_path / "out", keep=lambda rel: rel.endswith(".wav"))
+    assert done.files == ["c/a.wav", "c/b.wav"] and done.bytes == 6
+    assert done.not_kept == ["c/notes.txt"] and done.links_skipped == 1 and done.other_skipped == 0
+    assert (tmp_path / "out" / "c" / "a.wav").read_bytes() == b"aaaa" and not (tmp_path / "out/c/notes.txt").exists()
+
+
+def test_a_truncated_archive_is_one_line_naming_it(tmp_path):
+    blob = make_zip({"c/a.wav": bytes(range(256)) * 64})
+    path = _write(tmp_path, "cut.zip", blob[: len(blob) // 2])
+    with pytest.raises(archive.ArchiveError, match="cut.zip: ") as err:
+        archive.extract(path, tmp_path / "out")
+    assert "\n" not in str(err.value)
+
+
+def test_small_members_are_not_held_to_the_compression_ratio(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("quiet.wav", bytes(archive.RATIO_MIN_BYTES - 1))  # about 1000x, but under 1 MiB
+        zf.writestr("loud.wav", bytes(archive.RATIO_MIN_BYTES))  # the same ratio at 1 MiB
+    path = _write(tmp_path, "zeros.zip", buf.getvalue())
+    with pytest.raises(archive.UnsafeArchiveError, match=r"member 'loud.wav' expands \d+x"):
+        archive.extract(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    done = archive.extract(path, tmp_path / "out", limits=archive.ExtractLimits(max_ratio=5000))
+    assert done.files == ["quiet.wav", "loud.wav"]
+
+
+def test_limits_from_a_partial_data_section_take_the_defaults():
+    assert archive.ExtractLimits.from_config({}) == archive.ExtractLimits(max_bytes=256 * 10**9, max_ratio=100.0)
+    assert archive.ExtractLimits.from_config({"max_extract_gb": 0.5}) == archive.ExtractLimits(500_000_000, 100.0)

@@ -1,0 +1,70 @@
+"""aggregate.py: one arm's wide metrics as tidy rows, the diagnostics apart from the losses, and the
+final losses `dvc exp show` reads, on tables made up in the test. The stage on whole run folders is
+in test_aggregate_figure.py."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.report import aggregate
+
+ARM = C.RunConfig(name="arm", label="The Arm", norm="pre", attention="softmax", clip=1.0, seeds=(7,), role="clip1")
+
+
+def _metrics() -> pd.DataFrame:
+    return pd.DataFrame({"step": [1, 2], "train_loss": [9.5, 8.5], "train_loss_cb0": [10.0, 9.0],
+                         "valid_loss_cb1": [11.0, 10.0], "grad_norm": [3.0, 2.0], "lr": [1e-4, 2e-4],
+                         "wall_time": [0.5, 1.0]})
+
+
+def test_one_row_per_step_split_and_codebook_with_the_seed_of_a_single_seed_file():
+    tidy = aggregate.tidy(_metrics(), ARM)
+    assert list(tidy.columns) == aggregate.COLUMNS + ["nonfinite"]
+    rows = sorted(tidy[["split", "codebook", "step", "loss_bits"]].itertuples(index=False, name=None))
+    assert rows == [("train", 0, 1, 10.0), ("train", 0, 2, 9.0), ("valid", 1, 1, 11.0), ("valid", 1, 2, 10.0)]
+    assert set(tidy["run"]) == {"arm"} and set(tidy["label"]) == {"The Arm"}
+    assert set(tidy["seed"]) == {7} and set(tidy["nonfinite"]) == {0}  # no seed column: the arm's seed
+
+
+def test_a_seed_column_and_the_skipped_updates_are_kept():
+    metrics = _metrics().assign(seed=[3, 4], nonfinite=[0, 2])
+    tidy = aggregate.tidy(metrics, ARM)
+    assert tidy.groupby("seed")["nonfinite"].max().to_dict() == {3: 0, 4: 2}
+
+
+def test_diagnostics_are_every_column_but_the_losses_the_step_and_the_clock():
+    diag = aggregate.tidy_diagnostics(_metrics(), ARM)
+    assert list(diag.columns) == aggregate.DIAGNOSTIC_COLUMNS
+    assert sorted(set(diag["diagnostic"])) == ["grad_norm", "lr"]  # train_loss and wall_time are not diagnostics
+    assert diag[(diag["diagnostic"] == "lr") & (diag["step"] == 2)]["value"].item() == 2e-4
+    assert len(diag) == 2 * 2 and set(diag["seed"]) == {7}
+
+
+@pytest.mark.parametrize("drop", [["step"], ["train_loss_cb0", "valid_loss_cb1"]])
+def test_metrics_without_steps_or_loss_columns_are_one_line_naming_the_run(drop):
+    with pytest.raises(UserError, match="metrics of run 'arm' lack 'step' or per-codebook loss columns"):
+        aggregate.tidy(_metrics().drop(columns=drop), ARM)
+
+
+def _curves(run: str, seed: int, losses) -> pd.DataFrame:
+    return pd.DataFrame({"run": run, "seed": seed, "step": range(len(losses)), "split": "train", "codebook": 0,
+                         "loss_bits": losses})
+
+
+def test_final_losses_leave_non_finite_rows_out_and_average_the_seeds():
+    cfg = {"runs": {"a": {"role": "clip10"}, "b": {"role": "clip1"}}}
+    curves = pd.concat([
+        _curves("a", 1, [10.0, 8.0, 6.0, 7.0, math.nan]),  # the last finite row is 7.0 (step 3 of 0-3)
+        _curves("a", 2, [10.0, 9.0, 8.0, 5.0, math.inf]),  # 5.0
+        _curves("b", 1, [10.0, 8.0]).assign(codebook=1),  # codebook 1 only: no final codebook-0 loss
+    ])
+    assert aggregate.final_losses(cfg, curves) == {"clip10": 6.0, "clip1": None}
+
+
+def test_final_losses_are_keyed_by_run_name_where_a_role_is_shared_or_missing():
+    cfg = {"runs": {"a": {"role": "clip1"}, "b": {"role": "clip1"}, "c": {}}}
+    curves = pd.concat([_curves(name, 1, [9.0, 4.123456]) for name in ("a", "b", "c")])
+    assert aggregate.final_losses(cfg, curves) == {"a": 4.1235, "b": 4.1235, "c": 4.1235}  # 4 decimals

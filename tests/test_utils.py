@@ -1,0 +1,139 @@
+"""utils.py: atomic outputs (nothing half-written, nothing left behind), temporary names, hashes, progress."""
+
+import errno
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from acoustic_mlm import utils
+from acoustic_mlm.utils import OutOfSpaceError, atomic_dir, atomic_path
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_atomic_path_renames_onto_the_final_name_and_replaces_an_old_file(tmp_path):
+    final = tmp_path / "sub" / "out.csv"
+    with atomic_path(final) as tmp:
+        assert tmp.parent == final.parent and tmp.name.startswith(".out.csv.tmp-") and tmp.suffix == ".csv"
+        tmp.write_text("new")
+        assert not final.exists()  # nothing at the final name until the block ends
+    assert final.read_text() == "new" and os.listdir(final.parent) == ["out.csv"]
+    with atomic_path(final) as tmp:
+        tmp.write_text("newer")
+    assert final.read_text() == "newer"
+
+
+def test_atomic_path_leaves_nothing_on_an_exception_and_keeps_the_old_file(tmp_path):
+    final = tmp_path / "out.json"
+    final.write_text("old")
+    with pytest.raises(ValueError, match="half-way"):
+        with atomic_path(final) as tmp:
+            tmp.write_text("half")
+            raise ValueError("half-way")
+    assert final.read_text() == "old" and os.listdir(tmp_path) == ["out.json"]
+
+
+def test_atomic_dir_leaves_nothing_on_an_exception_and_replaces_a_folder_whole(tmp_path):
+    final = tmp_path / "shard"
+    with atomic_dir(final) as tmp:
+        (tmp / "a.npy").write_bytes(b"a")
+    with pytest.raises(KeyError):
+        with atomic_dir(final) as tmp:
+            (tmp / "b.npy").write_bytes(b"b")
+            raise KeyError("b")
+    assert os.listdir(tmp_path) == ["shard"] and os.listdir(final) == ["a.npy"]
+    with atomic_dir(final) as tmp:
+        (tmp / "c.npy").write_bytes(b"c")
+    assert os.listdir(final) == ["c.npy"]  # the old folder's files do not linger
+
+
+def test_a_full_disk_while_writing_is_one_line_naming_the_final_path(tmp_path):
+    final = tmp_path / "codes.npy"
+    with pytest.raises(OutOfSpaceError) as err:
+        with atomic_path(final, needed=4096) as tmp:
+            tmp.write_bytes(b"x" * 100)
+            raise OSError(errno.ENOSPC, "No space left on device")
+    msg = str(err.value)
+    assert msg.startswith(f"{final}: not written: no space left on its file system")
+    assert "it needs 4096 bytes" in msg and "nothing partial was kept" in msg and "\n" not in msg
+    assert (err.value.path, err.value.written) == (final, 100) and os.listdir(tmp_path) == []
+
+
+def test_an_error_inside_a_folder_names_the_file_under_the_final_folder(tmp_path):
+    final = tmp_path / "prepared"
+    with pytest.raises(OutOfSpaceError) as err:
+        with atomic_dir(final) as tmp:
+            with atomic_path(tmp / "shard0" / "audio.npy") as inner:
+                inner.write_bytes(b"x" * 10)
+                raise OSError(errno.EFBIG, "File too large")
+    assert err.value.path == final / "shard0" / "audio.npy" and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("exc, no_room", [
+    (OSError(errno.ENOSPC, "No space left on device"), True),
+    (OSError(errno.EFBIG, "File too large"), True),
+    (OSError("1000 requested and 512 written"), True),  # numpy's tofile: a short write, no errno
+    (RuntimeError("[enforce fail at inline_container.cc] . unexpected pos 64 vs 0"), True),  # torch.save
+    (OSError(errno.EACCES, "Permission denied"), False),
+    (ValueError("No space left"), False),
+])
+def test_is_out_of_space_knows_each_way_a_write_runs_out_of_room(exc, no_room):
+    assert utils.is_out_of_space(exc) is no_room
+
+
+def test_file_sha256_of_known_strings_and_of_a_file_longer_than_one_block(tmp_path):
+    (tmp_path / "abc").write_bytes(b"abc")  # FIPS 180-2, appendix B.1
+    assert utils.file_sha256(tmp_path / "abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    (tmp_path / "empty").write_bytes(b"")
+    assert utils.file_sha256(tmp_path / "empty") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    data = bytes(range(256)) * ((1 << 24) // 256) + b"tail"  # read in two 16 MB blocks
+    (tmp_path / "big").write_bytes(data)
+    assert utils.file_sha256(tmp_path / "big") == hashlib.sha256(data).hexdigest()
+
+
+def test_write_json_sorts_keys_indents_and_ends_with_a_newline(tmp_path):
+    utils.write_json(tmp_path / "a.json", {"b": 1, "a": [1, 2]})
+    text = (tmp_path / "a.json").read_text()
+    assert text == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n' and json.loads(text) == {"a": [1, 2], "b": 1}
+
+
+def test_remove_debris_takes_the_temporary_names_of_ended_processes_and_leaves_a_running_one_s(tmp_path):
+    final = tmp_path / "metrics.csv"
+    dead = tmp_path / f".metrics.csv.tmp-{_dead_pid()}-abc.csv"
+    dead_dir = tmp_path / f".metrics.csv.tmp-{_dead_pid()}-def"
+    live = tmp_path / f".metrics.csv.tmp-{os.getpid()}-ghi.csv"
+    other = tmp_path / f".summary.json.tmp-{_dead_pid()}-jkl.json"  # another output's: not ours to remove
+    for p in (dead, live, other):
+        p.write_text("x")
+    dead_dir.mkdir()
+    (dead_dir / "inside").write_text("x")
+    assert sorted(utils.remove_debris(final)) == sorted([dead, dead_dir])
+    assert sorted(os.listdir(tmp_path)) == sorted([live.name, other.name])
+
+
+def test_messages_name_the_final_path_not_the_temporary_one(tmp_path):
+    final = tmp_path / "loss_curves.csv"
+    with atomic_path(final) as tmp:
+        assert utils.final_names(f"cannot parse {tmp} line 3") == f"cannot parse {final} line 3"
+    assert utils.glob_escape("a[1]*?.csv") == "a[[]1][*][?].csv"
+
+
+def test_progress_without_a_terminal_prints_plain_lines_with_the_postfix():
+    out = io.StringIO()
+    with utils.Progress(total=4, desc="train", unit="step", every_s=3600, stream=out) as bar:
+        bar.update(1, loss=6.123456)
+        bar.update(2)
+        assert out.getvalue() == ""  # not yet: fewer than every_s seconds and not at the total
+        bar.update(1)
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith("train: 4/4 (100%) ") and " step/s " in line and line.endswith("loss=6.123")
