@@ -224,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest difference allowed (default: the reference's measured tolerance)")
     p.add_argument("--record", type=Path, default=None, metavar="DIR",
                    help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing")
+    p.add_argument("--until-step", type=int, default=None, metavar="STEP",
+                   help="with --record: --tolerance holds up to this step, --late-tolerance after it "
+                        "(docs/reference_run.md)")
+    p.add_argument("--late-tolerance", type=float, default=None, metavar="BITS",
+                   help="with --record and --until-step: the largest difference allowed after that step")
 
     p = _stage_parser(sub, "validate", "check a configuration file",
                       "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
@@ -341,7 +346,8 @@ def dispatch(args: argparse.Namespace) -> int | None:
             command = (f"snakemake --cores all --configfile {args.config}, then amlm verify --config {args.config} "
                        f"--runs-dir {args.runs_dir} --record {args.record}")
             verify.record(cfg, Path(args.config), args.runs_dir, args.record, command,
-                          **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}))
+                          **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}),
+                          until_step=args.until_step, late_tolerance_bits=args.late_tolerance)
             return 0
         ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke" else "default_run")
         return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance)

@@ -103,7 +103,34 @@ def test_a_reference_recorded_under_renamed_keys_is_read_under_the_new_names(roo
     assert read["arms"]["prenorm_clip1"]["tokenizer.loudness"] == cfg["tokenizer"]["loudness"]
 
 
-@pytest.mark.parametrize("preset, folder", [("config/smoke.yaml", "smoke_run")])
+def _rows(losses, steps=(1, 2, 4, 8)):
+    return pd.DataFrame({"seed": 1, "step": list(steps), "train_loss_cb0": losses, "valid_loss_cb0": losses})
+
+
+def test_the_windows_hold_early_rows_tight_and_late_rows_to_their_own_tolerance():
+    ref = _rows([10.0, 9.5, 9.0, 8.0])
+    meta = {"tolerance_bits": 0.001, "tolerance_until_step": 2, "late_tolerance_bits": 0.5}
+    wins = verify.windows(meta)
+    assert [w["name"] for w in wins] == ["steps <= 2", "steps > 2"]
+    assert [w["tolerance_bits"] for w in wins] == [0.001, 0.5]
+    drifted = _rows([10.0, 9.5, 9.3, 8.4])  # 0.4 bits late: within 0.5
+    early = verify.largest_difference(drifted, ref, wins[0]["steps"])
+    late = verify.largest_difference(drifted, ref, wins[1]["steps"])
+    assert early["bits"] == 0.0 and late["bits"] == pytest.approx(0.4) and late["step"] == 8
+    broken = _rows([10.01, 9.5, 9.0, 8.0])  # 0.01 bits at step 1: outside 0.001
+    assert verify.largest_difference(broken, ref, wins[0]["steps"])["bits"] == pytest.approx(0.01)
+    assert verify.largest_difference(broken, ref, wins[1]["steps"])["bits"] == 0.0
+    # without tolerance_until_step every row is held to tolerance_bits; --tolerance sets the first window
+    assert [w["steps"] for w in verify.windows({"tolerance_bits": 0.01})] == [(-float("inf"), float("inf"))]
+    assert verify.windows(meta, tolerance_bits=0.2)[0]["tolerance_bits"] == 0.2
+
+
+def test_record_refuses_a_window_without_its_tolerance(tmp_path, smoke_cfg):
+    with pytest.raises(verify.UserError, match="--until-step and --late-tolerance go together"):
+        verify.record(smoke_cfg, tmp_path / "c.yaml", tmp_path, tmp_path / "ref", "cmd", until_step=300)
+
+
+@pytest.mark.parametrize("preset, folder", [("config/smoke.yaml", "smoke_run"), ("config/config.yaml", "default_run")])
 def test_the_shipped_references_match_their_presets(root, preset, folder):
     """A setting added to the train step changes the fingerprint: record the reference again (docs/reference_run.md)."""
     cfg = C.load(root / preset)
