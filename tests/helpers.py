@@ -11,6 +11,9 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 # Generated or local-only paths that a fresh clone does not have.
 _PATTERNS = shutil.ignore_patterns(".git", ".snakemake", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", ".*.tmp-*")
 
@@ -196,3 +199,15 @@ def write_sweep_config(root: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return dest
+
+
+# metrics.csv of one run, as the train stage writes it: k codebooks falling from start to end
+def fake_metrics(steps, start=10.0, end=6.0, k=2):
+    s = np.asarray(steps, dtype=float)
+    curve = end + (start - end) * np.exp(-s / 20)
+    row = {"step": steps}
+    for cb in range(k):
+        row[f"train_loss_cb{cb}"] = curve + cb
+        row[f"valid_loss_cb{cb}"] = curve + cb + 0.1
+    row["lr"] = 1e-3
+    return pd.DataFrame(row)

@@ -1,8 +1,8 @@
 """curves.py: each statistic of one loss curve on hand-made curves whose answer is worked out by hand.
 
-tests/report/test_claims.py holds the statistics' first cases (one spike, two spikes, a plain final
-loss and converged step); here are the step ranges that do not start at 0, sparse powers-of-two
-rows, the float slack, and the late change and flattening that the stability map reads.
+First the step ranges that do not start at 0, sparse powers-of-two rows, the float slack, and the
+late change and flattening that the stability map reads; at the end the first cases (one spike, two
+spikes, a plain final loss and converged step, the clipped fraction).
 """
 
 import math
@@ -93,3 +93,47 @@ def test_rising_non_finite_or_too_short_curves_have_not_flattened():
     diverged[-1] = math.nan
     assert not CV.flattened(steps, diverged)
     assert not CV.flattened([0.0, 1.0], [10.0, 5.0])
+
+
+def test_spike_detection_positive():
+    steps = np.arange(10) * 100
+    loss = np.array([10, 8, 7, 6.0, 9.2, 7.0, 6.1, 5.9, 5.8, 5.8])
+    (spike,) = CV.detect_spikes(steps, loss, threshold=0.5, recovery_margin=0.2)
+    assert spike["peak_step"] == 400 and spike["onset_step"] == 400
+    assert spike["base_bits"] == 6.0 and spike["height_bits"] == pytest.approx(3.2)
+    assert spike["recovery_step"] == 600  # 6.1 <= 6.0 + 0.2
+
+
+def test_spike_detection_negative_and_unrecovered():
+    steps = np.arange(8) * 100
+    smooth = np.array([10, 9, 8, 7, 6.5, 6.6, 6.4, 6.3])  # a 0.1-bit wobble is no spike
+    assert CV.detect_spikes(steps, smooth, threshold=0.5, recovery_margin=0.2) == []
+    rising = np.array([10, 8, 6, 6.1, 7.5, 8.0, 8.5, 9.0])  # rises and never comes back
+    (spike,) = CV.detect_spikes(steps, rising, threshold=0.5, recovery_margin=0.2)
+    assert spike["recovery_step"] is None and spike["peak_step"] == 700
+
+
+def test_two_spikes_are_both_found():
+    steps = np.arange(9)
+    loss = np.array([10, 7, 9, 7, 6, 8, 6.1, 6, 6])
+    spikes = CV.detect_spikes(steps, loss, threshold=1.0, recovery_margin=0.2)
+    assert [(k["peak_step"], k["recovery_step"]) for k in spikes] == [(2, 3), (5, 6)]
+
+
+def test_final_and_converged_step():
+    steps = np.array([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0])
+    loss = np.array([10, 8, 7, 6.5, 6.2, 6.0, 6.3, 6.05, 6.0, 6.0, 5.9])
+    assert CV.final_loss(steps, loss) == pytest.approx(5.95)  # the last 10 % of the range: steps >= 90
+    # 6.3 at step 60 leaves the 0.1 band: converged only from 70 on
+    assert CV.converged_step(steps, loss, 6.0, 0.1) == 70
+    assert math.isnan(CV.converged_step(steps, np.r_[loss[:-1], 7.0], 6.0, 0.1))
+    # within the band only from the final window on (step 90 of 0-100) is not converged
+    late = np.array([10, 9, 9, 9, 9, 9, 9, 9, 9, 6.0, 6.0])
+    assert math.isnan(CV.converged_step(steps, late, 6.0, 0.1))
+    assert CV.converged_step(steps, np.r_[late[:8], 6.0, 6.0, 6.0], 6.0, 0.1) == 80
+
+
+def test_clipped_fraction_counts_updates():
+    assert CV.clipped_fraction(3, 12) == 0.25
+    assert math.isnan(CV.clipped_fraction(0, 0))
+

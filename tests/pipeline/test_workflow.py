@@ -52,8 +52,6 @@ def test_jobs_run_the_package_from_source_with_pythonpath(root):
     assert 'PYTHONPATH="{SRC}" python -m acoustic_mlm' in common
 
 
-
-
 def test_snakemake_lint(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=repo, capture_output=True, text=True)
@@ -318,28 +316,6 @@ def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
                           text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {f"train-{n}" for n in ("prenorm_clip1__lr-2e-3", "prenorm_clip1__layers-3")} <= set(json.loads(proc.stdout))
-
-
-def test_dvc_yaml_check_refuses_a_stale_file(root, tmp_path, capsys):
-    """After a change of the sweep the file must be generated again: its first stage checks it."""
-    from acoustic_mlm import cli
-
-    config, out = tmp_path / "config" / "c.yaml", tmp_path / "dvc.yaml"
-    config.parent.mkdir()
-    config.write_text((root / "config" / "smoke.yaml").read_text())
-    check = ["dvc-yaml", "--config", str(config), "--out", str(out), "--check"]
-    assert cli.main(check) == 2  # no file yet
-    assert cli.main(check[:-1]) == 0 and cli.main(check) == 0
-    assert out.read_text().count("config/c.yaml") > 10  # named relative to the folder of dvc.yaml
-    write_sweep_config(root, config)
-    capsys.readouterr()
-    assert cli.main(check) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is not the file generated for it" in err and "amlm dvc-yaml --config" in err
-    outside = tmp_path / "elsewhere" / "dvc.yaml"
-    outside.parent.mkdir()
-    assert cli.main(["dvc-yaml", "--config", str(config), "--out", str(outside)]) == 2
-    assert "outside" in capsys.readouterr().err and not outside.exists()
 
 
 def test_snakemake_rules_take_their_params_from_result_keys(root):

@@ -1,11 +1,13 @@
 """aggregate.py: one arm's wide metrics as tidy rows, the diagnostics apart from the losses, and the
-final losses `dvc exp show` reads, on tables made up in the test. The stage on whole run folders is
-in test_aggregate_figure.py."""
+final losses `dvc exp show` reads, on tables made up in the test; then the stage on whole run
+folders (the `runs_dir` fixture of conftest.py)."""
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
+from helpers import fake_metrics
 
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
@@ -68,3 +70,40 @@ def test_final_losses_are_keyed_by_run_name_where_a_role_is_shared_or_missing():
     cfg = {"runs": {"a": {"role": "clip1"}, "b": {"role": "clip1"}, "c": {}}}
     curves = pd.concat([_curves(name, 1, [9.0, 4.123456]) for name in ("a", "b", "c")])
     assert aggregate.final_losses(cfg, curves) == {"a": 4.1235, "b": 4.1235, "c": 4.1235}  # 4 decimals
+
+
+def test_aggregate_writes_one_row_per_run_step_split_and_codebook(runs_dir, tmp_path, smoke_cfg):
+    out = tmp_path / "curves.csv"
+    curves = aggregate.run(smoke_cfg, runs_dir, out)
+    on_disk = pd.read_csv(out)
+    assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits", "nonfinite"]
+    assert len(on_disk) == 4 * 8 * 2 * 2  # runs x steps x splits x codebooks
+    assert list(dict.fromkeys(on_disk["run"])) == list(smoke_cfg["runs"])  # config order
+    row = on_disk[(on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid") & (on_disk.codebook == 1)]
+    expected = 6.0 - 0.1 + (10.0 - 5.9) * np.exp(-1 / 20) + 1 + 0.1
+    assert row["loss_bits"].item() == pytest.approx(expected)
+    assert row["label"].item() == "Pre-Norm | Gradient Clip=1 | Run 2"
+    assert len(curves) == len(on_disk)
+
+
+def test_final_losses_by_role_for_dvc_exp_show(runs_dir, tmp_path, smoke_cfg):
+    import json
+
+    from acoustic_mlm import curves
+
+    smoke_cfg["runs"]["prenorm_attnrelax_clip1"].pop("role")  # no role: keyed by its run name
+    aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv", finals_path=tmp_path / "finals.json")
+    finals = json.loads((tmp_path / "finals.json").read_text())
+    assert set(finals) == {"clip10", "clip1", "deepnorm", "prenorm_attnrelax_clip1"}
+    steps = [1, 2, 4, 8, 16, 20, 32, 40]
+    want = curves.final_loss(steps, fake_metrics(steps, end=6.0 - 0.1)["train_loss_cb0"])  # prenorm_clip1
+    assert finals["clip1"] == pytest.approx(want, abs=1e-4)
+    assert finals["clip10"] > finals["clip1"] > finals["deepnorm"]
+
+
+def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
+    (runs_dir / "prenorm_clip1" / "metrics.csv").unlink()
+    with pytest.raises(UserError, match=r"prenorm_clip1/metrics.csv"):
+        aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv")
+    assert not (tmp_path / "c.csv").exists()
+

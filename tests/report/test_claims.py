@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from acoustic_mlm.report import claims as CL
-from acoustic_mlm import curves as CV
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
@@ -67,62 +66,6 @@ def claims_cfg(smoke_cfg, **thresholds):
 
 def with_arm(**changes):
     return {run: {**p, **changes.get(run, {})} for run, p in GOOD.items()}
-
-
-# ----------------------------------------------------------------------------- building blocks
-
-
-def test_spike_detection_positive():
-    steps = np.arange(10) * 100
-    loss = np.array([10, 8, 7, 6.0, 9.2, 7.0, 6.1, 5.9, 5.8, 5.8])
-    (spike,) = CV.detect_spikes(steps, loss, threshold=0.5, recovery_margin=0.2)
-    assert spike["peak_step"] == 400 and spike["onset_step"] == 400
-    assert spike["base_bits"] == 6.0 and spike["height_bits"] == pytest.approx(3.2)
-    assert spike["recovery_step"] == 600  # 6.1 <= 6.0 + 0.2
-
-
-def test_spike_detection_negative_and_unrecovered():
-    steps = np.arange(8) * 100
-    smooth = np.array([10, 9, 8, 7, 6.5, 6.6, 6.4, 6.3])  # a 0.1-bit wobble is no spike
-    assert CV.detect_spikes(steps, smooth, threshold=0.5, recovery_margin=0.2) == []
-    rising = np.array([10, 8, 6, 6.1, 7.5, 8.0, 8.5, 9.0])  # rises and never comes back
-    (spike,) = CV.detect_spikes(steps, rising, threshold=0.5, recovery_margin=0.2)
-    assert spike["recovery_step"] is None and spike["peak_step"] == 700
-
-
-def test_two_spikes_are_both_found():
-    steps = np.arange(9)
-    loss = np.array([10, 7, 9, 7, 6, 8, 6.1, 6, 6])
-    spikes = CV.detect_spikes(steps, loss, threshold=1.0, recovery_margin=0.2)
-    assert [(k["peak_step"], k["recovery_step"]) for k in spikes] == [(2, 3), (5, 6)]
-
-
-def test_final_and_converged_step():
-    steps = np.array([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0])
-    loss = np.array([10, 8, 7, 6.5, 6.2, 6.0, 6.3, 6.05, 6.0, 6.0, 5.9])
-    assert CV.final_loss(steps, loss) == pytest.approx(5.95)  # the last 10 % of the range: steps >= 90
-    # 6.3 at step 60 leaves the 0.1 band: converged only from 70 on
-    assert CV.converged_step(steps, loss, 6.0, 0.1) == 70
-    assert math.isnan(CV.converged_step(steps, np.r_[loss[:-1], 7.0], 6.0, 0.1))
-    # within the band only from the final window on (step 90 of 0-100) is not converged
-    late = np.array([10, 9, 9, 9, 9, 9, 9, 9, 9, 6.0, 6.0])
-    assert math.isnan(CV.converged_step(steps, late, 6.0, 0.1))
-    assert CV.converged_step(steps, np.r_[late[:8], 6.0, 6.0, 6.0], 6.0, 0.1) == 80
-
-
-def test_clipped_fraction_counts_updates():
-    assert CV.clipped_fraction(3, 12) == 0.25
-    assert math.isnan(CV.clipped_fraction(0, 0))
-
-
-def test_thresholds_reject_bad_values():
-    with pytest.raises(ValueError, match="start_min"):
-        ClaimThresholds(start_min=11.0)
-    with pytest.raises(ValueError, match="recovery_margin"):
-        ClaimThresholds(spike_threshold=0.1, recovery_margin=0.2)
-    with pytest.raises(ValueError, match="unknown key 'spike_treshold'"):
-        ClaimThresholds.from_dict({"spike_treshold": 1.0})
-    assert ClaimThresholds.from_dict(None) == ClaimThresholds()
 
 
 # ----------------------------------------------------------------------------- verdicts

@@ -1,0 +1,32 @@
+"""config/load.py: every preset loads and is valid; a missing file is one line."""
+
+import subprocess
+import sys
+
+import yaml
+
+import pytest
+
+from acoustic_mlm import config as C
+
+PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "paper-1node.yaml", "gpu-small.yaml"]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_are_complete_and_valid(root, name):
+    cfg = C.load(root / "config" / name)
+    assert [r["role"] for r in cfg["runs"].values()] == list(C.ROLES)
+    # a complete file: the same keys as the default, section by section
+    default = yaml.safe_load((root / "config" / "config.yaml").read_text())
+    for section in default:
+        if section != "runs":
+            assert set(cfg[section]) == set(default[section]), section
+
+
+def test_cli_missing_config_file(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", "validate", "--config", str(tmp_path / "nope.yaml")],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2 and "nope.yaml: configuration file not found" in proc.stderr
+
