@@ -1,0 +1,46 @@
+"""The clip-and-step of an update: the gradient norm logged before clipping, clipping bounds the
+update, and an overflowing fp16 step is skipped."""
+
+import math
+
+import pytest
+import torch
+
+from acoustic_mlm.train.update import optimizer_step
+
+
+def _model_with_grads(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 3)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 2.0)  # total norm = 2 * sqrt(15)
+    return model
+
+
+@pytest.mark.parametrize("clip, expect_clipped", [(1.0, True), (100.0, False), (0.0, False)])
+def test_clipping_logs_the_norm_before_clipping_and_bounds_the_update(clip, expect_clipped):
+    model = _model_with_grads()
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)  # update = -grad, so its norm is the clipped norm
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    norm, clipped, skipped = optimizer_step(model, opt, scaler, clip)
+    full = 2.0 * math.sqrt(15)
+    assert norm == pytest.approx(full)  # logged before clipping
+    assert clipped is expect_clipped and skipped is False
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    expected = min(full, clip) if clip > 0 else full  # clip 0 disables clipping
+    assert float((after - before).norm()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_fp16_scaler_skips_overflowing_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    scaler = torch.amp.GradScaler("cpu", enabled=True, init_scale=1.0)
+    scaler.scale(model(torch.ones(2, 4)).sum()).backward()
+    for p in model.parameters():
+        p.grad[0] = float("inf")  # as an fp16 overflow leaves them
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    norm, clipped, skipped = optimizer_step(model, opt, scaler, 1.0)
+    assert skipped and not clipped and not math.isfinite(norm)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update
