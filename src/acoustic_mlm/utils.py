@@ -234,11 +234,11 @@ def keep_freed_memory() -> bool:
     """Ask glibc's malloc to serve large blocks from the heap and keep freed memory for reuse.
 
     By default glibc maps every block above 32 MB (and, until it adapts, above 128 KB) afresh
-    with mmap and returns it on free, so the encoder's large activations (92 MB per 30 s clip in
-    EnCodec's first conv) are page-faulted and zeroed by the kernel on every call: about a third
-    of tokenization's CPU time. Raising M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (the same as
+    with mmap and returns it on free, so the encoder's large activations (EnCodec's first conv's,
+    for a long clip) are page-faulted and zeroed by the kernel on every call, a large share of
+    tokenization's CPU time (BENCHMARKS.md). Raising M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (the same as
     MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment) keeps that memory in the
-    process instead; measured 1.6x faster tokenization (BENCHMARKS.md). The process's memory then
+    process instead, which makes tokenization faster. The process's memory then
     stays at its high-water mark. Returns False where there is no glibc mallopt (macOS, musl).
     """
     import ctypes

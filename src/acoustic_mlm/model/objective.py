@@ -198,7 +198,7 @@ class AcousticMLM(nn.Module):
     - static shapes (on a GPU, and whenever torch.compile traces the model): the heads score
       every frame and the unmasked ones are weighted 0. No shape depends on the mask and nothing
       is read back to the host: no GPU sync, one compiled graph for every batch. It scores
-      1 / (masked share) times the frames (1.7x at mask_prob 0.8, mask_length 5).
+      1 / (masked share) times the frames (BENCHMARKS.md, the masked loss).
     - selection (eager on CPU, where a host read costs nothing): the heads score the masked
       frames only, `h[mask]`; at the CPU default's size the heads are a large part of the step
       (BENCHMARKS.md, benchmarks/masked_loss.py).

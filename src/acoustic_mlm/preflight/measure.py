@@ -114,8 +114,8 @@ class MemoryProbe:
 def _free(device: torch.device) -> None:
     """Release the previous model's memory, so that the next one's is measured from a true baseline.
 
-    On CPU glibc keeps freed blocks in the process (the second of two paper-size models measured
-    0 GB above a baseline that still held the first one's 5.8 GB); malloc_trim returns them.
+    On CPU glibc keeps freed blocks in the process (a second paper-size model measured nothing
+    above a baseline that still held the first one's memory); malloc_trim returns them.
     """
     gc.collect()
     if device.type == "cuda":

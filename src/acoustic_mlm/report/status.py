@@ -1,6 +1,6 @@
 """`amlm status`: where every arm and seed of a run stands, read from results/runs/ while it trains.
 
-It reads only files that training writes atomically (train.py: a temporary name, then a rename),
+It reads only files that training writes atomically (train/loop.py and train/summary.py: a temporary name, then a rename),
 so it is safe beside running jobs, locally or under SLURM on a shared file system:
 
     <run>/seeds/seed<S>/summary.json         written last when a seed ends: completed, completed_with_nonfinite, diverged

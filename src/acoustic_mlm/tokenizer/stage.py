@@ -137,7 +137,7 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     from acoustic_mlm.data.corpus import shard_name
 
     set_threads(threads)
-    keep_freed_memory()  # 1.6x faster encoding on CPU (BENCHMARKS.md)
+    keep_freed_memory()  # faster encoding on CPU (BENCHMARKS.md, glibc's allocator)
     _check_config(cfg)
     tc = cfg["tokenizer"]
     corpus = read_prepared(prepared_dir)

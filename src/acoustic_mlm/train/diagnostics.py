@@ -137,7 +137,7 @@ def codebook_correct(logits: torch.Tensor, targets: torch.Tensor, codebook: int 
 
 class UpdateProbe:
     """Per-block gradient norms and a weight snapshot before an update; update ratios after it.
-    (The loss scale is in every row already: train.py's `loss_scale`, NaN without fp16.)
+    (The loss scale is in every row already: train/loop.py's `loss_scale`, NaN without fp16.)
 
         probe = UpdateProbe(model, scaler)   # gradients in place, not yet unscaled or clipped
         ...optimizer step...

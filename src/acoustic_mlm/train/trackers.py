@@ -1,6 +1,6 @@
 """Live curves: a run's metrics rows sent to the trackers researchers watch (`train.loggers`).
 
-    csv          always: metrics.partial.csv while a seed trains, metrics.csv at the end (train.py);
+    csv          always: metrics.partial.csv while a seed trains, metrics.csv at the end (train/loop.py);
                  the source of every figure and of `amlm status`
     tensorboard  event files in <run>/seeds/seed<S>/tensorboard/ (`tensorboard --logdir results/runs`),
                  one scalar per metrics column, tagged with the column's name, at the row's step
@@ -8,7 +8,7 @@
                  "<arm>-seed<S>" grouped by arm, files under <run>/seeds/seed<S>/wandb/; WANDB_MODE=offline
                  keeps it on disk (`wandb sync` uploads it later)
 
-Only the first process (rank 0) opens trackers, and they see a row only when train.py writes one
+Only the first process (rank 0) opens trackers, and they see a row only when train/loop.py writes one
 (every train.log_interval steps): never a training step. A tracker that raises (a full disk, no
 network) is dropped with one warning and the run goes on; the CSV holds every row regardless.
 A tracker named in the config whose package is missing stops the run before it trains.
