@@ -6,47 +6,18 @@ import json
 import logging
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import soundfile as sf
+from data_helpers import SR, make_cfg, make_messy_folder, sine
 
-from acoustic_mlm import config as C
 from acoustic_mlm.data import fetch
 from acoustic_mlm.data import prepare
 from acoustic_mlm.data.corpus import load_prepared
-from acoustic_mlm.tokenizer import stage as tokenizer
 from acoustic_mlm.errors import UserError
 from acoustic_mlm import encodec
-
-SR = 24000
-
-
-def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0,
-             crop_seconds: float = 0.1, shard_files: int = 3) -> dict:
-    return {
-        "data": {
-            "source": "synthetic", "sample_rate": SR, "valid_fraction": valid_fraction, "split_seed": split_seed,
-            "shard_files": shard_files,
-            "synthetic": {"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
-        },
-        "train": {"crop_seconds": crop_seconds},  # clips shorter than one crop are rejected
-    }
-
-
-def sine(hz: float, seconds: float, sr: int, amp: float = 0.5) -> np.ndarray:
-    return (amp * np.sin(2 * np.pi * hz * np.arange(int(seconds * sr)) / sr)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    cfg = make_cfg()
-    fetch.run(cfg, root / "raw")
-    prepare.run(cfg, root / "raw", root / "prepared")
-    return cfg, root
 
 
 def test_fetch_writes_flac_and_source_json(prepared):
@@ -191,25 +162,6 @@ def test_empty_folder_is_a_one_line_error(tmp_path):
     assert not (tmp_path / "prepared").exists()
 
 
-def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    left = sine(440.0, 0.5, 44100, amp=0.5)
-    sf.write(raw / "tone.wav", np.stack([left, np.zeros_like(left)], axis=1), 44100)  # right channel silent
-    sf.write(raw / "other.wav", sine(220.0, 0.5, 44100)[:, None], 44100)
-    prepare.run(make_cfg(), raw, tmp_path / "prepared")
-    corpus = load_prepared(tmp_path / "prepared")
-    row = corpus.manifest.set_index("clip_id").loc["tone"]
-    assert (row.orig_sample_rate, row.orig_channels) == (44100, 2)
-    assert row.num_samples == (int(0.5 * SR) // encodec.HOP) * encodec.HOP == 11840
-    x = np.asarray(corpus.clip(int(np.flatnonzero(corpus.manifest["clip_id"] == "tone")[0])), dtype=np.float64)
-    spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
-    peak_hz = np.fft.rfftfreq(len(x), 1 / SR)[np.argmax(spectrum)]
-    assert abs(peak_hz - 440.0) < 3.0  # bin width 2 Hz
-    middle = x[1000:-1000]
-    assert np.abs(middle).max() == pytest.approx(0.25, abs=0.01)  # mean of 0.5 and 0
-
-
 def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
     raw = tmp_path / "raw"
     (raw / "a").mkdir(parents=True)
@@ -239,137 +191,8 @@ def test_clip_ids_fall_back_to_full_relative_paths():
     assert prepare.clip_ids(["x/a.wav", "x/a.flac", "y/a.wav", "b.mp3"]) == ["x/a.wav", "x/a.flac", "y/a", "b"]
 
 
-def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
-    _, root = prepared
-    bad = tmp_path / "bad"
-    shutil.copytree(root / "prepared", bad)
-    audio = np.load(bad / "shard-00001" / "audio.npy")
-    np.save(bad / "shard-00001" / "audio.npy", audio[:-encodec.HOP])
-    with pytest.raises(UserError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
-        load_prepared(bad)
-    shutil.rmtree(bad / "shard-00001")
-    with pytest.raises(UserError, match=r"shard-00001/audio\.npy: not found"):
-        load_prepared(bad)
-
-
 # ------------------------------------------------------------------------------------------
-# Robust decoding: every audio-named file ends in the manifest or in rejects.csv
-
-
-def _write(path, x: np.ndarray, sr: int, **kw) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(path, x, sr, **kw)
-    return path.read_bytes()
-
-
-def _scramble(data: bytes, start: float, stop: float) -> bytes:
-    b = bytearray(data)
-    for i in range(int(len(b) * start), int(len(b) * stop)):
-        b[i] = (b[i] * 7 + 13) % 256
-    return bytes(b)
-
-
-def make_messy_folder(folder) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
-    """Good files of many shapes next to bad files of every kind.
-
-    Returns ({good path: (orig rate, orig channels)}, {bad path: expected reason kind}).
-    """
-    one = sine(440.0, 1.0, SR)
-    good = {
-        "good/mono_24k.wav": (SR, 1),
-        "good/stereo_48k.flac": (48000, 2),
-        "good/six_channels_8k.wav": (8000, 6),
-        "good/vorbis_22k.ogg": (22050, 1),
-        "good/lame_44k.mp3": (44100, 1),
-        "good/float_96k.wav": (96000, 1),
-        "good/odd_rate_44101.wav": (44101, 1),  # resampled as 44100 Hz: exact would take minutes
-    }
-    _write(folder / "good/mono_24k.wav", one, SR)
-    _write(folder / "good/stereo_48k.flac", np.stack([sine(440, 1.0, 48000), sine(660, 1.0, 48000)], 1), 48000)
-    _write(folder / "good/six_channels_8k.wav", np.stack([sine(200 + 50 * c, 1.0, 8000) for c in range(6)], 1), 8000)
-    _write(folder / "good/vorbis_22k.ogg", sine(440, 1.0, 22050), 22050, format="OGG", subtype="VORBIS")
-    mp3 = _write(folder / "good/lame_44k.mp3", sine(440, 1.0, 44100), 44100, format="MP3")
-    _write(folder / "good/float_96k.wav", sine(440, 1.0, 96000), 96000, subtype="FLOAT")
-    _write(folder / "good/odd_rate_44101.wav", sine(440, 1.0, 44101), 44101)
-
-    bad_dir = folder / "bad"
-    bad_dir.mkdir()
-    flac = _write(bad_dir / "corrupt.flac", sine(440, 1.0, SR), SR)
-    (bad_dir / "corrupt.flac").write_bytes(_scramble(flac, 0.3, 0.5))
-    (bad_dir / "truncated.flac").write_bytes(flac[: len(flac) // 2])
-    (bad_dir / "truncated.mp3").write_bytes(mp3[: len(mp3) // 2])
-    (bad_dir / "corrupt.mp3").write_bytes(_scramble(mp3, 0.2, 0.6))
-    (bad_dir / "empty.wav").write_bytes(b"")
-    (bad_dir / "notes.wav").write_text("these are lecture notes, not audio\n" * 20)
-    (bad_dir / "cover.mp3").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + bytes(range(256)) * 4)  # a JPEG
-    (bad_dir / "html.ogg").write_text("<html><body>404 Not Found</body></html>")
-    x = one.copy()
-    x[100] = np.nan
-    _write(bad_dir / "nan.wav", x, SR, subtype="FLOAT")
-    x = one.copy()
-    x[200] = np.inf
-    _write(bad_dir / "inf.wav", x, SR, subtype="FLOAT")
-    _write(bad_dir / "silence.flac", np.zeros(SR, np.float32), SR)
-    _write(bad_dir / "cancelling_stereo.wav", np.stack([one, -one], 1), SR)  # mono mix is silent
-    _write(bad_dir / "short.wav", sine(440, 0.3, SR), SR)  # shorter than one 0.5 s crop
-    bad = {
-        "bad/corrupt.flac": "not decodable",  # libsndfile: "flac decoder lost sync"
-        "bad/truncated.flac": "not decodable",
-        "bad/truncated.mp3": "truncated or corrupt",  # mpg123 decodes what is there: fewer frames than declared
-        "bad/corrupt.mp3": ("truncated or corrupt", "not decodable"),  # depends on where mpg123 resyncs
-        "bad/empty.wav": "empty file",
-        "bad/notes.wav": "not decodable",
-        "bad/cover.mp3": "not decodable",
-        "bad/html.ogg": "not decodable",
-        "bad/nan.wav": "non-finite samples",
-        "bad/inf.wav": "non-finite samples",
-        "bad/silence.flac": "digital silence",
-        "bad/cancelling_stereo.wav": "digital silence",
-        "bad/short.wav": "shorter than one training crop",
-    }
-    return good, bad
-
-
-def test_folder_with_good_and_bad_files(tmp_path, caplog):
-    good, bad = make_messy_folder(tmp_path / "music")
-    cfg = make_cfg(crop_seconds=0.5)
-    cfg["data"].update(source="folder", folder=str(tmp_path / "music"))
-    fetch.run(cfg, tmp_path / "data" / "raw")
-    with caplog.at_level(logging.INFO, logger="acoustic_mlm"):
-        prepare.run(cfg, tmp_path / "data" / "raw", tmp_path / "data" / "prepared")
-    corpus = load_prepared(tmp_path / "data" / "prepared")
-    manifest = corpus.manifest
-    assert sorted(manifest["path"]) == sorted(good)
-    for _, row in manifest.iterrows():
-        assert (row.orig_sample_rate, row.orig_channels) == good[row.path], row.path
-        assert row.num_samples == 75 * encodec.HOP or row.path.endswith(".mp3"), row  # 1 s = 75 frames
-        assert abs(row.duration_s - 1.0) < 0.06, row
-    assert all(np.isfinite(corpus.audio(k)).all() for k in corpus.shards)
-
-    rejects = pd.read_csv(tmp_path / "data" / "prepared" / "rejects.csv", keep_default_na=False)
-    assert list(rejects.columns) == ["path", "reason"]
-    got = dict(zip(rejects["path"], rejects["reason"]))
-    assert sorted(got) == sorted(bad)
-    for path, kind in bad.items():
-        assert prepare.reason_kind(got[path]) in ((kind,) if isinstance(kind, str) else kind), (path, got[path])
-        assert "\n" not in got[path]
-    summary = json.loads((tmp_path / "data" / "prepared" / "prepare.json").read_text())
-    assert (summary["kept"], summary["rejected"]) == (len(good), len(bad))
-    assert sum(summary["rejected_by_reason"].values()) == len(bad)
-    assert f"kept {len(good)} files, rejected {len(bad)}" in caplog.text
-
-
-def test_odd_sample_rate_is_resampled_quickly_and_nearly_exactly(tmp_path):
-    x = sine(441.0, 2.0, 44101)
-    (tmp_path / "raw").mkdir()
-    sf.write(tmp_path / "raw" / "a.wav", x, 44101)
-    sf.write(tmp_path / "raw" / "b.wav", x, 44101)
-    prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
-    corpus = load_prepared(tmp_path / "prepared")
-    assert corpus.manifest["orig_sample_rate"].tolist() == [44101, 44101]
-    y = np.asarray(corpus.clip(0), dtype=np.float64)
-    peak_hz = np.fft.rfftfreq(len(y), 1 / SR)[np.argmax(np.abs(np.fft.rfft(y * np.hanning(len(y)))))]
-    assert abs(peak_hz - 441.0) < 1.0
+# Every audio-named file ends in the manifest or in rejects.csv (each reason: test_decode.py)
 
 
 def test_every_path_is_in_the_manifest_or_the_rejects(tmp_path):
@@ -471,33 +294,3 @@ def test_npy_writer_matches_np_save(tmp_path):
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match="run fetch first"):
         prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
-
-
-def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(tmp_path):
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for i in range(4):  # 4 clips of 3 s (225 frames): the train split holds under 1024 frames (13.65 s)
-        sf.write(raw / f"c{i}.wav", sine(300 + 50 * i, 3.0, SR), SR)
-    cfg = make_cfg(valid_fraction=0.25)
-    cfg["tokenizer"] = {"mode": "calibrated", "calibration_frames": 4096}
-    with pytest.raises(UserError) as err:
-        prepare.run(cfg, raw, tmp_path / "prepared")
-    msg = str(err.value)
-    train_frames = int(msg.split("holds ")[1].split(" ")[0])
-    assert train_frames in (675, 450)  # 3 or 2 train clips of 225 frames
-    need = (1024 - train_frames) / 75 / 60 / 0.75
-    assert msg == (f"prepare: the train split holds {train_frames} EnCodec frames ({train_frames / 75 / 60:.2f} min); "
-                   f"the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
-                   f"with data.valid_fraction 0.25): add at least {need:.2f} min of audio, or set tokenizer.mode: "
-                   "pretrained")
-    assert not (tmp_path / "prepared").exists()
-    cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
-    prepare.run(cfg, raw, tmp_path / "prepared")
-    assert len(load_prepared(tmp_path / "prepared").manifest) == 4
-    # Back to calibrated: prepare does not rerun on the mode alone, so the fit refuses the same way
-    smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
-    cfg["tokenizer"] = {**C.load(smoke)["tokenizer"], "mode": "calibrated"}
-    with pytest.raises(UserError) as again:
-        tokenizer.fit(cfg, tmp_path / "prepared", tmp_path / "codes")
-    assert str(again.value) == msg.replace("prepare: ", f"{tmp_path / 'prepared' / 'manifest.csv'}: ", 1)
-    assert not (tmp_path / "codes" / tokenizer.MODEL_DIR).exists()
