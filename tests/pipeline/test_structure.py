@@ -76,3 +76,20 @@ def test_one_import_style(root):
             if isinstance(node, ast.ImportFrom) and node.level:
                 relative.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not relative, f"relative imports: {relative}"
+
+
+def test_every_module_has_its_test_file_where_the_package_puts_it(root):
+    """A newcomer finds the test of src/acoustic_mlm/<sub>/<module>.py at tests/<sub>/test_<module>.py
+    (a top-level module's at tests/test_<module>.py); docs/testing.md says so."""
+    pkg, tests = root / "src" / "acoustic_mlm", root / "tests"
+    missing = []
+    for path in sorted(pkg.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        rel = path.relative_to(pkg)
+        expected = tests / rel.parent / f"test_{rel.name}"
+        if not expected.is_file():
+            missing.append(str(expected.relative_to(root)))
+    assert not missing, f"modules without their test file: {missing}"
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test files share a name (pytest's default import mode needs unique ones)"

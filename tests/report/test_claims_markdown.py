@@ -45,7 +45,7 @@ def test_measured_text_rounds_ranges_seeds_and_spikes():
     assert measured_text(CLAIMS[0]["measured"]) == "first_bits: arm_a 9.81, arm_b 9.7"  # seeds: in the header
     assert measured_text(CLAIMS[1]["measured"]) == "final_bits: arm_a 5.71 (5.6-5.8), arm_b n/a"
     assert measured_text(CLAIMS[2]["measured"]) == (
-        "spike: seed 1 +1.23 bits at step 250, recovered at never, seed 2 none<br>steps: 100, 250")
+        "spike: seed 1 +1.23 bits at step 250, not recovered, seed 2 none<br>steps: 100, 250")
     assert measured_text({"converged_step": {}}) == "converged_step: none"
 
 

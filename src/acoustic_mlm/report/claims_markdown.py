@@ -44,8 +44,8 @@ def _range_text(per_seed: dict | None) -> str:
 def _spike_text(k: dict | None) -> str:
     if k is None:
         return "none"
-    back = k["recovery_step"] if k["recovery_step"] is not None else "never"
-    return f"+{k['height_bits']:.2f} bits at step {k['peak_step']}, recovered at {back}"
+    back = f"recovered at {k['recovery_step']}" if k["recovery_step"] is not None else "not recovered"
+    return f"+{k['height_bits']:.2f} bits at step {k['peak_step']}, {back}"
 
 
 def _cell(text: str) -> str:
