@@ -12,10 +12,11 @@ when an arm differs by more than the tolerance. `amlm verify --record DIR` write
 
 Two windows of steps. Up to `tolerance_until_step` the runs of two machines agree to rounding
 (measured: a few millionths of a bit), so `tolerance_bits` is tight there and any installation
-problem shows at once. After it, rounding differences grown by training's own dynamics (leaving
-the unigram plateau a few steps earlier or later) move the curves apart by tenths of a bit
-(measured on the default preset: up to 0.23 bits between two CPUs' code paths), so the
-later rows are held to `late_tolerance_bits`, which still catches a divergence or a broken run. A
+problem shows at once. After it, rounding differences grown by training's own dynamics (a
+gradient burst in one run and not the other, leaving the unigram plateau a few steps earlier)
+move the curves apart by tenths of a bit (measured on the default preset: up to 0.47 bits between
+two CPUs' code paths), so the later rows are held to `late_tolerance_bits`, which still catches a
+divergence or a broken run. A
 reference without `tolerance_until_step` holds every row to `tolerance_bits`.
 """
 
