@@ -63,6 +63,8 @@ def main(argv=None) -> dict:
     p.add_argument("--updates", type=int, default=60, help="update attempts per run (default: %(default)s)")
     p.add_argument("--window", type=int, default=4, help="clean updates per doubling of the scale (default: %(default)s)")
     p.add_argument("--accum", default="1", help="comma-separated accum_steps values (default: %(default)s)")
+    p.add_argument("--fp16-logits", choices=("both", "true", "false"), default="both",
+                   help="which model.fp16_logits settings to trace (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -70,7 +72,7 @@ def main(argv=None) -> dict:
     cfg = C.load(args.config)
     rows = []
     for accum in [int(a) for a in args.accum.split(",")]:
-        for fp16_logits in (False, True):
+        for fp16_logits in {"both": (False, True), "true": (True,), "false": (False,)}[args.fp16_logits]:
             r = trace(cfg, fp16_logits, accum, args.updates, args.window, args.run)
             rows.append(r)
             print(f"fp16_logits {str(fp16_logits).lower():5} accum {accum:3}: max scale 2^{np.log2(r['max_scale']):.0f}, "
