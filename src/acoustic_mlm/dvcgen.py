@@ -104,9 +104,11 @@ class Stage:
 
 def module_file(name: str, src: Path = SRC) -> Path | None:
     """The file of a package module named as a dotted path under acoustic_mlm ("" is the package)."""
-    base = src.joinpath(*name.split(".")) if name else src
+    if not name:
+        return src / "__init__.py"
+    base = src.joinpath(*name.split("."))
     for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if name and path.is_file() or not name and path.name == "__init__.py" and path.is_file():
+        if path.is_file():
             return path
     return None
 
