@@ -9,7 +9,6 @@ Arms appear in the order of the config's `runs:` mapping (the legend order).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd

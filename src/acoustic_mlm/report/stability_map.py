@@ -24,7 +24,6 @@ Its sections go in that order: formulas, the table, per arm and panel, verdicts,
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
