@@ -171,3 +171,153 @@ def test_read_reference_reads_the_shipped_curves_and_refuses_a_step_of_zero(root
     one_role = pd.read_csv(shipped, keep_default_na=False)
     one_role[one_role["role"] != "deepnorm"].to_csv(bad, index=False)
     _refused(lambda: readers.read_reference(bad), bad, "role deepnorm has 0 point(s)")
+
+
+# ----------------------------------------------------------------------------- a seed's files for amlm status
+
+
+def test_read_seed_status_refuses_a_cut_file_a_control_character_and_an_unknown_status(tmp_path):
+    path = tmp_path / "summary.json"
+    good = {"status": "completed", "steps": 100, "wall_time_s": 12.5, "label": "x"}
+    path.write_text(json.dumps(good))
+    assert readers.read_seed_status(path) == good
+    text = json.dumps(good)
+    for damaged, needles in [
+        (text[:-7], ("not valid JSON", "cut short or edited", "rerun the train stage")),
+        (text.replace('"x"', '"a\x07b"'), ("not valid JSON", "Invalid control character")),
+        (text.replace("completed", "compl\\u0007eted"), ("'status' is 'compl\\x07eted', not one of completed",)),
+        (json.dumps({**good, "steps": "100"}), ("'steps' is '100', not int",)),
+        (json.dumps({**good, "steps": -1}), ("'steps' is -1, below 0",)),
+        (json.dumps({**good, "wall_time_s": "1 s"}), ("'wall_time_s' is '1 s', not a finite number",)),
+        (json.dumps({"status": "completed"}), ("lacks 'steps'",)),
+    ]:
+        path.write_text(damaged)
+        _refused(lambda: readers.read_seed_status(path), path, *needles)
+    path.write_text(json.dumps({**good, "status": "finished", "final_train_loss_cb0": 1, "final_valid_loss_cb0": 1,
+                                "nonfinite_steps": 0, "fingerprint": {}}))
+    _refused(lambda: readers.read_seed_summary(path), path, "'status' is 'finished', not one of completed")
+
+
+def test_read_partial_metrics_wants_the_columns_status_reads(tmp_path):
+    path = tmp_path / "metrics.partial.csv"
+    path.write_text("step,train_loss_cb0,wall_time\n1,9.5,0.5\n2,nan,1.0\n")
+    assert readers.read_partial_metrics(path)["wall_time"].tolist() == [0.5, 1.0]
+    for text, needles in [
+        ("step,train_loss_cb0\n1,9.5\n", ("missing column(s) wall_time", "rerun the train stage")),
+        ("epoch,loss,time\n1,9.5,0.5\n", ("missing column(s) step",)),
+        ("step,train_loss_cb0,wall_time,loss_scale\n1,9.5,0.5,128\n", ("missing column(s) overflow_skips",)),
+        ("step,train_loss_cb0,wall_time\n1,9.5,0.5\n2,9.4,1.", ("cut short",)),
+        ("step,train_loss_cb0,wall_time\n1,9.5,soon\n", ("column 'wall_time', row 2: 'soon' is not a number",)),
+    ]:
+        path.write_text(text)
+        _refused(lambda: readers.read_partial_metrics(path), path, *needles)
+
+
+# ----------------------------------------------------------------------------- a reference run
+
+
+def _reference_copy(root, tmp_path, name="smoke_run"):
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(root / "data" / "reference" / name, folder)
+    return folder
+
+
+def _reference_refused(call, path, *needles):
+    with pytest.raises(readers.ReferenceDamaged) as err:
+        call()
+    msg = str(err.value)
+    assert isinstance(err.value, readers.ReadError) and "\n" not in msg, msg
+    assert msg.startswith(f"{path}: "), msg
+    for needle in (*needles, "the reference is damaged, not the run being checked", "amlm verify --record"):
+        assert needle in msg, (needle, msg)
+    return msg
+
+
+def test_the_shipped_reference_runs_read_whole(root):
+    for name in ("smoke_run", "default_run"):
+        metrics, meta = readers.read_reference_run(root / "data" / "reference" / name)
+        assert set(metrics["run"]) == set(meta["arms"]) and metrics["step"].dtype == np.int64
+        assert np.isfinite(metrics["train_loss_cb0"]).all() and meta["tolerance_bits"] > 0
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
+    (lambda t: t.replace('"config": "config/smoke.yaml"', '"config": "config/sm\x01oke.yaml"'),
+     ("not valid JSON", "Invalid control character")),
+    (lambda t: "[" + t + "]", ("a JSON list, not an object",)),
+    (lambda t: t.replace('"arms"', '"armz"'), ("lacks 'arms'",)),
+    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": NaN'), ("'tolerance_bits' is NaN, not a finite number",)),
+    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": "tight"'), ("'tolerance_bits' is 'tight'",)),
+    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": 0.001, "tolerance_until_step": 5'),
+     ("'late_tolerance_bits' is missing",)),
+    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": 0.001, "tolerance_until_step": 2.5'),
+     ("'tolerance_until_step' is 2.5, not a whole number",)),
+])
+def test_a_damaged_reference_json_is_the_references_damage(root, tmp_path, edit, needles):
+    folder = _reference_copy(root, tmp_path)
+    path = folder / "reference.json"
+    path.write_text(edit(path.read_text()))
+    _reference_refused(lambda: readers.read_reference_json(path), path, *needles)
+    _reference_refused(lambda: readers.read_reference_run(folder), path, *needles)
+
+
+def _edit_rows(path, edit):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(edit(lines)))
+
+
+def _set_field(column, row, value):
+    def edit(lines):
+        header = lines[0].rstrip("\n").split(",")
+        fields = lines[row].rstrip("\n").split(",")
+        fields[header.index(column)] = value
+        return [*lines[:row], ",".join(fields) + "\n", *lines[row + 1:]]
+    return edit
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (lambda lines: [*lines[:-1], lines[-1][: len(lines[-1]) // 2]], ("cut short (its last row does not end",)),
+    (lambda lines: [*lines[:-1], lines[-1].rstrip("\n")], ("cut short",)),  # only the line break lost
+    (lambda lines: ["a,b,c\n", "1,2,3\n"], ("missing column(s) run, seed, step, train_loss_cb0",)),
+    (lambda lines: [lines[0].replace("train_loss_cb3,", "tr_loss_cb3,"), *lines[1:]],
+     ("has train_loss_cb7 but no train_loss_cb3",)),
+    (lambda lines: [lines[0].replace("valid_loss_cb7,", "valid_cb7,"), *lines[1:]],
+     ("8 train_loss_cb<k> columns but 7 valid_loss_cb<k>",)),
+    (_set_field("train_loss_cb0", 3, "nan"), ("column 'train_loss_cb0', row 4 is nan; it must be a finite number",)),
+    (_set_field("valid_loss_cb5", 9, "inf"), ("column 'valid_loss_cb5', row 10 is inf",)),
+    (_set_field("valid_loss_cb2", 4, ""), ("column 'valid_loss_cb2', row 5 is empty",)),
+    (_set_field("grad_norm", 4, "big"), ("column 'grad_norm', row 5: 'big' is not a number",)),
+    (_set_field("step", 4, "3.5"), ("column 'step', row 5: '3.5' is not a whole number",)),
+    (lambda lines: [*lines[:3], lines[2], *lines[3:]], ("'step' must increase from row to row",)),
+    (lambda lines: [*lines[:5], lines[5].rstrip("\n") + ",1\n", *lines[6:]], ("not a readable CSV", "Expected 48 fields in line 6, saw 49")),
+])
+def test_a_damaged_reference_metrics_csv_is_the_references_damage(root, tmp_path, edit, needles):
+    folder = _reference_copy(root, tmp_path)
+    path = folder / "metrics.csv"
+    _edit_rows(path, edit)
+    _reference_refused(lambda: readers.read_reference_metrics(path), path, *needles)
+    _reference_refused(lambda: readers.read_reference_run(folder), path, *needles)
+
+
+def test_a_reference_run_whose_two_files_disagree_or_lost_whole_rows(root, tmp_path):
+    folder = _reference_copy(root, tmp_path)
+    path = folder / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))  # cut at a row boundary: the last arm ends early
+    _reference_refused(lambda: readers.read_reference_run(folder), path,
+                       "arm 'prenorm_attnrelax_clip1', seed 1 ends at step 128, not at its train.steps (150)")
+    path.write_text("".join(line for line in lines if not line.startswith("prenorm_clip1,")))
+    _reference_refused(lambda: readers.read_reference_run(folder), path, "no rows of arm 'prenorm_clip1'")
+    path.write_text("".join([*lines, *(line.replace("prenorm_clip1,", "extra,", 1) for line in lines
+                                        if line.startswith("prenorm_clip1,"))]))
+    _reference_refused(lambda: readers.read_reference_run(folder), path, "rows of arm 'extra'")
+    diverged = _set_field("diverged", len(lines) - 2, "1.0")(lines[:-1])  # stopped early, and says so: kept
+    path.write_text("".join(diverged))
+    assert readers.read_reference_run(folder)[0]["step"].iloc[-1] == 128
+    # a path that names no reference is the user's slip, not damage: ReadError, not ReferenceDamaged
+    _refused(lambda: readers.read_reference_run(tmp_path / "nothing"), tmp_path / "nothing", "not found",
+             "a reference is a folder holding metrics.csv and reference.json")
+    (folder / "reference.json").unlink()
+    _refused(lambda: readers.read_reference_run(folder), folder / "reference.json", "not found")

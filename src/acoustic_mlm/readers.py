@@ -6,11 +6,14 @@ rerun; nothing damaged is used silently. Every stage reading a kind goes through
 
     tokenizer.json, fit.json, encode.json  read_json            tokenize
     shard-<k>/codes.npy                    read_codes           tokenize
-    a seed's summary.json                  read_seed_summary    train
+    a seed's summary.json                  read_seed_summary    train (read_seed_status: amlm status)
+    metrics.partial.csv (a training seed)  read_partial_metrics train (amlm status)
     metrics.csv (a seed's or an arm's)     read_metrics         train
     loss_curves.csv                        read_curves          aggregate
     diagnostics.csv                        read_diagnostics     aggregate
     the paper's curves CSV                 read_reference       (shipped in data/reference/)
+    a reference run's reference.json       read_reference_json    (data/reference/<preset>_run/, amlm verify)
+    a reference run's metrics.csv          read_reference_metrics (data/reference/<preset>_run/, amlm verify)
     manifest.csv                           read_csv_table       prepare (corpus.load_prepared checks the rest)
 
 A CSV written by the package always ends with a newline and has every field of every row: a file
@@ -40,6 +43,8 @@ class ReadError(UserError):
 
 
 def _rerun(stage: str) -> str:
+    if stage == REFERENCE_RUN:
+        return _reference_advice()
     return f"rerun the {stage} stage" if stage else "restore it (git checkout data/reference/paper_curves.csv) or fix it"
 
 
@@ -106,9 +111,33 @@ SEED_SUMMARY_KEYS = {"status": str, "final_train_loss_cb0": (int, float), "final
                      "nonfinite_steps": int, "fingerprint": dict}
 
 
+SEED_STATUSES = ("completed", "completed_with_nonfinite", "diverged")  # train.summary.summarize's statuses
+
+
 def read_seed_summary(path: str | Path) -> dict:
     """results/runs/<run>/seeds/seed<S>/summary.json: one seed's completed run."""
-    return read_json(path, "a seed's summary", "train", SEED_SUMMARY_KEYS)
+    summary = read_json(path, "a seed's summary", "train", SEED_SUMMARY_KEYS)
+    _check_choice(Path(path), summary, "status", SEED_STATUSES, "train")
+    return summary
+
+
+def read_seed_status(path: str | Path) -> dict:
+    """A seed's summary.json as `amlm status` needs it: its status, the steps it ran and (when
+    there) its wall time, each of its kind; a file cut short or holding a control character is refused."""
+    path = Path(path)
+    summary = read_json(path, "a seed's summary", "train", {"status": str, "steps": int})
+    _check_choice(path, summary, "status", SEED_STATUSES, "train")
+    if summary["steps"] < 0:
+        raise ReadError(f"{path}: 'steps' is {summary['steps']}, below 0; rerun the train stage")
+    wall = summary.get("wall_time_s")
+    if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall)):
+        raise ReadError(f"{path}: 'wall_time_s' is {_short(wall)}, not a finite number; rerun the train stage")
+    return summary
+
+
+def _check_choice(path: Path, obj: dict, key: str, allowed: tuple, stage: str) -> None:
+    if obj[key] not in allowed:
+        raise ReadError(f"{path}: '{key}' is {_short(obj[key])}, not one of {', '.join(allowed)}; {_rerun(stage)}")
 
 
 # ----------------------------------------------------------------------------- codes
@@ -255,6 +284,24 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     return frame
 
 
+PARTIAL_COLUMNS = ["step", "train_loss_cb0", "wall_time"]  # what amlm status reads of a seed's rows so far
+
+
+def read_partial_metrics(path: str | Path) -> pd.DataFrame:
+    """A training seed's metrics.partial.csv (rewritten whole at every metrics row): read_metrics'
+    checks, and the columns `amlm status` reads (step, train_loss_cb0, wall_time) present; a
+    fp16 loss scale comes with its overflow skips."""
+    path = Path(path)
+    frame = read_metrics(path)
+    missing = [c for c in PARTIAL_COLUMNS if c not in frame.columns]
+    if "loss_scale" in frame.columns and "overflow_skips" not in frame.columns:
+        missing.append("overflow_skips")
+    if missing:
+        raise ReadError(f"{path}: missing column(s) {', '.join(missing)} (a seed's rows so far have "
+                        f"{', '.join(PARTIAL_COLUMNS)}); it was edited or written by another program: rerun the train stage")
+    return frame
+
+
 CURVE_COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
 DIAGNOSTIC_COLUMNS = ["run", "label", "seed", "step", "diagnostic", "value"]
 
@@ -303,3 +350,139 @@ def read_reference(path: str | Path) -> pd.DataFrame:
     if (roles > 1).any():
         raise ReadError(f"{path}: run {roles.index[roles > 1][0]!r} has several roles; {_rerun('')}")
     return frame
+
+
+# ----------------------------------------------------------------------------- a reference run (amlm verify)
+#
+# A reference folder (data/reference/<preset>_run/: metrics.csv and reference.json, written by
+# `amlm verify --record`) is the known-good side of a comparison. A damaged one is refused as the
+# reference's damage (ReferenceDamaged), never compared: a NaN or a missing row in it would
+# otherwise read as this installation's fault ("DIFFERS").
+
+REFERENCE_RUN = "\x00reference run"  # the `stage` of a reference's files: its advice is to restore it
+REFERENCE_RUN_COLUMNS = ("run", "seed", "step", "train_loss_cb0")  # what verify matches rows on and draws
+
+
+class ReferenceDamaged(ReadError):
+    """A reference run's file is missing or damaged: the reference's fault, not the run's being checked."""
+
+
+def _reference_advice() -> str:
+    return ("the reference is damaged, not the run being checked: restore it (git checkout -- data/reference) "
+            "or record it again (amlm verify --record DIR)")
+
+
+def _reference(call, *args, **kwargs):
+    """`call` with every ReadError it raises turned into a ReferenceDamaged with the same line."""
+    try:
+        return call(*args, **kwargs)
+    except ReferenceDamaged:
+        raise
+    except ReadError as exc:
+        raise ReferenceDamaged(str(exc)) from None
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_reference_json(path: str | Path) -> dict:
+    """A reference run's reference.json: an object with `arms` (each arm's settings, an object of
+    dotted keys), `config` (the preset it ran), a finite `tolerance_bits` >= 0 when present, and
+    `tolerance_until_step` (a whole number >= 0, or null) with a finite `late_tolerance_bits` >= 0
+    when it is set. Anything else (cut short, a control character, a missing key, a wrong type) is
+    one ReferenceDamaged line naming the file."""
+    path = Path(path)
+    if not path.is_file() and not path.exists():
+        raise ReadError(f"{path}: not found; a reference folder holds metrics.csv and reference.json "
+                        "(amlm verify --record DIR writes one)")
+    meta = _reference(read_json, path, "", REFERENCE_RUN, {"arms": dict, "config": str})
+    advice = _reference_advice()
+    if not meta["arms"]:
+        raise ReferenceDamaged(f"{path}: 'arms' is empty (no arm's settings); {advice}")
+    for run, settings in meta["arms"].items():
+        if not isinstance(settings, dict):
+            raise ReferenceDamaged(f"{path}: 'arms.{run}' is {_short(settings)}, not an object of settings; {advice}")
+    if "tolerance_bits" in meta and not (_finite_number(meta["tolerance_bits"]) and meta["tolerance_bits"] >= 0):
+        raise ReferenceDamaged(f"{path}: 'tolerance_bits' is {_short(meta['tolerance_bits'])}, not a finite number "
+                               f">= 0; {advice}")
+    until = meta.get("tolerance_until_step")
+    if until is not None:
+        if isinstance(until, bool) or not isinstance(until, int) or until < 0:
+            raise ReferenceDamaged(f"{path}: 'tolerance_until_step' is {_short(until)}, not a whole number >= 0 "
+                                   f"or null; {advice}")
+        late = meta.get("late_tolerance_bits")
+        if not (_finite_number(late) and late >= 0):
+            raise ReferenceDamaged(f"{path}: 'late_tolerance_bits' is {_short(late) if 'late_tolerance_bits' in meta else 'missing'}, "
+                                   f"not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); {advice}")
+    if "machine" in meta and not isinstance(meta["machine"], (dict, type(None))):
+        raise ReferenceDamaged(f"{path}: 'machine' is {_short(meta['machine'])}, not an object; {advice}")
+    return meta
+
+
+def read_reference_metrics(path: str | Path, columns=REFERENCE_RUN_COLUMNS) -> pd.DataFrame:
+    """A reference run's metrics.csv (every arm's rows, a `run` column): the `columns` present;
+    `seed` and `step` whole numbers, steps increasing within an arm's seed; every loss column
+    (train_loss_cb<k>, valid_loss_cb<k>) a finite number, the two splits with the same codebooks
+    0..K-1; every other column but `run` a number or empty. The last row must end with a line
+    break (a cut inside a number would parse as another number). Anything else is one
+    ReferenceDamaged line naming the file, the column and the row."""
+    path = Path(path)
+    if not path.is_file() and not path.exists():
+        raise ReadError(f"{path}: not found; a reference folder holds metrics.csv and reference.json "
+                        "(amlm verify --record DIR writes one)")
+    advice = _reference_advice()
+    frame = _reference(read_csv_table, path, "", REFERENCE_RUN, list(dict.fromkeys([*REFERENCE_RUN_COLUMNS, *columns])))
+    losses = _loss_columns(frame)
+    codebooks = {split: sorted(int(LOSS_COLUMN.match(c).group(2)) for c in losses if c.startswith(split))
+                 for split in ("train", "valid")}
+    for split, ks in codebooks.items():
+        if ks and ks != list(range(len(ks))):
+            gap = next(k for k in range(len(ks) + 1) if k not in ks)
+            raise ReferenceDamaged(f"{path}: has {split}_loss_cb{ks[-1]} but no {split}_loss_cb{gap}; {advice}")
+    if codebooks["valid"] and codebooks["valid"] != codebooks["train"]:
+        raise ReferenceDamaged(f"{path}: {len(codebooks['train'])} train_loss_cb<k> columns but "
+                               f"{len(codebooks['valid'])} valid_loss_cb<k>; {advice}")
+    others = [c for c in frame.columns if c not in ("run", "seed", "step") and c not in losses]
+    _reference(_convert, frame, path, REFERENCE_RUN, ints=["seed", "step"], finite=losses, numbers=others)
+    if (frame["run"].str.strip() == "").any():
+        i = int(np.flatnonzero((frame["run"].str.strip() == "").to_numpy())[0])
+        raise ReferenceDamaged(f"{path}: column 'run', row {i + 2} is empty; {advice}")
+    for (run, seed), steps in frame.groupby(["run", "seed"], sort=False)["step"]:
+        s = steps.to_numpy()
+        if (s < 0).any() or (np.diff(s) <= 0).any():
+            raise ReferenceDamaged(f"{path}: arm {run!r}, seed {seed}: 'step' must increase from row to row "
+                                   f"(a row repeated, reordered or edited); {advice}")
+    return frame
+
+
+def read_reference_run(folder: str | Path) -> tuple[pd.DataFrame, dict]:
+    """A reference folder's metrics.csv and reference.json (read_reference_metrics,
+    read_reference_json), checked against each other: every arm of reference.json has rows and
+    every arm with rows is in reference.json, and each seed's rows reach the arm's `train.steps`
+    unless its last row is marked diverged (a file cut at a row boundary loses the last rows)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "not found" if not folder.exists() else "not a folder"
+        raise ReadError(f"{folder}: {what}; a reference is a folder holding metrics.csv and reference.json "
+                        "(amlm verify --record DIR writes one)")
+    meta = read_reference_json(folder / "reference.json")
+    metrics = read_reference_metrics(folder / "metrics.csv")
+    advice = _reference_advice()
+    have = list(dict.fromkeys(metrics["run"]))
+    lacking = [r for r in meta["arms"] if r not in have]
+    if lacking:
+        raise ReferenceDamaged(f"{folder / 'metrics.csv'}: no rows of arm {lacking[0]!r}, which "
+                               f"{folder / 'reference.json'} lists; {advice}")
+    extra = [r for r in have if r not in meta["arms"]]
+    if extra:
+        raise ReferenceDamaged(f"{folder / 'metrics.csv'}: rows of arm {extra[0]!r}, which {folder / 'reference.json'} "
+                               f"does not list; {advice}")
+    for (run, seed), rows in metrics.groupby(["run", "seed"], sort=False):
+        steps = meta["arms"][run].get("train.steps")
+        last = rows.iloc[-1]
+        diverged = "diverged" in rows.columns and _finite_number(last["diverged"]) and last["diverged"] > 0
+        if _finite_number(steps) and not diverged and int(last["step"]) != int(steps):
+            raise ReferenceDamaged(f"{folder / 'metrics.csv'}: arm {run!r}, seed {seed} ends at step {int(last['step'])}, "
+                                   f"not at its train.steps ({int(steps)}) nor marked diverged (rows lost); {advice}")
+    return metrics, meta

@@ -124,3 +124,40 @@ def test_status_of_a_real_tiny_run(data_dirs, cfg, tmp_path):
     train.run(cfg, "prenorm_clip10", prepared, codes, tmp_path / "prenorm_clip10", threads=1)
     s = status.collect(cfg, tmp_path)[0]
     assert (s.status, s.step, s.total) == ("completed", 4, 4) and np.isfinite(s.cb0) and s.rate > 0
+
+
+@pytest.mark.parametrize("name, damage, needles", [
+    ("summary.json", lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
+    ("summary.json", lambda t: t.replace('"prenorm_clip10"', '"prenorm\x1bclip10"'), ("Invalid control character",)),
+    ("summary.json", lambda t: t.replace('"completed"', '"done"'), ("'status' is 'done', not one of completed",)),
+    ("summary.json", lambda t: "[]", ("a JSON list, not an object",)),
+    ("metrics.csv", lambda t: t[:-3], ("cut short",)),
+])
+def test_a_damaged_summary_or_metrics_of_a_completed_seed_is_one_line(cfg, runs_dir, tmp_path, capsys, name, damage,
+                                                                        needles):
+    path = runs_dir / "prenorm_clip10" / "seeds" / "seed1" / name
+    path.write_text(damage(path.read_text()))
+    _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles, "rerun the train stage")
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("epoch,loss,time\n1,9.5,3.0\n", ("missing column(s) step",)),
+    ("step,train_loss_cb0,elapsed\n1,9.5,3.0\n", ("missing column(s) wall_time",)),
+    ("step,train_loss_cb0,wall_time\n1,9.5,3.0\n2,9.4,", ("cut short",)),
+    ("step,train_loss_cb0,wall_time\n1,9.5,3.0\n1,9.4,4.0\n", ("'step' must increase",)),
+])
+def test_a_partial_metrics_file_with_other_columns_is_one_line(cfg, runs_dir, tmp_path, capsys, text, needles):
+    path = runs_dir / "prenorm_clip1" / "seeds" / "seed1" / PARTIAL
+    path.write_text(text)
+    _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles)
+
+
+def _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles):
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    capsys.readouterr()
+    assert cli.main(["status", "--config", str(cfg_path), "--runs-dir", str(runs_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"amlm status: error: {path}: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)

@@ -141,3 +141,51 @@ def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cf
     assert run_status(["completed", "completed_with_nonfinite"]) == "completed_with_nonfinite"
     assert run_status(["completed_with_nonfinite", "diverged"]) == "diverged"
     assert run_status(["completed", "completed"]) == "completed"
+
+
+def _not_resumable(fp):
+    """States whose checksum matches but whose content this run cannot resume from."""
+    whole = {"fingerprint": fp, "step": 4, "rows": [], "elapsed": 0.0, "nonfinite": 0, "streak": 0, "overflow": 0,
+             "clipped": 0, "accumulator": {"n": 0, "sums": None, "clipped": 0, "gmax": 0.0},
+             "model": {"w": torch.zeros(3)}, "optimizer": {"state": {}, "param_groups": [{}]}, "scaler": {},
+             "fp16": None, "rng": {"cpu": torch.get_rng_state()}}
+    return [
+        ({"fingerprint": fp, "step": 4}, "lacks 'rows'"),
+        ({**whole, "accumulator": [0]}, "'accumulator' holds a list, not dict"),
+        (whole, "holds another model (parameter"),
+    ]
+
+
+def test_a_state_that_is_not_this_runs_state_is_skipped_and_the_seed_trains_afresh(data_dirs, tiny_cfg, tmp_path,
+                                                                                    caplog):
+    from acoustic_mlm.train.state import fingerprint, save_state
+
+    tiny_cfg["train"].update(steps=6, log_interval=3, checkpoint_interval=3)
+    train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "ref", threads=1)
+    reference = pd.read_csv(tmp_path / "ref" / "metrics.csv").drop(columns=["wall_time"])
+    for i, (state, why) in enumerate(_not_resumable(fingerprint(tiny_cfg, "prenorm_clip1", 1))):
+        out = tmp_path / f"r{i}"
+        save_state(out / "state" / "seed1", 4, state)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="acoustic_mlm"):
+            train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)
+        assert why in caplog.text and "step-000000004.pt" in caplog.text, caplog.text
+        pd.testing.assert_frame_equal(pd.read_csv(out / "metrics.csv").drop(columns=["wall_time"]), reference)
+
+
+def test_a_real_state_passes_the_content_check_and_resumes(data_dirs, tiny_cfg, tmp_path, monkeypatch, caplog):
+    tiny_cfg["train"].update(steps=6, log_interval=3, checkpoint_interval=3)
+    real_step = train.train_step
+
+    def stop_at_5(s, loop, loader, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return real_step(s, loop, loader, step)
+
+    monkeypatch.setattr(train, "train_step", stop_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
+    monkeypatch.undo()
+    with caplog.at_level("INFO", logger="acoustic_mlm"):
+        train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
+    assert "resuming after step 3" in caplog.text and "not a state this run can resume from" not in caplog.text

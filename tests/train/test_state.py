@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.train.state import KEEP_STATES, fingerprint, load_latest_state, rng_state, save_state, set_rng_state
+from acoustic_mlm.train.state import (KEEP_STATES, STATE_KEYS, fingerprint, load_latest_state, rng_state, save_state,
+                                      set_rng_state, state_problem)
 
 
 def test_only_unreadable_states_start_afresh(tmp_path):
@@ -52,3 +53,48 @@ def test_the_rng_state_puts_the_cpu_generator_back():
     first = torch.rand(4)
     set_rng_state(st, torch.device("cpu"))
     assert torch.equal(torch.rand(4), first) and set(st) == {"cpu"}
+
+
+GOOD = {"fingerprint": {"a": 1}, "step": 10, "w": torch.zeros(2)}
+
+
+@pytest.mark.parametrize("content, why", [
+    ([1, 2, 3], "holds a list, not a resumable state"),
+    (torch.ones(3), "holds a Tensor, not a resumable state"),
+    ({"step": 20, "w": torch.zeros(2)}, "lacks 'fingerprint'"),
+    ({"fingerprint": [1], "step": 20}, "'fingerprint' holds a list, not dict"),
+    ({"fingerprint": {"a": 1}, "w": torch.zeros(2)}, "lacks 'step'"),
+    ({"fingerprint": {"a": 1}, "step": 20.0, "w": torch.zeros(2)}, "'step' holds a float, not int"),
+    ({"fingerprint": {"a": 1}, "step": True, "w": torch.zeros(2)}, "'step' holds a bool, not int"),
+])
+def test_a_checksummed_file_that_is_not_a_state_is_skipped_with_a_warning(tmp_path, caplog, content, why):
+    save_state(tmp_path, 10, GOOD)
+    save_state(tmp_path, 20, content)  # its checksum matches: the content itself is wrong
+    with caplog.at_level("WARNING", logger="acoustic_mlm"):
+        state = load_latest_state(tmp_path, {"a": 1}, required={"step": int})
+    assert state["step"] == 10  # the previous state
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert f"{tmp_path / 'step-000000020.pt'} {why}" in warning and "trying the previous state" in warning, warning
+
+
+def test_only_a_damaged_state_is_no_state_at_all(tmp_path, caplog):
+    save_state(tmp_path, 20, {"fingerprint": {"a": 1}})  # lacks a key: skipped, nothing before it
+    with caplog.at_level("WARNING", logger="acoustic_mlm"):
+        assert load_latest_state(tmp_path, {"a": 1}, required={"rows": list}) is None
+    assert "lacks 'rows'" in caplog.text
+
+
+def test_the_check_of_a_states_content_skips_a_state_it_finds_wrong(tmp_path, caplog):
+    save_state(tmp_path, 10, GOOD)
+    save_state(tmp_path, 20, {**GOOD, "step": 20, "w": torch.zeros(5)})
+    check = lambda st: None if st["w"].shape == (2,) else f"holds 'w' of {tuple(st['w'].shape)}"
+    with caplog.at_level("WARNING", logger="acoustic_mlm"):
+        assert load_latest_state(tmp_path, {"a": 1}, check=check)["step"] == 10
+    assert "step-000000020.pt holds 'w' of (5,)" in caplog.text
+
+
+def test_state_problem_names_what_a_state_lacks():
+    assert state_problem(GOOD, {"step": int}) is None
+    assert state_problem("text") == "holds a str, not a resumable state"
+    assert state_problem({"fingerprint": {}}, STATE_KEYS) == "lacks 'step'"
+    assert set(STATE_KEYS) >= {"model", "optimizer", "rng", "accumulator", "rows"}

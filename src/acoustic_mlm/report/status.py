@@ -15,7 +15,6 @@ One whose last row says diverged, but has no summary yet, is diverged. Nothing y
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
+from acoustic_mlm import readers
 from acoustic_mlm.train.state import STATE_DIR
 from acoustic_mlm.train.summary import PARTIAL
 
@@ -45,12 +45,17 @@ class SeedStatus:
     idle_s: float = math.nan  # seconds since the last sign of progress (running and stopped seeds)
 
 
-def _rows(path: Path) -> pd.DataFrame | None:
-    try:
-        rows = pd.read_csv(path)
-    except (OSError, pd.errors.EmptyDataError):  # gone between listing and reading (the seed just finished)
+def _rows(path: Path, reader=readers.read_partial_metrics) -> pd.DataFrame | None:
+    """A seed's rows through its checked reader (a damaged file is one ReadError line naming it);
+    None when the file is gone between listing and reading (the seed just finished)."""
+    if not path.is_file():
         return None
-    return rows if len(rows) else None
+    try:
+        return reader(path)
+    except readers.ReadError:
+        if not path.exists():
+            return None
+        raise
 
 
 def _rate(rows: pd.DataFrame) -> float:
@@ -67,7 +72,8 @@ def _rate(rows: pd.DataFrame) -> float:
 def _scaler(rows: pd.DataFrame) -> tuple[float, int | None]:
     last = rows.iloc[-1]
     scale = float(last.get("loss_scale", math.nan))
-    return scale, (int(last["overflow_skips"]) if math.isfinite(scale) else None)
+    skips = float(last.get("overflow_skips", math.nan))
+    return scale, (int(skips) if math.isfinite(scale) and math.isfinite(skips) else None)
 
 
 def _last_cb0(rows: pd.DataFrame) -> float:
@@ -82,8 +88,8 @@ def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | Non
     seed_dir = Path(run_dir) / "seeds" / f"seed{seed}"
     summary_path = seed_dir / "summary.json"
     if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
-        rows = _rows(seed_dir / "metrics.csv")
+        summary = readers.read_seed_status(summary_path)  # cut, a control character, a key missing: one line
+        rows = _rows(seed_dir / "metrics.csv", readers.read_metrics)
         steps = int(summary["steps"])
         scale, skips = _scaler(rows) if rows is not None else (math.nan, None)
         wall = float(summary.get("wall_time_s", math.nan))
@@ -99,7 +105,7 @@ def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | Non
     step = int(rows["step"].iloc[-1])
     rate = _rate(rows)
     scale, skips = _scaler(rows)
-    if "diverged" in rows and int(rows["diverged"].iloc[-1]):
+    if "diverged" in rows and float(rows["diverged"].iloc[-1]) > 0:  # NaN: not marked
         status, left = "diverged", math.nan
     else:
         status = "stopped" if idle > stale_after else "running"

@@ -50,8 +50,8 @@ from acoustic_mlm.train.crops import CropData, batches, check_codes
 from acoustic_mlm.train.distributed import init_distributed
 from acoustic_mlm.train.precision import FP16Optimizer, MinLossScaleError
 from acoustic_mlm.train.schedule import log_steps, lr_at
-from acoustic_mlm.train.state import (STATE_DIR, completed_summary, fingerprint, load_latest_state, rng_state,
-                                      save_state, set_rng_state)
+from acoustic_mlm.train.state import (STATE_DIR, STATE_KEYS, completed_summary, fingerprint, load_latest_state,
+                                      rng_state, save_state, set_rng_state)
 from acoustic_mlm.train.summary import PARTIAL, Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
@@ -251,7 +251,8 @@ def build(job: SeedJob) -> Setup:
 def restore(s: Setup) -> Loop:
     """A fresh loop, or the newest resumable state of this seed (model, optimizer, scaler, RNG, rows)."""
     loop = Loop(acc=Accumulator(s.m.codebooks))
-    state = load_latest_state(s.job.state_dir, s.fingerprint) if s.t.checkpoint_interval else None
+    state = (load_latest_state(s.job.state_dir, s.fingerprint, STATE_KEYS, _resumable_by(s))
+             if s.t.checkpoint_interval else None)
     if state is None:
         return loop
     s.model.load_state_dict(state["model"])
@@ -267,6 +268,38 @@ def restore(s: Setup) -> Loop:
                                                                 state["overflow"], state["clipped"])
     log.info("train %s seed %d: resuming after step %d from %s", s.job.run_name, s.job.seed, loop.step, s.job.state_dir)
     return loop
+
+
+def _resumable_by(s: Setup):
+    """load_latest_state's check of a state's content against this seed's setup: its model tensors are
+    this model's (names and shapes), its optimizer has this optimizer's groups, its accumulator and
+    RNG state are whole, its step lies within train.steps. A reason for the first mismatch, or None."""
+    own = s.model.state_dict()
+
+    def check(state: dict) -> str | None:
+        model = state["model"]
+        if set(model) != set(own):
+            name = min(set(model) ^ set(own))
+            return f"holds another model (parameter {name!r} {'missing' if name in own else 'unknown'})"
+        for name, value in model.items():
+            if not isinstance(value, torch.Tensor) or value.shape != own[name].shape:
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                return f"holds 'model.{name}' of {shape}, this model's is {tuple(own[name].shape)}"
+        groups = state["optimizer"].get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(s.opt.param_groups) or "state" not in state["optimizer"]:
+            return "holds another optimizer's state"
+        acc = state["accumulator"]
+        if any(k not in acc for k in ("n", "sums", "clipped", "gmax")):
+            return "lacks part of 'accumulator'"
+        if not isinstance(state["rng"].get("cpu"), torch.Tensor):
+            return "lacks 'rng.cpu'"
+        if s.fp16 is not None and not isinstance(state["fp16"], dict):
+            return "lacks 'fp16' (the fp16_fairseq optimizer's state)"
+        if not 0 < state["step"] <= s.t.steps:
+            return f"is at step {state['step']}, outside 1-{s.t.steps}"
+        return None
+
+    return check
 
 
 def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:

@@ -65,15 +65,42 @@ def save_state(state_dir: Path, step: int, state: dict) -> None:
         old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 
 
-def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
+# What a resumable state holds (train.loop.checkpoint), each of its kind: a state lacking one, or
+# holding another kind (a file that is not a state at all), is damaged and skipped like a bad checksum.
+STATE_KEYS: dict[str, type | tuple] = {
+    "fingerprint": dict, "step": int, "rows": list, "elapsed": (int, float), "nonfinite": int, "streak": int,
+    "overflow": int, "clipped": int, "accumulator": dict, "model": dict, "optimizer": dict, "scaler": dict,
+    "fp16": (dict, type(None)), "rng": dict,
+}
+
+
+def state_problem(state, required: dict[str, type | tuple] | None = None) -> str | None:
+    """Why `state` (what torch.load returned) is not a resumable state, or None: it must be a dict
+    with a `fingerprint` and every `required` key, each of its type (bool is never an int here)."""
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a resumable state"
+    for key, kind in {"fingerprint": dict, **(required or {})}.items():
+        if key not in state:
+            return f"lacks '{key}'"
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        value = state[key]
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            return f"'{key}' holds a {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+    return None
+
+
+def load_latest_state(state_dir: Path, fingerprint: dict, required: dict[str, type | tuple] | None = None,
+                      check=None) -> dict | None:
     """The newest intact state in state_dir, or None. A state whose content does not match the
-    sha256 written beside it (a bad copy, a flipped bit), that has none, or that cannot be read is
-    skipped with a warning and the previous one is used."""
+    sha256 written beside it (a bad copy, a flipped bit), that has none, that cannot be read, or
+    whose content is not a state (another type, a missing key of `required`, or a reason from
+    `check(state)`, e.g. tensors of other shapes than the model's) is skipped with a warning and the
+    previous one is used. A state of other settings is refused: deleting it is the user's call."""
     for path in sorted(Path(state_dir).glob("step-*.pt"), reverse=True):
         side = path.with_name(path.name + ".sha256")
         try:
             expected, actual = side.read_text().split()[0], file_sha256(path)
-        except (OSError, IndexError) as exc:
+        except (OSError, IndexError, UnicodeDecodeError) as exc:
             log.warning("resume: %s has no readable checksum (%s); trying the previous state", path,
                         str(exc).splitlines()[0] if str(exc) else "empty")
             continue
@@ -85,10 +112,16 @@ def load_latest_state(state_dir: Path, fingerprint: dict) -> dict | None:
         except Exception as exc:  # noqa: BLE001 - any unreadable file means: try the previous one
             log.warning("resume: %s is unreadable (%s); trying the previous state", path, str(exc).splitlines()[0])
             continue
-        if state.get("fingerprint") != fingerprint:
+        problem = state_problem(state)
+        if problem is None and state["fingerprint"] != fingerprint:
             raise UserError(
                 f"{path}: resumable state of a run with other settings; delete {path.parent} to start afresh"
             )
+        problem = problem or state_problem(state, required) or (check(state) if check is not None else None)
+        if problem:
+            log.warning("resume: %s %s (not a state this run can resume from); trying the previous state", path,
+                        " ".join(str(problem).split()))
+            continue
         return state
     return None
 
