@@ -137,3 +137,108 @@ def test_progress_without_a_terminal_prints_plain_lines_with_the_postfix():
         bar.update(1)
     (line,) = out.getvalue().splitlines()
     assert line.startswith("train: 4/4 (100%) ") and " step/s " in line and line.endswith("loss=6.123")
+
+
+# ----------------------------------------------------------------------------- stops at any moment
+
+STOPPED_WRITER = r'''
+import os, signal, sys, tempfile
+from pathlib import Path
+from acoustic_mlm import cli, utils
+
+kind, moment, final = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+signal.signal(signal.SIGTERM, cli._terminate)  # as amlm does: SIGTERM is SystemExit(143)
+real = {"mkstemp": tempfile.mkstemp, "mkdtemp": tempfile.mkdtemp}
+
+def created(name):
+    def make(*a, **k):
+        out = real[name](*a, **k)
+        os.kill(os.getpid(), signal.SIGTERM if moment == "term" else signal.SIGINT)
+        return out
+    return make
+
+tempfile.mkstemp, tempfile.mkdtemp = created("mkstemp"), created("mkdtemp")
+writer = utils.atomic_path if kind == "file" else utils.atomic_dir
+try:
+    with writer(final) as tmp:
+        print("inside the block", flush=True)
+except KeyboardInterrupt:
+    sys.exit(130)
+'''
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+@pytest.mark.parametrize("moment, code", [("term", 143), ("int", 130)])
+def test_a_stop_in_the_instant_after_a_temporary_name_is_created_leaves_nothing(tmp_path, kind, moment, code):
+    final = tmp_path / "out" / "x.csv"
+    final.parent.mkdir()
+    final.write_text("old")
+    proc = subprocess.run([sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert "inside the block" not in proc.stdout  # stopped before the body ran
+    assert os.listdir(final.parent) == ["x.csv"] and final.read_text() == "old"
+
+
+def test_held_signals_delivers_a_stop_after_the_block_to_the_handler_before_it():
+    import signal
+
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: seen.append(("handler", signum)))
+    try:
+        with utils.held_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # bytecodes run: a Python handler would have fired by now
+                pass
+            seen.append("end of block")
+        assert seen == ["end of block", ("handler", signal.SIGINT)]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_atomic_dir_replacing_a_folder_renames_the_old_one_aside_first(tmp_path, monkeypatch):
+    final = tmp_path / "raw"
+    final.mkdir()
+    (final / "a").write_text("old")
+    renames = []
+    real_rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda src, dst: (renames.append((src, dst)), real_rename(src, dst)))
+    with atomic_dir(final) as tmp:
+        (tmp / "b").write_text("new")
+    assert len(renames) == 1 and renames[0][0] == final and ".raw.old-" in renames[0][1].name
+    assert os.listdir(final) == ["b"] and os.listdir(tmp_path) == ["raw"]
+
+
+def test_an_error_while_renaming_in_puts_the_old_folder_back(tmp_path, monkeypatch):
+    final = tmp_path / "raw"
+    final.mkdir()
+    (final / "a").write_text("old")
+
+    def refuse(src, dst):
+        raise OSError(errno.EXDEV, "cross-device link")
+
+    with pytest.raises(OSError, match="cross-device"):
+        with atomic_dir(final) as tmp:
+            (tmp / "b").write_text("new")
+            monkeypatch.setattr(os, "replace", refuse)
+    assert os.listdir(final) == ["a"] and os.listdir(tmp_path) == ["raw"]
+
+
+def test_recover_replaced_puts_the_old_copy_back_or_removes_it(tmp_path, caplog):
+    dead = _dead_pid()
+    final = tmp_path / "prepared"
+    aside = tmp_path / f".prepared.old-{dead}-abcd"
+    aside.mkdir()
+    (aside / "manifest.csv").write_text("x")
+    live = tmp_path / f".prepared.old-{os.getpid()}-ef01"  # a run in progress: left alone
+    live.mkdir()
+    with caplog.at_level("INFO", logger="acoustic_mlm"):
+        assert utils.recover_replaced(final) == final
+    assert (final / "manifest.csv").read_text() == "x" and not aside.exists() and live.exists()
+    assert f"{final}: put back the previous copy" in caplog.text
+    aside.mkdir()  # beside a final folder: the copy a killed run was removing
+    caplog.clear()
+    with caplog.at_level("INFO", logger="acoustic_mlm"):
+        assert utils.recover_replaced(final) is None
+    assert not aside.exists() and (final / "manifest.csv").is_file()
+    assert f"{final}: removed the previous copy ({aside.name})" in caplog.text

@@ -9,9 +9,12 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -40,8 +43,16 @@ def setup_logging(verbose: bool = False) -> None:
 # temporary names on the way out (cli.main turns SIGTERM into SystemExit, so every `finally` runs);
 # a stage killed harder (SIGKILL, a power cut) leaves them, and the next stage writing the same
 # output removes those whose process is gone (remove_debris).
+#
+# Replacing an existing output: the old one is renamed aside (`.<name>.old-<pid>-<random>`), the
+# new one renamed in, then the old one removed; SIGTERM and SIGINT are held (held_signals) from the
+# first rename to the second, and from a temporary name's creation until the code that removes it
+# on a stop is in force, so a stop never finds the final name missing nor a temporary name that
+# nothing will remove. After a SIGKILL between the two renames, the next command that writes or
+# reads the output puts the old one back under its name (recover_replaced) and says so.
 _FINAL_OF: dict[str, str] = {}  # temporary path -> final path, for every temporary name of this process
 _TMP_PID = re.compile(r"\.tmp-(\d+)-")
+_OLD_PID = re.compile(r"\.old-(\d+)-")
 
 
 def final_names(text: str) -> str:
@@ -74,9 +85,70 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+_STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGINT", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT arriving inside the block are delivered when it ends (to the handlers in
+    force before it), so a few renames or a temporary name's creation run whole. Only the main
+    thread receives Python signals: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {}
+    try:
+        for sig in _STOP_SIGNALS:
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda signum, _frame: pending.append(signum))
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)  # the handler in force now runs (cli: SystemExit), after the block
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def recover_replaced(final: str | Path) -> Path | None:
+    """Put back an output that a killed command was replacing: when `final` is missing and an old
+    copy of it lies aside (`.<name>.old-<pid>-*`, its process gone: killed between renaming the old
+    one aside and the new one in), the old copy, complete, returns under its name; asides beside an
+    existing `final` (killed while removing the old copy) are removed. Says so in one log line each;
+    returns the path restored, if any."""
+    final = Path(final)
+    with contextlib.suppress(OSError):
+        asides = []
+        for p in final.parent.glob(f".{glob_escape(final.name)}.old-*"):
+            m = _OLD_PID.search(p.name[len(final.name) + 1:])
+            if m is not None and not _pid_alive(int(m.group(1))):
+                asides.append(p)
+        if not asides:
+            return None
+        asides.sort(key=lambda p: p.lstat().st_ctime)  # renamed aside last: the one that was in place
+        restored = None
+        if not (final.exists() or final.is_symlink()):
+            restored = asides.pop()
+            os.rename(restored, final)
+            log.warning("%s: put back the previous copy, which a stopped command had renamed aside (%s) to "
+                        "replace it and was killed before the new copy was in place", final, restored.name)
+        for p in asides:
+            with contextlib.suppress(OSError):
+                _remove(p)
+                log.info("%s: removed the previous copy (%s) that a killed command had left beside it", final, p.name)
+        return final if restored is not None else None
+    return None
+
+
 def remove_debris(final: Path) -> list[Path]:
     """Remove the temporary names of `final` left by killed earlier runs (their process is gone);
-    a name of a live process (a run in progress) is left alone. Returns what was removed."""
+    a name of a live process (a run in progress) is left alone; an old copy a killed run had
+    renamed aside is put back or removed (recover_replaced). Returns what was removed."""
+    recover_replaced(final)
     removed = []
     with contextlib.suppress(OSError):
         for p in final.parent.glob(f".{glob_escape(final.name)}.tmp-*"):
@@ -84,7 +156,7 @@ def remove_debris(final: Path) -> list[Path]:
             if m is None or _pid_alive(int(m.group(1))):
                 continue
             with contextlib.suppress(OSError):
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                _remove(p)
                 removed.append(p)
     if removed:
         log.info("removed %d temporary name(s) of a killed earlier run beside %s", len(removed), final)
@@ -101,28 +173,64 @@ def _register(tmp: Path, final: Path) -> None:
         _FINAL_OF[str(tmp.absolute())] = str(final.absolute())
 
 
+def _swap_in(tmp: Path, final: Path) -> Path | None:
+    """Rename `tmp` onto `final`; an existing `final` is first renamed aside, and its aside name is
+    returned for the caller to remove (or put back). Call with signals held."""
+    old = None
+    if final.exists() or final.is_symlink():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.rename(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        if old is not None:
+            os.rename(old, final)  # the old one back: nothing changed
+        raise
+    return old
+
+
+def _settle(old: Path | None, final: Path) -> None:
+    """After a stop: the old copy renamed aside is removed when the new one is in place, else put back."""
+    if old is None or not (old.exists() or old.is_symlink()):
+        return
+    if final.exists() or final.is_symlink():
+        with contextlib.suppress(OSError):
+            _remove(old)
+    else:
+        os.rename(old, final)
+
+
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `final` in one rename.
+    """Yield a temporary sibling folder; on success it replaces `final` by two renames.
 
     Nothing half-written ever sits at `final`: an exception, SIGINT or SIGTERM removes the
-    temporary folder; a harder kill leaves it, and the next run for `final` removes it.
+    temporary folder; a harder kill leaves it, and the next run for `final` removes it. An
+    existing `final` is renamed aside before the new one is renamed in and removed after, so
+    `final` is the old folder or the new one, complete, whenever a stop comes.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_debris(final)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
-    _register(tmp, final)
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; outputs get the usual permissions
+    tmp = old = None
     try:
+        with held_signals():  # a stop right after mkdtemp must find `tmp` set, so that it is removed
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
+            _register(tmp, final)
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; outputs get the usual permissions
         yield tmp
-        if final.exists():
-            shutil.rmtree(final) if final.is_dir() else final.unlink()
-        os.replace(tmp, final)
+        with held_signals():  # from the old one's rename aside to the new one's rename in
+            old = _swap_in(tmp, final)
+            tmp = None
+        if old is not None:
+            _remove(old)
+            old = None
     except BaseException as exc:
-        written = _tree_bytes(tmp) if is_out_of_space(exc) else 0
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OutOfSpaceError):  # from a file inside: name it where it was meant to land
+        written = _tree_bytes(tmp) if tmp is not None and is_out_of_space(exc) else 0
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _settle(old, final)
+        if isinstance(exc, OutOfSpaceError) and tmp is not None:  # from a file inside: name it where it was meant to land
             raise exc.moved(tmp, final) from None
         if is_out_of_space(exc):
             raise OutOfSpaceError(final, written) from None
@@ -139,18 +247,22 @@ def atomic_path(final: str | Path, needed: int | None = None) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_debris(final)
-    fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", suffix=final.suffix, dir=final.parent)
-    os.close(fd)
-    tmp = Path(name)
-    _register(tmp, final)
-    tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600
+    tmp = None
     try:
+        with held_signals():  # a stop right after mkstemp must find `tmp` set, so that it is removed
+            fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", suffix=final.suffix,
+                                        dir=final.parent)
+            os.close(fd)
+            tmp = Path(name)
+            _register(tmp, final)
+        tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600
         yield tmp
-        os.replace(tmp, final)
+        os.replace(tmp, final)  # one rename: `final` is the old file or the new one
     except BaseException as exc:
-        written = tmp.stat().st_size if tmp.exists() else 0
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OutOfSpaceError):
+        written = tmp.stat().st_size if tmp is not None and tmp.exists() else 0
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OutOfSpaceError) and tmp is not None:
             raise exc.moved(tmp, final) from None
         if is_out_of_space(exc):
             raise OutOfSpaceError(final, written, needed) from None

@@ -427,3 +427,139 @@ def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_pa
     rejects = prepare.pd.read_csv(tmp_path / "prepared" / "rejects.csv")
     assert sorted(rejects["path"]) == ["c/dev.wav", "c/fifo.wav", "c/notes.txt"]
     assert sorted(load_prepared(tmp_path / "prepared").manifest["path"]) == ["c/a0.wav", "c/a1.wav"]
+
+
+# ------------------------------------------------------------------------------------------
+# Replacing a folder the user already has: stopped at any moment, data/raw is the old folder or the
+# new one, complete, and no temporary name survives (or the next command removes it, and says so).
+#
+# The child runs `amlm fetch` with one call wrapped so that the process signals itself at an exact
+# moment: right after the temporary folder is created, after the new folder is built, right after
+# the old one is renamed aside, right after the new one is renamed in, when the old one is removed.
+
+STOP_AT = r'''
+import os, shutil, signal, sys, tempfile
+from pathlib import Path
+from acoustic_mlm import cli
+from acoustic_mlm.data import fetch
+
+moment, sig, final = sys.argv[1], getattr(signal, sys.argv[2]), Path(sys.argv[3]).absolute()
+stop = lambda: os.kill(os.getpid(), sig)
+real_rename, real_replace, real_mkdtemp, real_rmtree = os.rename, os.replace, tempfile.mkdtemp, shutil.rmtree
+
+def mkdtemp(*a, **k):
+    p = real_mkdtemp(*a, **k)
+    if Path(p).name.startswith(f".{final.name}.tmp-"):
+        stop()
+    return p
+
+def rename(src, dst, *a, **k):
+    real_rename(src, dst, *a, **k)
+    if ".old-" in Path(dst).name:
+        stop()
+
+def replace(src, dst, *a, **k):
+    real_replace(src, dst, *a, **k)
+    if Path(dst).absolute() == final:
+        stop()
+
+def rmtree(p, *a, **k):
+    if ".old-" in Path(p).name and not getattr(rmtree, "done", False):
+        rmtree.done = True
+        stop()
+    return real_rmtree(p, *a, **k)
+
+def build(cfg, out, ctx, real=fetch.SOURCES["folder"]):
+    info = real(cfg, out, ctx)
+    stop()
+    return info
+
+if moment == "created":
+    tempfile.mkdtemp = mkdtemp
+elif moment == "built":
+    fetch.SOURCES["folder"] = build
+elif moment == "aside":
+    os.rename = rename
+elif moment == "swapped":
+    os.replace = replace
+elif moment == "removing":
+    shutil.rmtree = rmtree
+sys.exit(cli.main(sys.argv[4:]))
+'''
+
+
+@pytest.fixture()
+def two_sources(tmp_path, root):
+    """data/raw fetched from folder `old` (3 files); a config fetching folder `new` (2 other files)."""
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    for name, n in (("old", 3), ("new", 2)):
+        for i in range(n):
+            (tmp_path / name / f"{name}{i}.wav").parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / f"{name}{i}.wav").write_bytes(tone_bytes("wav", hz=300 + 40 * i))
+        cfg["data"].update(source="folder", folder=str(tmp_path / name))
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    assert _amlm("fetch", "--config", "old.yaml", "--out", "data/raw", cwd=tmp_path).returncode == 0
+    return tmp_path
+
+
+def _stopped_fetch(where, moment, sig):
+    return subprocess.run([sys.executable, "-c", STOP_AT, moment, sig, "data/raw", "fetch", "--config", "new.yaml",
+                           "--out", "data/raw"], cwd=where, capture_output=True, text=True, timeout=120)
+
+
+def _which(where) -> str:
+    """'old' or 'new': the folder under data/raw, checked complete (every file of its source, its record)."""
+    raw = where / "data" / "raw"
+    record = json.loads((raw / "SOURCE.json").read_text())
+    name = Path(record["folder"]).name
+    assert files_under(raw) == sorted(["SOURCE.json", *(p.name for p in (where / name).iterdir())]), name
+    for p in (where / name).iterdir():
+        assert (raw / p.name).read_bytes() == p.read_bytes()
+    return name
+
+
+def _leftovers(where) -> list[str]:
+    return sorted(p.name for p in (where / "data").iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("moment, kept", [
+    ("created", "old"),  # the instant after the temporary folder exists
+    ("built", "old"),  # the new folder complete under its temporary name
+    ("aside", "new"),  # the old folder just renamed aside: the stop waits until the new one is in
+    ("swapped", "new"),  # the new one just renamed in, the old one not yet removed
+    ("removing", "new"),  # while the old one is removed
+])
+def test_a_sigterm_while_fetch_replaces_data_raw_leaves_the_old_or_the_new_folder_complete(two_sources, moment,
+                                                                                            kept):
+    proc = _stopped_fetch(two_sources, moment, "SIGTERM")
+    assert proc.returncode == 143 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert _which(two_sources) == kept
+    assert _leftovers(two_sources) == []  # no temporary name, no old copy aside
+
+
+def test_a_sigkill_between_the_two_renames_is_recovered_by_the_next_command_which_says_so(two_sources):
+    proc = _stopped_fetch(two_sources, "aside", "SIGKILL")
+    assert proc.returncode == -9
+    assert not (two_sources / "data" / "raw").exists()  # the one instant a kill can leave: both aside
+    assert [n.split("-")[0] for n in _leftovers(two_sources)] == [".raw.old", ".raw.tmp"]
+    planned = _amlm("prepare", "--config", "new.yaml", "--plan", "--out", "data/prepared", cwd=two_sources)
+    assert planned.returncode == 0, planned.stderr
+    assert "data/raw: put back the previous copy, which a stopped command had renamed aside" in planned.stderr
+    assert _which(two_sources) == "old"
+    assert planned.stderr.count("put back") == 1 and (two_sources / "data" / "prepared" / "shards.csv").is_file()
+    again = _amlm("fetch", "--config", "new.yaml", "--out", "data/raw", cwd=two_sources)  # removes the rest
+    assert again.returncode == 0 and "removed 1 temporary name(s) of a killed earlier run" in again.stderr
+    assert _which(two_sources) == "new" and _leftovers(two_sources) == []
+
+
+@pytest.mark.parametrize("moment, kept, said", [
+    ("created", "old", "removed 1 temporary name(s) of a killed earlier run beside data/raw"),
+    ("built", "old", "removed 1 temporary name(s) of a killed earlier run beside data/raw"),
+    ("removing", "new", "data/raw: removed the previous copy"),
+])
+def test_what_a_sigkill_leaves_beside_data_raw_the_next_fetch_removes_and_says_so(two_sources, moment, kept, said):
+    assert _stopped_fetch(two_sources, moment, "SIGKILL").returncode == -9
+    assert _which(two_sources) == kept and len(_leftovers(two_sources)) == 1
+    again = _amlm("fetch", "--config", "old.yaml", "--out", "data/raw", cwd=two_sources)
+    assert again.returncode == 0 and said in again.stderr, again.stderr
+    assert _which(two_sources) == "old" and _leftovers(two_sources) == []

@@ -17,6 +17,7 @@ import pandas as pd
 from acoustic_mlm import encodec
 from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import recover_replaced
 
 MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
@@ -121,6 +122,7 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     Tokenization and training both read the corpus through here.
     """
     prepared_dir = Path(prepared_dir)
+    recover_replaced(prepared_dir)  # a prepare killed while it replaced the folder: the previous one back
     manifest_path = prepared_dir / "manifest.csv"
     if not manifest_path.is_file():
         raise UserError(f"{manifest_path}: not found (run the prepare stage first)")

@@ -54,7 +54,7 @@ from acoustic_mlm.data.corpus import (MANIFEST_COLUMNS, MANIFEST_DTYPES, PLAN, P
 from acoustic_mlm.data.decode import Unusable, decode
 from acoustic_mlm.data.sources import SOURCE_RECORD, is_audio_name, not_audio_reason, walk
 from acoustic_mlm.utils import (OutOfSpaceError, Progress, atomic_dir, atomic_path, file_sha256, is_out_of_space, log,
-                                write_json)
+                                recover_replaced, write_json)
 
 
 def clip_ids(rel_paths: list[str]) -> list[str]:
@@ -202,6 +202,7 @@ def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     (hidden, not regular files) carry their reason in `skip` and go straight to the rejects.
     """
     raw_dir = Path(raw_dir)
+    recover_replaced(raw_dir)  # a fetch killed while it replaced the folder: the previous one back, said in the log
     if not raw_dir.is_dir():
         raise UserError(f"prepare: {raw_dir} is not a folder; run fetch first")
     files, left_out = scan(raw_dir)
@@ -228,6 +229,7 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     files are all unusable is complete (its clips.csv is empty): only the whole corpus must hold audio.
     """
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    recover_replaced(raw_dir)
     sample_rate, min_samples = int(cfg["data"]["sample_rate"]), _min_samples(cfg)
     todo = read_plan(out_dir)
     todo = todo[todo["shard"] == int(shard)]

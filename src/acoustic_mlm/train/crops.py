@@ -16,6 +16,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_group_masks, mask_groups
 from acoustic_mlm.tokenizer.stage import shard_codes
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
+from acoustic_mlm.utils import recover_replaced
 
 
 class CropData(torch.utils.data.Dataset):
@@ -117,6 +118,7 @@ def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
 
 def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
+    recover_replaced(Path(codes_dir))  # a tokenize killed while it replaced the folder: the previous one back
     summary = Path(codes_dir) / "tokenizer.json"
     meta = readers.read_tokenizer_summary(summary)
     if meta.get("n_codebooks", 0) < m.codebooks:
