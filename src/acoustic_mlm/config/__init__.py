@@ -45,6 +45,7 @@ from acoustic_mlm.config.checks import (
 from acoustic_mlm.config.load import MAX_CONFIG_BYTES, load, read_yaml
 from acoustic_mlm.config.sections import (
     ATTENTIONS,
+    CQT_IMPLS,
     NORMS,
     PRECISIONS,
     ROLES,
@@ -66,7 +67,7 @@ from acoustic_mlm.errors import ConfigError  # the error every check raises, as 
 
 __all__ = [
     # sections.py
-    "SCHEMA_PATH", "NORMS", "ATTENTIONS", "ROLES", "PRECISIONS",
+    "SCHEMA_PATH", "NORMS", "ATTENTIONS", "ROLES", "PRECISIONS", "CQT_IMPLS",
     "ModelConfig", "TrainConfig", "RunConfig", "ClaimThresholds",
     "model_config", "train_config", "run_config", "runs_by_role", "to_dict", "get", "world_size",
     # load.py

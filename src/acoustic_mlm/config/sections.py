@@ -17,7 +17,10 @@ NORMS = ("pre", "post", "deepnorm")  # the norm axis of the ablation
 ATTENTIONS = ("softmax", "pb_relax")  # the attention axis
 ROLES = ("clip10", "clip1", "deepnorm", "attn_relax")  # the paper's four curves, in legend order
 # The values train.precision takes, read from the schema (CLI options offer the same ones)
-PRECISIONS = tuple(json.loads(SCHEMA_PATH.read_text())["properties"]["train"]["properties"]["precision"]["enum"])
+_SCHEMA = json.loads(SCHEMA_PATH.read_text())
+PRECISIONS = tuple(_SCHEMA["properties"]["train"]["properties"]["precision"]["enum"])
+# How the CQT target is computed (model/cqt.py): nnAudio's convolutions, or the same kernels by FFT
+CQT_IMPLS = tuple(_SCHEMA["properties"]["model"]["properties"]["cqt_impl"]["enum"])
 
 
 def world_size(train: dict) -> int:
@@ -59,6 +62,7 @@ class ModelConfig:
     cqt_bins: int = 336  # CQT bins predicted
     cqt_bins_per_octave: int = 48  # CQT resolution
     cqt_fmin: float = 32.7  # lowest CQT bin's centre frequency, Hz
+    cqt_impl: str = "nnaudio"  # nnaudio: nnAudio's convolutions (as MERT); fft: the same kernels by FFT (model/cqt.py)
     mixture_prob: float = 0.0  # share of training crops mixed with in-batch noise (0: off)
     mixture_segments: tuple[int, int] = (1, 3)  # noise segments per mixed crop, inclusive range
     mixture_samples: tuple[int, int] = (12000, 36000)  # samples per noise segment, inclusive range

@@ -13,51 +13,138 @@ EnCodec, which span samples [320 t, 320 t + 320). Here the waveform's first 160 
 dropped before the transform, so frame t is centred on sample 320 t + 160, the centre of code
 frame t, and exactly T frames come out of a crop of 320 T samples.
 
+Two ways to compute the same transform (`model.cqt_impl`):
+
+- `nnaudio`: nnAudio's own module, as MERT runs it: two strided convolutions of the padded crop
+  with the 336 complex kernels, each padded to the longest (65,536 taps): 34 GFLOP per 5.12 s crop,
+  in float32 (half the GPU step at MERT's sizes, issue 34). The CPU presets keep it.
+- `fft`: the same kernels (taken from nnAudio's module), applied in the frequency domain. Frame t
+  of bin k is the correlation c_k(s) = sum_m x[m] h_k[m - s] of the crop x with the kernel h_k
+  centred on sample s = 320 t. With N = 320 M samples of zero padding enough that no wrap-around
+  reaches the kernel's support (N > crop + half the longest kernel), the correlation is
+  ifft_N(X . V_k), V_k = N ifft_N(h_k centred at 0); sampling every 320th value of an N-point
+  inverse DFT is, by the DFT's decimation identity, the M-point inverse DFT of the spectrum folded
+  into 320 blocks of M bins: c_k(320 t) = ifft_M(sum_a X[a M + j] V_k[a M + j] / 320)[t]. So per
+  crop: one FFT of N samples, one batched complex matmul over the blocks (for each of the M bins j,
+  (crops x blocks) @ (blocks x 336)), one M-point inverse FFT per bin. The kernels' spectra are
+  band-limited (Hann windows); blocks in which no bin's spectrum reaches `FFT_BLOCK_TOL` of its
+  peak are left out (about 100 of 320 at MERT's settings). Cost: about 0.1 GFLOP per 5.12 s crop.
+  It equals `nnaudio` to float32 rounding, not bit for bit (BENCHMARKS.md, tests/model/test_cqt.py:
+  closer to a float64 evaluation than nnAudio's own float32 convolution is).
+
 The transform runs in float32 outside autocast: its kernels are up to 65,536 taps long (the
-32.7 Hz bin), too long a sum for float16. Its constant kernels (176 MB at MERT's settings) are
-kept out of the model's module tree, so they are neither saved in checkpoints nor broadcast
-by DDP; each device gets one copy, made on first use.
+32.7 Hz bin), too long a sum for float16. Its constant kernels (176 MB at MERT's settings;
+the `fft` path's spectra a little less on the device) are kept out of the model's module tree,
+so they are neither saved in checkpoints nor broadcast by DDP; each device gets one copy, made on
+first use.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
 from acoustic_mlm import encodec
 # Formulas kept with their config check; cqt_bin_frequency is re-exported beside the CQT (tests import it here).
-from acoustic_mlm.config import cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (cqt_bin_frequency)
+from acoustic_mlm.config import CQT_IMPLS, cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (cqt_bin_frequency)
+
+# A block of the folded spectrum is kept when some bin's kernel spectrum reaches this share of that
+# bin's peak in it. Measured (benchmarks/cqt_cost.py, librosa's recordings): at 1e-5 the fft path is
+# within 7e-6 of a float64 evaluation, five times closer than nnAudio's float32 convolution is.
+FFT_BLOCK_TOL = 1e-5
+_PLAN_CHUNK = 16  # bins per chunk when the kernels' spectra are computed (float64, on CPU)
+
+
+class _FFTPlan:
+    """The fft path's constants for one crop length on one device: the kernels' spectra on the kept
+    blocks, W (M, blocks, bins) complex64, with the blocks' indices and the FFT length N = hop M."""
+
+    def __init__(self, kernels: torch.Tensor, lengths: torch.Tensor, samples: int, hop: int, tol: float,
+                 device: torch.device, dtype: torch.dtype = torch.complex64):
+        # kernels: (bins, K) complex128, nnAudio's h_k (K taps, centred on tap K // 2), conjugated as
+        # nnAudio applies them (real part minus i imaginary part)
+        bins, K = kernels.shape
+        centre = K // 2
+        support = (kernels != 0).any(0).nonzero()[:, 0]
+        half = max(centre - int(support.min()), int(support.max()) - centre + 1)  # taps either side of the centre
+        self.M = math.ceil((samples + half + 1) / hop)  # no wrap-around reaches the kernel's support
+        self.N = hop * self.M
+        self.hop = hop
+        scale = lengths.double().sqrt() / hop  # nnAudio's "librosa" normalisation, and the 1/hop of the folding
+
+        def spectra(lo: int, hi: int) -> torch.Tensor:  # (hi - lo, hop, M) complex128: V_k / hop x sqrt(l_k)
+            h = torch.zeros(hi - lo, self.N, dtype=torch.complex128)
+            h[:, :half] = kernels[lo:hi, centre:centre + half]  # the kernel centred on sample 0 (circularly)
+            h[:, self.N - half:] = kernels[lo:hi, centre - half:centre]
+            v = self.N * torch.fft.ifft(h, dim=1) * scale[lo:hi, None]
+            return v.reshape(hi - lo, hop, self.M)
+
+        chunks = [(lo, min(lo + _PLAN_CHUNK, bins)) for lo in range(0, bins, _PLAN_CHUNK)]
+        peak = torch.cat([spectra(lo, hi).abs().amax(dim=2) for lo, hi in chunks])  # (bins, hop): per block
+        keep = (peak > tol * peak.amax(dim=1, keepdim=True)).any(dim=0)
+        self.blocks = keep.nonzero()[:, 0]
+        W = torch.cat([spectra(lo, hi)[:, self.blocks] for lo, hi in chunks])  # (bins, blocks, M)
+        self.W = W.permute(2, 1, 0).to(dtype).contiguous().to(device)  # (M, blocks, bins)
+        self.blocks = self.blocks.to(device)
+
+    def __call__(self, x: torch.Tensor, frames: int) -> torch.Tensor:
+        """x (B, samples) float32 -> (B, frames, bins) magnitudes (float64 for a complex128 plan)."""
+        B = x.shape[0]
+        X = torch.fft.fft(x.to(self.W.real.dtype), n=self.N).reshape(B, self.hop, self.M)[:, self.blocks]  # (B, blocks, M)
+        F = torch.bmm(X.permute(2, 0, 1), self.W)  # (M, B, bins): the folded spectrum of each bin
+        c = torch.fft.ifft(F, dim=0)[:frames]  # (frames, B, bins), times M / M: ifft's 1/M is the DFT's
+        return c.abs().transpose(0, 1).contiguous()  # (B, frames, bins)
 
 
 class CQTTarget:
-    """(B, L) waveform at 24 kHz, L = 320 T -> (B, T, bins) CQT magnitudes, one row per code frame."""
+    """(B, L) waveform at 24 kHz, L = 320 T -> (B, T, bins) CQT magnitudes, one row per code frame.
+
+    `impl`: "nnaudio" (nnAudio's convolutions, as MERT) or "fft" (the same kernels in the frequency
+    domain; equal to float32 rounding, a small fraction of the cost). See the module's docstring.
+    """
 
     def __init__(self, bins: int = 336, bins_per_octave: int = 48, fmin: float = 32.7,
-                 sample_rate: int = encodec.SAMPLE_RATE, hop: int = encodec.HOP):
+                 sample_rate: int = encodec.SAMPLE_RATE, hop: int = encodec.HOP, impl: str = "nnaudio",
+                 fft_tol: float = FFT_BLOCK_TOL):
         from nnAudio.features.cqt import CQT  # the maintained CQT that MERT uses (PyPI: nnAudio)
 
+        if impl not in CQT_IMPLS:
+            raise ValueError(f"CQT impl must be one of {', '.join(CQT_IMPLS)}, got {impl!r}")
         if cqt_top_frequency(fmin, bins, bins_per_octave) >= sample_rate / 2:
             raise ValueError(f"CQT bins up to {cqt_top_frequency(fmin, bins, bins_per_octave):.0f} Hz exceed "
                              f"Nyquist ({sample_rate / 2:.0f} Hz)")
         self.hop = hop
+        self.impl = impl
+        self.fft_tol = fft_tol
         self.spec = CQT(sr=sample_rate, hop_length=hop, fmin=fmin, fmax=None, n_bins=bins,
                         bins_per_octave=bins_per_octave, filter_scale=1, norm=1, window="hann", center=True,
                         pad_mode="constant", trainable=False, output_format="Magnitude", verbose=False)
         self.bins = bins
-        self._on: dict[torch.device, torch.nn.Module] = {}  # one copy of the kernels per device
+        self._on: dict[torch.device, torch.nn.Module] = {}  # nnaudio: one copy of the kernels per device
+        self._plans: dict[tuple[torch.device, int], _FFTPlan] = {}  # fft: one plan per device and crop length
+
+    def _plan(self, device: torch.device, samples: int) -> _FFTPlan:
+        key = (device, samples)
+        if key not in self._plans:
+            s = self.spec  # nnAudio applies conv(x, real) and -conv(x, imag): h = real - i imag
+            kernels = torch.complex(s.cqt_kernels_real[:, 0].cpu().double(), -s.cqt_kernels_imag[:, 0].cpu().double())
+            self._plans[key] = _FFTPlan(kernels, s.lenghts.cpu(), samples, self.hop, self.fft_tol, device)
+        return self._plans[key]
 
     @torch.no_grad()
     def __call__(self, wav: torch.Tensor) -> torch.Tensor:
         B, L = wav.shape
         T = L // self.hop
-        if wav.device not in self._on:
-            self._on[wav.device] = self.spec if not self._on else copy.deepcopy(self.spec)
-            self._on[wav.device].to(wav.device)
         with torch.autocast(device_type=wav.device.type, enabled=False):
             x = wav.float()[:, self.hop // 2 :]  # frame t centred on sample hop * t + hop / 2
+            if self.impl == "fft":
+                return self._plan(wav.device, x.shape[-1])(x, T)  # (B, T, bins)
+            if wav.device not in self._on:
+                self._on[wav.device] = self.spec if not self._on else copy.deepcopy(self.spec)
+                self._on[wav.device].to(wav.device)
             spec = self._on[wav.device](x)  # (B, bins, T)
         if spec.shape[-1] != T:
             raise RuntimeError(f"CQT gave {spec.shape[-1]} frames for {T} code frames")
         return spec.transpose(1, 2).contiguous()  # (B, T, bins)
-

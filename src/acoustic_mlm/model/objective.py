@@ -163,10 +163,10 @@ class CQTHead(nn.Module):
     against the clean crop's CQT magnitudes (cqt.py) on masked frames only, averaged over
     frames and bins. hubert_criterion.py weighs it with loss_weights[1] (1 in both MERT configs)."""
 
-    def __init__(self, dim: int, bins: int, bins_per_octave: int, fmin: float):
+    def __init__(self, dim: int, bins: int, bins_per_octave: int, fmin: float, impl: str = "nnaudio"):
         super().__init__()
         self.proj = nn.Linear(dim, bins)  # PyTorch default init, as MERT's fc
-        self.target = CQTTarget(bins, bins_per_octave, fmin)  # constant, outside the module tree
+        self.target = CQTTarget(bins, bins_per_octave, fmin, impl=impl)  # constant, outside the module tree
 
     def forward(self, h: torch.Tensor, clean: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """h (B, T, D) states, clean (B, L) waveform, weight (B, T) 0/1 masked frames -> scalar MSE."""
@@ -212,7 +212,7 @@ class AcousticMLM(nn.Module):
         self.encoder = AcousticEncoder(cfg)
         self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size, cfg.special_symbols,
                                    cfg.fp16_logits)
-        self.cqt = (CQTHead(cfg.dim, cfg.cqt_bins, cfg.cqt_bins_per_octave, cfg.cqt_fmin)
+        self.cqt = (CQTHead(cfg.dim, cfg.cqt_bins, cfg.cqt_bins_per_octave, cfg.cqt_fmin, cfg.cqt_impl)
                     if cfg.cqt_loss_weight > 0 else None)
         self.static_shapes: bool | None = None
 
