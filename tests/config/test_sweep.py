@@ -2,6 +2,7 @@
 
 import copy
 import math
+import re
 import subprocess
 import sys
 
@@ -72,8 +73,8 @@ def _write(tmp_path, cfg) -> str:
     ({"grid": {"runs.prenorm_clip1.clip": [1.0]}}, "is not a setting of a training run"),
     ({"grid": {"figure.y_max": [9.0]}}, "is not a setting of a training run"),
     ({"grid": {"train.lr": []}}, "grid.train.lr': [] should be non-empty"),
-    ({"grid": {"train.lr": [0.001, 0.001]}}, "lists the same value twice"),
-    ({"grid": {"train.lr": [-1.0]}}, "sweep point prenorm_clip10__lr--1): 'train.lr'"),
+    ({"grid": {"train.lr": [0.001, 0.001]}}, "'sweep[0].grid.train.lr' lists 0.001 twice; list each value once"),
+    ({"grid": {"train.lr": [-1.0]}}, "'sweep[0].grid.train.lr': -1.0 is less than or equal to the minimum of 0"),
     ({"grid": {"model.heads": [3]}}, "'model.dim' (64) must be divisible by 'model.heads' (3)"),
     ({"grid": {"train.lr": [0.001]}, "arms": ["nope"]}, "'sweep[0].arms' names 'nope'"),
     ({"grid": {"seeds": [1.5]}}, "seeds are whole numbers"),
@@ -97,10 +98,11 @@ def test_colliding_points_are_refused(tmp_path, smoke_cfg):
     r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "validate", "--config", path],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
-    assert "sweep point 'prenorm_clip10__lr-2e-3' is listed twice" in r.stderr
-    # values that differ only below the name's precision would also collide: refused the same way
+    assert "'sweep[1]' gives point 'prenorm_clip10__lr-2e-3', which 'sweep[0]' gives too" in r.stderr
+    # values that differ only below the name's precision would also collide: refused naming both values
     cfg["sweep"] = [{"grid": {"train.lr": [0.0010000001, 0.001]}}]
-    with pytest.raises(C.ConfigError, match="lists the same value twice"):
+    with pytest.raises(C.ConfigError, match=re.escape("'sweep[0].grid.train.lr' holds 0.0010000001 and 0.001, which "
+                                                      "name one point ('lr-1e-3'")):
         C.validate(cfg, "mine.yaml")
 
 
@@ -140,3 +142,92 @@ def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
     assert set(h200["panels"]) == {"4 layers, bf16", "16 layers, bf16", "4 layers, fp16_fairseq",
                                    "16 layers, fp16_fairseq"}
     assert "The sweep" in (tmp_path / "preflight.md").read_text()
+
+
+@pytest.mark.parametrize("grid, words", [
+    ({"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[1], RUN_NAMES[0], RUN_NAMES[1]]},
+     f"'sweep[0].arms' lists '{RUN_NAMES[1]}' twice; list each arm once"),
+    ({"grid": {"seeds": [1, 2]}}, "'sweep[0].grid' sets only 'seeds'; a grid sweeps at least one model./train. setting"),
+    ({"grid": {"seeds": [3]}, "arms": [RUN_NAMES[0]]}, "'sweep[0].grid' sets only 'seeds'"),
+    ({"grid": {"model.dropout": [0.1, 0.10000001]}},
+     "'sweep[0].grid.model.dropout' holds 0.1 and 0.10000001, which name one point ('dropout-1e-1'"),
+    ({"grid": {"train.lr": [3e-4, 0.0003]}}, "'sweep[0].grid.train.lr' lists 0.0003 twice"),
+    ({"grid": {"train.lr": [0.001], "seeds": [1, 2, 1]}}, "'sweep[0].grid.seeds' lists 1 twice"),
+    ({"grid": {"train.lr": [0.001]}, "arms": RUN_NAMES[0]}, f"'sweep.0.arms': '{RUN_NAMES[0]}' is not of type 'array'"),
+    ({"grid": {"train.lr": [0.001]}, "arms": []}, "'sweep.0.arms': [] should be non-empty"),  # the schema's words
+    ({"grid": {"model.layers": [2, 4.0]}}, "'sweep[0].grid.model.layers': holds 4.0; it must be a whole number"),
+    ({"grid": {"train.lr": [True]}}, "'sweep[0].grid.train.lr': True is not of type 'number'"),
+    ({"grid": {"train.precision": ["fp8"]}}, "'sweep[0].grid.train.precision': 'fp8' is not one of"),
+])
+def test_a_refusal_names_what_the_grid_says_not_a_consequence(smoke_cfg, grid, words):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [grid]
+    with pytest.raises(C.ConfigError) as err:
+        C.validate(cfg, "mine.yaml")
+    msg = str(err.value)
+    assert msg.startswith("mine.yaml: ") and words in msg and "\n" not in msg, msg
+    assert "listed twice" not in msg and "has the name of an arm" not in msg  # the old consequences
+
+
+def test_a_point_given_by_two_grids_names_both_grids_and_the_values(smoke_cfg):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [{"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[0]]},
+                    {"grid": {"train.lr": [0.0010000002]}, "arms": [RUN_NAMES[0]]}]
+    with pytest.raises(C.ConfigError, match=re.escape(
+            f"'sweep[1]' gives point '{RUN_NAMES[0]}__lr-1e-3', which 'sweep[0]' gives too (train.lr 0.001 there, "
+            "0.0010000002 here); each point is one run: take it out of one grid")):
+        C.validate(cfg, "mine.yaml")
+
+
+@pytest.mark.parametrize("grid", [
+    {"model.heads": [2, 3]},  # the rules across keys
+    {"train.warmup_steps": [1, 100000]},
+    {"model.codebooks": [2, 16]},
+    {"train.lr": [0.001], "train.batch_size": [3], "train.processes": [2]},
+    {"train.steps": [0]},  # the schema of one value
+])
+def test_the_linear_check_refuses_a_point_exactly_when_its_configuration_would_be_refused(smoke_cfg, grid):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [{"grid": grid, "arms": [RUN_NAMES[0]]}]
+    with pytest.raises(C.ConfigError) as err:
+        C.validate(cfg, "mine.yaml")
+    bad = []
+    for name in S.points(cfg):
+        try:
+            C.validate(S.point_config(cfg, name), "mine.yaml")
+        except C.ConfigError as exc:
+            bad.append(str(exc).split(": ", 1)[1])
+    assert bad and str(err.value).split(": ", 2)[-1] in {b.split(": ", 1)[-1] for b in bad}, (str(err.value), bad)
+
+
+def test_every_point_of_the_shipped_sweep_is_valid_as_a_file(root):
+    cfg = C.load(root / "config" / "proxy.yaml")
+    for name in S.points(cfg):
+        C.validate(S.point_config(cfg, name), f"proxy.yaml ({name})")
+
+
+def _sweep_of(smoke_cfg, n):
+    cfg = copy.deepcopy(smoke_cfg)
+    layers = [2, 4, 6, 8, 12]
+    rates = [round(1e-4 * (1 + i / 10), 8) for i in range(n // (len(cfg["runs"]) * len(layers)))]
+    cfg["sweep"] = [{"grid": {"train.lr": rates, "model.layers": layers}}]
+    return cfg
+
+
+def test_validating_a_sweep_is_linear_in_its_points(smoke_cfg):
+    """Was quadratic: 1,000 points 7 s, 10,000 more than a minute (issue 32); now about 35 us a point."""
+    import time
+
+    seconds = {}
+    for n in (1000, 10000):
+        cfg = _sweep_of(smoke_cfg, n)
+        t0 = time.perf_counter()
+        C.validate(cfg, "big.yaml")
+        seconds[n] = time.perf_counter() - t0
+        assert len(S.points(cfg)) == n
+    assert seconds[10000] < 10.0, seconds
+    assert seconds[10000] < 30 * max(seconds[1000], 0.01), seconds  # quadratic would be 100x
+    t0 = time.perf_counter()
+    names = S.run_names(cfg)
+    configs = [S.point_config(cfg, name) for name in names[:2000]]  # every stage asks for its point's config
+    assert time.perf_counter() - t0 < 10.0 and configs[-1]["runs"].keys() == {names[1999]}

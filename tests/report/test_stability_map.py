@@ -149,3 +149,74 @@ def test_read_map_refuses_a_damaged_table(tmp_path):
     path.write_text(path.read_text()[:-20])  # cut in the middle of the last row
     with pytest.raises(M.UserError, match="cut short"):
         M.read_map(path)
+
+
+def _trained_points(cfg, runs_dir, edit=None):
+    """Each point's seed summaries as training writes them (its fingerprint), `edit` applied to one."""
+    import json
+
+    from acoustic_mlm.config import sweep as S
+    from acoustic_mlm.train.state import fingerprint
+
+    for name, p in S.points(cfg).items():
+        for seed in p.seeds:
+            fp = fingerprint(S.point_config(cfg, name), name, 1)
+            if edit is not None:
+                edit(name, seed, fp["settings"])
+            path = runs_dir / name / "seeds" / f"seed{seed}" / "summary.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"status": "completed", "final_train_loss_cb0": 7.0,
+                                        "final_valid_loss_cb0": 7.0, "nonfinite_steps": 0, "fingerprint": fp}))
+
+
+@pytest.fixture()
+def map_cfg(smoke_cfg):
+    import copy
+
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.003], "model.layers": [2]}, "arms": ["prenorm_clip1"]},
+                    {"grid": {"train.lr": [0.01], "seeds": [1, 2]}, "arms": ["prenorm_clip10"]}]
+    return cfg
+
+
+def test_runs_trained_as_their_points_pass_the_check(map_cfg, tmp_path):
+    from acoustic_mlm.config import sweep as S
+
+    _trained_points(map_cfg, tmp_path)
+    for name, p in S.points(map_cfg).items():
+        M.check_trained_as_point(map_cfg, tmp_path / name, name, p.seeds)
+
+
+@pytest.mark.parametrize("run, seed, key, value, words", [
+    ("prenorm_clip1__lr-3e-3__layers-2", 1, "train.lr", 0.001,
+     "was trained with train.lr 0.001, but its sweep point sets 0.003"),
+    ("prenorm_clip1__lr-1e-3__layers-2", 1, "model.layers", 4,
+     "was trained with model.layers 4, but its sweep point sets 2"),
+    ("prenorm_clip10__lr-1e-2", 2, "runs.prenorm_clip10__lr-1e-2.clip", 1.0,
+     "was trained with runs.prenorm_clip10__lr-1e-2.clip 1.0"),
+    ("prenorm_clip10__lr-1e-2", 1, "train.precision", "fp16", "was trained with train.precision 'fp16', but its sweep point sets 'fp32'"),
+])
+def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(map_cfg, tmp_path, capsys, run, seed, key,
+                                                                          value, words):
+    import yaml
+
+    from acoustic_mlm import cli
+
+    def edit(name, s, settings):
+        if (name, s) == (run, seed):
+            assert key in settings, sorted(settings)
+            settings[key] = value
+
+    _trained_points(map_cfg, tmp_path / "runs", edit)
+    with pytest.raises(M.UserError) as err:
+        M.table(map_cfg, tmp_path / "runs")
+    summary = tmp_path / "runs" / run / "seeds" / f"seed{seed}" / "summary.json"
+    assert str(err.value).startswith(f"{summary}: run {run} {words}"), str(err.value)
+    assert f"rerun the train stage for {run}" in str(err.value)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(map_cfg, sort_keys=False))
+    capsys.readouterr()
+    assert cli.main(["map", "--config", str(path), "--runs-dir", str(tmp_path / "runs"),
+                     "--out", str(tmp_path / "map.csv")]) == 2
+    err_line = capsys.readouterr().err.strip()
+    assert "\n" not in err_line and f"run {run} was trained with {key}" in err_line and not (tmp_path / "map.csv").exists()

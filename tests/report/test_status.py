@@ -161,3 +161,45 @@ def _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles):
     assert "\n" not in err and err.startswith(f"amlm status: error: {path}: "), err
     for needle in needles:
         assert needle in err, (needle, err)
+
+
+def test_status_of_a_sweep_shows_its_points_with_their_seeds_and_steps(cfg, tmp_path, capsys):
+    from acoustic_mlm.config import sweep as S
+
+    cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.003], "train.steps": [50, 100]}, "arms": ["prenorm_clip1"]},
+                    {"grid": {"model.layers": [2], "seeds": [7, 8, 9]}, "arms": ["prenorm_clip10"]}]
+    points = S.points(cfg)
+    runs = tmp_path / "runs"
+    one = "prenorm_clip1__lr-3e-3__steps-50"
+    _write(runs / one / "seeds" / "seed1" / PARTIAL, _rows([1, 2, 4], [1.0, 2.0, 4.0], [10.0, 9.0, 8.0]))
+    statuses = status.collect(cfg, runs)
+    assert [(s.run, s.seed) for s in statuses] == [(name, seed) for name in points for seed in points[name].seeds]
+    assert len(statuses) == 4 * 2 + 3 and {s.run for s in statuses}.isdisjoint(cfg["runs"])  # points, not arms
+    by = {(s.run, s.seed): s for s in statuses}
+    assert by[(one, 1)].status == "running" and by[(one, 1)].total == 50 and by[(one, 1)].step == 4
+    assert by[("prenorm_clip1__lr-1e-3__steps-100", 1)].total == 100
+    assert [s.seed for s in statuses if s.run == "prenorm_clip10__layers-2"] == [7, 8, 9]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert cli.main(["status", "--config", str(path), "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{runs}: 11 seeds of 5 runs") and len(out) == 2 + 11
+    assert any(line.startswith(one) and line.endswith("running") for line in out)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: None, "--runs-dir names no folder (it does not exist)"),
+    (lambda p: p.write_text("x"), "--runs-dir names a file, not a folder"),
+    (lambda p: p.symlink_to(p.parent / "gone"), "--runs-dir names a broken link, a device or a FIFO, not a folder"),
+])
+def test_a_runs_dir_that_is_not_a_folder_is_refused_in_one_line(cfg, tmp_path, capsys, make, words):
+    runs = tmp_path / "runs"
+    make(runs)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    capsys.readouterr()
+    assert cli.main(["status", "--config", str(path), "--runs-dir", str(runs)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"amlm status: error: {runs}: ") and words in err and "\n" not in err, err
+    assert "waiting" not in captured.out

@@ -245,12 +245,55 @@ def _check_arm_names(cfg: dict, source: str) -> None:
 
 
 def _check_sweep(cfg: dict, source: str) -> None:
-    """Every point of a sweep passes `validate` as a file would, and sweeps only training settings."""
+    """Every point of a sweep passes the checks a file of its settings would, and sweeps only training
+    settings; linear in the points (sweep.validate_points): the file itself passed every check above,
+    so each swept value is checked once against its key's schema, and each point by the rules its
+    values can change (_POINT_CHECKS)."""
     if cfg.get("sweep") is not None:
         from acoustic_mlm.config.sweep import validate_points  # the sweep's points are validated as files are, by this function
 
         train_keys = [k for k in result_keys("train", cfg) if k.startswith(("model.", "train."))]
-        validate_points(cfg, source, validate, allowed=train_keys)
+        validate_points(cfg, source, _check_point, allowed=train_keys, check_value=_check_swept_value)
+
+
+def _check_point(cfg: dict, source: str) -> None:
+    """The rules across keys that read model., train. or runs: (what a sweep point changes: model./train.
+    values, and runs: holding the point). The rest of validate reads only sections a point shares with
+    its file (data, claims, figure; the labels and roles of its arm), which passed already."""
+    for check in (_check_model, _check_train, _check_recipe, _check_crop, _check_tokenizer, check_codebooks,
+                  _check_arm_names, check_seeds):
+        check(cfg, source)
+
+
+@lru_cache(maxsize=4096)
+def _value_problem(key: str, kind: str, text: str) -> str | None:
+    """Why one value (its type's name and JSON text) is refused for a model./train. key, or None."""
+    import jsonschema
+
+    section, leaf = key.split(".", 1)
+    sub = _schema()["properties"].get(section, {}).get("properties", {}).get(leaf)
+    value = json.loads(text)
+    if kind == "float":
+        value = float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"holds {value}; it must be a finite number"
+    if sub is None:
+        return None
+    errors = list(jsonschema.Draft202012Validator(sub).iter_errors(value))
+    if errors:
+        return errors[0].message
+    try:
+        check_integers(value, sub)
+    except ConfigError:
+        return f"holds {value!r}; it must be a whole number, written without a decimal point"
+    return None
+
+
+def _check_swept_value(key: str, value, source: str, where: str) -> None:
+    """One value of a sweep's grid, checked once against its key's schema (a point holding it would fail so)."""
+    problem = _value_problem(key, type(value).__name__, json.dumps(value))
+    if problem:
+        raise ConfigError(f"{source}: '{where}': {problem}")
 
 
 # ----------------------------------------------------------------------------- limits of later stages

@@ -86,6 +86,26 @@ def relax_reach(relax_alpha: float) -> float:
 # ----------------------------------------------------------------------------- the table
 
 
+def check_trained_as_point(cfg: dict, run_dir: Path, name: str, seeds) -> None:
+    """Each seed's summary.json in `run_dir` says it was trained with the settings of sweep point `name`
+    (train.state.fingerprint, as train decides a seed is complete); else one UserError line naming the
+    run, the first setting that differs and the stage to rerun."""
+    from acoustic_mlm.train.state import fingerprint
+
+    want = fingerprint(point_config(cfg, name), name, 1)["settings"]
+    swept = dict(points(cfg)[name].values)  # a differing swept value is named first
+    for seed in seeds:
+        path = Path(run_dir) / "seeds" / f"seed{seed}" / "summary.json"
+        got = C.renamed_settings(readers.read_seed_summary(path)["fingerprint"].get("settings", {}))
+        differ = sorted((k for k in set(want) | set(got) if want.get(k) != got.get(k)), key=lambda k: (k not in swept, k))
+        if differ:
+            k = differ[0]
+            raise UserError(f"{path}: run {name} was trained with {k} {got.get(k, '(unset)')!r}, but its sweep point "
+                            f"sets {want.get(k, '(unset)')!r}" + (f" (and {len(differ) - 1} more settings differ)"
+                                                               if len(differ) > 1 else "")
+                            + f"; rerun the train stage for {name} (snakemake --forcerun train, or amlm train {name})")
+
+
 def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict]:
     """A point's metrics.csv and summary.json, through the readers every stage uses (acoustic_mlm.readers)."""
     m = readers.read_metrics(run_dir / "metrics.csv")
@@ -110,6 +130,8 @@ def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
     if not pts:
         raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
     extra = sorted({k for p in pts.values() for k, _ in p.values} - {"train.lr", "model.layers", "train.precision"})
+    for name, p in pts.items():  # before anything is read: a run trained as another point is refused by name
+        check_trained_as_point(cfg, Path(runs_dir) / name, name, p.seeds)
     rows = []
     for name, p in pts.items():
         pc = point_config(cfg, name)

@@ -24,6 +24,8 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import readers
+from acoustic_mlm.config.sweep import points
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.train.state import STATE_DIR
 from acoustic_mlm.train.summary import PARTIAL
 
@@ -113,11 +115,33 @@ def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | Non
     return SeedStatus(run, seed, step, total, _last_cb0(rows), rate, left, scale, skips, status, idle)
 
 
+def runs_of(cfg: dict) -> list[tuple[str, tuple[int, ...], int]]:
+    """(run, its seeds, its train.steps) for every run the configuration trains, in order: the sweep's
+    points (each with its own seeds and, when swept, its own train.steps), else the arms."""
+    pts = points(cfg)
+    if not pts:
+        total = int(cfg["train"]["steps"])
+        return [(run, tuple(C.run_config(cfg, run).seeds), total) for run in cfg["runs"]]
+    return [(name, p.seeds, int(p.settings.get("train.steps", cfg["train"]["steps"]))) for name, p in pts.items()]
+
+
+def check_runs_dir(runs_dir: Path) -> None:
+    """--runs-dir names a folder that exists (a typo would otherwise show every seed as waiting)."""
+    runs_dir = Path(runs_dir)
+    if runs_dir.is_dir():
+        return
+    if runs_dir.exists() or runs_dir.is_symlink():
+        what = "a file, not a folder" if runs_dir.is_file() else "a broken link, a device or a FIFO, not a folder"
+        raise UserError(f"{runs_dir}: --runs-dir names {what}; name the folder training writes its runs into "
+                        "(default results/runs)")
+    raise UserError(f"{runs_dir}: --runs-dir names no folder (it does not exist); name the folder training writes "
+                    "its runs into (default results/runs), or start training first")
+
+
 def collect(cfg: dict, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
-    """Every arm and seed of the config, in config order."""
-    total = int(cfg["train"]["steps"])
+    """Every run (a sweep's points, else the arms) and seed of the config, in config order."""
     return [seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
-            for run in cfg["runs"] for seed in C.run_config(cfg, run).seeds]
+            for run, seeds, total in runs_of(cfg) for seed in seeds]
 
 
 def _duration(seconds: float) -> str:
@@ -143,7 +167,7 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str
     sw = max([len("step")] + [len(x) for x in steps])
     head = f"{'run':<{width}}  seed  {'step':>{sw}}  {'cb0':>6}  {'upd/s':>6}  {'left':>6}"
     head += f"  {'scale':>7}  {'skips':>5}" if fp16 else ""  # the fp16 loss scale and its overflow skips
-    lines = [f"{runs_dir}: {len(statuses)} seeds; cb0: last codebook-0 training loss (bits); stopped: no new "
+    lines = [f"{runs_dir}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last codebook-0 training loss (bits); stopped: no new "
              f"metrics row or state for {_duration(stale_after)} (idle time shown)", head + "  status"]
     for s, step in zip(statuses, steps):
         line = (f"{s.run:<{width}}  {s.seed:>4}  {step:>{sw}}  {_num(s.cb0, '.3f'):>6}  "
@@ -156,6 +180,7 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str
 
 
 def run(cfg: dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+    check_runs_dir(runs_dir)
     statuses = collect(cfg, runs_dir, stale_after=stale_after)
     print(table(statuses, runs_dir, stale_after), flush=True)
     return statuses
