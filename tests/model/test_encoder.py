@@ -279,3 +279,45 @@ def test_acoustic_encoder_shapes_mask_and_penalty():
     torch.testing.assert_close(captured[0][:, 5], enc.mask_emb.expand(2, -1), atol=0, rtol=0)
     h_nomask, _ = enc(wav, None)
     assert not torch.allclose(h_nomask, h)
+
+
+# ----------------------------------------------------------------------------- the front end as matmuls (CUDA's path)
+
+
+@pytest.mark.parametrize("conv_layers", [MERT_CONV, NARROW_CONV])
+def test_front_end_as_matmuls_equals_the_convolutions_in_float32(conv_layers):
+    """The CUDA path (each conv as one matmul of its unfolded input) against F.conv1d, on CPU in
+    float32: outputs and gradients agree to rounding; the CPU default stays on F.conv1d, bit for bit."""
+    torch.manual_seed(0)
+    fe = ConvFeatureExtractor(conv_layers)
+    wav = torch.randn(2, 320 * 12)
+    assert fe.as_matmul is None  # on CPU: the convolutions
+    ref = fe(wav)
+    x = F.pad(wav.unsqueeze(1), fe.pad)
+    for block in fe.blocks:
+        x = block(x)
+    assert torch.equal(ref, x)  # the default path is the plain module chain, unchanged
+    fe.as_matmul = True
+    out = fe(wav)
+    assert out.shape == ref.shape == (2, conv_layers[-1][0], 12)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    grads = []
+    for flag in (False, True):
+        fe.as_matmul = flag
+        fe.zero_grad()
+        (fe(wav) ** 2).mean().backward()
+        grads.append([p.grad.clone() for p in fe.parameters()])
+    for g_conv, g_mm in zip(*grads):
+        torch.testing.assert_close(g_mm, g_conv, rtol=1e-4, atol=1e-6)
+
+
+def test_front_end_as_matmuls_under_bf16_autocast_stays_close():
+    torch.manual_seed(1)
+    fe = ConvFeatureExtractor(NARROW_CONV)
+    wav = torch.randn(2, 320 * 8)
+    ref = fe(wav)
+    fe.as_matmul = True
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fe(wav)
+    assert out.dtype == torch.bfloat16  # the step's precision, as the tensor cores run it on CUDA
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)

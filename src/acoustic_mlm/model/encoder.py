@@ -80,7 +80,20 @@ class ConvFeatureExtractor(nn.Module):
     after the first conv only; GELU after each. Unlike fairseq, the waveform is padded
     centrally by (receptive field - stride) samples, so T == L // stride exactly whenever L is
     a multiple of the stride: every EnCodec frame gets one feature frame.
+
+    Two ways to run the same convolutions (`as_matmul`; None: on CUDA only). On CPU: `F.conv1d`,
+    as always (the CPU presets' numbers do not change). On CUDA: each layer as one matrix product
+    of its unfolded input (im2col: (B, T_out, C_in k) @ (C_in k, C_out)), time-major between layers,
+    which runs on tensor cores in the step's autocast or half precision. Issue 34's H200 profile found
+    the front end's 1-D convolutions on cuDNN's non-tensor-core `implicit_convolve_sgemm` and
+    `precomputed_convolve_sgemm` kernels with layout conversions around them (the front end alone,
+    forward and backward in bf16: 14 ms of a 57 ms gpu-small micro-batch without the CQT loss);
+    the matmul path's time there is not yet measured on a GPU. Equal in exact arithmetic; in float32
+    the two differ by rounding (tests/model/test_encoder.py). Its backward keeps the unfolded input,
+    k / stride times the layer's input (1.5x for MERT's kernel-3 stride-2 layers).
     """
+
+    as_matmul: bool | None = None  # None: the matmul path on CUDA, F.conv1d elsewhere
 
     def __init__(self, conv_layers):
         super().__init__()
@@ -103,9 +116,24 @@ class ConvFeatureExtractor(nn.Module):
 
     def forward(self, wav: torch.Tensor) -> torch.Tensor:
         x = F.pad(wav.unsqueeze(1), self.pad)  # (B, 1, L + receptive_field - stride)
+        matmul = self.as_matmul if self.as_matmul is not None else x.is_cuda
+        if matmul:
+            return self._forward_matmul(x)
         for block in self.blocks:
             x = block(x)  # (B, C_i, T_i)
         return x  # (B, C, T)
+
+    def _forward_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """The same layers, each conv as one matmul of its unfolded input; (B, 1, L') -> (B, C, T)."""
+        x = x.transpose(1, 2)  # (B, L', 1): time-major
+        for block in self.blocks:
+            conv, *rest = block
+            k, s = conv.kernel_size[0], conv.stride[0]
+            cols = x.unfold(1, k, s).flatten(2)  # (B, T_i, C_in k): (channel, tap) as the weight's order
+            x = cols @ conv.weight.flatten(1).t()  # (B, T_i, C_i); autocast: the step's precision
+            for layer in rest:  # GroupNorm over time per channel (channels-first), then GELU
+                x = layer(x.transpose(1, 2)).transpose(1, 2) if isinstance(layer, nn.GroupNorm) else layer(x)
+        return x.transpose(1, 2)  # (B, C, T), a view of the time-major result
 
 
 class ConvPositionalEmbedding(nn.Module):
