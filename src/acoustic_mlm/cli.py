@@ -368,7 +368,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
 OUT_FOLDERS = {("fetch", "out"), ("fetch", "downloads"), ("prepare", "out"), ("tokenize", "out"), ("train", "out"),
                ("figure", "out"), ("stability", "out"), ("preflight", "out")}
 OUT_FILES = {("aggregate", "out"), ("claims", "out_json"), ("claims", "out_md"), ("compare", "out"),
-             ("validate", "out")}
+             ("validate", "out"), ("dvc-yaml", "out")}
 
 
 def check_outputs(args: argparse.Namespace) -> None:

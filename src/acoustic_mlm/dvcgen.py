@@ -456,7 +456,21 @@ def config_path_for(config: Path, out: Path) -> str:
     return rel.as_posix()
 
 
+def _check_out(out: Path) -> None:
+    """--out names a file (or nothing yet), not a folder or something under a file."""
+    out = Path(out)
+    if out.is_dir():
+        raise UserError(f"{out}: --out names an existing folder, not a file; name the file to write "
+                        f"(e.g. {out / 'dvc.yaml'})")
+    for above in out.parents:
+        if above.exists() or above.is_symlink():
+            if not above.is_dir():
+                raise UserError(f"{out}: --out lies under {above}, which is a file, not a folder")
+            break
+
+
 def write(cfg: dict, config: Path, out: Path) -> Path:
+    _check_out(out)
     text = render(cfg, config_path_for(config, out))
     with atomic_path(Path(out)) as tmp:
         tmp.write_text(text)
@@ -465,6 +479,7 @@ def write(cfg: dict, config: Path, out: Path) -> Path:
 
 def check(cfg: dict, config: Path, out: Path) -> None:
     """Raise UserError (one line) unless `out` holds exactly what `write` would write."""
+    _check_out(out)
     path = Path(out)
     current = path.read_text() if path.is_file() else None
     if current != render(cfg, config_path_for(config, out)):
