@@ -3,6 +3,8 @@
 import copy
 import logging
 import math
+import os
+import sys
 
 import pandas as pd
 import pytest
@@ -121,12 +123,74 @@ def test_a_tracker_that_cannot_start_warns_and_training_goes_on(data_dirs, tiny_
 
 
 def test_a_named_tracker_whose_package_is_missing_stops_before_training(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(UserError, match=r"'train.loggers' names wandb.*pip install -e \"\.\[wandb\]\""):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # how Python marks a module it cannot import
+    with pytest.raises(UserError, match=r"'train.loggers' names wandb.*pip install -e \"\.\[wandb\]\"") as err:
         trackers.check_available(["csv", "wandb"])
+    assert "whose package 'wandb' is not installed (ModuleNotFoundError: " in str(err.value)
+
+
+BROKEN = {  # what an installed package can raise while it is imported: (its code, the error's text)
+    "AttributeError": ("raise AttributeError(\"module 'numpy' has no attribute 'float_'\")",
+                       "module 'numpy' has no attribute 'float_'"),
+    "ImportError": ("raise ImportError(\"cannot import name 'builder' from 'google.protobuf.internal'\")",
+                    "cannot import name 'builder' from 'google.protobuf.internal'"),
+    "OSError": ("raise OSError(\"libstdc++.so.6: version GLIBCXX_3.4.30 not found\")",
+                "libstdc++.so.6: version GLIBCXX_3.4.30 not found"),
+    "ModuleNotFoundError": ("import a_dependency_it_lacks",  # a missing dependency of an installed package
+                            "No module named 'a_dependency_it_lacks'"),
+}
+
+
+def _broken_package(tmp_path, monkeypatch, package: str, error: str, forget=()):
+    """`package` installed on sys.path, raising `error` when it is imported; the real one forgotten."""
+    import importlib
+
+    folder = tmp_path / "site" / package
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(BROKEN[error][0] + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")] + list(forget):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.invalidate_caches()
+
+
+@pytest.mark.parametrize("error", list(BROKEN))
+@pytest.mark.parametrize("logger, package, forget", [
+    ("wandb", "wandb", ()),
+    ("tensorboard", "tensorboard", ("torch.utils.tensorboard",)),  # torch's writer imports it
+])
+def test_a_tracker_installed_but_failing_to_import_stops_like_a_missing_one(tmp_path, monkeypatch, logger, package,
+                                                                             forget, error):
+    _broken_package(tmp_path, monkeypatch, package, error, forget)
+    with pytest.raises(UserError) as err:
+        trackers.check_available(["csv", logger])
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"'train.loggers' names {logger}, whose package '{package}' is "
+                                              f"installed but fails to import ({error}: "), msg
+    assert f"({error}: {BROKEN[error][1]})" in msg, msg
+    assert f"or remove {logger} from train.loggers" in msg
+
+
+def test_amlm_train_with_a_broken_tracker_stops_before_the_first_step(data_dirs, tiny_cfg, tmp_path):
+    import subprocess
+
+    import yaml
+
+    site = tmp_path / "site" / "wandb"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(BROKEN["AttributeError"][0] + "\n")
+    tiny_cfg["train"]["loggers"] = ["csv", "wandb"]
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(tiny_cfg))
+    prepared, codes = data_dirs
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "train", "prenorm_clip1", "--config",
+                        str(tmp_path / "cfg.yaml"), "--prepared", str(prepared), "--codes", str(codes), "--out",
+                        str(tmp_path / "run"), "--threads", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()
+    assert len(last) == 1 and last[0].startswith("amlm train: error: 'train.loggers' names wandb, whose package "
+                                                 "'wandb' is installed but fails to import (AttributeError: "), r.stderr
+    assert not (tmp_path / "run" / "seeds").exists()  # nothing trained, no step taken
 
 
 def test_only_the_first_process_opens_trackers(tiny_cfg, tmp_path):

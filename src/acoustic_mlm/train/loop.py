@@ -53,7 +53,7 @@ from acoustic_mlm.train.schedule import log_steps, lr_at
 from acoustic_mlm.train.state import (STATE_DIR, STATE_KEYS, completed_summary, fingerprint, load_latest_state,
                                       rng_state, save_state, set_rng_state)
 from acoustic_mlm.train.summary import PARTIAL, Accumulator, summarize, summarize_arm
-from acoustic_mlm.train.trackers import Trackers
+from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
 from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
@@ -89,6 +89,7 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     """
     rc = C.run_config(cfg, run_name)
     out_dir = Path(out_dir)
+    check_available(cfg["train"].get("loggers", ["csv"]))  # in every process, before any work
     rank, world = init_distributed(cfg["train"]["device"])
     planned = cfg["train"]["processes"] * cfg["train"].get("nodes", 1)
     if world != planned and rank == 0:  # the same global batch either way; only memory and speed differ

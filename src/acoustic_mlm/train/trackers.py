@@ -11,7 +11,9 @@
 Only the first process (rank 0) opens trackers, and they see a row only when train/loop.py writes one
 (every train.log_interval steps): never a training step. A tracker that raises (a full disk, no
 network) is dropped with one warning and the run goes on; the CSV holds every row regardless.
-A tracker named in the config whose package is missing stops the run before it trains.
+A tracker named in the config that cannot be imported, its package missing or installed but failing
+to import (a broken install, a version clash), stops the run before it trains, in every process,
+with one line naming the logger and the import error (check_available).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import numbers
 from pathlib import Path
 
-from acoustic_mlm.errors import UserError
+from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.utils import log
 
 LOGGERS = ("csv", "tensorboard", "wandb")  # what train.loggers may name; csv is always written
@@ -69,18 +71,32 @@ class _WandB:
 
 
 _BACKENDS = {"tensorboard": _TensorBoard, "wandb": _WandB}
-_PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"),
-             "wandb": ("wandb", 'pip install -e ".[wandb]"')}
+# logger -> (the module its backend imports, the package that provides it, how to install it)
+_PACKAGES = {"tensorboard": ("torch.utils.tensorboard", "tensorboard", "pip install tensorboard"),
+             "wandb": ("wandb", "wandb", 'pip install -e ".[wandb]"')}
 
 
 def check_available(loggers) -> None:
-    """Stop before training when a named tracker's package is missing (UserError naming the key)."""
-    import importlib.util
+    """Stop before training when a named tracker cannot be imported: its package missing, or installed
+    but failing to import (any error while importing it). One UserError line naming the logger, the
+    package and the import error; the same for both, so a run never trains without a tracker it asked for."""
+    import importlib
 
     for name in loggers:
-        if name in _PACKAGES and importlib.util.find_spec(_PACKAGES[name][0]) is None:
-            raise UserError(f"'train.loggers' names {name}, whose package {_PACKAGES[name][0]!r} is not installed: "
-                            f"{_PACKAGES[name][1]} (or remove {name} from train.loggers)")
+        if name not in _PACKAGES:
+            continue
+        module, package, install = _PACKAGES[name]
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - whatever importing it raises, the tracker cannot start
+            missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == package
+            if missing:
+                raise UserError(f"'train.loggers' names {name}, whose package {package!r} is not installed "
+                                f"({type(exc).__name__}: {one_line(exc)}): {install} (or remove {name} from "
+                                "train.loggers)") from None
+            raise UserError(f"'train.loggers' names {name}, whose package {package!r} is installed but fails to "
+                            f"import ({type(exc).__name__}: {one_line(exc)}); repair or reinstall it ({install}), "
+                            f"or remove {name} from train.loggers") from None
 
 
 class Trackers:
