@@ -44,10 +44,12 @@ if SWEEP:
         stability_map,
         map_figure,
         map_claims,
+        decide,
 
     rule all:
         input:
             "results/stability_map.csv",
+            "results/decisive/decisive.json",
             expand("results/figures/lr_sensitivity.{ext}", ext=FIGURE_FORMATS),
             "results/claims.json",
             "results/claims.md",

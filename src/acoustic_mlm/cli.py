@@ -12,6 +12,7 @@
     amlm map        a sweep's runs as one table                -> results/stability_map.csv
     amlm map-figure final loss vs learning rate, per arm       -> results/figures/lr_sensitivity.{png,pdf,svg}
     amlm map-claims LR sensitivity and the settings' promises  -> results/claims.{json,md}
+    amlm decide     the decisive experiments' pre-registered verdicts -> results/decisive/
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
     amlm status     one line per arm and seed while runs train (reads results/runs/)
     amlm verify     this installation's run against the shipped reference run, in bits
@@ -161,6 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
     p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
     p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as markdown")
+
+    p = _stage_parser(sub, "decide", "judge the decisive experiments by their pre-registered rules",
+                      "Every run folder of a sweep, its settings read from its summary.json: a table of runs "
+                      "(final, capped and lowest loss, late fall, spikes, trained, collapsed), of comparisons per "
+                      "cell and budget (gap, resolution from 2 SE and the A/A pair, catch-up guard, Fisher's exact "
+                      "test) and each promise's verdict (rules: docs/stability.md, 'Decisive experiments').")
+    p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
+    p.add_argument("--codes", type=Path, default=Path("data/codes"), help="codes folder: its tokenizer.json gives the "
+                   "plateau (default: data/codes)")
+    p.add_argument("--numerics", type=Path, default=None, help="benchmarks/attention_fp16.py's table (PB-Relax's "
+                   "arithmetic); without it that part is inconclusive")
+    p.add_argument("--out", type=Path, default=Path("results/decisive"), help="output folder (default: results/decisive)")
 
     p = _stage_parser(sub, "preflight", "measure time, memory and disk of every arm before a run",
                       "Build each arm's model at the preset's size on its device and precision, time a few "
@@ -320,6 +333,10 @@ def dispatch(args: argparse.Namespace) -> int | None:
             stability_map.run_figure(cfg, args.map, args.out)
         else:
             stability_map.run_claims(cfg, args.map, args.out_json, args.out_md)
+    elif args.command == "decide":
+        from acoustic_mlm.report import decisive
+
+        decisive.run(args.runs_dir, args.codes, args.out, args.numerics)
     elif args.command == "preflight":
         from acoustic_mlm.preflight import run as preflight
 

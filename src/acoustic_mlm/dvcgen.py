@@ -63,13 +63,15 @@ NO_RESULT = frozenset({"utils", "errors", "devices", "cli", "__init__", "__main_
 # The modules each stage runs (cli.dispatch); what they import shapes the stage's outputs. Training
 # runs through sweep.point_config (a sweep point's settings).
 ENTRY = {
-    "fetch": ("data.fetch",), "prepare": ("data.prepare",), "tokenize": ("tokenizer.stage",),
-    "train": ("train.loop", "config.sweep"), "aggregate": ("report.aggregate",), "figure": ("report.figure",),
+    # kernels: `python -m acoustic_mlm` pins the CPU kernels these stages compute with (cpu_kernels)
+    "fetch": ("data.fetch", "kernels"), "prepare": ("data.prepare", "kernels"), "tokenize": ("tokenizer.stage", "kernels"),
+    "train": ("train.loop", "config.sweep", "kernels"), "aggregate": ("report.aggregate",), "figure": ("report.figure",),
     "stability": ("report.stability",), "claims": ("report.claims",), "compare": ("report.figure",),
     "map": ("report.stability_map",), "map_figure": ("report.stability_map",),
-    "map_claims": ("report.stability_map",),
+    "map_claims": ("report.stability_map",), "decide": ("report.decisive",),
 }
 REFERENCE = "data/reference/paper_curves.csv"
+DECISIVE = "results/decisive"  # amlm decide's folder (a sweep's pre-registered verdicts)
 WIDTH = 104  # folded commands wrap before this column
 COMMENT_COLUMN = 40  # trailing comments start here (or two spaces after a longer line)
 
@@ -344,6 +346,10 @@ def _sweep_stages(cfg: dict, q: str, pts: dict[str, S.Point]) -> list[Stage]:
         _summary("map_claims", _cmd("amlm map-claims --config", q, "--map", table,
                                     "--out-json results/claims.json --out-md results/claims.md"), [table], cfg,
                  outs=[Out("results/claims.md")], metrics=[Out("results/claims.json")]),
+        _summary("decide", _cmd("amlm decide --config", q, "--runs-dir results/runs --codes data/codes --out",
+                                DECISIVE), runs + ["data/codes/tokenizer.json"], cfg,
+                 outs=[Out(f"{DECISIVE}/{f}") for f in ("runs.csv", "cells.csv", "decisive.md")],
+                 metrics=[Out(f"{DECISIVE}/decisive.json")]),
     ]
 
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import acoustic_mlm.model.encoder as model_module
 from acoustic_mlm.model.encoder import (
+    unfused_attention,
     AcousticEncoder,
     ConvFeatureExtractor,
     ConvPositionalEmbedding,
@@ -124,6 +125,58 @@ def test_attention_uses_fused_kernel_unless_relaxed():
         y_relax = relax(x)
         assert spy_sdpa.call_count == 1 and spy_relax.call_count == 1
     torch.testing.assert_close(y_relax, y_plain, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_unfused_attention_equals_the_fused_kernel(dtype, atol):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (3 * torch.randn(2, 3, 9, 8, generator=g, dtype=dtype) for _ in range(3))
+    out = unfused_attention(q, k, v)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=atol, rtol=0)
+
+
+def test_unfused_attention_overflows_in_float16_where_the_fused_kernel_and_pb_relax_do_not():
+    """fairseq's order holds q.k / sqrt(d) in a float16 tensor: past 65504 it is inf, the softmax NaN."""
+    g = torch.Generator().manual_seed(0)
+    d = 16
+    q, k = (300 + 30 * torch.randn(1, 2, 6, d, generator=g) for _ in range(2))  # logits ~ 9e4 > 65504
+    v = torch.randn(1, 2, 6, d, generator=g)
+    q16, k16, v16 = q.half(), k.half(), v.half()
+    assert not torch.isfinite(unfused_attention(q16, k16, v16)).all()
+    assert torch.isfinite(F.scaled_dot_product_attention(q16, k16, v16)).all()  # float32 accumulation inside
+    assert torch.isfinite(relaxed_attention(q16, k16, v16, alpha=32.0)).all()
+    small = unfused_attention(q16 / 30, k16 / 30, v16)  # logits ~ 100: finite, and the softmax ran in float32
+    assert small.dtype == torch.float16 and torch.isfinite(small).all()
+
+
+def test_attention_value_picks_the_path_and_qk_gain_scales_the_logits():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    fused = MultiheadSelfAttention(16, 4, attention="softmax")
+    unfused = MultiheadSelfAttention(16, 4, attention="unfused")
+    unfused.load_state_dict(fused.state_dict())
+    with mock.patch.object(model_module, "unfused_attention", wraps=model_module.unfused_attention) as spy:
+        y = unfused(x)
+        assert spy.call_count == 1
+    torch.testing.assert_close(y, fused(x), atol=1e-5, rtol=0)
+    # qk_gain 1 multiplies nothing (bit-identical); a gain g scales every logit by g^2
+    same = MultiheadSelfAttention(16, 4, attention="softmax", qk_gain=1.0)
+    same.load_state_dict(fused.state_dict())
+    assert torch.equal(same(x), fused(x))
+    from acoustic_mlm.train.diagnostics import attention_logits
+
+    base = attention_logits(x, fused.q_proj, fused.k_proj, 4)
+    torch.testing.assert_close(attention_logits(x, fused.q_proj, fused.k_proj, 4, qk_gain=3.0), 9 * base)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        MultiheadSelfAttention(16, 4, attention="flash")
+
+
+def test_encoder_config_takes_unfused_and_qk_gain():
+    from acoustic_mlm.model.encoder import TransformerEncoder
+
+    enc = TransformerEncoder(tiny_config(attention="unfused", qk_gain=4.0))
+    assert all(b.attn.attention == "unfused" and b.attn.qk_gain == 4.0 for b in enc.blocks)
 
 
 # --- the block against PyTorch's reference layer ------------------------------------------------

@@ -63,3 +63,27 @@ rule map_claims:
     shell:
         "{params.cli} map-claims --config {params.config} --map {input} --out-json {output.json} "
         "--out-md {output.md} > {log} 2>&1"
+
+
+rule decide:
+    input:
+        metrics=expand("results/runs/{run}/metrics.csv", run=RUNS),
+        summaries=expand("results/runs/{run}/summary.json", run=RUNS),
+        tokenizer="data/codes/tokenizer.json",
+    output:
+        runs="results/decisive/runs.csv",
+        cells="results/decisive/cells.csv",
+        json="results/decisive/decisive.json",
+        md=report("results/decisive/decisive.md", caption="../report/decisive.rst", category="2. Findings"),
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+        settings=settings_for("decide"),
+    log:
+        "results/logs/decide.log",
+    threads: 1
+    conda:
+        ENV
+    shell:
+        "{params.cli} decide --config {params.config} --runs-dir results/runs --codes data/codes "
+        "--out results/decisive > {log} 2>&1"

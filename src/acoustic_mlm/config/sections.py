@@ -14,7 +14,7 @@ from acoustic_mlm.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
 NORMS = ("pre", "post", "deepnorm")  # the norm axis of the ablation
-ATTENTIONS = ("softmax", "pb_relax")  # the attention axis
+ATTENTIONS = ("softmax", "pb_relax", "unfused")  # the attention axis
 ROLES = ("clip10", "clip1", "deepnorm", "attn_relax")  # the paper's four curves, in legend order
 # The values train.precision takes, read from the schema (CLI options offer the same ones)
 _SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -51,7 +51,8 @@ class ModelConfig:
     codebooks: int  # codebooks predicted
     codebook_size: int  # codes per codebook
     norm: str = "pre"  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha*x + F(x)), beta-scaled init
-    attention: str = "softmax"  # softmax: fused kernel; pb_relax: PB-Relax with relax_alpha
+    attention: str = "softmax"  # softmax: fused kernel; pb_relax: PB-Relax with relax_alpha; unfused: fairseq's order
+    qk_gain: float = 1.0  # q and k each multiplied by this (forced logit growth); 1: off
     # MERT / fairseq recipe switches (docs/recipe.md); each default leaves the model as without it
     activation_dropout: float | None = None  # FFN hidden dropout (fairseq activation_dropout); None: = dropout
     encoder_layerdrop: float = 0.0  # probability of skipping each block in training (LayerDrop)
@@ -129,7 +130,7 @@ class RunConfig:
     name: str
     label: str
     norm: str  # pre | post | deepnorm
-    attention: str  # softmax | pb_relax
+    attention: str  # softmax | pb_relax | unfused
     clip: float
     seeds: tuple[int, ...]  # one training run per seed; the figure shows their mean and 95% interval
     role: str | None = None  # which of the paper's curves it reproduces (ROLES), None for an extra arm

@@ -16,15 +16,16 @@ from acoustic_mlm.config.sections import get
 # dotted key, or an arm's key with "{run}" (that arm) or "*" (every arm). Settings left out change
 # how fast or where a step runs, not what it writes.
 STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "fetch": (("data",), ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed")),
+    # cpu_kernels: the pinned (avx2) or native kernels compute different bits (acoustic_mlm.kernels)
+    "fetch": (("data", "cpu_kernels"), ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed")),
     "plan": (("data.shard_files",), ()),
-    "prepare_shard": (("data.sample_rate", "train.crop_seconds"), ()),  # clips shorter than a crop are rejected
+    "prepare_shard": (("data.sample_rate", "train.crop_seconds", "cpu_kernels"), ()),  # clips shorter than a crop are rejected
     "prepare_merge": (("data.valid_fraction", "data.split_seed"), ()),
-    "tokenize_fit": (("tokenizer",), ("tokenizer.batch_size", "tokenizer.device", "tokenizer.segment_seconds",
+    "tokenize_fit": (("tokenizer", "cpu_kernels"), ("tokenizer.batch_size", "tokenizer.device", "tokenizer.segment_seconds",
                                       "tokenizer.context_seconds")),
-    "tokenize_shard": (("tokenizer",), ()),  # batch size, segments and device move codes at near-ties
+    "tokenize_shard": (("tokenizer", "cpu_kernels"), ()),  # batch size, segments and device move codes at near-ties
     "tokenize_merge": (("tokenizer.batch_size",), ()),
-    "train": (("model", "train", "runs.{run}"), ("train.threads", "train.workers", "train.checkpoint_interval",
+    "train": (("model", "train", "runs.{run}", "cpu_kernels"), ("train.threads", "train.workers", "train.checkpoint_interval",
                                                  "train.loggers", "train.wandb_project",  # trackers watch, never change
                                                  "runs.{run}.label", "runs.{run}.role")),
     # The summary steps read every arm's label and role; they take the whole `runs:` section (which
@@ -38,6 +39,8 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "map": (("runs", "sweep"), ()),
     "map_figure": (("runs", "sweep", "model.relax_alpha"), ()),
     "map_claims": (("runs", "sweep", "model.relax_alpha", "claims.min_final_gap", "claims.seed_spread"), ()),
+    # The decisive experiments' verdicts: their rules are fixed in code; runs' settings come from their summaries.
+    "decide": (("runs", "sweep"), ()),
 }
 # The steps before each step, whose settings also shape its outputs.
 UPSTREAM = {
@@ -54,6 +57,7 @@ DVC_STAGES = {
     "tokenize": ("tokenize_fit", "tokenize_shard", "tokenize_merge"), "train": ("train",),
     "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("compare",),
     "stability": ("stability",), "map": ("map",), "map_figure": ("map_figure",), "map_claims": ("map_claims",),
+    "decide": ("decide",),
 }
 
 

@@ -28,7 +28,7 @@ Two ways to compute the same transform (`model.cqt_impl`):
   crop: one FFT of N samples, one batched complex matmul over the blocks (for each of the M bins j,
   (crops x blocks) @ (blocks x 336)), one M-point inverse FFT per bin. The kernels' spectra are
   band-limited (Hann windows); blocks in which no bin's spectrum reaches `FFT_BLOCK_TOL` of its
-  peak are left out (about 100 of 320 at MERT's settings). Cost: about 0.1 GFLOP per 5.12 s crop.
+  peak are left out (81 of 320 at MERT's settings), every bin's values in the kept ones are kept. Cost: about 0.1 GFLOP per 5.12 s crop.
   It equals `nnaudio` to float32 rounding, not bit for bit (BENCHMARKS.md, tests/model/test_cqt.py:
   closer to a float64 evaluation than nnAudio's own float32 convolution is).
 
@@ -57,6 +57,22 @@ FFT_BLOCK_TOL = 1e-5
 _PLAN_CHUNK = 16  # bins per chunk when the kernels' spectra are computed (float64, on CPU)
 
 
+def _smooth(n: int) -> int:
+    """The smallest 2^a 3^b 5^c >= n: an FFT length without large prime factors (pocketfft, cuFFT)."""
+    best = None
+    p5 = 1
+    while p5 < 2 * n:
+        p3 = p5
+        while p3 < 2 * n:
+            p2 = p3
+            while p2 < n:
+                p2 *= 2
+            best = p2 if best is None else min(best, p2)
+            p3 *= 3
+        p5 *= 5
+    return best
+
+
 class _FFTPlan:
     """The fft path's constants for one crop length on one device: the kernels' spectra on the kept
     blocks, W (M, blocks, bins) complex64, with the blocks' indices and the FFT length N = hop M."""
@@ -69,7 +85,8 @@ class _FFTPlan:
         centre = K // 2
         support = (kernels != 0).any(0).nonzero()[:, 0]
         half = max(centre - int(support.min()), int(support.max()) - centre + 1)  # taps either side of the centre
-        self.M = math.ceil((samples + half + 1) / hop)  # no wrap-around reaches the kernel's support
+        # no wrap-around reaches the kernel's support; M without large prime factors keeps both FFTs fast
+        self.M = _smooth(math.ceil((samples + half + 1) / hop))
         self.N = hop * self.M
         self.hop = hop
         scale = lengths.double().sqrt() / hop  # nnAudio's "librosa" normalisation, and the 1/hop of the folding
@@ -82,18 +99,19 @@ class _FFTPlan:
             return v.reshape(hi - lo, hop, self.M)
 
         chunks = [(lo, min(lo + _PLAN_CHUNK, bins)) for lo in range(0, bins, _PLAN_CHUNK)]
-        peak = torch.cat([spectra(lo, hi).abs().amax(dim=2) for lo, hi in chunks])  # (bins, hop): per block
+        # two passes, so that only the kept blocks are ever held: each bin's peak per block first
+        peak = torch.cat([spectra(lo, hi).abs().amax(dim=2) for lo, hi in chunks])  # (bins, hop)
         keep = (peak > tol * peak.amax(dim=1, keepdim=True)).any(dim=0)
         self.blocks = keep.nonzero()[:, 0]
-        W = torch.cat([spectra(lo, hi)[:, self.blocks] for lo, hi in chunks])  # (bins, blocks, M)
-        self.W = W.permute(2, 1, 0).to(dtype).contiguous().to(device)  # (M, blocks, bins)
+        W = torch.cat([spectra(lo, hi)[:, self.blocks].to(dtype) for lo, hi in chunks])  # (bins, blocks, M)
+        self.W = W.permute(2, 1, 0).contiguous().to(device)  # (M, blocks, bins)
         self.blocks = self.blocks.to(device)
 
     def __call__(self, x: torch.Tensor, frames: int) -> torch.Tensor:
         """x (B, samples) float32 -> (B, frames, bins) magnitudes (float64 for a complex128 plan)."""
         B = x.shape[0]
         X = torch.fft.fft(x.to(self.W.real.dtype), n=self.N).reshape(B, self.hop, self.M)[:, self.blocks]  # (B, blocks, M)
-        F = torch.bmm(X.permute(2, 0, 1), self.W)  # (M, B, bins): the folded spectrum of each bin
+        F = torch.bmm(X.permute(2, 0, 1).contiguous(), self.W)  # (M, B, bins): each bin's folded spectrum
         c = torch.fft.ifft(F, dim=0)[:frames]  # (frames, B, bins), times M / M: ifft's 1/M is the DFT's
         return c.abs().transpose(0, 1).contiguous()  # (B, frames, bins)
 
@@ -129,7 +147,12 @@ class CQTTarget:
         key = (device, samples)
         if key not in self._plans:
             s = self.spec  # nnAudio applies conv(x, real) and -conv(x, imag): h = real - i imag
-            kernels = torch.complex(s.cqt_kernels_real[:, 0].cpu().double(), -s.cqt_kernels_imag[:, 0].cpu().double())
+            re, im = s.cqt_kernels_real[:, 0].cpu(), s.cqt_kernels_imag[:, 0].cpu()
+            support = ((re != 0) | (im != 0)).any(0).nonzero()[:, 0]  # the taps any kernel uses, about the centre
+            K, centre = re.shape[1], re.shape[1] // 2
+            half = max(centre - int(support.min()), int(support.max()) - centre + 1)
+            lo, hi = centre - half, min(centre + half, K)  # the centre stays at index half: (half taps) + (the rest)
+            kernels = torch.complex(re[:, lo:hi].double(), -im[:, lo:hi].double())
             self._plans[key] = _FFTPlan(kernels, s.lenghts.cpu(), samples, self.hop, self.fft_tol, device)
         return self._plans[key]
 

@@ -69,6 +69,23 @@ def relaxed_attention(
     return probs @ v  # (B, H, T, hd)
 
 
+def unfused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, training: bool = False
+) -> torch.Tensor:
+    """Softmax attention in fairseq's unfused order; q, k, v (B, H, T, hd) -> (B, H, T, hd).
+
+    fairseq's MultiheadAttention (its path without torch's fused function): q is scaled by
+    hd^-0.5, then q.k^T is one matmul *in the model's dtype* (a float16 tensor under fp16), the
+    softmax runs in float32 and is cast back. Equal to the fused kernel in exact arithmetic; in
+    float16 the logits tensor overflows to inf once |q.k| / sqrt(hd) > 65504, which the fused
+    kernels (float32 accumulation) never do. This is the arithmetic PB-Relax guards against.
+    """
+    scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)  # (B, H, T, T) in q's dtype
+    probs = scores.float().softmax(dim=-1).to(v.dtype) if scores.dtype != torch.float64 else scores.softmax(dim=-1)
+    probs = F.dropout(probs, p=dropout_p, training=training)  # (B, H, T, T)
+    return probs @ v  # (B, H, T, hd)
+
+
 # ---------------------------------------------------------------------------------------------
 # Front end: waveform -> frames
 
@@ -166,17 +183,27 @@ class ConvPositionalEmbedding(nn.Module):
 class MultiheadSelfAttention(nn.Module):
     """Self-attention with separate q/k/v/out projections (DeepNorm scales v and out only).
 
-    relax_alpha None: PyTorch's fused scaled_dot_product_attention; a float: PB-Relax.
+    attention "softmax": PyTorch's fused scaled_dot_product_attention; "pb_relax": PB-Relax with
+    relax_alpha; "unfused": fairseq's unfused order (q.k^T in the model's dtype, softmax in float32).
+    qk_gain multiplies q and k (so the logits by its square): forced logit growth, as Wortsman et al.
+    2023 (arXiv 2309.14322) transplant it; 1 leaves the attention as it is.
     No padding mask: every crop in a batch has the same length.
     """
 
-    def __init__(self, dim: int, heads: int, dropout: float = 0.0, relax_alpha: float | None = None):
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, relax_alpha: float | None = None,
+                 attention: str | None = None, qk_gain: float = 1.0):
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
         self.heads = heads
         self.dropout = dropout  # on attention probabilities
-        self.relax_alpha = relax_alpha
+        self.attention = attention or ("softmax" if relax_alpha is None else "pb_relax")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.attention == "pb_relax" and relax_alpha is None:
+            raise ValueError("attention pb_relax needs relax_alpha")
+        self.relax_alpha = relax_alpha if self.attention == "pb_relax" else None
+        self.qk_gain = float(qk_gain)
         self.q_proj = nn.Linear(dim, dim)
         self.k_proj = nn.Linear(dim, dim)
         self.v_proj = nn.Linear(dim, dim)
@@ -189,9 +216,13 @@ class MultiheadSelfAttention(nn.Module):
             return t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
 
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))  # (B, H, T, hd)
+        if self.qk_gain != 1.0:  # forced logit growth (1: not applied, so no rounding either)
+            q, k = q * self.qk_gain, k * self.qk_gain
         p = self.dropout if self.training else 0.0
-        if self.relax_alpha is None:
+        if self.attention == "softmax":
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, T, hd)
+        elif self.attention == "unfused":
+            y = unfused_attention(q, k, v, dropout_p=p, training=self.training)  # (B, H, T, hd)
         else:
             y = relaxed_attention(q, k, v, self.relax_alpha, dropout_p=p, training=self.training)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
@@ -234,13 +265,15 @@ class EncoderBlock(nn.Module):
         deepnorm_alpha: float = 1.0,
         relax_alpha: float | None = None,
         activation_dropout: float | None = None,
+        attention: str | None = None,
+        qk_gain: float = 1.0,
     ):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         self.norm = norm
         self.alpha = deepnorm_alpha if norm == "deepnorm" else 1.0  # the residual scale; 1 but for DeepNorm
-        self.attn = MultiheadSelfAttention(dim, heads, attention_dropout, relax_alpha)
+        self.attn = MultiheadSelfAttention(dim, heads, attention_dropout, relax_alpha, attention, qk_gain)
         # FFN hidden dropout: fairseq's activation_dropout; None keeps it equal to the residual dropout
         self.ffn = FeedForward(dim, ffn_dim, dropout if activation_dropout is None else activation_dropout)
         self.ln1 = nn.LayerNorm(dim, eps=1e-5)
@@ -310,7 +343,7 @@ class TransformerEncoder(nn.Module):
         self.layerdrop = cfg.encoder_layerdrop
         self.blocks = nn.ModuleList(
             EncoderBlock(cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.norm, alpha, relax,
-                         cfg.activation_dropout)
+                         cfg.activation_dropout, cfg.attention, cfg.qk_gain)
             for _ in range(cfg.layers)
         )
         self.apply(init_bert_params)  # Linear and LayerNorm only; the positional conv keeps its init

@@ -26,6 +26,15 @@ from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import Progress, log
 
 FULL_UPDATE_LIMIT_S = 60.0  # a whole update is run when its projection is below this
+# A CUDA preset without its GPU (issue 32, class 6: the paper preset's fp16 micro-batch took minutes on a
+# CPU): a bounded float32 measurement instead, of a cut of the model (its front end, heads and CUT_LAYERS
+# blocks) at as many frames as fit CPU_BUDGET_S for one micro-batch, forward and backward, at
+# CPU_STEP_EFFICIENCY of this CPU's float32 matmul rate (measured on this machine first). The
+# activations it counts extrapolate exactly in the blocks (identical) and linearly in the frames.
+CUT_LAYERS = 2
+CPU_BUDGET_S = 6.0
+CPU_STEP_EFFICIENCY = 0.05  # measured: gpu-small's cut step ran at 0.06 of the matmul rate on 2 cores
+MIN_FRAMES = 32  # enough for a span mask of MERT's settings (mask_length 5, two spans at least)
 
 
 # ----------------------------------------------------------------------------- memory
@@ -141,6 +150,101 @@ class Plan:
     optimizer_steps: int  # timed optimizer steps (the micro-batches are shared out between them)
     warmup: int  # untimed updates of one micro-batch first (compilation, kernel selection, Adam state)
     full_update: bool = True  # run one whole update when projected under FULL_UPDATE_LIMIT_S
+    frames: int | None = None  # frames per measured crop (None: the preset's crop)
+    cut_layers: int | None = None  # measure the model cut to this many blocks (None: the whole model)
+    count_activations: bool = False  # count the bytes autograd saves per crop (CPU stand-in for a GPU)
+
+
+# ----------------------------------------------------------------------------- a bounded CPU measurement
+
+
+def cpu_matmul_gflops(size: int = 768, repeats: int = 4) -> float:
+    """This CPU's float32 matmul rate (GFLOP/s) with torch's threads as set: a fraction of a second."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # first call: threads and kernels
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return repeats * 2 * size ** 3 / (time.perf_counter() - t0) / 1e9
+
+
+def bounded_frames(m: C.ModelConfig, preset_frames: int, micro_batch: int, gflops: float,
+                   budget_s: float = CPU_BUDGET_S, efficiency: float = CPU_STEP_EFFICIENCY) -> int:
+    """The most frames (at most the preset's, at least MIN_FRAMES) whose counted FLOPs for one micro-batch
+    of the model (forward and backward, plus nnAudio's CQT when it is on) fit `budget_s` at `efficiency`
+    of `gflops`."""
+    from acoustic_mlm.preflight.flops import step_flops
+
+    def seconds(frames: int) -> float:
+        flops = step_flops(m, micro_batch, frames)
+        if m.cqt_loss_weight > 0 and m.cqt_impl == "nnaudio":  # 336 bins x 2 x 65,536 taps x 2 per frame
+            flops += micro_batch * frames * m.cqt_bins * 2 * 65536 * 2
+        return flops / (gflops * 1e9 * efficiency)
+
+    lo, hi = min(MIN_FRAMES, preset_frames), preset_frames
+    if seconds(hi) <= budget_s:
+        return hi
+    while hi - lo > 1:  # seconds() grows with the frames
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if seconds(mid) <= budget_s else (lo, mid)
+    return lo
+
+
+class SavedBytes:
+    """Bytes autograd saves for the backward during a forward (`torch.autograd.graph.saved_tensors_hooks`):
+    each storage once, parameters left out (they are the weights), attributed to the encoder block that
+    saved them or to the rest of the model. Counted, not a peak: what a micro-batch's activations hold
+    whatever the allocator does, on any device."""
+
+    def __init__(self, model: torch.nn.Module):
+        from acoustic_mlm.model.encoder import EncoderBlock
+
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.blocks: dict[int, int] = {}  # block index -> bytes
+        self.rest = 0
+        self._seen: set[int] = set()
+        self._scope: int | None = None
+        self._handles = []
+        for i, block in enumerate(b for b in model.modules() if isinstance(b, EncoderBlock)):
+            self.blocks[i] = 0
+            self._handles.append(block.register_forward_pre_hook(lambda _m, _a, i=i: self._enter(i)))
+            self._handles.append(block.register_forward_hook(lambda _m, _a, _o: self._enter(None)))
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _enter(self, scope: int | None) -> None:
+        self._scope = scope
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested): not counted
+            return t
+        ptr = storage.data_ptr()
+        if ptr and ptr not in self.params and ptr not in self._seen:
+            self._seen.add(ptr)
+            if self._scope is None:
+                self.rest += storage.nbytes()
+            else:
+                self.blocks[self._scope] += storage.nbytes()
+        return t
+
+    def __enter__(self) -> "SavedBytes":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+        for h in self._handles:
+            h.remove()
+
+    def extrapolate(self, layers: int) -> int:
+        """The bytes of a model with `layers` identical blocks: the rest plus the mean block's, times layers.
+        The first block also saves the stack's input, so the mean block is taken over the later ones."""
+        per_block = list(self.blocks.values())
+        if not per_block:
+            return self.rest
+        later = per_block[1:] or per_block
+        return int(self.rest + per_block[0] + (layers - 1) * statistics.mean(later))
 
 
 def synthetic_batch(m: C.ModelConfig, batch: int, frames: int, device: torch.device, seed: int = 0):
@@ -205,14 +309,23 @@ def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precis
     """
     _free(device)
     base = probe.current()
-    tr = build_trainer(m, dataclasses.replace(t, precision=precision), device)
+    frames = plan.frames or frames
+    built = m if plan.cut_layers is None else dataclasses.replace(m, layers=min(m.layers, plan.cut_layers))
+    tr = build_trainer(built, dataclasses.replace(t, precision=precision), device)
     params = sum(p.numel() for p in tr.model.parameters())
     batch = synthetic_batch(m, plan.micro_batch, frames, device, seed=t.seed)
     losses, updates, overflows = [], 0, 0
+    counter: SavedBytes | None = None
+    if plan.count_activations:  # the GPU's code path: every frame scored (static shapes), as on CUDA
+        tr.model.static_shapes = True
 
     def run(n: int, on_phase=None) -> None:
-        nonlocal updates, overflows
-        u = update(tr, [batch] * n, t.lr, on_phase=on_phase)
+        nonlocal updates, overflows, counter
+        if plan.count_activations and counter is None and n == 1:  # one micro-batch's saved tensors
+            with SavedBytes(tr.model) as counter:
+                u = update(tr, [batch], t.lr, on_phase=on_phase)
+        else:
+            u = update(tr, [batch] * n, t.lr, on_phase=on_phase)
         losses.extend(float(o.loss.detach()) for o in u.outs)
         updates += 1
         overflows += int(u.overflow)
@@ -252,7 +365,12 @@ def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precis
     del tr, batch
     _free(device)
     return {
+        # the bytes autograd saved for one micro-batch, extrapolated to the whole model (None: not counted)
+        "activation_bytes_counted": None if counter is None else counter.extrapolate(m.layers),
         "params": params,
+        "measured_params": params,
+        "measured_frames": frames,
+        "measured_layers": built.layers,
         "warmup_s": warmup_s,
         "ms_per_micro_batch": micro_ms,
         "ms_per_micro_batch_all": [1000 * x for x in phases.micro_s],
@@ -281,7 +399,7 @@ def fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, ba
         (d for d in range(1, plan.micro_batch) if crops_per_process % d == 0), reverse=True)
     for mb in candidates:
         try:
-            p = Plan(mb, plan.micro_batches, plan.optimizer_steps, plan.warmup, plan.full_update)
+            p = dataclasses.replace(plan, micro_batch=mb)
             return measure_arm(m, t, device, precision, frames, p, crops_per_process // mb, probe, bar), mb, tried_out
         except torch.OutOfMemoryError:
             tried_out.append(mb)

@@ -43,6 +43,14 @@ PROJECTION_GPUS: tuple[tuple[str, float, float], ...] = (
     ("H100 / H200 (SXM)", 989.0, 67.0),
     ("A100 (SXM)", 312.0, 19.5),
 )
+# Memory of the named GPUs (GB, decimal, NVIDIA's datasheets), for the projected memory of a CUDA preset
+# measured without its GPU.
+PROJECTION_GPU_MEMORY_GB: tuple[tuple[str, float], ...] = (
+    ("H200 (141 GB)", 141.0),
+    ("H100 / A100 (80 GB)", 80.0),
+    ("A100 (40 GB)", 40.0),
+)
+HALF_ACTIVATION_SHARE = 0.5  # fp16_fairseq: a half model's activations are half the float32 ones counted
 DEFAULT_UTILISATION = 0.35  # share of the peak assumed for a projection: the middle of docs/recipe.md's 30-40 %
 # Interconnect bandwidth per GPU and direction, GB/s, for the gradient all-reduce:
 NVLINK_GB_S = 450.0  # within a node: NVLink 4 of an H100/H200 SXM, 900 GB/s bidirectional (NVIDIA H100 datasheet)
@@ -234,3 +242,35 @@ def _param_shapes(m: C.ModelConfig) -> list:
     """The parameters of a model of this configuration, built on the meta device (no memory, no time)."""
     with torch.device("meta"):
         return list(AcousticMLM(m).parameters())
+
+
+def gpu_memory_projection(params: int, precision: str, activation_bytes_per_crop: float, micro_batch: int,
+                          counted_frames: int, preset_frames: int) -> dict:
+    """A projection, not a measurement: one process's memory on a GPU from counted numbers. Weights,
+    gradients, master weights and Adam state: `steady_bytes_per_param(precision)` per counted parameter;
+    activations: the bytes autograd saved for one crop of `counted_frames` frames in float32 (counted
+    on the CPU, `measure.SavedBytes`), linear in the frames to the preset's crop, halved for an fp16 model
+    (fp16_fairseq), taken at float32 size under autocast (an upper bound: autocast saves half copies of
+    matmul inputs beside float32 ones), times the micro-batch. The CUDA caching allocator, cuBLAS/cuDNN
+    workspaces and the CUDA context come on top."""
+    static = params * steady_bytes_per_param(precision)
+    per_crop = activation_bytes_per_crop * preset_frames / counted_frames
+    if precision == "fp16_fairseq":
+        per_crop *= HALF_ACTIVATION_SHARE
+    total = static + micro_batch * per_crop
+    return {
+        "params": params, "bytes_per_param": steady_bytes_per_param(precision), "static_gb": static / GB,
+        "activation_gb_per_crop": per_crop / GB, "micro_batch": micro_batch, "total_gb": total / GB,
+        "counted_frames": counted_frames, "preset_frames": preset_frames,
+        "gpus": [{"gpu": name, "memory_gb": mem, "fits": total / GB <= mem,
+                  "max_micro_batch": max(0, int((mem * GB - static) // per_crop)) if per_crop > 0 else None}
+                 for name, mem in PROJECTION_GPU_MEMORY_GB],
+        "method": "counted: parameters x bytes per parameter for the precision, plus the float32 activations "
+                  "autograd saved for one crop on the CPU, linear in the frames, halved for an fp16 model, "
+                  "times the micro-batch; allocator overhead and workspaces not included",
+    }
+
+
+def full_params(m: C.ModelConfig) -> int:
+    """The parameters of the whole model of this configuration, counted on the meta device."""
+    return sum(p.numel() for p in _param_shapes(m))

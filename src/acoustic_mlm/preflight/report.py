@@ -18,22 +18,27 @@ def markdown(r: dict) -> str:
     """preflight.json as a readable page."""
     f, d = r["figure"], r["disk"]
     kind = "CPU" if r["cpu_times"] else "GPU"
+    measured_frames = r.get("measured_frames", r["crop_frames"])
+    cut = f", the model cut to {r['measured_layers']} blocks" if r.get("measured_layers") else ""
     lines = [
         f"# Preflight: {r['config']}",
         "",
-        f"Measured on **{r['device']}** ({r['precision']}, torch {r['torch']}, {r['threads']} CPU threads), "
-        f"micro-batch {r['micro_batch']} of {r['crop_frames']} frames; {r['micro_batches_measured']} timed "
+        f"Measured on **{r['device']}** ({r.get('measured_precision', r['precision'])}, torch {r['torch']}, "
+        f"{r['threads']} CPU threads){cut}, micro-batch {r['micro_batch']} of {measured_frames} frames (the "
+        f"preset's crop: {r['crop_frames']}); {r['micro_batches_measured']} timed "
         f"micro-batches, {r['optimizer_steps_measured']} optimizer steps and {r['warmup_updates']} warm-up "
         "update(s) per model, on synthetic inputs, stepped by `train.update` as `amlm train` steps them.",
         "",
     ]
+    if r.get("measurement"):
+        lines += [f"What was measured and what was projected: {r['measurement']}.", ""]
     if r["device_note"]:
         lines += [f"Note: {r['device_note']}.", ""]
     a0 = r["arms"][0]
     scale = (f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} overflowed)"
              if a0["loss_scale"] is not None else "")
     masters = f", {a0['master_dtype']} master weights" if a0["master_dtype"] else ""
-    lines += [f"Weights: {a0['param_dtype']}{masters}{scale}.", ""]
+    lines += [f"Weights measured: {a0['param_dtype']}{masters}{scale}.", ""]
     if r["gpu_projection"] is None:
         lines += [
             f"| arm | ms/update | from | all-reduce ms | bound | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | "
@@ -42,8 +47,9 @@ def markdown(r: dict) -> str:
         ]
     else:
         lines += [
-            "| arm | CPU ms/update | from | peak memory here (GB) | fits here | micro-batch x accum |",
-            "|---|---:|---|---:|---|---|",
+            "| arm | CPU ms per micro-batch (measured) | peak memory here (GB) | projected GPU memory (GB) | fits "
+            "80 GB (projected) | micro-batch x accum |",
+            "|---|---:|---:|---:|---|---|",
         ]
     for a in r["arms"]:
         mfu = "n/a" if a["mfu"] is None else f"{100 * a['mfu']:.1f}%"
@@ -57,8 +63,9 @@ def markdown(r: dict) -> str:
                 f"{suggestion} | {a['hours']:.2f} | {a['gpu_hours']:.2f} |"
             )
         else:
-            lines.append(f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['peak_memory_gb']:.2f} | "
-                         f"{_yes_no(a['fits'])} | {suggestion} |")
+            mem = a.get("gpu_memory") or {}
+            lines.append(f"| {a['run']} | {a['ms_per_micro_batch']:.1f} | {a['peak_memory_gb']:.2f} | "
+                         f"{_num(mem.get('total_gb'), '.1f')} | {_yes_no(a['fits'])} | {suggestion} |")
     ic = r["interconnect"]
     lines += [
         "",
@@ -71,6 +78,20 @@ def markdown(r: dict) -> str:
         "all-reduce takes longer than its compute.",
         "",
     ]
+    mem = r["arms"][0].get("gpu_memory")
+    if mem:
+        lines += [
+            f"**GPU memory per process** (a projection, not a measurement: {mem['method']}): "
+            f"{mem['params']:,} parameters x {mem['bytes_per_param']} bytes = {mem['static_gb']:.1f} GB, plus "
+            f"{mem['activation_gb_per_crop']:.2f} GB of activations per crop of {mem['preset_frames']} frames "
+            f"(counted at {mem['counted_frames']}) x micro-batch {mem['micro_batch']}: **{mem['total_gb']:.1f} GB**.",
+            "",
+            "| GPU | memory (GB) | the preset's micro-batch fits | largest micro-batch |",
+            "|---|---:|---|---:|",
+        ]
+        for g in mem["gpus"]:
+            lines.append(f"| {g['gpu']} | {g['memory_gb']:g} | {_yes_no(g['fits'])} | {_num(g['max_micro_batch'], 'd')} |")
+        lines.append("")
     if r["gpu_projection"] is not None:
         lines += [
             f"**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "

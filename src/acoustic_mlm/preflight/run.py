@@ -32,6 +32,7 @@ counts in `preflight.flops`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,17 @@ from acoustic_mlm import config as C
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.preflight.flops import step_flops
-from acoustic_mlm.preflight.measure import MemoryProbe, Plan, fit_cuda, fit_summary, measure_arm
+from acoustic_mlm.preflight.measure import (
+    CPU_BUDGET_S,
+    CUT_LAYERS,
+    MemoryProbe,
+    Plan,
+    bounded_frames,
+    cpu_matmul_gflops,
+    fit_cuda,
+    fit_summary,
+    measure_arm,
+)
 from acoustic_mlm.preflight.project import (
     DEFAULT_UTILISATION,
     GB,
@@ -50,9 +61,12 @@ from acoustic_mlm.preflight.project import (
     allreduce_ms,
     disk_estimate,
     figure_wall_hours,
+    full_params,
+    gpu_memory_projection,
     gpu_projection,
     micro_batches_per_update,
     peak_tflops,
+    suggest_micro_batch,
     sweep_projection,
     wall_hours,
     with_communication,
@@ -82,6 +96,8 @@ class Options:
     intra_node_gb_s: float = NVLINK_GB_S  # all-reduce bandwidth per GPU within a node
     inter_node_gb_s: float = INFINIBAND_GB_S  # ... and across nodes
     every_model: bool = False  # a CUDA preset measured on CPU: each distinct model, not the first only
+    frames: int | None = None  # frames per measured crop (the preset's; a CUDA preset on CPU: what fits cpu_budget_s)
+    cpu_budget_s: float = CPU_BUDGET_S  # a CUDA preset on CPU: seconds one measured micro-batch may take
 
 
 @dataclass(frozen=True)
@@ -92,7 +108,8 @@ class Hardware:
     label: str  # the CUDA device's name, or "cpu"
     note: str | None  # why the device is not the preset's, when it is not
     substitute: bool  # a CUDA preset measured on CPU: CPU times, the GPU cost projected from counted FLOPs
-    precision: str  # --precision, else train.precision
+    precision: str  # --precision, else train.precision: the run's, projected and (on its device) measured
+    measure_precision: str  # what is measured: the precision, or float32 in place of the preset's GPU
     peak: float | None  # the device's peak TFLOP/s for MFU (None: unknown)
     nodes: int  # the figure's machines
     gpus_per_node: int
@@ -105,13 +122,19 @@ class Hardware:
 def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
 
-    A preset for CUDA measured on CPU (no CUDA device, or --device cpu) measures one small
-    micro-batch by default (one crop, one update, no warm-up: memory and plumbing), reports its times
-    as CPU times and gives no hours from them; the GPU cost is projected from the counted FLOPs at
-    `options.utilisation` of the peaks of PROJECTION_GPUS, with the gradient all-reduce at the
-    interconnect bandwidths given. Only the first arm's model is measured then (`every_model`: each
-    distinct one): on CPU an fp16 model's convolution backward runs on a slow kernel (BENCHMARKS.md),
-    and the projection needs no CPU time.
+    A preset for CUDA measured on CPU (no CUDA device, or --device cpu) answers in well under a
+    minute (issue 32: the paper preset's fp16 micro-batch took minutes on a CPU). It measures a bounded
+    float32 step (one crop of as many frames as fit `options.cpu_budget_s`, the model cut to CUT_LAYERS
+    blocks, one update, no warm-up: plumbing, a finite loss, and the activations autograd saves, counted),
+    reports its times as CPU times and gives no hours from them. The GPU cost is projected from the
+    counted FLOPs at `options.utilisation` of the peaks of PROJECTION_GPUS, with the gradient all-reduce
+    at the interconnect bandwidths given; the GPU memory from the counted parameters and activations
+    (`project.gpu_memory_projection`). Only the first arm's model is measured then (`every_model`: each
+    distinct one).
+
+    A CUDA preset whose `train.processes` exceed the GPUs here measures one process's micro-batch on one
+    GPU and projects the preset's node (the all-reduce at the bandwidths given), unless --gpus-per-node
+    says otherwise.
     """
     t0 = C.train_config(cfg)
     _check_projection_options(options)
@@ -119,7 +142,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), opt
     substitute = t0.device == "cuda" and device.type == "cpu"  # CPU times say nothing of the GPU's
     options = _with_measurement_defaults(options, substitute)
     hw = _hardware(t0, device, note, substitute, options)
-    plan = _plan(t0, hw, options)
+    plan = _plan(cfg, t0, hw, options)
     probe = MemoryProbe(device)
     groups = _model_groups(cfg, substitute, options.every_model)
     measured = _measure_models(cfg, config_path, t0, hw, plan, probe, groups)
@@ -165,13 +188,18 @@ def _device(t0: C.TrainConfig, config_path: str | Path, options: Options) -> tup
     note = None
     if options.device is None and wanted == "cuda" and not torch.cuda.is_available():  # the preset's, not asked for
         wanted = "cpu"
-        note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: measured on CPU "
-                "(memory and plumbing; the times are CPU times, the GPU cost a projection from counted FLOPs)")
+        note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: a bounded float32 step "
+                "measured on CPU (plumbing and the activations' bytes; the times are CPU times), the GPU time "
+                "projected from counted FLOPs and the GPU memory from counted parameters and activations")
     if options.device == "cpu" and t0.device == "cuda":
-        note = (f"{config_path} sets train.device cuda, measured on CPU as asked (memory and plumbing; the "
-                "times are CPU times, the GPU cost a projection from counted FLOPs)")
+        note = (f"{config_path} sets train.device cuda, measured on CPU as asked: a bounded float32 step "
+                "(plumbing and the activations' bytes; the times are CPU times), the GPU time projected from "
+                "counted FLOPs and the GPU memory from counted parameters and activations")
         log.warning("preflight: %s", note)
-    set_threads(options.threads if options.threads is not None else t0.threads)
+    threads = options.threads if options.threads is not None else t0.threads
+    if t0.device == "cuda" and wanted == "cpu" and hasattr(os, "sched_getaffinity"):
+        threads = min(threads, len(os.sched_getaffinity(0)))  # a GPU preset's threads feed loaders, not this CPU
+    set_threads(threads)
     return pick_device(wanted, key="train.device" if options.device is None else "--device"), note
 
 
@@ -204,16 +232,26 @@ def _hardware(t0: C.TrainConfig, device: torch.device, note: str | None, substit
     gpus_per_node = options.gpus_per_node
     if gpus_per_node is None:  # the GPUs here; on CPU, the preset's: the projection is for its hardware
         gpus_per_node = torch.cuda.device_count() if device.type == "cuda" else t0.processes
+        if t0.processes > gpus_per_node:  # fewer GPUs here than one run's node: measure one, project the node
+            node = (f"this machine has {gpus_per_node} GPU(s), one run takes {t0.processes} per node: one process's "
+                    f"micro-batch measured here, the preset's node of {t0.processes} GPUs projected (the gradient "
+                    "all-reduce from its bytes at the bandwidths given)")
+            log.info("preflight: %s", node)
+            note = node if note is None else f"{note}; {node}"
+            gpus_per_node = t0.processes
     if t0.processes > gpus_per_node:
         raise UserError(f"preflight: train.processes ({t0.processes}) exceeds --gpus-per-node ({gpus_per_node}); "
                         "one run's processes on a node need a GPU each")
     nodes = t0.nodes if options.nodes is None else options.nodes  # the figure's machines: by default the run's own
-    return Hardware(device, label, note, substitute, precision, peak, nodes, gpus_per_node)
+    measure_precision = "fp32" if substitute else precision  # a half model's CPU kernels take minutes
+    return Hardware(device, label, note, substitute, precision, measure_precision, peak, nodes, gpus_per_node)
 
 
-def _plan(t0: C.TrainConfig, hw: Hardware, options: Options) -> Plan:
+def _plan(cfg: dict, t0: C.TrainConfig, hw: Hardware, options: Options) -> Plan:
     """What to run per model: the micro-batch (--micro-batch, else the preset's share of a process;
-    one crop in place of the preset's GPU), which must divide a process's crops per update."""
+    one crop in place of the preset's GPU), which must divide a process's crops per update. In place of
+    the preset's GPU: the model cut to CUT_LAYERS blocks, as many frames as fit the CPU budget (this CPU's
+    matmul rate measured first), the activations counted."""
     processes = t0.world  # DDP processes of one run: train.nodes x train.processes
     mb = options.micro_batch
     if mb is None:
@@ -221,7 +259,21 @@ def _plan(t0: C.TrainConfig, hw: Hardware, options: Options) -> Plan:
     if mb < 1:
         raise UserError(f"preflight: --micro-batch must be at least 1, got {mb}")
     micro_batches_per_update(t0.batch_size, t0.accum_steps, processes, mb)  # refuses a micro-batch that does not divide
-    return Plan(mb, options.micro_batches, options.optimizer_steps, options.warmup, options.full_update)
+    frames = options.frames
+    if frames is not None and not 1 <= frames <= C.crop_frames(cfg):
+        raise UserError(f"preflight: frames must be between 1 and the preset's {C.crop_frames(cfg)}, got {frames}")
+    if not hw.substitute:
+        return Plan(mb, options.micro_batches, options.optimizer_steps, options.warmup, options.full_update, frames)
+    m = C.model_config(cfg, next(iter(cfg["runs"])))
+    cut = dataclasses.replace(m, layers=min(m.layers, CUT_LAYERS))
+    if frames is None:
+        gflops = cpu_matmul_gflops()
+        frames = bounded_frames(cut, C.crop_frames(cfg), mb, gflops, options.cpu_budget_s)
+        log.info("preflight: this CPU multiplies float32 matrices at %.0f GFLOP/s: a float32 step of %d of %d blocks "
+                 "at %d of %d frames fits %.0f s", gflops, cut.layers, m.layers, frames, C.crop_frames(cfg),
+                 options.cpu_budget_s)
+    return Plan(mb, options.micro_batches, options.optimizer_steps, options.warmup, options.full_update, frames,
+                cut_layers=CUT_LAYERS, count_activations=True)
 
 
 # ----------------------------------------------------------------------------- measuring, per model
@@ -246,7 +298,7 @@ def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: H
     crops_per_process = t0.crops_per_update // t0.world
     units = len(groups) * (plan.warmup + plan.micro_batches + plan.optimizer_steps)
     log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, hw.label,
-             hw.precision, len(groups), plan.micro_batch, frames)
+             hw.measure_precision, len(groups), plan.micro_batch, plan.frames or frames)
     measured: dict[str, dict] = {}
     with Progress(units, "preflight", unit="step") as bar:
         for names in groups.values():
@@ -256,15 +308,44 @@ def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: H
                 res, used_mb, no_fit = fit_cuda(m, t, hw.device, hw.precision, frames, plan, crops_per_process,
                                                 probe, bar)
             else:
-                res = measure_arm(m, t, hw.device, hw.precision, frames, plan, crops_per_process // plan.micro_batch,
-                                  probe, bar)
+                res = measure_arm(m, t, hw.device, hw.measure_precision, frames, plan,
+                                  crops_per_process // plan.micro_batch, probe, bar)
                 used_mb, no_fit = plan.micro_batch, []
-            res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit)
-            res.update(fit_summary(res, hw.device, t0.batch_size // t0.world, crops_per_process, avail, hw.precision))
+            res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit, gpu_memory=None)
+            if hw.substitute:
+                res.update(_projected_fit(m, res, hw, t0, frames, crops_per_process))
+            else:
+                res.update(fit_summary(res, hw.device, t0.batch_size // t0.world, crops_per_process, avail,
+                                       hw.precision))
             for name in names:
                 measured[name] = {**res, "measured_as": names[0]}
             bar.update(0, model=names[0])
     return measured
+
+
+def _projected_fit(m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainConfig, frames: int,
+                   crops_per_process: int) -> dict:
+    """In place of the preset's GPU: the whole model's counted parameters and gradient bytes, its GPU memory
+    projected from counted parameters and activations, and whether the preset's micro-batch fits an 80 GB GPU."""
+    params = full_params(m)
+    preset_micro = t0.batch_size // t0.world
+    per_crop = res["activation_bytes_counted"] / res["measured_micro_batch"]
+    mem = gpu_memory_projection(params, hw.precision, per_crop, preset_micro, res["measured_frames"], frames)
+    eighty = next(g for g in mem["gpus"] if g["memory_gb"] == 80.0)
+    fits = eighty["fits"]
+    best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(eighty["max_micro_batch"] or 0,
+                                                                                crops_per_process))
+    return {
+        "params": params,  # the whole model's (the measured cut's: measured_params)
+        "grad_bytes": params * (2 if hw.precision == "fp16_fairseq" else 4),
+        "gpu_memory": mem,
+        "fits": fits,
+        "fits_at_micro_batch": preset_micro,
+        "max_micro_batch": eighty["max_micro_batch"],
+        "max_micro_batch_method": "projected from counted parameters and activations on an 80 GB GPU",
+        "suggested_micro_batch": best,
+        "suggested_accum_steps": crops_per_process // best if best else None,
+    }
 
 
 # ----------------------------------------------------------------------------- arms, figure, files
@@ -273,13 +354,15 @@ def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: H
 def _arm(cfg: dict, name: str, res: dict, t0: C.TrainConfig, hw: Hardware, options: Options) -> dict:
     """One arm's row: its update (measured whole, else projected from its parts) plus the exposed
     all-reduce, its throughput and MFU, and its hours unless its times are CPU times for a GPU preset."""
-    rc, frames, processes = C.run_config(cfg, name), C.crop_frames(cfg), t0.world
+    rc, processes = C.run_config(cfg, name), t0.world
+    frames = res["measured_frames"]  # the preset's crop, or the bounded one measured in place of its GPU
     crops_per_process = t0.crops_per_update // processes
     n_micro = crops_per_process // res["measured_micro_batch"]
     compute_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
     comm = allreduce_ms(res["grad_bytes"], processes, t0.nodes, options.intra_node_gb_s, options.inter_node_gb_s)
     update_ms, exposed, bound = with_communication(compute_ms, res["ms_per_micro_batch"], comm)
-    flops = n_micro * step_flops(C.model_config(cfg, name), res["measured_micro_batch"], frames)
+    measured_model = dataclasses.replace(C.model_config(cfg, name), layers=res["measured_layers"])
+    flops = n_micro * step_flops(measured_model, res["measured_micro_batch"], frames)
     tflops = flops / (compute_ms / 1000) / 1e12
     hours = None if hw.substitute else wall_hours(t0.steps, update_ms, len(rc.seeds))
     return {
@@ -325,6 +408,7 @@ def _measured_on(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hard
         "device_note": hw.note,
         "cpu_times": hw.device.type == "cpu",
         "precision": hw.precision,
+        "measured_precision": hw.measure_precision,
         "preset_precision": t0.precision,
         "compile": t0.compile,
         "torch": torch.__version__,
@@ -337,6 +421,10 @@ def _measured_on(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hard
         "global_batch": t0.batch_size * t0.accum_steps,
         "preset_micro_batch": t0.batch_size // t0.world,
         "micro_batch": plan.micro_batch,
+        "measured_frames": plan.frames or C.crop_frames(cfg),
+        "measured_layers": (None if plan.cut_layers is None else
+                            min(C.model_config(cfg, next(iter(cfg["runs"]))).layers, plan.cut_layers)),
+        "measurement": _what_was_measured(cfg, t0, hw, plan),
         "micro_batches_measured": plan.micro_batches,
         "optimizer_steps_measured": plan.optimizer_steps,
         "warmup_updates": plan.warmup,
@@ -344,6 +432,21 @@ def _measured_on(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hard
                          "link": "none (one process)" if t0.world == 1 else
                          ("NVLink, within one node" if t0.nodes == 1 else "InfiniBand, across nodes")},
     }
+
+
+def _what_was_measured(cfg: dict, t0: C.TrainConfig, hw: Hardware, plan: Plan) -> str:
+    """One sentence: what this preflight measured, and what it projected."""
+    frames, preset = plan.frames or C.crop_frames(cfg), C.crop_frames(cfg)
+    if not hw.substitute:
+        return (f"measured on {hw.label}: the preset's step ({hw.precision}) at micro-batch {plan.micro_batch} of "
+                f"{frames} frames; the update, arm and figure times projected from it")
+    layers = C.model_config(cfg, next(iter(cfg["runs"]))).layers
+    return (f"measured on this CPU, a bounded check, not the preset's step: float32 (the preset: {hw.precision}), the "
+            f"model cut to {min(layers, plan.cut_layers)} of its {layers} blocks, micro-batch {plan.micro_batch} of "
+            f"{frames} of the preset's {preset} frames, {plan.micro_batches} micro-batch(es) and "
+            f"{plan.optimizer_steps} optimizer step(s): plumbing, a finite loss and the bytes autograd saves; "
+            "projected: the GPU time from counted FLOPs at the stated utilisation, the GPU memory from counted "
+            "parameters and activations")
 
 
 def _write(result: dict, out_dir: Path) -> None:
@@ -362,6 +465,10 @@ def _log_summary(result: dict, out_dir: Path, utilisation: float) -> None:
                  sweep["points"], sweep["runs"], g["gpu_hours"], g["gpu"], 100 * utilisation)
     if projection is not None:
         best = projection[0]
+        mem = result["arms"][0]["gpu_memory"]
+        log.info("preflight: %s", result["measurement"])
+        log.info("preflight: projected GPU memory per process %.1f GB (%s)", mem["total_gb"],
+                 ", ".join(f"{g['gpu']}: {'fits' if g['fits'] else 'does not fit'}" for g in mem["gpus"]))
         log.info("preflight: measured on CPU (CPU times); projected on %s at %.0f%% of its peak: the figure takes "
                  "%.1f h on %d GPU(s) (%.0f GPU-hours); results in %s", best["gpu"], 100 * utilisation,
                  best["wall_hours"], figure["gpus"], best["gpu_hours"], out_dir / "preflight.md")

@@ -104,9 +104,11 @@ def update_ratios(blocks: dict[str, list[torch.Tensor]], before: list[list[torch
     return {f"update_ratio_{b}": float(r) if math.isfinite(r) else math.nan for b, r in zip(blocks, ratio)}
 
 
-def attention_logits(x: torch.Tensor, q_proj: nn.Linear, k_proj: nn.Linear, heads: int) -> torch.Tensor:
+def attention_logits(x: torch.Tensor, q_proj: nn.Linear, k_proj: nn.Linear, heads: int,
+                     qk_gain: float = 1.0) -> torch.Tensor:
     """The pre-softmax logits q.k / sqrt(hd) of self-attention on input x (B, T, D), in float32:
-    (B, H, T, T). What a plain softmax kernel exponentiates; PB-Relax divides them by alpha first."""
+    (B, H, T, T). What a plain softmax kernel exponentiates; PB-Relax divides them by alpha first.
+    qk_gain: the attention's forced logit growth (q and k each multiplied by it)."""
     B, T, D = x.shape
     with torch.autocast(device_type=x.device.type, enabled=False):
         x = x.float()
@@ -114,6 +116,8 @@ def attention_logits(x: torch.Tensor, q_proj: nn.Linear, k_proj: nn.Linear, head
         k = F.linear(x, k_proj.weight.float(), None if k_proj.bias is None else k_proj.bias.float())
         q = q.view(B, T, heads, D // heads).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, heads, D // heads).transpose(1, 2)  # (B, H, T, hd)
+        if qk_gain != 1.0:
+            q, k = q * qk_gain, k * qk_gain
         return (q @ k.transpose(-2, -1)) / math.sqrt(D // heads)  # (B, H, T, T)
 
 
@@ -198,7 +202,8 @@ class ValidProbe:
     def _attention_hook(self, i: int):
         def hook(module, args):
             with torch.no_grad():
-                m = attention_logits(args[0], module.q_proj, module.k_proj, module.heads).abs().amax()
+                m = attention_logits(args[0], module.q_proj, module.k_proj, module.heads,
+                                     module.qk_gain).abs().amax()
             self.logit_max[i] = m if self.logit_max[i] is None else torch.maximum(self.logit_max[i], m)
 
         return hook

@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 
 from acoustic_mlm import config as C
+from acoustic_mlm import kernels
 from acoustic_mlm import curves
 
 PARTIAL = "metrics.partial.csv"  # the rows so far, while a seed trains
@@ -104,4 +105,7 @@ def summarize_arm(rc: C.RunConfig, summaries: list[dict]) -> dict:
         "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
         "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
         "per_seed": {str(s["seed"]): {k: v for k, v in s.items() if k != "fingerprint"} for s in summaries},
+        # what the run was trained with, so that reports read it here rather than from a configuration
+        "settings": summaries[0].get("fingerprint", {}).get("settings"),
+        "cpu_kernels": kernels.report(),
     }

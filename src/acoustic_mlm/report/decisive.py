@@ -1,0 +1,444 @@
+"""The decisive experiments: the stability map's edge cells with seeds, two budgets and an A/A pair,
+judged by rules written before their runs (docs/stability.md, "Decisive experiments: the rules").
+
+`amlm decide` reads every run folder of a sweep (results/runs/<point>/: metrics.csv and summary.json),
+takes each run's settings from its own summary.json, and writes three tables and the verdicts:
+
+    runs.csv     one row per run and seed: settings, final / capped / lowest loss, late fall, spikes,
+                 trained, collapsed, failures
+    cells.csv    one row per comparison, cell and budget: the gap, its resolution (2 SE, the A/A
+                 difference), the catch-up guard, Fisher's exact test, the verdict at that budget
+    decisive.json, decisive.md   each promise's verdict with the numbers that decide it
+
+Arms are recognised by their settings (norm, attention, clip), never by their names, so a user's own
+arms are judged by the same rules. Every number here has one formula, in the order the rules state
+them: run outcomes, one comparison, a cell across budgets, the promises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acoustic_mlm import curves
+from acoustic_mlm import readers
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+# The rules' fixed numbers (docs/stability.md): not settings, so that no run can move them.
+PLATEAU_MARGIN = 1.0  # bits below the codes' unigram entropy that count as trained
+SIGNIFICANCE = 0.05  # Fisher's exact test, one-sided
+MIN_GAP = 0.02  # bits: no resolution is finer than this
+SPIKE_THRESHOLD, SPIKE_RECOVERY = 0.5, 0.2  # curves.detect_spikes, as claim (d)
+FP16_MAX = 65504.0  # float16's largest finite value: an unfused logit beyond it is inf
+
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, MIXED = "supported", "not supported", "inconclusive", "mixed"
+CELL_KEYS = ["layers", "lr", "precision", "warmup_steps", "feature_grad_mult", "qk_gain"]
+RUN_COLUMNS = ["run", "arm", "seed", *CELL_KEYS, "steps", "norm", "attention", "clip", "status",
+               "first_loss", "final_loss", "capped_loss", "lowest_loss", "lowest_step", "late_fall", "spikes",
+               "plateau", "trained", "collapsed", "failed", "nonfinite_steps", "overflow_skips",
+               "max_grad_norm", "attn_logit_max", "wall_time_s"]
+
+
+# ----------------------------------------------------------------------------- arms by their settings
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An arm's stability settings, as its summary records them."""
+
+    norm: str
+    attention: str
+    clip: float
+
+
+def kind_name(norm: str, attention: str, clip: float) -> str | None:
+    """The rules' names for the arms they compare; None for any other arm."""
+    table = {("pre", "softmax", 1.0): "clip1", ("pre", "softmax", 10.0): "clip10",
+             ("deepnorm", "softmax", 1.0): "deepnorm", ("post", "softmax", 1.0): "postnorm",
+             ("pre", "pb_relax", 1.0): "pb_relax", ("pre", "unfused", 1.0): "unfused"}
+    return table.get((norm, attention, float(clip)))
+
+
+# Each promise: (its id, the arm it favours, the arm it is judged against, what it says)
+PROMISES = [
+    ("deepnorm", "deepnorm", "postnorm", "DeepNorm trains Post-Norm where plain Post-Norm fails"),
+    ("clipping", "clip1", "clip10", "gradient clip 1 survives higher learning rates than clip 10"),
+]
+AA_PAIR = ("pb_relax", "clip1")  # identical in exact arithmetic: their gap in fp32 is rounding alone
+
+
+# ----------------------------------------------------------------------------- one run
+
+
+def run_outcomes(steps, loss, plateau: float, margin: float = PLATEAU_MARGIN) -> dict:
+    """A run's curve against the plateau: final, capped and lowest loss, late fall, spikes, and
+    trained (final <= plateau - margin), collapsed (its lowest reached that line, its final did
+    not), both False: it never left the plateau. Non-finite rows are left out."""
+    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
+    keep = np.isfinite(loss)
+    steps, loss = steps[keep], loss[keep]
+    if not len(loss):
+        return {"first_loss": math.nan, "final_loss": math.nan, "capped_loss": math.nan, "lowest_loss": math.nan,
+                "lowest_step": math.nan, "late_fall": math.nan, "spikes": 0, "trained": False, "collapsed": False}
+    first, final = float(loss[0]), curves.final_loss(steps, loss)
+    low = int(np.argmin(loss))
+    line = plateau - margin
+    trained = bool(final <= line)
+    return {
+        "first_loss": first, "final_loss": final, "capped_loss": float(min(final, first)),
+        "lowest_loss": float(loss[low]), "lowest_step": float(steps[low]),
+        "late_fall": curves.late_change(steps, loss) if len(loss) >= 3 else math.nan,
+        "spikes": len(curves.detect_spikes(steps, loss, SPIKE_THRESHOLD, SPIKE_RECOVERY)),
+        "trained": trained, "collapsed": bool(not trained and loss[low] <= line),
+    }
+
+
+def _setting(settings: dict, key: str, default=None):
+    """A dotted key of a summary's settings; runs.<name>.<key> matched whatever the run's name."""
+    if key in settings:
+        return settings[key]
+    if key.startswith("runs.*."):
+        tail = key[len("runs.*."):]
+        for k, v in settings.items():
+            if k.startswith("runs.") and k.endswith("." + tail):
+                return v
+    return default
+
+
+def read_run(run_dir: Path, plateau: float) -> list[dict]:
+    """One row per seed of a run folder, every setting read from its summary.json."""
+    run_dir = Path(run_dir)
+    summary = readers.read_json(run_dir / "summary.json", f"the summary of {run_dir.name}", "train",
+                                {"per_seed": dict, "run": str})
+    settings = summary.get("settings")
+    if not isinstance(settings, dict):
+        raise UserError(f"{run_dir / 'summary.json'}: no 'settings' (written by an older version); "
+                        f"rerun the train stage for {run_dir.name}")
+    metrics = readers.read_metrics(run_dir / "metrics.csv")
+    if "seed" not in metrics.columns:
+        raise UserError(f"{run_dir / 'metrics.csv'}: no column 'seed'; rerun the train stage for {run_dir.name}")
+    norm, attention = _setting(settings, "runs.*.norm"), _setting(settings, "runs.*.attention")
+    clip = float(_setting(settings, "runs.*.clip"))
+    rows = []
+    for seed_key, one in sorted(summary["per_seed"].items(), key=lambda kv: int(kv[0])):
+        seed = int(seed_key)
+        m = metrics[metrics["seed"] == seed]
+        if m.empty:
+            raise UserError(f"{run_dir / 'metrics.csv'}: no rows of seed {seed}; rerun the train stage for {run_dir.name}")
+        out = run_outcomes(m["step"], m["train_loss_cb0"], plateau)
+        logit = float(m["attn_logit_max"].max()) if "attn_logit_max" in m and m["attn_logit_max"].notna().any() \
+            else math.nan
+        status = one.get("status")
+        nonfinite = int(one.get("nonfinite_steps", 0))
+        rows.append({
+            "run": run_dir.name, "arm": kind_name(norm, attention, clip), "seed": seed,
+            "layers": int(_setting(settings, "model.layers")), "lr": float(_setting(settings, "train.lr")),
+            "precision": _setting(settings, "train.precision"),
+            "warmup_steps": int(_setting(settings, "train.warmup_steps")),
+            "feature_grad_mult": float(_setting(settings, "model.feature_grad_mult", 1.0)),
+            "qk_gain": float(_setting(settings, "model.qk_gain", 1.0)),
+            "steps": int(_setting(settings, "train.steps")), "norm": norm, "attention": attention, "clip": clip,
+            "status": status, **out, "plateau": plateau,
+            "failed": bool(status == "diverged" or nonfinite > 0), "nonfinite_steps": nonfinite,
+            "overflow_skips": int(one.get("overflow_skips", 0)), "max_grad_norm": float(one.get("max_grad_norm", math.nan)),
+            "attn_logit_max": logit, "wall_time_s": float(one.get("wall_time_s", math.nan)),
+        })
+    return rows
+
+
+def plateau_bits(codes_dir: Path) -> float:
+    """U: the codebook-0 unigram entropy of the training codes (tokenizer.json), in bits."""
+    path = Path(codes_dir) / "tokenizer.json"
+    entropy = readers.read_tokenizer_summary(path).get("unigram_entropy_bits")
+    if not (isinstance(entropy, list) and entropy and isinstance(entropy[0], (int, float))
+            and math.isfinite(entropy[0]) and entropy[0] > 0):
+        raise UserError(f"{path}: 'unigram_entropy_bits' must list a positive number per codebook; rerun the "
+                        "tokenize stage")
+    return float(entropy[0])
+
+
+def run_table(runs_dir: Path, codes_dir: Path) -> pd.DataFrame:
+    """Every run folder under runs_dir that holds a summary.json, one row per seed (RUN_COLUMNS)."""
+    plateau = plateau_bits(codes_dir)
+    folders = sorted(p.parent for p in Path(runs_dir).glob("*/summary.json"))
+    if not folders:
+        raise UserError(f"{runs_dir}: no run folder with a summary.json; train the experiment's points first")
+    rows = [row for folder in folders for row in read_run(folder, plateau)]
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+# ----------------------------------------------------------------------------- one comparison
+
+
+def resolution(a, b, aa: float) -> tuple[float, float]:
+    """(r, SE): r = max(2 SE, AA, MIN_GAP), SE = sqrt(s_a^2 / n_a + s_b^2 / n_b) over the seeds
+    (sample standard deviations; a single seed contributes no spread). A NaN AA is left out."""
+    def var_over_n(x):
+        x = np.asarray(x, dtype=float)
+        return float(np.var(x, ddof=1)) / len(x) if len(x) > 1 else 0.0
+
+    se = math.sqrt(var_over_n(a) + var_over_n(b))
+    return max(2 * se, aa if math.isfinite(aa) else 0.0, MIN_GAP), se
+
+
+def fisher_one_sided(trained_a: int, n_a: int, trained_b: int, n_b: int) -> tuple[float, float]:
+    """Fisher's exact test on the 2 x 2 table of trained runs: (p that A trains more often, p that B does)."""
+    from scipy.stats import fisher_exact
+
+    table = [[trained_a, n_a - trained_a], [trained_b, n_b - trained_b]]
+    return float(fisher_exact(table, alternative="greater")[1]), float(fisher_exact(table, alternative="less")[1])
+
+
+def catch_up_void(gap: float, late_fall_a, late_fall_b) -> bool:
+    """The catch-up guard: a 'lower' outcome is void when the losing arm's mean late fall is at least
+    |gap| (it was still falling by as much as it trails)."""
+    loser = late_fall_b if gap < 0 else late_fall_a
+    fall = float(np.nanmean(np.asarray(loser, dtype=float))) if len(loser) else math.nan
+    return bool(math.isfinite(fall) and fall >= abs(gap))
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, aa: float) -> dict:
+    """Arm A (favoured) against arm B in one cell at one budget, by the rules' steps 1-4."""
+    gap = float(a["capped_loss"].mean() - b["capped_loss"].mean())
+    r, se = resolution(a["capped_loss"], b["capped_loss"], aa)
+    loss = "A lower" if gap < -r else "B lower" if gap > r else "tie"
+    void = loss != "tie" and catch_up_void(gap, a["late_fall"], b["late_fall"])
+    p_a, p_b = fisher_one_sided(int(a["trained"].sum()), len(a), int(b["trained"].sum()), len(b))
+    survival = "A survives" if p_a < SIGNIFICANCE else "B survives" if p_b < SIGNIFICANCE else "no difference"
+    for_a = (loss == "A lower" and not void) or survival == "A survives"
+    for_b = (loss == "B lower" and not void) or survival == "B survives"
+    verdict = SUPPORTED if for_a and not for_b else NOT_SUPPORTED if for_b and not for_a else INCONCLUSIVE
+    return {"n_a": len(a), "n_b": len(b), "mean_a": float(a["capped_loss"].mean()),
+            "mean_b": float(b["capped_loss"].mean()), "gap": gap, "se": se, "aa": aa, "resolution": r,
+            "loss_outcome": loss, "loser_late_fall": float(np.nanmean((b if gap < 0 else a)["late_fall"])),
+            "void": void, "trained_a": int(a["trained"].sum()), "trained_b": int(b["trained"].sum()),
+            "p_a": p_a, "p_b": p_b, "survival": survival, "verdict": verdict}
+
+
+# ----------------------------------------------------------------------------- the A/A floor
+
+
+def aa_difference(runs: pd.DataFrame, layers: int, lr: float, steps: int) -> float:
+    """|mean capped loss of the A/A arm - that of clip 1| over their common seeds in fp32 at this
+    depth and rate: at this budget if measured there, else at any budget (warm-up as measured)."""
+    fp32 = runs[(runs["precision"] == "fp32") & (runs["layers"] == layers) & np.isclose(runs["lr"], lr)
+                & np.isclose(runs["qk_gain"], 1.0)]
+    for pick in (fp32[fp32["steps"] == steps], fp32):
+        x, y = pick[pick["arm"] == AA_PAIR[0]], pick[pick["arm"] == AA_PAIR[1]]
+        for budget in sorted(set(x["steps"]) & set(y["steps"]), reverse=True):
+            xs, ys = x[x["steps"] == budget], y[y["steps"] == budget]
+            xs, ys = [g[g["warmup_steps"] == g["warmup_steps"].max()] for g in (xs, ys)]
+            seeds = sorted(set(xs["seed"]) & set(ys["seed"]))
+            if seeds:
+                return abs(float(xs[xs["seed"].isin(seeds)]["capped_loss"].mean()
+                                 - ys[ys["seed"].isin(seeds)]["capped_loss"].mean()))
+    return math.nan
+
+
+# ----------------------------------------------------------------------------- cells and promises
+
+
+def cell_label(cell: dict) -> str:
+    parts = [f"{int(cell['layers'])} layers", f"lr {cell['lr']:g}", str(cell["precision"])]
+    parts += [f"warm-up {int(cell['warmup_steps'])}"] if cell["warmup_steps"] != 100 else []
+    parts += [f"qk_gain {cell['qk_gain']:g}"] if cell["qk_gain"] != 1.0 else []
+    return ", ".join(parts)
+
+
+def cell_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per promise, cell and budget where both of its arms ran."""
+    out = []
+    for promise, arm_a, arm_b, _ in PROMISES:
+        sub = runs[runs["arm"].isin([arm_a, arm_b])]
+        for key, g in sub.groupby(CELL_KEYS + ["steps"], sort=True):
+            a, b = g[g["arm"] == arm_a], g[g["arm"] == arm_b]
+            if a.empty or b.empty:
+                continue
+            cell = dict(zip(CELL_KEYS + ["steps"], key))
+            aa = aa_difference(runs, cell["layers"], cell["lr"], cell["steps"])
+            out.append({"promise": promise, "cell": cell_label(cell), **cell, **compare(a, b, aa)})
+    return pd.DataFrame(out)
+
+
+def cell_verdicts(cells: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's verdict: its verdict at two budgets when they agree (supported or not supported);
+    otherwise, or with one budget, inconclusive (the one budget's verdict kept as an indication)."""
+    out = []
+    for (promise, cell), g in cells.groupby(["promise", "cell"], sort=False):
+        budgets = sorted(g["steps"])
+        at = dict(zip(g["steps"], g["verdict"]))
+        agree = len(budgets) >= 2 and len(set(at.values())) == 1 and g["verdict"].iloc[0] != INCONCLUSIVE
+        out.append({"promise": promise, "cell": cell, "budgets": budgets, "at_budget": at,
+                    "verdict": g["verdict"].iloc[0] if agree else INCONCLUSIVE, "two_budgets": len(budgets) >= 2})
+    return pd.DataFrame(out)
+
+
+def combine(verdicts: list[str]) -> str:
+    """A promise over its two-budget cells: supported / not supported when every decided cell says
+    so, mixed when they disagree, inconclusive when none is decided."""
+    decided = [v for v in verdicts if v != INCONCLUSIVE]
+    if not decided:
+        return INCONCLUSIVE
+    if all(v == SUPPORTED for v in decided):
+        return SUPPORTED
+    return NOT_SUPPORTED if all(v == NOT_SUPPORTED for v in decided) else MIXED
+
+
+def forced_logit_verdict(runs: pd.DataFrame) -> dict:
+    """PB-Relax in fp16 under forced logit growth (the amended part 2 of the rules): at each gain
+    where an unfused run's logits passed FP16_MAX, supported if every unfused run there failed and
+    every PB-Relax run completed without failing; not supported if a PB-Relax run failed there or an
+    unfused run that passed the limit did not fail; inconclusive if no unfused run passed it."""
+    fp16 = runs[runs["precision"].isin(["fp16", "fp16_fairseq"])]
+    by_gain, outcomes = {}, []
+    for gain, g in fp16.groupby("qk_gain"):
+        unfused, relax, fused = (g[g["arm"] == k] for k in ("unfused", "pb_relax", "clip1"))
+        reached = unfused[unfused["attn_logit_max"] >= FP16_MAX]
+        row = {arm: {"runs": len(x), "failed": int(x["failed"].sum()), "reached": int((x["attn_logit_max"] >= FP16_MAX).sum()),
+                     "largest_logit": float(x["attn_logit_max"].max()) if len(x) else math.nan,
+                     "final_loss": float(x["final_loss"].mean()) if len(x) else math.nan}
+               for arm, x in (("unfused", unfused), ("pb_relax", relax), ("fused", fused))}
+        if len(reached) and len(relax):
+            if relax["failed"].any() or not reached["failed"].all():
+                outcome = NOT_SUPPORTED
+            elif unfused["failed"].all():
+                outcome = SUPPORTED
+            else:
+                outcome = INCONCLUSIVE
+            outcomes.append(outcome)
+            row["outcome"] = outcome
+        by_gain[f"{gain:g}"] = row
+    verdict = INCONCLUSIVE if not outcomes else NOT_SUPPORTED if NOT_SUPPORTED in outcomes else \
+        SUPPORTED if SUPPORTED in outcomes else INCONCLUSIVE
+    return {"id": "pb_relax_training", "verdict": verdict, "by_gain": by_gain}
+
+
+def numerics_verdict(numerics: pd.DataFrame | None) -> dict:
+    """PB-Relax's arithmetic (part 1, benchmarks/attention_fp16.py's table): supported if at a scale
+    where unfused fails (non-finite output or gradient), PB-Relax is finite with relative error
+    below 1e-2; not supported if PB-Relax fails or is worse wherever unfused fails; inconclusive if
+    unfused never fails (or no table)."""
+    if numerics is None:
+        return {"id": "pb_relax_arithmetic", "verdict": INCONCLUSIVE, "note": "no numerics table given"}
+    fails = numerics[(numerics["path"] == "unfused") & ~numerics["finite"]]
+    scales = sorted(fails["logit_max"].unique())
+    good = []
+    for s in scales:
+        r = numerics[(numerics["path"] == "pb_relax") & (numerics["logit_max"] == s)]
+        good.append(bool(len(r) and r["finite"].all() and (r["rel_error"] < 1e-2).all()))
+    verdict = INCONCLUSIVE if not scales else SUPPORTED if any(good) else NOT_SUPPORTED
+    return {"id": "pb_relax_arithmetic", "verdict": verdict, "unfused_fails_at": [float(s) for s in scales],
+            "pb_relax_good_at": [float(s) for s, ok in zip(scales, good) if ok]}
+
+
+def judge(runs: pd.DataFrame, numerics: pd.DataFrame | None = None) -> dict:
+    """Every promise's verdict with its cells' numbers."""
+    cells = cell_table(runs)
+    per_cell = cell_verdicts(cells) if len(cells) else pd.DataFrame(columns=["promise", "cell", "verdict", "two_budgets"])
+    promises = []
+    for promise, arm_a, arm_b, text in PROMISES:
+        mine = per_cell[per_cell["promise"] == promise]
+        two = mine[mine["two_budgets"]]
+        promises.append({"id": promise, "promise": text, "favoured": arm_a, "against": arm_b,
+                         "verdict": combine(list(two["verdict"])),
+                         "cells": [_clean(r) for r in mine.to_dict("records")],
+                         "rows": [_clean(r) for r in cells[cells["promise"] == promise].to_dict("records")]
+                         if len(cells) else []})
+    promises.append(numerics_verdict(numerics))
+    promises.append(forced_logit_verdict(runs))
+    return {"rules": "docs/stability.md#decisive-experiments-the-rules-written-before-the-runs",
+            "plateau_bits": float(runs["plateau"].iloc[0]) if len(runs) else math.nan,
+            "plateau_margin": PLATEAU_MARGIN, "promises": promises}
+
+
+def _clean(row: dict) -> dict:
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, (np.floating, float)):
+            out[k] = None if not math.isfinite(float(v)) else round(float(v), 4)
+        elif isinstance(v, np.integer):
+            out[k] = int(v)
+        elif isinstance(v, np.bool_):
+            out[k] = bool(v)
+        elif isinstance(v, dict):
+            out[k] = {str(kk): vv for kk, vv in v.items()}
+        elif isinstance(v, list):
+            out[k] = [int(x) if isinstance(x, np.integer) else x for x in v]
+        else:
+            out[k] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def to_markdown(result: dict) -> str:
+    lines = ["# Decisive experiments: verdicts", "",
+             f"Rules: docs/stability.md (written before the runs). Plateau U = {result['plateau_bits']:.4f} bits "
+             f"(codebook-0 unigram entropy of the training codes); trained: final loss <= U - {PLATEAU_MARGIN:g}.", ""]
+    for p in result["promises"]:
+        lines += [f"## {p['id']}: **{p['verdict']}**", ""]
+        if "promise" in p:
+            lines += [f"{p['promise']} ({p['favoured']} against {p['against']}).", "",
+                      "| cell | budget | mean A | mean B | gap | resolution (2 SE, A/A) | late fall of the loser "
+                      "| void | trained A / B | p (A more) | p (B more) | at this budget |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            for r in p["rows"]:
+                lines.append(
+                    f"| {r['cell']} | {r['steps']} | {_f(r['mean_a'])} | {_f(r['mean_b'])} | {_f(r['gap'], '+.3f')} "
+                    f"| {_f(r['resolution'])} ({_f(2 * r['se'] if r['se'] is not None else None)}, {_f(r['aa'])}) "
+                    f"| {_f(r['loser_late_fall'])} | {'yes' if r['void'] else 'no'} | {r['trained_a']}/{r['n_a']} "
+                    f"/ {r['trained_b']}/{r['n_b']} | {_f(r['p_a'])} | {_f(r['p_b'])} | {r['verdict']} |")
+            lines += [""] + [f"- {c['cell']}: **{c['verdict']}** (budgets {', '.join(str(b) for b in c['budgets'])}: "
+                             f"{', '.join(f'{k} {v}' for k, v in c['at_budget'].items())}"
+                             f"{'' if c['two_budgets'] else '; one budget: an indication, not a verdict'})"
+                             for c in p["cells"]] + [""]
+        elif p["id"] == "pb_relax_training":
+            lines += ["| qk_gain | arm | runs | failed | reached 65,504 | largest logit | final loss |",
+                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            for gain, row in p["by_gain"].items():
+                for arm in ("unfused", "fused", "pb_relax"):
+                    x = row[arm]
+                    lines.append(f"| {gain} | {arm} | {x['runs']} | {x['failed']} | {x['reached']} "
+                                 f"| {_f(x['largest_logit'], '.4g')} | {_f(x['final_loss'])} |")
+            lines.append("")
+        else:
+            lines += [f"{ {k: v for k, v in p.items() if k not in ('id', 'verdict')} }", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _f(x, fmt: str = ".3f") -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+
+def run(runs_dir: Path, codes_dir: Path, out_dir: Path, numerics: Path | None = None) -> dict:
+    """`amlm decide`: runs.csv, cells.csv, decisive.json and decisive.md into out_dir."""
+    runs = run_table(Path(runs_dir), Path(codes_dir))
+    table = None
+    if numerics is not None:
+        table = readers.read_csv_table(Path(numerics), "attention numerics table", "benchmarks/attention_fp16.py",
+                                       ["path", "logit_max", "finite", "rel_error"], numbers=["logit_max", "rel_error"],
+                                       choices={"finite": ("True", "False")})
+        table["finite"] = table["finite"] == "True"
+    result = judge(runs, table)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out_dir / "runs.csv") as tmp:
+        runs.to_csv(tmp, index=False)
+    cells = cell_table(runs)
+    with atomic_path(out_dir / "cells.csv") as tmp:
+        cells.to_csv(tmp, index=False)
+    write_json(out_dir / "decisive.json", result)
+    with atomic_path(out_dir / "decisive.md") as tmp:
+        Path(tmp).write_text(to_markdown(result))
+    for p in result["promises"]:
+        log.info("decide: %s: %s", p["id"], p["verdict"])
+    return result
