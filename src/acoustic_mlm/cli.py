@@ -241,7 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --record: --tolerance holds up to this step, --late-tolerance after it "
                         "(docs/reference_run.md)")
     p.add_argument("--late-tolerance", type=float, default=None, metavar="BITS",
-                   help="with --record and --until-step: the largest difference allowed after that step")
+                   help="with --record and --until-step: the median difference allowed after that step")
+    p.add_argument("--native-tolerance", type=float, default=None, metavar="BITS",
+                   help="with --record and --until-step: the median difference allowed up to that step for a run "
+                        "on native kernels (its codes differ from a pinned reference's)")
+    p.add_argument("--data", type=Path, default=Path("data"),
+                   help="data folder whose stages' outputs are hashed against the reference's (default: data)")
 
     p = _stage_parser(sub, "validate", "check a configuration file",
                       "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
@@ -364,10 +369,11 @@ def dispatch(args: argparse.Namespace) -> int | None:
                        f"--runs-dir {args.runs_dir} --record {args.record}")
             verify.record(cfg, Path(args.config), args.runs_dir, args.record, command,
                           **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}),
-                          until_step=args.until_step, late_tolerance_bits=args.late_tolerance)
+                          until_step=args.until_step, late_tolerance_bits=args.late_tolerance,
+                          native_tolerance_bits=args.native_tolerance, data_dir=args.data)
             return 0
         ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke" else "default_run")
-        return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance)
+        return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance, args.data)
     elif args.command == "compare":
         from acoustic_mlm.report import figure
 

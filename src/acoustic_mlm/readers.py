@@ -415,6 +415,18 @@ def read_reference_json(path: str | Path) -> dict:
         if not (_finite_number(late) and late >= 0):
             raise ReferenceDamaged(f"{path}: 'late_tolerance_bits' is {_short(late) if 'late_tolerance_bits' in meta else 'missing'}, "
                                    f"not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); {advice}")
+    native = meta.get("native_tolerance_bits")
+    if native is not None and not (_finite_number(native) and native >= 0):
+        raise ReferenceDamaged(f"{path}: 'native_tolerance_bits' is {_short(native)}, not a finite number >= 0 "
+                               f"or null; {advice}")
+    if meta.get("cpu_kernels") not in (None, "avx2", "native"):
+        raise ReferenceDamaged(f"{path}: 'cpu_kernels' is {_short(meta['cpu_kernels'])}, not avx2, native or null; "
+                               f"{advice}")
+    hashes = meta.get("data_hashes")
+    if hashes is not None and not (isinstance(hashes, dict) and all(
+            isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) == 64
+                                            for k, v in files.items()) for files in hashes.values())):
+        raise ReferenceDamaged(f"{path}: 'data_hashes' must map each stage to {{file: sha256}}; {advice}")
     if "machine" in meta and not isinstance(meta["machine"], (dict, type(None))):
         raise ReferenceDamaged(f"{path}: 'machine' is {_short(meta['machine'])}, not an object; {advice}")
     return meta

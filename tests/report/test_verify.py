@@ -37,8 +37,9 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     cfg, path = tiny
     _train(cfg, data_dirs, tmp_path / "first")
     ref = tmp_path / "ref"
+    data = data_dirs[0].parent
     assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "first"), "--record", str(ref),
-                     "--tolerance", "0.01"]) == 0
+                     "--tolerance", "0.01", "--data", str(data)]) == 0
     meta = json.loads((ref / verify.META).read_text())
     assert meta["version"] and meta["machine"]["torch"] and meta["tolerance_bits"] == 0.01
     assert "--record" in meta["command"] and set(meta["arms"]) == set(ARMS)
@@ -46,7 +47,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     out = tmp_path / "check.png"
     capsys.readouterr()
     assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "fresh"), "--reference", str(ref),
-                     "--out", str(out)]) == 0
+                     "--out", str(out), "--data", str(data)]) == 0
     printed = capsys.readouterr().out
     assert out.stat().st_size > 1000
     result = verify.compare(cfg, tmp_path / "fresh", ref)
@@ -64,7 +65,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     assert (arm["column"], arm["step"], arm["within"]) == ("valid_loss_cb3", int(metrics.loc[2, "step"]), False)
     assert arm["bits"] == pytest.approx(0.2)
     assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "fresh"), "--reference", str(ref),
-                     "--out", str(out)]) == 1
+                     "--out", str(out), "--data", str(data)]) == 1
     # a row missing (a run that stopped early) is an infinite difference
     metrics.iloc[:-1].to_csv(metrics_path, index=False)
     assert verify.compare(cfg, tmp_path / "fresh", ref)["arms"]["postnorm_deepnorm_clip1"]["bits"] == float("inf")
@@ -138,7 +139,143 @@ def test_the_shipped_references_match_their_presets(root, preset, folder):
     assert meta["arms"] == verify.fingerprints(cfg)  # made with the preset as it is now
     assert meta["config"] == preset and meta["version"] and meta["commit"] and meta["machine"]["cpu"]
     assert meta["tolerance_measurement"] and meta["tolerance_bits"] > 0
+    # recorded under pinned kernels, with every data stage's outputs hashed
+    assert meta["cpu_kernels"] == "avx2" and meta["kernels_used"] == "pinned"
+    assert all(meta["data_hashes"][stage] for stage in ("fetch", "prepare", "tokenize"))
+    assert meta["native_tolerance_bits"] > 0 and meta["late_tolerance_bits"] > 0
     for run in cfg["runs"]:
         rows = ref[ref["run"] == run]
         assert rows["step"].max() == cfg["train"]["steps"] or rows["diverged"].any(), run
         assert {f"train_loss_cb{k}" for k in range(cfg["model"]["codebooks"])} <= set(rows.columns)
+
+
+# --- pinned and native runs against a pinned reference (hand-made runs, data and reference) ----------
+
+COLUMNS = [f"{split}_loss_cb{k}" for split in ("train", "valid") for k in range(2)]
+STEPS = [1, 2, 4, 8, 16, 32, 50, 100, 150, 200, 250, 300, 350, 400]
+
+
+def _curve(shift=0.0, early=0.0, burst=None):
+    rows = []
+    for i, step in enumerate(STEPS):
+        row = {"seed": 1, "step": step}
+        for j, c in enumerate(COLUMNS):
+            row[c] = 10.0 - 0.01 * step / 4 - 0.1 * j + (early if step <= 200 else shift)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if burst is not None:
+        step, column, bits = burst
+        frame.loc[frame["step"] == step, column] += bits
+    return frame
+
+
+def _data_folder(tmp_path):
+    """A data folder with one output of each data stage."""
+    data = tmp_path / "data"
+    for rel, payload in (("raw/a.flac", b"raw"), ("prepared/shard-00000/audio.npy", b"pcm"),
+                         ("codes/shard-00000/codes.npy", b"codes")):
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_bytes(payload)
+    return data
+
+
+def _write_run(runs, cfg, frame, pinned=True):
+    for run in cfg["runs"]:
+        (runs / run).mkdir(parents=True, exist_ok=True)
+        frame.to_csv(runs / run / "metrics.csv", index=False)
+        (runs / run / "summary.json").write_text(json.dumps({"run": run, "cpu_kernels": {"pinned": pinned}}))
+
+
+def _reference(tmp_path, cfg, data):
+    """A reference recorded from `data` under pinned kernels, with the package's tolerances."""
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    pd.concat([_curve().assign(run=run) for run in cfg["runs"]]).to_csv(ref / verify.METRICS, index=False)
+    meta = {"package": "acoustic-mlm", "version": "0", "config": "config/smoke.yaml", "cpu_kernels": "avx2",
+            "tolerance_bits": 1e-4, "tolerance_until_step": 200, "late_tolerance_bits": 1.0,
+            "native_tolerance_bits": 0.2, "data_hashes": verify.data_hashes(data), "arms": verify.fingerprints(cfg),
+            "machine": {"cpu": "test"}}
+    (ref / verify.META).write_text(json.dumps(meta))
+    return ref
+
+
+@pytest.fixture()
+def pinned(smoke_cfg, tmp_path):
+    cfg = copy.deepcopy(smoke_cfg)
+    cfg["runs"] = {"prenorm_clip1": cfg["runs"]["prenorm_clip1"]}
+    cfg["train"]["steps"] = 400
+    data = _data_folder(tmp_path)
+    return cfg, data, _reference(tmp_path, cfg, data)
+
+
+def test_a_pinned_run_equal_to_the_reference_passes_at_zero_bits(pinned, tmp_path):
+    cfg, data, ref = pinned
+    _write_run(tmp_path / "runs", cfg, _curve())
+    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    assert result["passed"] and result["kernels"] == "pinned"
+    assert [s["outcome"] for s in result["data"]["stages"]] == ["same", "same", "same"]
+    assert all(p["bits"] == 0.0 for a in result["arms"].values() for p in a["windows"])
+    assert result["windows"][0]["statistic"] == verify.MAX_STATISTIC
+
+
+def test_a_broken_tokenizer_is_named_by_its_stage(pinned, tmp_path, capsys):
+    cfg, data, ref = pinned
+    _write_run(tmp_path / "runs", cfg, _curve())
+    (data / "codes" / "shard-00000" / "codes.npy").write_bytes(b"other codes")
+    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    assert not result["passed"] and result["data"]["first_differing_stage"] == "tokenize"
+    assert result["data"]["fails"]
+    print(verify.report(result))
+    assert "the tokenize stage computed other bytes" in capsys.readouterr().out
+    (data / "raw" / "a.flac").write_bytes(b"other audio")  # an earlier stage differs: it is the one named
+    assert verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)["data"]["first_differing_stage"] == "fetch"
+
+
+def test_a_changed_model_fails_in_the_early_rows_when_pinned(pinned, tmp_path):
+    cfg, data, ref = pinned
+    _write_run(tmp_path / "runs", cfg, _curve(early=1e-3))  # every early row moved by 0.001 bits
+    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    assert not result["passed"] and result["arms"]["prenorm_clip1"]["window"] == "steps <= 200"
+    # a pinned run on another vendor's CPU: rounding of the order measured (2e-5 bits) passes
+    _write_run(tmp_path / "runs", cfg, _curve(early=2e-5))
+    assert verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)["passed"]
+
+
+def test_a_burst_in_one_row_of_one_codebook_cannot_trip_the_late_check(pinned, tmp_path):
+    cfg, data, ref = pinned
+    _write_run(tmp_path / "runs", cfg, _curve(shift=0.4, burst=(300, "valid_loss_cb1", 5.0)))
+    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    assert result["passed"], verify.report(result)
+    late = result["arms"]["prenorm_clip1"]["windows"][1]
+    assert late["statistic"] == verify.MEDIAN_STATISTIC and late["bits"] == pytest.approx(0.4)
+
+
+def test_a_wrong_target_moves_every_late_row_and_fails(pinned, tmp_path):
+    cfg, data, ref = pinned
+    _write_run(tmp_path / "runs", cfg, _curve(shift=1.5))  # e.g. codes of another tokenizer: another plateau
+    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    assert not result["passed"] and result["arms"]["prenorm_clip1"]["windows"][1]["bits"] == pytest.approx(1.5)
+
+
+def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned, tmp_path, capsys):
+    cfg, data, ref = pinned
+    cfg_native = copy.deepcopy(cfg)
+    cfg_native["cpu_kernels"] = "native"
+    (data / "codes" / "shard-00000" / "codes.npy").write_bytes(b"native codes")
+    _write_run(tmp_path / "runs", cfg_native, _curve(early=0.1, shift=0.5, burst=(16, "train_loss_cb1", 0.9)),
+               pinned=False)
+    meta = json.loads((ref / verify.META).read_text())
+    meta["arms"] = verify.fingerprints(cfg_native)  # the same run, recorded for this config's fingerprint
+    (ref / verify.META).write_text(json.dumps(meta))
+    result = verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)
+    assert result["kernels"] == "native" and result["passed"], verify.report(result)
+    assert result["data"]["first_differing_stage"] == "tokenize" and not result["data"]["fails"]
+    assert result["windows"][0]["statistic"] == verify.MEDIAN_STATISTIC
+    print(verify.report(result))
+    assert "as expected with native kernels" in capsys.readouterr().out
+    # but a changed model moves the early rows by more than CPUs do
+    _write_run(tmp_path / "runs", cfg_native, _curve(early=0.5), pinned=False)
+    assert not verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)["passed"]
+    # a run whose config asks for avx2 but whose process was not pinned counts as native
+    _write_run(tmp_path / "runs", cfg, _curve(early=0.1), pinned=False)
+    assert verify.run_kernels(cfg, tmp_path / "runs") == "native"

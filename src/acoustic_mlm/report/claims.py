@@ -73,8 +73,10 @@ def _compare(a: str, b: str, gap: float, spreads: tuple[float, float], resolutio
         return None, (f"{a} vs {b}: difference {num(gap)} {unit} is within the seed spread "
                       f"({num(spread)[1:]} {unit}, {'max - min' if how_range else 'two std'})")
     if abs(gap) <= resolution:
-        return None, f"{a} vs {b}: difference {num(gap)} {unit} is a tie (at most {resolution:g} {unit})"
-    return gap > 0, f"{a} vs {b}: difference {num(gap)} {unit}"
+        return None, (f"{a} vs {b}: difference {num(gap)} {unit} is a tie (at most {resolution:g} {unit}: "
+                      f"{'within the noise rounding alone makes, claims.min_final_gap' if unit == 'bits' else 'a tie'})")
+    beyond = f", beyond the {resolution:g} {unit} rounding alone makes (claims.min_final_gap)" if unit == "bits" else ""
+    return gap > 0, f"{a} vs {b}: difference {num(gap)} {unit}{beyond}"
 
 
 def _combine(results: list[bool | None]) -> str:

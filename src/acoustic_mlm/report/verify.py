@@ -2,22 +2,30 @@
 
 A reference (data/reference/default_run/ for the default preset, data/reference/smoke_run/ for the
 smoke preset) holds every arm's metrics rows as this package produced them, and reference.json: the
-package version and commit, the machine, the command, each arm's settings (train.state.fingerprint) and
-the tolerance in bits, set from measured differences between runs (docs/reference_run.md).
+package version and commit, the machine, the command, the CPU kernels it ran with (`cpu_kernels`),
+the sha256 of every data stage's outputs (`data_hashes`), each arm's settings
+(train.state.fingerprint) and the tolerances, set from measured differences between machines
+(docs/reproducibility.md).
 
-`amlm verify` compares every loss column in bits (train_loss_cb<k> and valid_loss_cb<k>, every
-codebook, every metrics row of every seed) of results/runs/<arm>/metrics.csv with the reference,
-prints per arm the largest difference (and where), draws the codebook-0 curves of both, and exits 1
-when an arm differs by more than the tolerance. `amlm verify --record DIR` writes a reference.
+`amlm verify` checks in the pipeline's order. First the data: the hashes of the synthetic audio,
+the prepared audio and the codes, stage by stage; it names the first stage whose outputs differ.
+With pinned kernels (`cpu_kernels: avx2`) a difference there is a failure: every x86-64 CPU with
+AVX2 writes these files byte for byte alike (measured on Intel and AMD). With native kernels the
+codes differ between CPUs (another vector width, other roundings in the tokenizer), which is said,
+not failed. Then the curves: every loss column in bits (train_loss_cb<k> and valid_loss_cb<k>,
+every codebook, every metrics row of every seed), in two windows of steps:
 
-Two windows of steps. Up to `tolerance_until_step` the runs of two machines agree to rounding
-(measured: a few millionths of a bit), so `tolerance_bits` is tight there and any installation
-problem shows at once. After it, rounding differences grown by training's own dynamics (a
-gradient burst in one run and not the other, leaving the unigram plateau a few steps earlier)
-move the curves apart by tenths of a bit (measured on the default preset: up to 0.47 bits between
-two CPUs' code paths), so the later rows are held to `late_tolerance_bits`, which still catches a
-divergence or a broken run. A
-reference without `tolerance_until_step` holds every row to `tolerance_bits`.
+- up to `tolerance_until_step`, while the runs sit on the unigram plateau: with pinned kernels the
+  largest difference over every row and column, held to `tolerance_bits` (rounding only: measured
+  2.1e-5 bits between an Intel and an AMD CPU); with native kernels the targets themselves differ,
+  so the statistic is the one below, held to `native_tolerance_bits`;
+- after it, where a gradient burst in one run and not the other moves the curves apart for good,
+  the **median over the rows** of each column's |difference|, the largest over the columns, held to
+  `late_tolerance_bits`: one burst in one codebook's row moves a median by nothing, while a changed
+  model or a wrong target moves every row.
+
+A reference without `cpu_kernels` (recorded before the mode) holds every row to its tolerances as
+the largest difference. `amlm verify --record DIR` writes a reference.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import pandas as pd
 
 from acoustic_mlm import __version__
 from acoustic_mlm import config as C
+from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import atomic_path, log, write_json
 
@@ -41,6 +50,11 @@ METRICS = "metrics.csv"  # every arm's rows, with a `run` column
 META = "reference.json"
 LOSS = re.compile(r"^(train|valid)_loss_cb\d+$")  # the columns compared, all in bits
 DEFAULT_TOLERANCE_BITS = 0.05  # a reference written without a measurement of its own (see reference.json)
+# The data stages' outputs a reference hashes, in the pipeline's order: (stage, glob under the data folder).
+# Only the arrays: the stages' reports beside them hold timings.
+DATA_OUTPUTS = (("fetch", "raw/**/*.flac"), ("prepare", "prepared/shard-*/audio.npy"),
+                ("tokenize", "codes/shard-*/codes.npy"))
+MAX_STATISTIC, MEDIAN_STATISTIC = "largest", "median"
 
 
 def fingerprints(cfg: dict) -> dict:
@@ -74,12 +88,62 @@ def _arm_metrics(runs_dir: Path, run: str) -> pd.DataFrame:
     path = Path(runs_dir) / run / "metrics.csv"
     if not path.is_file():
         raise UserError(f"{path}: not found; train the arm first (snakemake --cores all, or amlm train {run})")
-    return pd.read_csv(path)
+    return readers.read_metrics(path)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_hashes(data_dir: Path) -> dict:
+    """{stage: {path relative to data_dir: sha256}} of DATA_OUTPUTS present under data_dir."""
+    data_dir = Path(data_dir)
+    return {stage: {str(p.relative_to(data_dir)): _sha256(p) for p in sorted(data_dir.glob(pattern)) if p.is_file()}
+            for stage, pattern in DATA_OUTPUTS}
+
+
+def compare_data(mine: dict, theirs: dict) -> dict:
+    """The data stages against the reference's hashes, in the pipeline's order: each stage 'same',
+    'differs' (with its first differing file) or 'not here'; `first` names the first stage that differs."""
+    stages, first = [], None
+    for stage, _ in DATA_OUTPUTS:
+        ref, here = theirs.get(stage, {}), mine.get(stage, {})
+        if not ref:
+            continue
+        if not here:
+            stages.append({"stage": stage, "outcome": "not here", "file": None})
+            continue
+        bad = sorted(f for f in set(ref) | set(here) if ref.get(f) != here.get(f))
+        stages.append({"stage": stage, "outcome": "differs" if bad else "same", "file": bad[0] if bad else None,
+                       "files": len(ref)})
+        if bad and first is None:
+            first = stage
+    return {"stages": stages, "first_differing_stage": first}
+
+
+def run_kernels(cfg: dict, runs_dir: Path) -> str:
+    """'pinned' when the config asks for avx2 and every arm's summary says its process ran pinned
+    (a summary without the record counts as the config says); else 'native'."""
+    if cfg.get("cpu_kernels") != "avx2":
+        return "native"
+    for run in cfg["runs"]:
+        path = Path(runs_dir) / run / "summary.json"
+        if path.is_file():
+            summary = readers.read_json(path, f"the summary of {run}", "train")
+            record = summary.get("cpu_kernels")
+            if isinstance(record, dict) and record.get("pinned") is False:
+                return "native"
+    return "pinned"
 
 
 def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command: str,
            tolerance_bits: float = DEFAULT_TOLERANCE_BITS, measurement: dict | None = None,
-           until_step: int | None = None, late_tolerance_bits: float | None = None) -> Path:
+           until_step: int | None = None, late_tolerance_bits: float | None = None,
+           native_tolerance_bits: float | None = None, data_dir: Path | None = Path("data")) -> Path:
     """Write a reference: every arm's metrics (one CSV) and reference.json; with `until_step`, the
     rows after it are held to `late_tolerance_bits` (see the module's docstring)."""
     if (until_step is None) != (late_tolerance_bits is None):
@@ -108,7 +172,11 @@ def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command:
         "tolerance_bits": float(tolerance_bits),
         "tolerance_until_step": until_step,
         "late_tolerance_bits": late_tolerance_bits,
+        "native_tolerance_bits": native_tolerance_bits,
         "tolerance_measurement": measurement,
+        "cpu_kernels": cfg.get("cpu_kernels"),
+        "kernels_used": run_kernels(cfg, runs_dir),
+        "data_hashes": data_hashes(Path(data_dir)) if data_dir is not None and Path(data_dir).is_dir() else None,
         "arms": fingerprints(cfg),
     }
     write_json(out_dir / META, meta)
@@ -117,15 +185,12 @@ def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command:
 
 
 def load_reference(ref_dir: Path) -> tuple[pd.DataFrame, dict]:
-    """A reference's metrics and reference.json, each arm's settings under today's key names (a
+    """A reference's metrics and reference.json, checked (readers.read_reference_run: a damaged
+    reference is named as the reference's damage), each arm's settings under today's key names (a
     reference recorded before a key was renamed holds the same values under the old name)."""
-    ref_dir = Path(ref_dir)
-    for name in (METRICS, META):
-        if not (ref_dir / name).is_file():
-            raise UserError(f"{ref_dir / name}: not found; a reference folder holds {METRICS} and {META}")
-    meta = json.loads((ref_dir / META).read_text())
+    metrics, meta = readers.read_reference_run(Path(ref_dir))
     meta["arms"] = {run: C.renamed_settings(settings) for run, settings in meta.get("arms", {}).items()}
-    return pd.read_csv(ref_dir / METRICS), meta
+    return metrics, meta
 
 
 def _settings_differ(mine: dict, theirs: dict) -> list[str]:
@@ -134,12 +199,15 @@ def _settings_differ(mine: dict, theirs: dict) -> list[str]:
             for k in keys if mine.get(k) != theirs.get(k)]
 
 
-def largest_difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float] = (-math.inf, math.inf)) -> dict:
-    """The largest |difference| in bits over every loss column and every (seed, step) of an arm
-    with steps[0] < step <= steps[1].
+def difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float] = (-math.inf, math.inf),
+               statistic: str = MAX_STATISTIC) -> dict:
+    """How far an arm's loss columns are from the reference's, in bits, over the rows (seed, step)
+    with steps[0] < step <= steps[1]: per column the largest |difference| over the rows, or their
+    median; the largest over the columns, with where it is.
 
-    Rows are matched on seed and step; a row or column present in one only, or a value finite in
-    one and NaN in the other, is an infinite difference (the runs did not take the same course).
+    Rows are matched on seed and step; a row or column present in one only is an infinite difference
+    (the runs did not take the same course), and so is a value finite in one and NaN in the other
+    (in that row: a median of the column may still pass one such row, as it passes one burst).
     """
     lo, hi = steps
     ref = ref[(ref["step"] > lo) & (ref["step"] <= hi)]
@@ -160,32 +228,56 @@ def largest_difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float
     best = {"bits": 0.0, "column": columns[0], "step": int(joined["step"].iloc[0]), "why": None}
     for c in columns:
         a, b = joined[c + "_ref"].to_numpy(float), joined[c].to_numpy(float)
-        both_nan = np.isnan(a) & np.isnan(b)
-        diff = np.where(both_nan, 0.0, np.abs(a - b))
+        diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
         diff = np.where(np.isnan(diff), np.inf, diff)  # NaN in one only
         i = int(np.argmax(diff))
-        if diff[i] > best["bits"]:
-            best = {"bits": float(diff[i]), "column": c, "step": int(joined["step"].iloc[i]), "why": None}
+        value = float(diff[i]) if statistic == MAX_STATISTIC else float(np.median(diff))
+        if value > best["bits"]:
+            best = {"bits": value, "column": c, "step": int(joined["step"].iloc[i]) if statistic == MAX_STATISTIC
+                    else None, "why": None if statistic == MAX_STATISTIC else f"median of {c} over {len(diff)} rows"}
     return best
 
 
-def windows(meta: dict, tolerance_bits: float | None = None) -> list[dict]:
-    """The reference's windows of steps, each with its tolerance: every step, or up to
-    `tolerance_until_step` and after it (see the module's docstring). --tolerance sets the first."""
-    tol = float(meta.get("tolerance_bits", DEFAULT_TOLERANCE_BITS)) if tolerance_bits is None else tolerance_bits
+def largest_difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float] = (-math.inf, math.inf)) -> dict:
+    """`difference` with the largest over the rows (every row held to the tolerance)."""
+    return difference(mine, ref, steps, MAX_STATISTIC)
+
+
+def windows(meta: dict, tolerance_bits: float | None = None, kernels: str = "pinned") -> list[dict]:
+    """The reference's windows of steps, each with its statistic and tolerance (see the module's
+    docstring); `kernels` is how this run computed ('pinned' or 'native'). --tolerance sets the
+    first window's tolerance."""
+    tol = float(meta.get("tolerance_bits", DEFAULT_TOLERANCE_BITS))
     until = meta.get("tolerance_until_step")
+    legacy = "cpu_kernels" not in meta
     if until is None:
-        return [{"name": "every step", "steps": (-math.inf, math.inf), "tolerance_bits": tol}]
-    return [{"name": f"steps <= {until}", "steps": (-math.inf, float(until)), "tolerance_bits": tol},
-            {"name": f"steps > {until}", "steps": (float(until), math.inf),
-             "tolerance_bits": float(meta["late_tolerance_bits"])}]
+        return [{"name": "every step", "steps": (-math.inf, math.inf), "statistic": MAX_STATISTIC,
+                 "tolerance_bits": tol if tolerance_bits is None else tolerance_bits}]
+    exact = legacy or (kernels == "pinned" and meta.get("cpu_kernels") == "avx2")
+    early = {"name": f"steps <= {until}", "steps": (-math.inf, float(until)),
+             "statistic": MAX_STATISTIC if exact else MEDIAN_STATISTIC,
+             "tolerance_bits": tol if exact else float(meta.get("native_tolerance_bits", tol))}
+    if tolerance_bits is not None:
+        early["tolerance_bits"] = tolerance_bits
+    late = {"name": f"steps > {until}", "steps": (float(until), math.inf),
+            "statistic": MAX_STATISTIC if legacy else MEDIAN_STATISTIC,
+            "tolerance_bits": float(meta["late_tolerance_bits"])}
+    return [early, late]
 
 
-def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | None = None) -> dict:
-    """Per arm and window of steps: the largest difference in bits, where it is, and whether it is
-    within that window's tolerance."""
+def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | None = None,
+            data_dir: Path | None = Path("data")) -> dict:
+    """The data stages' hashes, then per arm and window of steps: the difference in bits by the
+    window's statistic, where it is, and whether it is within that window's tolerance."""
     ref, meta = load_reference(ref_dir)
-    wins = windows(meta, tolerance_bits)
+    kernels = run_kernels(cfg, runs_dir)
+    wins = windows(meta, tolerance_bits, kernels)
+    data = None
+    if meta.get("data_hashes") and data_dir is not None and Path(data_dir).is_dir():
+        data = compare_data(data_hashes(Path(data_dir)), meta["data_hashes"])
+        # pinned on both sides: the data must be the reference's bytes; native: other codes are expected
+        data["fails"] = bool(kernels == "pinned" and meta.get("cpu_kernels") == "avx2"
+                             and data["first_differing_stage"] is not None)
     mine_settings = fingerprints(cfg)
     arms = {}
     for run in cfg["runs"]:
@@ -199,13 +291,14 @@ def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | No
         mine = _arm_metrics(runs_dir, run)
         parts = []
         for w in wins:
-            got = largest_difference(mine, ref[ref["run"] == run], w["steps"])
-            parts.append({**got, "window": w["name"], "tolerance_bits": w["tolerance_bits"],
+            got = difference(mine, ref[ref["run"] == run], w["steps"], w["statistic"])
+            parts.append({**got, "window": w["name"], "tolerance_bits": w["tolerance_bits"], "statistic": w["statistic"],
                           "within": got["bits"] <= w["tolerance_bits"]})
         worst = max(parts, key=lambda p: (not p["within"], p["bits"]))
         arms[run] = {**worst, "within": all(p["within"] for p in parts), "windows": parts}
-    return {"reference": str(ref_dir), "windows": wins,
-            "passed": all(a["within"] for a in arms.values()), "arms": arms,
+    return {"reference": str(ref_dir), "windows": wins, "kernels": kernels,
+            "reference_kernels": meta.get("cpu_kernels"), "data": data,
+            "passed": all(a["within"] for a in arms.values()) and not (data or {}).get("fails", False), "arms": arms,
             "reference_machine": meta.get("machine"), "reference_version": meta.get("version")}
 
 
@@ -256,20 +349,35 @@ def report(result: dict) -> str:
     tolerances = ", ".join(f"{w['tolerance_bits']:g} bits at {w['name']}" for w in result["windows"])
     lines = [f"against {result['reference']} (tolerance {tolerances}; "
              f"reference made by acoustic-mlm {result['reference_version']} on "
-             f"{(result['reference_machine'] or {}).get('cpu', 'an unrecorded machine')})"]
+             f"{(result['reference_machine'] or {}).get('cpu', 'an unrecorded machine')}, CPU kernels "
+             f"{result.get('reference_kernels') or 'not recorded'}; this run's: {result.get('kernels')})"]
+    data = result.get("data")
+    if data:
+        for st in data["stages"]:
+            note = "" if st["outcome"] == "same" else f" ({st['file']})" if st["file"] else ""
+            lines.append(f"data: {st['stage']:<9} {st['outcome']}{note}")
+        first = data["first_differing_stage"]
+        if first and data["fails"]:
+            lines.append(f"data: the {first} stage computed other bytes than the reference's, with the same pinned "
+                         f"kernels: this installation's {first} stage is not the reference's (a broken or changed stage)")
+        elif first:
+            lines.append(f"data: the {first} stage's outputs differ, as expected with native kernels on another CPU "
+                         "(cpu_kernels: avx2 makes them the reference's bytes)")
     for run, arm in result["arms"].items():
         for part in arm["windows"]:
             where = part["why"] or f"{part['column']} at step {part['step']}"
             window = f" at {part['window']}" if len(arm["windows"]) > 1 else ""
-            lines.append(f"{run:<{width}}  largest difference{window} {part['bits']:.3g} bits ({where})  "
+            stat = "largest difference" if part.get("statistic", MAX_STATISTIC) == MAX_STATISTIC else "median difference"
+            lines.append(f"{run:<{width}}  {stat}{window} {part['bits']:.3g} bits ({where})  "
                          f"{'ok' if part['within'] else 'DIFFERS'}")
     lines.append("this installation trains as the reference" if result["passed"] else
                  "some arm differs from the reference by more than the tolerance: see docs/reference_run.md")
     return "\n".join(lines)
 
 
-def run(cfg: dict, runs_dir: Path, ref_dir: Path, out: Path | None, tolerance_bits: float | None = None) -> int:
-    result = compare(cfg, runs_dir, ref_dir, tolerance_bits)
+def run(cfg: dict, runs_dir: Path, ref_dir: Path, out: Path | None, tolerance_bits: float | None = None,
+        data_dir: Path | None = Path("data")) -> int:
+    result = compare(cfg, runs_dir, ref_dir, tolerance_bits, data_dir)
     print(report(result), flush=True)
     if out is not None:
         draw(cfg, runs_dir, ref_dir, result, out)
