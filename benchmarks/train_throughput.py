@@ -17,7 +17,13 @@ the per-repetition ratios arm_fps / baseline_fps, so slow drift in a shared mach
 
 Model FLOPs are counted analytically (`acoustic_mlm.preflight.flops.step_flops`: matmuls and convolutions,
 forward and backward, the same count for every arm whatever kernel runs it); MFU divides the achieved
-rate by `--peak-tflops` (default 989, an H200's dense bf16 peak, on CUDA; none on CPU).
+rate by `--peak-tflops` (default on CUDA: the device's peak for the precision from preflight's table,
+`acoustic_mlm.preflight.project.peak_tflops`, e.g. 989 dense bf16/fp16 and 67 fp32 on an H200; none on CPU).
+
+Sized to fit one GPU: the micro-batch is one process's share of the preset's (train.batch_size /
+(train.processes x train.nodes): MERT-330M's 7 crops, not the 448 of all 64 GPUs), and on CUDA the
+models are built, timed and freed one at a time (`--sequential`, the default there), so only one model,
+its optimizer state and its activations are on the device at once; on CPU they are interleaved.
 
     python benchmarks/train_throughput.py --config config/config.yaml --threads 1
     python benchmarks/train_throughput.py --config config/paper.yaml --device cuda --precision fp32,bf16
@@ -43,6 +49,7 @@ from acoustic_mlm.model.encoder import init_bert_params
 from acoustic_mlm.model.objective import AcousticMLM, MLMOutput, compute_mask_indices
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.preflight.project import _param_shapes as project_params
 from acoustic_mlm.train.update import Trainer, build_trainer, update
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
@@ -120,9 +127,9 @@ class Trainee:
         return update(self.tr, [batch] * self.accum_steps, self.lr).outs[-1].loss.detach()
 
 
-def trainees(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list[Trainee]:
-    """The baseline first, then the arms in the configuration's order, built by `build_trainer`
-    for `precision` (the transformer scope is never compiled).
+def trainee_builders(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list:
+    """[(name, build)]: the baseline first, then the arms in the configuration's order; build() makes the
+    Trainee with `build_trainer` for `precision` (the transformer scope is never compiled).
 
     The baseline clips at 1; the clip value costs nothing: clip_grad_norm_ always computes the
     total norm and rescales every gradient by min(1, clip / norm).
@@ -130,14 +137,24 @@ def trainees(cfg: dict, device: torch.device, precision: str = "fp32", scope: st
     t = dataclasses.replace(C.train_config(cfg), precision=precision, clip=1.0,
                             compile=C.train_config(cfg).compile and scope == "step")
     wrap = TransformerOnly if scope == "transformer" else (lambda model: model)
-    out = [Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)",
-                   build_trainer(C.model_config(cfg), t, device, model=wrap(build_baseline(cfg))), t.lr, t.accum_steps)]
-    for run in cfg["runs"]:
+
+    def baseline() -> Trainee:
+        return Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)",
+                       build_trainer(C.model_config(cfg), t, device, model=wrap(build_baseline(cfg))), t.lr,
+                       t.accum_steps)
+
+    def arm(run: str) -> Trainee:
         rc = C.run_config(cfg, run)
         tr = build_trainer(C.model_config(cfg, run), dataclasses.replace(t, clip=rc.clip), device,
                            model=wrap(build_arm(cfg, run)))
-        out.append(Trainee(run, rc.label, tr, t.lr, t.accum_steps))
-    return out
+        return Trainee(run, rc.label, tr, t.lr, t.accum_steps)
+
+    return [(BASELINE, baseline)] + [(run, lambda run=run: arm(run)) for run in cfg["runs"]]
+
+
+def trainees(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list[Trainee]:
+    """Every model of `trainee_builders`, built at once (interleaved timing)."""
+    return [build() for _, build in trainee_builders(cfg, device, precision, scope)]
 
 
 def fixed_batch(cfg: dict, device: torch.device, scope: str = "step"):
@@ -194,6 +211,27 @@ def benchmark(models: list[Trainee], batch, device, precision: str, steps: int, 
             flush=True,
         )
     return times
+
+
+def benchmark_sequential(builders, batch, device, precision: str, steps: int, warmup: int, repeats: int):
+    """({name: [ms/step per repetition]}, [the models' records]): each model built, warmed up, timed
+    `repeats` times and freed before the next is built, so one model's memory is on the device at a time."""
+    import gc
+
+    times: dict[str, list[float]] = {}
+    done: list[Trainee] = []
+    for name, build in builders:
+        tr = build()
+        for _ in range(warmup):
+            tr.step(batch)
+        times[name] = [time_steps(tr, batch, device, steps) for _ in range(repeats)]
+        print(f"  {precision} {name}: " + " ".join(f"{ms:.1f}ms" for ms in times[name]), file=sys.stderr, flush=True)
+        done.append(Trainee(tr.name, tr.label, None, tr.lr, tr.accum_steps, tr.last_loss))  # without its model
+        del tr
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return times, done
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -288,13 +326,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="step: the whole MLM training step; transformer: positional conv + blocks + final norm "
         "only, to resolve differences the front end and heads dilute (default: %(default)s)",
     )
-    p.add_argument("--batch-size", type=int, default=None, help="override train.batch_size")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="crops per micro-batch (default: one process's share, train.batch_size / processes)")
+    p.add_argument("--accum-steps", type=int, default=None, help="micro-batches per step (default: train.accum_steps)")
+    p.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None,
+                   help="build, time and free one model at a time (default: on CUDA; interleaved on CPU)")
     p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds")
     p.add_argument(
         "--peak-tflops",
         type=float,
         default=None,
-        help=f"peak for MFU; default {H200_BF16_DENSE_TFLOPS:g} (H200 dense bf16) on CUDA, none on CPU",
+        help="peak for MFU; default on CUDA the device's for each precision (preflight's table), none on CPU",
     )
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results here")
     args = p.parse_args(argv)
@@ -312,16 +354,23 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     cfg = C.load(args.config)
-    for key in ("batch_size", "crop_seconds"):
+    world = C.world_size(cfg["train"])  # one process's share of the global micro-batch, on one device
+    cfg["train"].update(batch_size=args.batch_size or cfg["train"]["batch_size"] // world, processes=1, nodes=1)
+    for key in ("crop_seconds", "accum_steps"):
         if getattr(args, key) is not None:
             cfg["train"][key] = getattr(args, key)
     C.validate(cfg, source=f"{args.config} with overrides")
     set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
     device = pick_device(args.device)
     precisions = (args.precision or ("fp32,bf16" if device.type == "cuda" else "fp32")).split(",")
-    peak = args.peak_tflops
-    if peak is None and device.type == "cuda":
-        peak = H200_BF16_DENSE_TFLOPS
+    sequential = device.type == "cuda" if args.sequential is None else args.sequential
+
+    def peak_for(prec: str):
+        if args.peak_tflops is not None or device.type != "cuda":
+            return args.peak_tflops
+        from acoustic_mlm.preflight.project import peak_tflops
+
+        return peak_tflops(torch.cuda.get_device_name(device), prec)
 
     m, t = C.model_config(cfg), C.train_config(cfg)
     frames = C.crop_frames(cfg)
@@ -329,13 +378,13 @@ def main(argv=None) -> dict:
     batch = fixed_batch(cfg, device, args.scope)
     frames_per_step = t.accum_steps * t.batch_size * frames
     flops = t.accum_steps * step_flops(m, t.batch_size, frames, args.scope)
-    models = trainees(cfg, device, precisions[0], args.scope)
+    params = sum(p.numel() for p in project_params(C.model_config(cfg, next(iter(cfg["runs"])))))
     info = machine_info(device)
     print(
         f"# {args.config}, scope {args.scope}: {t.accum_steps} x batch {t.batch_size} x {frames} frames = "
         f"{frames_per_step} frames/step{' (compiled)' if t.compile else ''} "
         f"({n_masked} masked); width {m.dim}, {m.layers} layers, {m.heads} heads; "
-        f"{sum(p.numel() for p in models[1].model.parameters()):,} params; "
+        f"{params:,} params; "
         f"{flops / 1e9:.3g} model GFLOP/step",
         file=sys.stderr,
     )
@@ -343,11 +392,14 @@ def main(argv=None) -> dict:
 
     rows = []
     for prec in precisions:
-        if prec != precisions[0]:
-            models = None  # the previous precision's models first freed
+        if sequential:
+            times, models = benchmark_sequential(trainee_builders(cfg, device, prec, args.scope), batch, device, prec,
+                                                 args.steps, args.warmup, args.repeats)
+        else:
             models = trainees(cfg, device, prec, args.scope)
-        times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)
-        prec_rows = summarize(models, times, prec, frames_per_step, flops, peak)
+            times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)
+        prec_rows = summarize(models, times, prec, frames_per_step, flops, peak_for(prec))
+        models = None  # this precision's models freed before the next are built
         add_relax_cost(prec_rows, times, relax_twins(cfg))
         rows += prec_rows
     print(markdown_table(rows))
@@ -377,7 +429,8 @@ def main(argv=None) -> dict:
         "steps": args.steps,
         "warmup": args.warmup,
         "repeats": args.repeats,
-        "peak_tflops": peak,
+        "peak_tflops": {prec: peak_for(prec) for prec in precisions},
+        "sequential": sequential,
         "rows": rows,
     }
     if args.json is not None:

@@ -31,13 +31,16 @@ def test_dry_run_prints_and_checks_every_command(root):
                           env=_env(root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
-    assert len(lines) == 9 and "dry run: 9 commands checked" in proc.stdout
+    assert len(lines) == 7 and "dry run: 7 commands checked" in proc.stdout
+    assert lines[0].startswith("[smoke_cuda,") and "smoke_cuda.py" in lines[0]  # first of all: the pipeline on CUDA
+    assert lines[1].startswith("[gpu_mfu,") and "--variants before,cqt_fft,after" in lines[1]
     for preset in ("gpu-small", "paper"):
         assert C.load(f"{root}/config/{preset}.yaml")["train"]["precision"] == "fp16_fairseq"  # the presets' own
-        for precision in ("fp16_fairseq", "bf16", "fp16"):
-            assert any(f"preflight --config config/{preset}.yaml --device cuda --precision {precision}" in line
-                       for line in lines), (preset, precision)
-    assert any("train_throughput.py --config config/paper.yaml --device cuda" in line for line in lines)
+        assert any(f"preflight --config config/{preset}.yaml --device cuda --precision fp16_fairseq" in line
+                   for line in lines), preset
+        assert f"config/{preset}.yaml" in lines[1] and "fp16_fairseq,bf16" in lines[1]  # MFU in both precisions
+    assert any("train_throughput.py --config config/gpu-small.yaml --device cuda" in line and "--sequential" in line
+               for line in lines)
     assert any("relax_fp16.py" in line for line in lines)
     assert any("tokenize_throughput.py --device cuda --batch-sizes 1,4,16" in line for line in lines)
     limits = [int(line.split("limit ")[1].split("s]")[0]) for line in lines]
@@ -47,7 +50,7 @@ def test_dry_run_prints_and_checks_every_command(root):
 def test_dry_run_fails_on_a_bad_option(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     script = repo / "benchmarks" / "gpu_check.sh"
-    script.write_text(script.read_text().replace("--precision bf16,fp16", "--precision bf17"))
+    script.write_text(script.read_text().replace("--precision bf16 --accum-steps", "--precision bf17 --accum-steps"))
     proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=repo, capture_output=True,
                           text=True, env=_env(root))
     assert proc.returncode == 1
@@ -84,3 +87,38 @@ def test_loader_benchmark_on_a_small_corpus(root, tmp_path):
     assert result["crop_frames"] == C.crop_frames(C.load(root / "config/paper.yaml")) == 384
     assert row["loader_over_gpu"] == pytest.approx(row["ms_per_micro_batch"] / row["gpu_ms_per_micro_batch_projected"])
     assert (tmp_path / "loader.json").is_file()
+
+
+def test_only_selects_steps(root):
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run", "--only", "gpu_mfu,relax_fp16"], cwd=root,
+                          capture_output=True, text=True, env=_env(root))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert [line.split(",")[0] for line in lines] == ["[gpu_mfu", "[relax_fp16"]
+
+
+def test_gpu_mfu_measures_before_and_after_on_cpu(root, tmp_path):
+    """The MFU script's three variants run (on CPU: the front end stays on convolutions; the CQT switches)."""
+    mfu = _load(root, "gpu_mfu")
+    result = mfu.main(["--presets", str(root / "config/smoke.yaml"), "--precisions", "fp32", "--cqt-loss-weight", "1",
+                       "--crop-seconds", "0.4", "--micro-batches", "1", "--warmup", "1", "--threads", "1",
+                       "--json", str(tmp_path / "mfu.json")])
+    rows = result["rows"]
+    assert [(r["variant"], r["cqt_impl"], r["front_end"]) for r in rows] == [
+        ("before", "nnaudio", "conv"), ("cqt_fft", "fft", "conv"), ("after", "fft", "conv")]
+    for r in rows:
+        assert r["micro_batch"] == 4 and r["frames"] == 30 and r["ms_per_micro_batch"] > 0 and r["losses_finite"]
+        assert r["mfu"] is None and r["micro_batches_per_update"] == 1  # no peak on a CPU
+    assert (tmp_path / "mfu.json").is_file()
+
+
+def test_smoke_cuda_copies_the_sources_and_sets_the_device(root, tmp_path, monkeypatch):
+    smoke = _load(root, "smoke_cuda")
+    monkeypatch.setattr(smoke, "ROOT", root)
+    repo = smoke.copy_sources(tmp_path / "repo")
+    assert (repo / "Snakefile").is_file() and (repo / "src" / "acoustic_mlm" / "cli.py").is_file()
+    assert not (repo / ".git").exists() and not (repo / ".venv").exists() and not (repo / "results").exists()
+    cfg = C.load(smoke.device_config(repo, "cuda"))
+    assert cfg["train"]["device"] == cfg["tokenizer"]["device"] == "cuda"
+    assert smoke.parse_args(["--timeout", "140"]).timeout == 140
+

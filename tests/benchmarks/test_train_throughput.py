@@ -140,3 +140,31 @@ def test_fp16_fairseq_steps_half_models_with_master_weights(tiny_cfg, scope):
     loss = baseline.step(bench.fixed_batch(tiny_cfg, device, scope))
     assert math.isfinite(float(loss)) and baseline.tr.fp16.scaler.iter == 1
     assert any(not torch.equal(a, b) for a, b in zip(before, baseline.tr.fp16.master))
+
+
+def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the_batch(tiny_cfg, tmp_path, monkeypatch):
+    """On CUDA the default: each model built, timed and freed before the next (issue 34: all five paper-size
+    models at once ran out of 139 GiB); the micro-batch is one process's share of the preset's."""
+    tiny_cfg["train"].update(processes=2, batch_size=4)  # two processes: 2 crops each
+    cfg_path = tmp_path / "tiny.yaml"
+    cfg_path.write_text(yaml.safe_dump(tiny_cfg, sort_keys=False))
+    import gc
+    import weakref
+
+    built, alive_at_build = [], []
+    real = bench.build_trainer
+
+    def counting(*a, **k):
+        gc.collect()
+        alive_at_build.append(sum(ref() is not None for ref in built))  # earlier models still in memory
+        tr = real(*a, **k)
+        built.append(weakref.ref(tr.model))
+        return tr
+
+    monkeypatch.setattr(bench, "build_trainer", counting)
+    result = bench.main(["--config", str(cfg_path), "--device", "cpu", "--steps", "1", "--repeats", "2", "--warmup",
+                         "0", "--threads", "1", "--sequential"])
+    assert result["sequential"] and result["batch_size"] == 2 and result["frames_per_step"] == 2 * 15
+    assert [r["model"] for r in result["rows"]] == [bench.BASELINE, *RUNS]
+    assert all(len(r["ms_per_step_all"]) == 2 and math.isfinite(r["final_loss"]) for r in result["rows"])
+    assert alive_at_build == [0] * (1 + len(RUNS))  # each model freed before the next was built

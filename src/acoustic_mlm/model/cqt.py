@@ -42,6 +42,7 @@ first use.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import torch
@@ -116,6 +117,19 @@ class _FFTPlan:
         return c.abs().transpose(0, 1).contiguous()  # (B, frames, bins)
 
 
+@functools.lru_cache(maxsize=4)
+def _nnaudio_cqt(sample_rate: int, hop: int, fmin: float, bins: int, bins_per_octave: int) -> torch.nn.Module:
+    """nnAudio's CQT module (its kernels built once per process and setting; each device gets a copy)."""
+    from nnAudio.features.cqt import CQT  # the maintained CQT that MERT uses (PyPI: nnAudio)
+
+    return CQT(sr=sample_rate, hop_length=hop, fmin=fmin, fmax=None, n_bins=bins, bins_per_octave=bins_per_octave,
+               filter_scale=1, norm=1, window="hann", center=True, pad_mode="constant", trainable=False,
+               output_format="Magnitude", verbose=False)
+
+
+_PLANS: dict[tuple, _FFTPlan] = {}  # the fft path's constants, per setting, crop length and device
+
+
 class CQTTarget:
     """(B, L) waveform at 24 kHz, L = 320 T -> (B, T, bins) CQT magnitudes, one row per code frame.
 
@@ -126,8 +140,6 @@ class CQTTarget:
     def __init__(self, bins: int = 336, bins_per_octave: int = 48, fmin: float = 32.7,
                  sample_rate: int = encodec.SAMPLE_RATE, hop: int = encodec.HOP, impl: str = "nnaudio",
                  fft_tol: float = FFT_BLOCK_TOL):
-        from nnAudio.features.cqt import CQT  # the maintained CQT that MERT uses (PyPI: nnAudio)
-
         if impl not in CQT_IMPLS:
             raise ValueError(f"CQT impl must be one of {', '.join(CQT_IMPLS)}, got {impl!r}")
         if cqt_top_frequency(fmin, bins, bins_per_octave) >= sample_rate / 2:
@@ -136,15 +148,16 @@ class CQTTarget:
         self.hop = hop
         self.impl = impl
         self.fft_tol = fft_tol
-        self.spec = CQT(sr=sample_rate, hop_length=hop, fmin=fmin, fmax=None, n_bins=bins,
-                        bins_per_octave=bins_per_octave, filter_scale=1, norm=1, window="hann", center=True,
-                        pad_mode="constant", trainable=False, output_format="Magnitude", verbose=False)
+        self.spec = _nnaudio_cqt(sample_rate, hop, float(fmin), bins, bins_per_octave)  # shared, stays on the CPU
+        self._setting = (sample_rate, hop, float(fmin), bins, bins_per_octave, fft_tol)
         self.bins = bins
         self._on: dict[torch.device, torch.nn.Module] = {}  # nnaudio: one copy of the kernels per device
-        self._plans: dict[tuple[torch.device, int], _FFTPlan] = {}  # fft: one plan per device and crop length
+        self._plans: dict[tuple[torch.device, int], _FFTPlan] = {}  # fft: the plans this target used
 
     def _plan(self, device: torch.device, samples: int) -> _FFTPlan:
         key = (device, samples)
+        if key not in self._plans and (*self._setting, *key) in _PLANS:  # another target's, same constants
+            self._plans[key] = _PLANS[(*self._setting, *key)]
         if key not in self._plans:
             s = self.spec  # nnAudio applies conv(x, real) and -conv(x, imag): h = real - i imag
             re, im = s.cqt_kernels_real[:, 0].cpu(), s.cqt_kernels_imag[:, 0].cpu()
@@ -153,7 +166,8 @@ class CQTTarget:
             half = max(centre - int(support.min()), int(support.max()) - centre + 1)
             lo, hi = centre - half, min(centre + half, K)  # the centre stays at index half: (half taps) + (the rest)
             kernels = torch.complex(re[:, lo:hi].double(), -im[:, lo:hi].double())
-            self._plans[key] = _FFTPlan(kernels, s.lenghts.cpu(), samples, self.hop, self.fft_tol, device)
+            self._plans[key] = _PLANS[(*self._setting, *key)] = _FFTPlan(kernels, s.lenghts.cpu(), samples, self.hop,
+                                                                         self.fft_tol, device)
         return self._plans[key]
 
     @torch.no_grad()
@@ -164,9 +178,8 @@ class CQTTarget:
             x = wav.float()[:, self.hop // 2 :]  # frame t centred on sample hop * t + hop / 2
             if self.impl == "fft":
                 return self._plan(wav.device, x.shape[-1])(x, T)  # (B, T, bins)
-            if wav.device not in self._on:
-                self._on[wav.device] = self.spec if not self._on else copy.deepcopy(self.spec)
-                self._on[wav.device].to(wav.device)
+            if wav.device not in self._on:  # a copy: the shared module keeps its kernels on the CPU
+                self._on[wav.device] = copy.deepcopy(self.spec).to(wav.device)
             spec = self._on[wav.device](x)  # (B, bins, T)
         if spec.shape[-1] != T:
             raise RuntimeError(f"CQT gave {spec.shape[-1]} frames for {T} code frames")
