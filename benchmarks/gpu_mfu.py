@@ -10,7 +10,8 @@ process's micro-batch of the preset's crops:
 - `after`: the CQT target by FFT and the front end as matmuls (the presets' and CUDA's defaults now).
 
 MFU = counted model FLOPs of one micro-batch (`acoustic_mlm.preflight.flops.step_flops`) / its median time /
-the device's dense peak for the precision (preflight's table; `--peak-tflops` overrides). The optimizer
+the device's dense peak for the precision (preflight's table; `--peak-tflops` overrides). First, per
+preset, the two CQT paths are compared on this device (`cqt_agreement`). The optimizer
 step is timed apart and reported with the update it amortises over (micro-batches per update x micro-batch
 + step). One model is on the device at a time. A run of both presets in two precisions takes a few minutes
 on an H200 (not yet run).
@@ -76,6 +77,31 @@ def measure(cfg: dict, precision: str, variant: str, device: torch.device, args)
     }
 
 
+def cqt_agreement(cfg: dict, device: torch.device, crops: int = 4) -> dict:
+    """The two CQT paths on this device, on crops of the preset's length (tones over noise, a click train):
+    max abs error over the largest magnitude (CPU, librosa's recordings: 6.8e-6; BENCHMARKS.md)."""
+    from acoustic_mlm import encodec
+    from acoustic_mlm.model.cqt import CQTTarget
+
+    m = C.model_config(cfg)
+    n = C.crop_frames(cfg) * encodec.HOP
+    g = torch.Generator().manual_seed(0)
+    t = torch.arange(n, dtype=torch.float64) / encodec.SAMPLE_RATE
+    wav = torch.stack([sum(torch.rand(1, generator=g).item() * torch.sin(2 * torch.pi * (40 + 4000 * torch.rand(
+        1, generator=g).item() ** 2) * t) for _ in range(6)) + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)
+        for _ in range(crops)]).float()
+    wav[-1] = 0.0
+    wav[-1, :: 2 * encodec.HOP + 37] = 1.0
+    wav = wav.to(device)
+    ref = CQTTarget(m.cqt_bins, m.cqt_bins_per_octave, m.cqt_fmin, impl="nnaudio")(wav)
+    new = CQTTarget(m.cqt_bins, m.cqt_bins_per_octave, m.cqt_fmin, impl="fft")(wav)
+    err = (new - ref).abs()
+    large = ref > 1e-3 * ref.max()
+    return {"config": cfg["_path"], "crops": crops, "frames": C.crop_frames(cfg), "largest": float(ref.max()),
+            "max_abs": float(err.max()), "max_abs_over_max": float(err.max() / ref.max()),
+            "rel_max_large": float((err[large] / ref[large]).max())}
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| preset | precision | variant | CQT | front end | ms per micro-batch | vs before | TFLOP/s | MFU | "
              "MFU of an update | peak GB |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -120,7 +146,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     device = pick_device(args.device)
-    rows = []
+    rows, agreements = [], []
     for path in args.presets.split(","):
         cfg = C.load(path)
         if args.crop_seconds is not None:
@@ -130,6 +156,11 @@ def main(argv=None) -> dict:
         C.validate(cfg, source=f"{path} with overrides")
         cfg["_path"] = path
         set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
+        agree = cqt_agreement(cfg, device)
+        agreements.append(agree)
+        print(f"  {Path(path).stem} CQT on {device.type}: fft vs nnaudio max abs {agree['max_abs']:.3g} "
+              f"({agree['max_abs_over_max']:.3g} of the largest), relative on large magnitudes "
+              f"{agree['rel_max_large']:.3g}", file=sys.stderr, flush=True)
         for prec in args.precisions.split(","):
             for variant in args.variants.split(","):
                 row = measure(cfg, prec, variant, device, args)
@@ -139,7 +170,7 @@ def main(argv=None) -> dict:
                       f"{row['micro_batch']}, MFU {mfu} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
     print(table(rows))
     result = {"command": " ".join(["gpu_mfu.py"] + (sys.argv[1:] if argv is None else list(argv))),
-              "machine": machine_info(device), "rows": rows}
+              "machine": machine_info(device), "cqt_agreement": agreements, "rows": rows}
     if args.json is not None:
         write_json(args.json, result)
     return result

@@ -109,6 +109,8 @@ def test_gpu_mfu_measures_before_and_after_on_cpu(root, tmp_path):
     for r in rows:
         assert r["micro_batch"] == 4 and r["frames"] == 30 and r["ms_per_micro_batch"] > 0 and r["losses_finite"]
         assert r["mfu"] is None and r["micro_batches_per_update"] == 1  # no peak on a CPU
+    (agree,) = result["cqt_agreement"]
+    assert agree["frames"] == 30 and agree["max_abs_over_max"] < 2e-5  # the FFT CQT equals nnAudio's on this device
     assert (tmp_path / "mfu.json").is_file()
 
 
