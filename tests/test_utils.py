@@ -242,3 +242,15 @@ def test_recover_replaced_puts_the_old_copy_back_or_removes_it(tmp_path, caplog)
         assert utils.recover_replaced(final) is None
     assert not aside.exists() and (final / "manifest.csv").is_file()
     assert f"{final}: removed the previous copy ({aside.name})" in caplog.text
+
+
+def test_fp16_max_is_float16s_largest_finite_value():
+    """utils.FP16_MAX is the one home of the number: the diagnostics and the reports import it."""
+    import torch
+
+    from acoustic_mlm.report import decisive, spike_diagnostics, stability, stability_map
+    from acoustic_mlm.train import diagnostics
+
+    assert utils.FP16_MAX == float(torch.finfo(torch.float16).max) == 65504.0
+    for module in (diagnostics, stability, stability_map, decisive, spike_diagnostics):
+        assert module.FP16_MAX is utils.FP16_MAX

@@ -7,7 +7,6 @@ SAMPLE_RATE = 24_000  # Hz: the model's input rate; prepare resamples every clip
 HOP = 320  # samples per frame: the product of the encoder's strides (2 x 4 x 5 x 8)
 FRAME_RATE = SAMPLE_RATE // HOP  # 75 frames (and codes per codebook) per second
 CODEBOOK_SIZE = 1024  # codes per RVQ codebook (encodec/model.py: bins=1024)
-BANDWIDTHS = (1.5, 3.0, 6.0, 12.0, 24.0)  # kbps the 24 kHz model is trained for
 
 
 def codebooks(bandwidth: float) -> int:

@@ -263,7 +263,8 @@ def _convert(frame: pd.DataFrame, path: Path, stage: str, ints=(), numbers=(), f
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")  # a metrics column of losses: split, codebook
 
 
-def _loss_columns(frame: pd.DataFrame) -> list[str]:
+def loss_columns(frame: pd.DataFrame) -> list[str]:
+    """The metrics columns of losses (train_loss_cb<k>, valid_loss_cb<k>), in the frame's order."""
     return [c for c in frame.columns if LOSS_COLUMN.match(c)]
 
 
@@ -445,7 +446,7 @@ def read_reference_metrics(path: str | Path, columns=REFERENCE_RUN_COLUMNS) -> p
                         "(amlm verify --record DIR writes one)")
     advice = _reference_advice()
     frame = _reference(read_csv_table, path, "", REFERENCE_RUN, list(dict.fromkeys([*REFERENCE_RUN_COLUMNS, *columns])))
-    losses = _loss_columns(frame)
+    losses = loss_columns(frame)
     codebooks = {split: sorted(int(LOSS_COLUMN.match(c).group(2)) for c in losses if c.startswith(split))
                  for split in ("train", "valid")}
     for split, ks in codebooks.items():

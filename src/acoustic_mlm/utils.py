@@ -23,6 +23,11 @@ from acoustic_mlm.errors import UserError
 
 log = logging.getLogger("acoustic_mlm")
 
+# float16's largest finite value (torch.finfo(torch.float16).max): larger magnitudes overflow to inf.
+# The one home of the number: the diagnostics' fp16 fraction, the stability figure's limit line, the
+# stability map's reach and the decisive experiments' threshold all read it from here.
+FP16_MAX = 65504.0
+
 
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(

@@ -117,6 +117,19 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     matplotlib.pyplot.close(fig)
 
 
+def test_save_formats_writes_png_pdf_and_svg_with_the_png_at_its_dpi(tmp_path):
+    """The one save of every figure stage (figure, stability, the stability map's figure)."""
+    from PIL import Image
+
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([1, 2], [1, 2])
+    written = figure.save_formats(fig, tmp_path / "out", "x", png_dpi=100)
+    plt.close(fig)
+    assert written == [tmp_path / "out" / f"x.{e}" for e in ("png", "pdf", "svg")] and all(p.is_file() for p in written)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.pdf", "x.png", "x.svg"]  # no temporary left
+    assert Image.open(written[0]).size == (200, 100)
+
+
 def test_several_seeds_draw_a_mean_with_a_band(tmp_path, smoke_cfg):
     for name in smoke_cfg["runs"]:
         smoke_cfg["runs"][name]["seeds"] = [1, 2]

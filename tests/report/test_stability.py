@@ -17,7 +17,7 @@ from acoustic_mlm.report import claims
 from acoustic_mlm.report import figure
 from acoustic_mlm.report import stability
 from acoustic_mlm.cli import main
-from acoustic_mlm.train.diagnostics import FP16_MAX
+from acoustic_mlm.utils import FP16_MAX
 
 ROOT = Path(__file__).resolve().parents[2]
 

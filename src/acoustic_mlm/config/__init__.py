@@ -22,18 +22,8 @@ below holds the name:
 from acoustic_mlm.config.checks import (
     MAX_LABEL_CHARS,
     MAX_RUN_NAME_BYTES,
-    RANK_SEED_STRIDE,
     RENAMED_KEYS,
-    RENAMED_RUN_KEYS,
-    TORCH_SEED_MAX,
-    check_codebooks,
-    check_finite,
-    check_integers,
-    check_label_length,
-    check_labels,
     check_run_name,
-    check_seed,
-    check_seeds,
     cqt_bin_frequency,
     cqt_top_frequency,
     crop_frames,
@@ -42,7 +32,7 @@ from acoustic_mlm.config.checks import (
     total_stride,
     validate,
 )
-from acoustic_mlm.config.load import MAX_CONFIG_BYTES, load, read_yaml
+from acoustic_mlm.config.load import load
 from acoustic_mlm.config.sections import (
     ATTENTIONS,
     CQT_IMPLS,
@@ -62,7 +52,7 @@ from acoustic_mlm.config.sections import (
     train_config,
     world_size,
 )
-from acoustic_mlm.config.steps import DVC_STAGES, STEP_KEYS, UPSTREAM, result_keys, settings
+from acoustic_mlm.config.steps import DVC_STAGES, STEP_KEYS, result_keys, settings
 from acoustic_mlm.errors import ConfigError  # the error every check raises, as C.ConfigError
 
 __all__ = [
@@ -71,14 +61,12 @@ __all__ = [
     "ModelConfig", "TrainConfig", "RunConfig", "ClaimThresholds",
     "model_config", "train_config", "run_config", "runs_by_role", "to_dict", "get", "world_size",
     # load.py
-    "MAX_CONFIG_BYTES", "load", "read_yaml",
+    "load",
     # checks.py
-    "validate", "RENAMED_RUN_KEYS", "RENAMED_KEYS", "renamed_settings", "MAX_RUN_NAME_BYTES", "TORCH_SEED_MAX", "RANK_SEED_STRIDE", "MAX_LABEL_CHARS",
-    "check_run_name", "check_seed", "check_seeds", "check_label_length", "check_finite", "check_integers",
-    "check_codebooks", "check_labels",
+    "validate", "RENAMED_KEYS", "renamed_settings", "MAX_RUN_NAME_BYTES", "MAX_LABEL_CHARS", "check_run_name",
     "total_stride", "mask_groups", "cqt_bin_frequency", "cqt_top_frequency", "crop_frames",
     # steps.py
-    "STEP_KEYS", "UPSTREAM", "DVC_STAGES", "result_keys", "settings",
+    "STEP_KEYS", "DVC_STAGES", "result_keys", "settings",
     # errors.py
     "ConfigError",
 ]

@@ -29,7 +29,7 @@ NOT_DIAGNOSTICS = {"seed", "step", "train_loss", "wall_time"}  # and every per-c
 
 def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's wide metrics table as tidy rows, one per (step, split, codebook)."""
-    loss_cols = [c for c in metrics.columns if LOSS_COLUMN.match(c)]
+    loss_cols = readers.loss_columns(metrics)
     if "step" not in metrics.columns or not loss_cols:
         raise UserError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
     if "seed" not in metrics.columns:  # a single seed's own metrics file

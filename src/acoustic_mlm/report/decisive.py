@@ -28,7 +28,7 @@ import pandas as pd
 from acoustic_mlm import curves
 from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import atomic_path, write_json
+from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: an unfused logit beyond it is inf
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,6 @@ PLATEAU_MARGIN = 1.0  # bits below the codes' unigram entropy that count as trai
 SIGNIFICANCE = 0.05  # Fisher's exact test, one-sided
 MIN_GAP = 0.02  # bits: no resolution is finer than this
 SPIKE_THRESHOLD, SPIKE_RECOVERY = 0.5, 0.2  # curves.detect_spikes, as claim (d)
-FP16_MAX = 65504.0  # float16's largest finite value: an unfused logit beyond it is inf
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, MIXED = "supported", "not supported", "inconclusive", "mixed"
 CELL_KEYS = ["layers", "lr", "precision", "warmup_steps", "feature_grad_mult", "qk_gain"]

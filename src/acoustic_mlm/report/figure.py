@@ -318,13 +318,19 @@ def _save(fig, path: Path, fmt: str, dpi: int | None) -> Path:
     return path
 
 
+def save_formats(fig, out_dir: Path, stem: str, png_dpi: int = 300) -> list[Path]:
+    """`fig` as <out_dir>/<stem>.png (at png_dpi), .pdf and .svg, each written atomically: every
+    figure stage's outputs (the figure, the stability figure, the stability map's figure)."""
+    return [_save(fig, Path(out_dir) / f"{stem}.{fmt}", fmt, png_dpi if fmt == "png" else None) for fmt in FORMATS]
+
+
 def run(cfg: dict, curves_path: Path, out_dir: Path, reference_path: Path | None = None) -> list[Path]:
     """The figure stage: the chart as PNG, PDF and SVG in out_dir (the paper's curves overlaid
     when figure.overlay_paper)."""
     fig, ax = draw(_read_curves(curves_path), cfg["runs"], cfg["figure"])
     if cfg["figure"].get("overlay_paper"):
         overlay(ax, load_reference(reference_path), cfg["runs"])
-    written = [_save(fig, Path(out_dir) / f"{STEM}.{fmt}", fmt, 300 if fmt == "png" else None) for fmt in FORMATS]
+    written = save_formats(fig, out_dir, STEM)
     plt.close(fig)
     log.info("figure: wrote %s", ", ".join(str(p) for p in written))
     return written

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm.report.curve_stats import CurveStats, rounded
+from acoustic_mlm.utils import FP16_MAX
 
 UNUSUAL_FACTOR = 3.0  # a diagnostic at a spike this many times its median before the spike is unusual
 BASELINE_ROWS = 3  # ... the median of the last this many rows before the onset (early training moves fast)
@@ -55,7 +56,7 @@ def explain_spikes(stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame
                                   "ratio": rounded(top / median) if median > 0 else None}
                     if math.isfinite(top) and median > 0 and top >= factor * median:
                         seen["unusual"].append(f"{label} {top / median:.1f}x its median")
-                if seen["attn_logit"] and (seen["attn_logit"]["max"] or 0) >= 65504:
+                if seen["attn_logit"] and (seen["attn_logit"]["max"] or 0) >= FP16_MAX:
                     seen["unusual"].append("attention logit beyond float16's range")
                 for name in ("overflow_skips", "nonfinite"):
                     if name not in wide.columns:

@@ -31,13 +31,11 @@ import seaborn as sns  # noqa: E402
 from acoustic_mlm import curves as K  # noqa: E402
 from acoustic_mlm.report import figure
 from acoustic_mlm import readers  # noqa: E402
-from acoustic_mlm.train.diagnostics import FP16_MAX  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
-from acoustic_mlm.utils import atomic_path, log  # noqa: E402
+from acoustic_mlm.utils import FP16_MAX, log  # noqa: E402
 
 TITLE = "Training stability: loss, gradient norm, attention logits"
 STEM = "stability"
-FORMATS = figure.FORMATS
 # (panel key, diagnostic column in diagnostics.csv, y label, log y)
 PANELS = (
     ("loss", None, "Codebook-0 loss (bits)", False),
@@ -166,12 +164,7 @@ def run(cfg: dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> 
         raise UserError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")
     fig, _, found = draw(loss_curves, diagnostics, cfg["runs"], cfg["figure"], cfg["claims"]["spike_threshold"],
                          cfg["claims"]["recovery_margin"])
-    written = []
-    for fmt in FORMATS:
-        path = Path(out_dir) / f"{STEM}.{fmt}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=300 if fmt == "png" else None)
-        written.append(path)
+    written = figure.save_formats(fig, out_dir, STEM)
     plt.close(fig)
     log.info("stability: %d spike(s) marked; wrote %s", len(found), ", ".join(str(p) for p in written))
     return written

@@ -36,15 +36,13 @@ from acoustic_mlm import curves
 from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.config.sweep import points, point_config
-from acoustic_mlm.utils import atomic_path, write_json
+from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
 log = logging.getLogger(__name__)
 
-FP16_MAX = 65504.0  # float16's largest finite value: attention logits beyond it overflow
 FULL_RANGE = ("fp32", "bf16")  # precisions with fp32's exponent range: no float16 overflow (the other panels are fp16)
 STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
 FIGURE_STEM = "lr_sensitivity"
-FORMATS = ("png", "pdf", "svg")
 COLUMNS = ["run", "arm", "role", "lr", "layers", "precision", "seed", "status", "diverged_at_step", "steps",
            "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0", "capped_loss", "flattened",
            "late_change_share",
@@ -538,15 +536,11 @@ def draw(cfg: dict, t: pd.DataFrame):
 def run_figure(cfg: dict, map_path: Path, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
+    from acoustic_mlm.report.figure import save_formats
+
     t = read_map(map_path)
     fig = draw(cfg, t)
-    written = []
-    for fmt in FORMATS:
-        path = Path(out_dir) / f"{FIGURE_STEM}.{fmt}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=200 if fmt == "png" else None)
-        written.append(path)
+    written = save_formats(fig, out_dir, FIGURE_STEM, png_dpi=200)
     plt.close(fig)
     log.info("map-figure: wrote %s", ", ".join(map(str, written)))
     return written

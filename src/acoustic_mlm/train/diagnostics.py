@@ -34,7 +34,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: larger magnitudes overflow to inf in float16
+from acoustic_mlm.utils import FP16_MAX
+
 BLOCK_PATTERNS = (  # parameter-name prefix -> block (first match wins; everything else: embed)
     (re.compile(r"^encoder\.transformer\.blocks\.(\d+)\."), "block{}"),
     (re.compile(r"^encoder\.feature_extractor\."), "conv"),

@@ -24,9 +24,7 @@ from pathlib import Path
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.utils import log
 
-LOGGERS = ("csv", "tensorboard", "wandb")  # what train.loggers may name; csv is always written
 TENSORBOARD_DIR = "tensorboard"  # in the seed's folder
-WANDB_DIR = "wandb"  # made by wandb itself under the seed's folder
 
 
 class _TensorBoard:
