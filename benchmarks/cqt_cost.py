@@ -149,7 +149,8 @@ def main(argv=None) -> dict:
             line += (f"; fft vs nnaudio over {ag['crops']} crops: max abs {f['max_abs']:.3g} "
                      f"({f['max_abs_over_max']:.3g} of the largest, {ag['largest_magnitude']:.3g}), "
                      f"rel p99 {f['rel_p99_large']:.3g}, max {f['rel_max_large']:.3g} (large); fft vs float64 "
-                     f"{ag['fft_vs_float64']['max_abs']:.3g}, nnaudio vs float64 {ag['nnaudio_vs_float64']['max_abs']:.3g}")
+                     f"{ag['fft_vs_float64']['max_abs']:.3g}, nnaudio vs float64 "
+                     f"{ag['nnaudio_vs_float64']['max_abs']:.3g}")
         print(line, flush=True)
     if args.json is not None:
         write_json(args.json, result)

@@ -32,16 +32,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
-from acoustic_mlm import encodec
 from acoustic_mlm import config as C
+from acoustic_mlm import encodec
+from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop
 from acoustic_mlm.train import update as U
 from acoustic_mlm.train.schedule import log_steps
-from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.utils import machine_info, set_threads
 
 HERE = Path(__file__).resolve().parent

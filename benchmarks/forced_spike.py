@@ -31,14 +31,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from acoustic_mlm import encodec
-from acoustic_mlm.report import aggregate
-from acoustic_mlm.report import claims
-from acoustic_mlm.report import stability
-from acoustic_mlm.train import loop as train
 from acoustic_mlm import config as C
+from acoustic_mlm import encodec
 from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, shard_name
+from acoustic_mlm.report import aggregate, claims, stability
 from acoustic_mlm.tokenizer.stage import LOUDNESS_TABLE, MODEL_DIR, merge
+from acoustic_mlm.train import loop as train
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE

@@ -61,7 +61,8 @@ def main(argv=None) -> dict:
     p.add_argument("--config", default="config/smoke.yaml")
     p.add_argument("--run", default="prenorm_clip1", help="the arm whose model trains (default: %(default)s)")
     p.add_argument("--updates", type=int, default=60, help="update attempts per run (default: %(default)s)")
-    p.add_argument("--window", type=int, default=4, help="clean updates per doubling of the scale (default: %(default)s)")
+    p.add_argument("--window", type=int, default=4,
+                   help="clean updates per doubling of the scale (default: %(default)s)")
     p.add_argument("--accum", default="1", help="comma-separated accum_steps values (default: %(default)s)")
     p.add_argument("--fp16-logits", choices=("both", "true", "false"), default="both",
                    help="which model.fp16_logits settings to trace (default: %(default)s)")
@@ -75,7 +76,8 @@ def main(argv=None) -> dict:
         for fp16_logits in {"both": (False, True), "true": (True,), "false": (False,)}[args.fp16_logits]:
             r = trace(cfg, fp16_logits, accum, args.updates, args.window, args.run)
             rows.append(r)
-            print(f"fp16_logits {str(fp16_logits).lower():5} accum {accum:3}: max scale 2^{np.log2(r['max_scale']):.0f}, "
+            print(f"fp16_logits {str(fp16_logits).lower():5} accum {accum:3}: max scale "
+                  f"2^{np.log2(r['max_scale']):.0f}, "
                   f"final 2^{np.log2(r['final_scale']):.0f}, {r['overflows']} overflows in {args.updates} attempts",
                   flush=True)
     print("| fp16_logits | accum_steps | max loss scale | final loss scale | overflows | updates taken |")

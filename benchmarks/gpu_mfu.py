@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -108,7 +107,10 @@ def table(rows: list[dict]) -> str:
     base = {(r["config"], r["precision"]): r["ms_per_micro_batch"] for r in rows if r["variant"] == "before"}
     for r in rows:
         b = base.get((r["config"], r["precision"]))
-        pct = (lambda x: "n/a" if x is None else f"{100 * x:.1f}%")
+
+        def pct(x):
+            return "n/a" if x is None else f"{100 * x:.1f}%"
+
         speed = "n/a" if b is None else f"{b / r['ms_per_micro_batch']:.2f}x"
         lines.append(f"| {Path(r['config']).stem} | {r['precision']} | {r['variant']} | {r['cqt_impl']} | "
                      f"{r['front_end']} | {r['ms_per_micro_batch']:.1f} | {speed} | {r['tflops']:.3g} | "
@@ -126,7 +128,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None, help="crops per micro-batch (default: one process's share)")
     p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds (CPU checks)")
     p.add_argument("--cqt-loss-weight", type=float, default=None, help="override model.cqt_loss_weight (CPU checks)")
-    p.add_argument("--micro-batches", type=int, default=6, help="timed micro-batches per variant (default: %(default)s)")
+    p.add_argument("--micro-batches", type=int, default=6,
+                   help="timed micro-batches per variant (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=2, help="untimed updates first (default: %(default)s)")
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--threads", type=int, default=None)

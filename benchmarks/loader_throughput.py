@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from acoustic_mlm import encodec
 from acoustic_mlm import config as C
+from acoustic_mlm import encodec
+from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, load_prepared, shard_name
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import update_ms_at
-from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, load_prepared, shard_name
 from acoustic_mlm.train.crops import CropData, batches
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
@@ -105,7 +105,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--config", default="config/paper.yaml", help="preset: model, crop and masks (default: %(default)s)")
     p.add_argument("--batch-sizes", type=ints, default=[7, 32], help="crops per micro-batch (default: 7,32)")
     p.add_argument("--workers", type=ints, default=[0, 2], help="train.workers values (default: 0,2)")
-    p.add_argument("--micro-batches", type=int, default=40, help="timed micro-batches per variant (default: %(default)s)")
+    p.add_argument("--micro-batches", type=int, default=40,
+                   help="timed micro-batches per variant (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=4, help="untimed micro-batches first (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (default: %(default)s)")
     p.add_argument("--shards", type=int, default=6, help="corpus shards (default: %(default)s)")
@@ -162,11 +163,12 @@ def main(argv=None) -> dict:
             "crops_per_s": b / (ms / 1000), "audio_seconds_per_s": b * frames * encodec.HOP / SAMPLE_RATE / (ms / 1000),
             "gpu_ms_per_micro_batch_projected": gpu_ms, "loader_over_gpu": ms / gpu_ms,
         })
-    print(f"| micro-batch | workers | loader ms / micro-batch | ms to make one | crops/s | start-up ms | projected GPU ms "
-          f"({args.utilisation:.0%} of {args.peak_tflops:g} TFLOP/s) | loader / GPU |")
+    print(f"| micro-batch | workers | loader ms / micro-batch | ms to make one | crops/s | start-up ms | projected GPU "
+          f"ms ({args.utilisation:.0%} of {args.peak_tflops:g} TFLOP/s) | loader / GPU |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['batch']} | {r['workers']} | {r['ms_per_micro_batch']:.1f} | {r['make_ms']:.1f} | {r['crops_per_s']:.0f} | "
+        print(f"| {r['batch']} | {r['workers']} | {r['ms_per_micro_batch']:.1f} | {r['make_ms']:.1f} | "
+              f"{r['crops_per_s']:.0f} | "
               f"{r['startup_ms']:.0f} | {r['gpu_ms_per_micro_batch_projected']:.1f} | {r['loader_over_gpu']:.3f} |")
     info = machine_info(torch.device("cpu"))
     info["wall_seconds"] = round(time.perf_counter() - t_start, 1)

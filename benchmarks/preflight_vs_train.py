@@ -1,4 +1,5 @@
-"""Does `amlm preflight` predict what `amlm train` takes? Both on the same preset, arm and micro-batch, in one invocation.
+"""Does `amlm preflight` predict what `amlm train` takes? Both on the same preset, arm and micro-batch, in one
+invocation.
 
 Preflight's ms per update (the preset's micro-batch, measured on synthetic inputs with
 `train.update.build_trainer` / `train.update.update`) against the ms per update that `amlm train` logs

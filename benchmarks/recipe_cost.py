@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import H200_BF16_DENSE_TFLOPS  # noqa: E402
 
 from acoustic_mlm import config as C  # noqa: E402
-from acoustic_mlm.preflight.flops import step_flops  # noqa: E402
 from acoustic_mlm.model.objective import compute_mask_indices  # noqa: E402
+from acoustic_mlm.preflight.flops import step_flops  # noqa: E402
 
 
 def masked_share(m: C.ModelConfig, crops: int, frames: int, draws: int = 64, seed: int = 0) -> float:

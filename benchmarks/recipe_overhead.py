@@ -30,11 +30,11 @@ import time
 import numpy as np
 import torch
 
-from acoustic_mlm import encodec
 from acoustic_mlm import config as C
-from acoustic_mlm.train.augment import apply_mixture, draw_mixture
+from acoustic_mlm import encodec
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.objective import compute_group_masks, mask_groups
+from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.train.update import Trainer, build_trainer, update
 from acoustic_mlm.utils import machine_info, set_threads
 

@@ -70,7 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="cpu | cuda | auto (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=4, help="crops in the batch (default: %(default)s)")
     p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds")
-    p.add_argument("--qk-scales", default="1,16,64,256", help="factors on the q and k projections (default: %(default)s)")
+    p.add_argument("--qk-scales", default="1,16,64,256",
+                   help="factors on the q and k projections (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: train.threads)")
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results here")
     args = p.parse_args(argv)

@@ -110,7 +110,8 @@ def main(argv=None) -> dict:
                 break
             time.sleep(0.2)
         proc.wait()
-    result["first_run"] = {"killed": killed is not None, "arm": killed and killed[0], "state_step": killed and killed[1],
+    result["first_run"] = {"killed": killed is not None, "arm": killed and killed[0],
+                           "state_step": killed and killed[1],
                            "returncode": proc.returncode, "seconds": time.perf_counter() - t_start}
     # 2. unlock and run to the end
     subprocess.run(snakemake(repo, config, args.cores, ["--unlock"]), cwd=repo, env=env, capture_output=True)

@@ -51,13 +51,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from acoustic_mlm.data import synth
 from acoustic_mlm import encodec
+from acoustic_mlm.data import synth
+from acoustic_mlm.devices import pick_device
 from acoustic_mlm.encodec import SAMPLE_RATE
 from acoustic_mlm.tokenizer.calibration import calibrate
 from acoustic_mlm.tokenizer.codec import build_encodec, n_codebooks
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips, padded_batches
-from acoustic_mlm.devices import pick_device
 from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads, write_json
 
 PLAIN = "plain"
@@ -248,7 +248,8 @@ def _differ_cell(r: dict) -> str:
 
 def markdown_table(rows: list[dict]) -> str:
     lines = [
-        "| variant | batch | calls | s/pass | x real time | ratio to plain | ratio IQR | padding | codes differing from plain |",
+        "| variant | batch | calls | s/pass | x real time | ratio to plain | ratio IQR | padding | codes differing "
+        "from plain |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
@@ -284,7 +285,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="interleaved passes per variant (default: %(default)s)")
     p.add_argument("--warmup-clips", type=int, default=2,
                    help="untimed: each variant first encodes this many of the shortest clips (default: %(default)s)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where EnCodec encodes (default: %(default)s)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where EnCodec encodes (default: %(default)s)")
     p.add_argument("--audio", choices=("synth", "noise"), default="synth",
                    help="synth: the package's procedural music (mono mix); noise: white noise (default: %(default)s)")
     p.add_argument("--tokenizer", choices=("calibrated", "untrained"), default="calibrated",
@@ -292,8 +294,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "same encoder cost (default: %(default)s)")
     p.add_argument("--calibration-frames", type=int, default=20000,
                    help="frames to calibrate on, from separate clips (default: %(default)s, as config.yaml)")
-    p.add_argument("--calibration-iters", type=int, default=20, help="k-means iterations per level (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the clips, their lengths and the tokenizer (default: %(default)s)")
+    p.add_argument("--calibration-iters", type=int, default=20,
+                   help="k-means iterations per level (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds the clips, their lengths and the tokenizer (default: %(default)s)")
     p.add_argument("--allocator", choices=("default", "keep"), default="default",
                    help="default: glibc as it comes; keep: utils.keep_freed_memory(), as the tokenize stage runs "
                    "(default: %(default)s)")

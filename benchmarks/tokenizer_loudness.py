@@ -64,7 +64,8 @@ def main() -> None:
             rows.append({"variant": variant, "window_frames": args.window_frames, "silence_db": args.silence_db,
                          "cb0_top_share": meta["top_code_share"][0],
                          "cb0_entropy_bits": meta["unigram_entropy_bits"][0], "cb0_codes": meta["distinct_codes"][0],
-                         "codes_per_level": meta["distinct_codes"], "min_file_cb0_entropy": files["cb0_entropy_bits"].min(),
+                         "codes_per_level": meta["distinct_codes"],
+                          "min_file_cb0_entropy": files["cb0_entropy_bits"].min(),
                          "rho_rms_entropy": round(float(rho), 3), "seconds": round(time.perf_counter() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
             print(files[["path", "rms_dbfs", "lufs", "gain_db", "cb0_codes_used", "cb0_entropy_bits",

@@ -9,8 +9,8 @@ one at a time, as trackers.Trackers.log gets them in training:
     wandb        trackers._WandB.log under WANDB_MODE=offline (the files only; no network)
 
 Rows: --rows rows of a shipped reference run (--metrics; default the smoke preset's, whose rows
-hold every codebook's losses, the schedule, clipping and the stability diagnostics). Reported: the median time per row of each, its
-ratio to the CSV write, and the time to open and close each tracker.
+hold every codebook's losses, the schedule, clipping and the stability diagnostics). Reported: the median time
+per row of each, its ratio to the CSV write, and the time to open and close each tracker.
 
     python benchmarks/tracker_cost.py --metrics data/reference/smoke_run/metrics.csv --rows 60 --reps 3
 """
@@ -68,7 +68,8 @@ def time_tracker(name: str, cfg: dict, rows: list[dict], folder: Path) -> tuple[
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="config/config.yaml", help="the wandb run's config (default: config/config.yaml)")
+    ap.add_argument("--config", default="config/config.yaml",
+                    help="the wandb run's config (default: config/config.yaml)")
     ap.add_argument("--metrics", type=Path, default=Path("data/reference/smoke_run/metrics.csv"),
                     help="reference metrics whose rows are logged (default: the smoke preset's)")
     ap.add_argument("--rows", type=int, default=60, help="metrics rows per repetition (default: 60)")
@@ -92,7 +93,8 @@ def main() -> None:
                     per_row[name] += times
                     setup[name].append(opened)
     base = statistics.median(per_row["csv"])
-    result = {"config": args.config, "rows": args.rows, "reps": args.reps, "metrics": str(args.metrics), "columns": len(rows[0]),
+    result = {"config": args.config, "rows": args.rows, "reps": args.reps, "metrics": str(args.metrics),
+              "columns": len(rows[0]),
               "machine": machine_info(__import__("torch").device("cpu")),
               "per_row_ms": {n: 1e3 * statistics.median(t) for n, t in per_row.items()},
               "ratio_to_csv": {n: statistics.median(t) / base for n, t in per_row.items()},

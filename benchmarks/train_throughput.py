@@ -32,10 +32,10 @@ its optimizer state and its activations are on the device at once; on CPU they a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,11 +43,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from acoustic_mlm import encodec
 from acoustic_mlm import config as C
+from acoustic_mlm import encodec
+from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.encoder import init_bert_params
 from acoustic_mlm.model.objective import AcousticMLM, MLMOutput, compute_mask_indices
-from acoustic_mlm.devices import pick_device
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import _param_shapes as project_params
 from acoustic_mlm.train.update import Trainer, build_trainer, update
@@ -384,8 +384,7 @@ def main(argv=None) -> dict:
         f"# {args.config}, scope {args.scope}: {t.accum_steps} x batch {t.batch_size} x {frames} frames = "
         f"{frames_per_step} frames/step{' (compiled)' if t.compile else ''} "
         f"({n_masked} masked); width {m.dim}, {m.layers} layers, {m.heads} heads; "
-        f"{params:,} params; "
-        f"{flops / 1e9:.3g} model GFLOP/step",
+        f"{params:,} params; {flops / 1e9:.3g} model GFLOP/step",
         file=sys.stderr,
     )
     print(f"# {info}", file=sys.stderr, flush=True)

@@ -64,7 +64,8 @@ def data_dirs(tmp_path_factory):
         (codes_dir / shard_name(shard) / "encode.json").write_text(json.dumps(
             {"clips": per_shard, "audio_seconds": per_shard * 2.0, "encode_seconds": 1.0}))
         pd.DataFrame({"clip_id": [f"c{shard * per_shard + j}" for j in range(per_shard)], "rms_dbfs": -20.0,
-                      "lufs": -20.0, "gain_db": 0.0}).to_csv(codes_dir / shard_name(shard) / "loudness.csv", index=False)
+                      "lufs": -20.0, "gain_db": 0.0}).to_csv(codes_dir / shard_name(shard) / "loudness.csv",
+                                                             index=False)
     pd.DataFrame(clips)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR).mkdir()
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))

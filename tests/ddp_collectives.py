@@ -16,10 +16,10 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from acoustic_mlm import config as C
+from acoustic_mlm.preflight.measure import synthetic_batch
 from acoustic_mlm.train.distributed import init_distributed
 from acoustic_mlm.train.schedule import lr_at
 from acoustic_mlm.train.update import build_trainer, update
-from acoustic_mlm.preflight.measure import synthetic_batch
 
 UPDATES = 3
 

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 # Generated or local-only paths that a fresh clone does not have.
-_PATTERNS = shutil.ignore_patterns(".git", ".snakemake", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", ".*.tmp-*")
+_PATTERNS = shutil.ignore_patterns(".git", ".snakemake", "*.egg-info", "__pycache__", ".pytest_cache", ".venv",
+                                   ".*.tmp-*")
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:

@@ -6,12 +6,11 @@ import threading
 import time
 
 import pytest
-
 import torch
 
 from acoustic_mlm import devices
-from acoustic_mlm.errors import UserError
 from acoustic_mlm.devices import claim_gpu
+from acoustic_mlm.errors import UserError
 
 
 def test_four_jobs_get_four_distinct_gpus_and_a_fifth_waits(tmp_path):

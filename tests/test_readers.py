@@ -248,7 +248,8 @@ def test_the_shipped_reference_runs_read_whole(root):
      ("not valid JSON", "Invalid control character")),
     (lambda t: "[" + t + "]", ("a JSON list, not an object",)),
     (lambda t: t.replace('"arms"', '"armz"'), ("lacks 'arms'",)),
-    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": NaN'), ("'tolerance_bits' is NaN, not a finite number",)),
+    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": NaN'),
+     ("'tolerance_bits' is NaN, not a finite number",)),
     (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": "tight"'), ("'tolerance_bits' is 'tight'",)),
     (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": 0.001, "tolerance_until_step": 5'),
      ("'late_tolerance_bits' is missing",)),
@@ -291,7 +292,8 @@ def _set_field(column, row, value):
     (_set_field("grad_norm", 4, "big"), ("column 'grad_norm', row 5: 'big' is not a number",)),
     (_set_field("step", 4, "3.5"), ("column 'step', row 5: '3.5' is not a whole number",)),
     (lambda lines: [*lines[:3], lines[2], *lines[3:]], ("'step' must increase from row to row",)),
-    (lambda lines: [*lines[:5], lines[5].rstrip("\n") + ",1\n", *lines[6:]], ("not a readable CSV", "Expected 48 fields in line 6, saw 49")),
+    (lambda lines: [*lines[:5], lines[5].rstrip("\n") + ",1\n", *lines[6:]],
+     ("not a readable CSV", "Expected 48 fields in line 6, saw 49")),
 ])
 def test_a_damaged_reference_metrics_csv_is_the_references_damage(root, tmp_path, edit, needles):
     folder = _reference_copy(root, tmp_path)

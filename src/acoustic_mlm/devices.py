@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 
 from acoustic_mlm.errors import UserError
-
 from acoustic_mlm.utils import log
 
 LOCK_DIR_ENV = "AMLM_GPU_LOCK_DIR"
@@ -42,7 +41,8 @@ class GpuClaim:
             self._handle = None
 
 
-def claim_gpu(n_devices: int, folder: Path | None = None, poll_s: float = 2.0, timeout_s: float | None = None) -> GpuClaim:
+def claim_gpu(n_devices: int, folder: Path | None = None, poll_s: float = 2.0,
+              timeout_s: float | None = None) -> GpuClaim:
     """Claim the first GPU among `n_devices` that no other process holds; wait while all are held."""
     folder = Path(folder) if folder is not None else lock_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,9 @@ class ReadError(UserError):
 def _rerun(stage: str) -> str:
     if stage == REFERENCE_RUN:
         return _reference_advice()
-    return f"rerun the {stage} stage" if stage else "restore it (git checkout data/reference/paper_curves.csv) or fix it"
+    if stage:
+        return f"rerun the {stage} stage"
+    return "restore it (git checkout data/reference/paper_curves.csv) or fix it"
 
 
 def _check_file(path: Path, what: str, stage: str) -> None:
@@ -299,7 +301,8 @@ def read_partial_metrics(path: str | Path) -> pd.DataFrame:
         missing.append("overflow_skips")
     if missing:
         raise ReadError(f"{path}: missing column(s) {', '.join(missing)} (a seed's rows so far have "
-                        f"{', '.join(PARTIAL_COLUMNS)}); it was edited or written by another program: rerun the train stage")
+                        f"{', '.join(PARTIAL_COLUMNS)}); it was edited or written by another program: rerun the train "
+                        "stage")
     return frame
 
 
@@ -414,8 +417,10 @@ def read_reference_json(path: str | Path) -> dict:
                                    f"or null; {advice}")
         late = meta.get("late_tolerance_bits")
         if not (_finite_number(late) and late >= 0):
-            raise ReferenceDamaged(f"{path}: 'late_tolerance_bits' is {_short(late) if 'late_tolerance_bits' in meta else 'missing'}, "
-                                   f"not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); {advice}")
+            raise ReferenceDamaged(f"{path}: 'late_tolerance_bits' is "
+                                   f"{_short(late) if 'late_tolerance_bits' in meta else 'missing'}, "
+                                   "not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); "
+                                   f"{advice}")
     native = meta.get("native_tolerance_bits")
     if native is not None and not (_finite_number(native) and native >= 0):
         raise ReferenceDamaged(f"{path}: 'native_tolerance_bits' is {_short(native)}, not a finite number >= 0 "
@@ -496,6 +501,7 @@ def read_reference_run(folder: str | Path) -> tuple[pd.DataFrame, dict]:
         last = rows.iloc[-1]
         diverged = "diverged" in rows.columns and _finite_number(last["diverged"]) and last["diverged"] > 0
         if _finite_number(steps) and not diverged and int(last["step"]) != int(steps):
-            raise ReferenceDamaged(f"{folder / 'metrics.csv'}: arm {run!r}, seed {seed} ends at step {int(last['step'])}, "
+            raise ReferenceDamaged(f"{folder / 'metrics.csv'}: arm {run!r}, seed {seed} ends at step "
+                                   f"{int(last['step'])}, "
                                    f"not at its train.steps ({int(steps)}) nor marked diverged (rows lost); {advice}")
     return metrics, meta

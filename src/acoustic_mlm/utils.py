@@ -235,7 +235,8 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         _settle(old, final)
-        if isinstance(exc, OutOfSpaceError) and tmp is not None:  # from a file inside: name it where it was meant to land
+        if isinstance(exc,
+                      OutOfSpaceError) and tmp is not None:  # from a file inside: name it where it was meant to land
             raise exc.moved(tmp, final) from None
         if is_out_of_space(exc):
             raise OutOfSpaceError(final, written) from None

@@ -12,9 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 import yaml
-from torch.utils.flop_counter import FlopCounterMode
-
 from helpers import RUN_NAMES
+from torch.utils.flop_counter import FlopCounterMode
 
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight.flops import step_flops

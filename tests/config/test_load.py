@@ -3,9 +3,8 @@
 import subprocess
 import sys
 
-import yaml
-
 import pytest
+import yaml
 
 from acoustic_mlm import config as C
 

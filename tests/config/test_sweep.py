@@ -129,7 +129,8 @@ def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
 def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
     """`amlm preflight` on config/proxy-gpu.yaml (on CPU: one small micro-batch measured) projects the whole
     map from counted FLOPs, every point at its own precision: at most 2 GPU-hours on one H100/H200."""
-    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "preflight", "--config", str(root / "config/proxy-gpu.yaml"),
+    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "preflight", "--config",
+                        str(root / "config/proxy-gpu.yaml"),
                         "--device", "cpu", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     import json
@@ -147,7 +148,8 @@ def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
 @pytest.mark.parametrize("grid, words", [
     ({"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[1], RUN_NAMES[0], RUN_NAMES[1]]},
      f"'sweep[0].arms' lists '{RUN_NAMES[1]}' twice; list each arm once"),
-    ({"grid": {"seeds": [1, 2]}}, "'sweep[0].grid' sets only 'seeds'; a grid sweeps at least one model./train. setting"),
+    ({"grid": {"seeds": [1, 2]}},
+     "'sweep[0].grid' sets only 'seeds'; a grid sweeps at least one model./train. setting"),
     ({"grid": {"seeds": [3]}, "arms": [RUN_NAMES[0]]}, "'sweep[0].grid' sets only 'seeds'"),
     ({"grid": {"model.dropout": [0.1, 0.10000001]}},
      "'sweep[0].grid.model.dropout' holds 0.1 and 0.10000001, which name one point ('dropout-1e-1'"),

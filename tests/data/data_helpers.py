@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-
 SR = 24000
 
 

@@ -26,7 +26,8 @@ def test_load_prepared_detects_a_mismatch(prepared, tmp_path):
     shutil.copytree(root / "prepared", bad)
     audio = np.load(bad / "shard-00001" / "audio.npy")
     np.save(bad / "shard-00001" / "audio.npy", audio[:-encodec.HOP])
-    with pytest.raises(UserError, match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
+    with pytest.raises(UserError,
+                       match=r"clip 'synth_00003' \(row 5\): offset \+ num_samples exceeds its shard's audio"):
         load_prepared(bad)
     shutil.rmtree(bad / "shard-00001")
     with pytest.raises(UserError, match=r"shard-00001/audio\.npy: not found"):
@@ -47,7 +48,7 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     assert train_frames in (675, 450)  # 3 or 2 train clips of 225 frames
     need = (1024 - train_frames) / 75 / 60 / 0.75
     assert msg == (f"prepare: the train split holds {train_frames} EnCodec frames ({train_frames / 75 / 60:.2f} min); "
-                   f"the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
+                   "the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
                    f"with data.valid_fraction 0.25): add at least {need:.2f} min of audio, or set tokenizer.mode: "
                    "pretrained")
     assert not (tmp_path / "prepared").exists()
@@ -76,7 +77,8 @@ def test_read_plan_reads_what_prepare_plans_and_names_a_bad_plan(prepared, tmp_p
     assert plan["shard"].tolist() == [0, 0, 0, 1] and (plan["skip"] == "").all()
     with pytest.raises(UserError, match=r"shards\.csv: not found \(run `amlm prepare --plan` first\)"):
         read_plan(tmp_path)
-    pd.DataFrame({"path": ["a.wav"], "clip_id": ["a"], "shard": [-1], "skip": [""]}).to_csv(tmp_path / PLAN, index=False)
+    plan = pd.DataFrame({"path": ["a.wav"], "clip_id": ["a"], "shard": [-1], "skip": [""]})
+    plan.to_csv(tmp_path / PLAN, index=False)
     with pytest.raises(UserError, match=r"shards\.csv: a negative shard; rerun the prepare --plan stage") as err:
         read_plan(tmp_path)
     assert "\n" not in str(err.value)

@@ -13,9 +13,7 @@ import soundfile as sf
 from data_helpers import SR, make_cfg, make_messy_folder, sine
 
 from acoustic_mlm import encodec
-from acoustic_mlm.data import decode
-from acoustic_mlm.data import fetch
-from acoustic_mlm.data import prepare
+from acoustic_mlm.data import decode, fetch, prepare
 from acoustic_mlm.data.corpus import load_prepared
 
 

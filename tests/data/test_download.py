@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from data_helpers import corpus, files_under, url_cfg
 from helpers import make_tar, make_zip, sha256
 
@@ -16,7 +15,8 @@ from acoustic_mlm.data import download, fetch
 def test_hash_prefixes_sha1_and_md5_and_upper_case(server, tmp_path):
     blob = make_tar(corpus())
     url = server.serve("/good/hashes.tar.gz", blob)
-    for i, known in enumerate(["sha1:" + hashlib.sha1(blob).hexdigest().upper(), "MD5:" + hashlib.md5(blob).hexdigest()]):
+    for i, known in enumerate(["sha1:" + hashlib.sha1(blob).hexdigest().upper(),
+                               "MD5:" + hashlib.md5(blob).hexdigest()]):
         fetch.run(url_cfg(url, known), tmp_path / f"d{i}" / "raw", retries=0, timeout=10)
         assert (tmp_path / f"d{i}" / "raw" / "corpus" / "a" / "one.wav").is_file()
 

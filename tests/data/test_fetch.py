@@ -20,17 +20,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
-
 from data_helpers import SR, corpus, files_under, tone_bytes, url_cfg
 from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
-from acoustic_mlm.data import archive
-from acoustic_mlm.data import download, fetch
-from acoustic_mlm.data import prepare
-from acoustic_mlm.data.corpus import load_prepared
-from acoustic_mlm.data import sources
-from acoustic_mlm.errors import UserError
 from acoustic_mlm.config import SCHEMA_PATH
+from acoustic_mlm.data import archive, download, fetch, prepare, sources
+from acoustic_mlm.data.corpus import load_prepared
+from acoustic_mlm.errors import UserError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -105,13 +101,15 @@ def _unsafe_archives(outside: Path) -> dict[str, tuple[str, bytes, str]]:
     return {
         "zip-parent": ("p.zip", make_zip({**good, "corpus/../../evil.wav": wav}), "corpus/../../evil.wav"),
         "zip-absolute": ("a.zip", make_zip({**good, absolute: wav}), absolute),
-        "zip-symlink": ("s.zip", make_zip(good, symlinks={"corpus/link.wav": "../../../outside.wav"}), "corpus/link.wav"),
+        "zip-symlink": ("s.zip", make_zip(good, symlinks={"corpus/link.wav": "../../../outside.wav"}),
+                        "corpus/link.wav"),
         "zip-backslash": ("b.zip", make_zip({**good, "..\\evil.wav": wav}), "..\\evil.wav"),
         "tar-parent": ("p.tar.gz", make_tar({**good, "../evil.wav": wav}), "../evil.wav"),
         "tar-absolute": ("a.tar.gz", make_tar({**good, absolute: wav}), absolute),
         "tar-symlink": ("s.tar.gz", make_tar(good, symlinks={"corpus/passwd.wav": "/etc/passwd"}), "corpus/passwd.wav"),
         "tar-symlink-up": ("u.tar.gz", make_tar(good, symlinks={"corpus/up": "../.."}), "corpus/up"),
-        "tar-hardlink": ("h.tar.gz", make_tar(good, hardlinks={"corpus/hard.wav": "../outside.wav"}), "corpus/hard.wav"),
+        "tar-hardlink": ("h.tar.gz", make_tar(good, hardlinks={"corpus/hard.wav": "../outside.wav"}),
+                         "corpus/hard.wav"),
     }
 
 
@@ -137,7 +135,8 @@ def test_links_inside_the_archive_are_skipped_not_followed(tmp_path):
     (tmp_path / "x.tar.gz").write_bytes(blob)
     done = archive.extract(tmp_path / "x.tar.gz", tmp_path / "out")
     assert done.files == ["c/a.wav"] and done.links_skipped == 3
-    assert files_under(tmp_path / "out") == ["c/a.wav"] and not any(p.is_symlink() for p in (tmp_path / "out").rglob("*"))
+    assert files_under(tmp_path / "out") == ["c/a.wav"]
+    assert not any(p.is_symlink() for p in (tmp_path / "out").rglob("*"))
 
 
 def test_member_names_and_link_targets_that_leave_the_root_are_unsafe():
@@ -181,7 +180,8 @@ def test_source_definitions_match_the_design_and_the_schema():
         assert s.algorithm == "sha256" and len(s.known_hash) == len("sha256:") + 64
         assert s.expects(f"LibriSpeech/{subset}/84/121123/84-121123-0000.flac")
         assert not s.expects(f"LibriSpeech/{subset}/84/121123/84-121123.trans.txt") and not s.excluded("x/1-2-3.flac")
-    assert sources.ARCHIVES["librispeech-dev-clean"].known_hash.endswith("76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3")
+    assert sources.ARCHIVES["librispeech-dev-clean"].known_hash.endswith(
+        "76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3")
 
 
 def test_librispeech_checksums_match_torchaudio():
@@ -359,7 +359,7 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
     from urllib.parse import quote
 
     assert len(sources.LIBROSA_SHA256) == 28  # 14 recordings, each with its licence
-    for name, digest in sources.LIBROSA_SHA256.items():
+    for name, _digest in sources.LIBROSA_SHA256.items():
         server.serve(f"/librosa-data/{quote(name)}", shared_copy(name).read_bytes())
     cfg = {"data": {"source": "librosa", "base_url": server.url("/librosa-data/"), "sample_rate": SR}}
     out = tmp_path / "data" / "raw"

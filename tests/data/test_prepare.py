@@ -13,11 +13,10 @@ import pytest
 import soundfile as sf
 from data_helpers import SR, make_cfg, make_messy_folder, sine
 
-from acoustic_mlm.data import fetch
-from acoustic_mlm.data import prepare
+from acoustic_mlm import encodec
+from acoustic_mlm.data import fetch, prepare
 from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.errors import UserError
-from acoustic_mlm import encodec
 
 
 def test_fetch_writes_flac_and_source_json(prepared):

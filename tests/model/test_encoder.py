@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers import NARROW_CONV, tiny_config
 
 import acoustic_mlm.model.encoder as model_module
 from acoustic_mlm.model.encoder import (
-    unfused_attention,
     AcousticEncoder,
     ConvFeatureExtractor,
     ConvPositionalEmbedding,
@@ -24,8 +24,8 @@ from acoustic_mlm.model.encoder import (
     receptive_field,
     relaxed_attention,
     total_stride,
+    unfused_attention,
 )
-from helpers import NARROW_CONV, tiny_config
 
 MERT_CONV = ((512, 10, 5),) + ((512, 3, 2),) * 4 + ((512, 2, 2),) * 2
 

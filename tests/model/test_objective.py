@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_config
 
 from acoustic_mlm.config import ModelConfig
 from acoustic_mlm.model.objective import (
@@ -19,8 +20,6 @@ from acoustic_mlm.model.objective import (
     masked_cross_entropy,
     nats_to_bits,
 )
-from helpers import tiny_config
-
 
 
 def batch(cfg: ModelConfig, B: int = 2, T: int = 20, seed: int = 0):

@@ -15,10 +15,16 @@ import torch
 from helpers import tiny_config
 
 import acoustic_mlm.config as C
-from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.model.cqt import CQTTarget, cqt_bin_frequency, cqt_top_frequency
 from acoustic_mlm.model.encoder import AcousticEncoder, EncoderBlock, FeedForward, TransformerEncoder
-from acoustic_mlm.model.objective import AcousticMLM, compute_group_masks, compute_mask_indices, mask_groups, uniform_bits
+from acoustic_mlm.model.objective import (
+    AcousticMLM,
+    compute_group_masks,
+    compute_mask_indices,
+    mask_groups,
+    uniform_bits,
+)
+from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.train.crops import CropData, label_offset
 
 SR, HOP = 24000, 320
@@ -333,7 +339,8 @@ def test_mixture_adds_clean_segments_of_the_other_crops_of_the_group():
     partner = {0: 2, 2: 0, 1: 3, 3: 1}
     for seg in plan:  # a pool of one crop: the partner's own samples
         expect = wav[seg.row].copy()
-        expect[seg.position : seg.position + seg.length] += 0.5 * wav[partner[seg.row], seg.pool_start : seg.pool_start + seg.length]
+        noise = wav[partner[seg.row], seg.pool_start : seg.pool_start + seg.length]
+        expect[seg.position : seg.position + seg.length] += 0.5 * noise
         np.testing.assert_array_equal(out[seg.row], expect)
     # applied on one process's rows only (rows 0 and 2 of a 2-process split): the same crops
     local = apply_mixture(wav[[0, 2]], np.array([0, 2]), groups, plan, volume=0.5)
@@ -369,7 +376,8 @@ class _Corpus:
             rows.append(dict(split="train", num_frames=frames, shard=shard, offset=offset))
         self.manifest = pd.DataFrame(rows)
         self._audio = {k: np.concatenate(v) for k, v in audio.items()}
-        self.codes = {k: np.stack([np.concatenate([np.arange(len(a) // HOP) for a in v])] * 2) for k, v in audio.items()}
+        self.codes = {k: np.stack([np.concatenate([np.arange(len(a) // HOP) for a in v])] * 2) for k,
+                      v in audio.items()}
 
     def audio(self, shard):
         return self._audio[shard]

@@ -28,8 +28,7 @@ import pytest
 import yaml
 from helpers import RUN_NAMES, SWEEP, copy_repo
 
-from acoustic_mlm import cli
-from acoustic_mlm import dvcgen
+from acoustic_mlm import cli, dvcgen
 from acoustic_mlm import config as C
 from acoustic_mlm.config import sweep
 
@@ -81,7 +80,8 @@ CHANGED = {
 
 FIXED = {"data.sample_rate"}
 # Keys whose change is valid only with another key changed too (same step): the companion's new value.
-COMPANION = {"model.mixture_prob": ("model.mixture_samples", [1200, 3500])}  # noise must fit the smoke crop  # the schema allows one value (EnCodec 24 kHz): there is no change to compare
+# noise must fit the smoke crop  # the schema allows one value (EnCodec 24 kHz): there is no change to compare
+COMPANION = {"model.mixture_prob": ("model.mixture_samples", [1200, 3500])}
 
 
 def _changed(key, value):

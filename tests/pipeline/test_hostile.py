@@ -12,8 +12,8 @@ import json
 import os
 import re
 import resource
-import signal
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -29,15 +29,12 @@ import torch
 import yaml
 from helpers import copy_repo, make_tar, sha256
 
-from acoustic_mlm import encodec
-from acoustic_mlm.data import archive
-from acoustic_mlm import cli
-from acoustic_mlm.data import download
-from acoustic_mlm.data import prepare
+from acoustic_mlm import cli, encodec
+from acoustic_mlm import config as C
+from acoustic_mlm.data import archive, download, prepare
 from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import completed_summary
-from acoustic_mlm import config as C
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = (ROOT / "config" / "smoke.yaml").read_text()
@@ -140,7 +137,8 @@ def _yaml_case(case: str) -> bytes:
         "seeds_float": ("seeds: [1] ", "seeds: [1.0] "),
         "lr_twice": ("  lr: 0.006 ", "  lr: 0.001\n  lr: 0.006 "),
         "codebooks_16": ("codebooks: 8 ", "codebooks: 16 "),
-        "bad_label": ('"Pre-Norm | Gradient Clip=1 | Run 2"', r"'$\badcmd{x}$'"),  # single quotes: YAML reads the backslash as is
+        # single quotes: YAML reads the backslash as is
+        "bad_label": ('"Pre-Norm | Gradient Clip=1 | Run 2"', r"'$\badcmd{x}$'"),
         "latin1": ("# Smoke preset", "# Smoke preset (r\u00e9sum\u00e9)"),
     }
     old, new = edits[case]
@@ -749,7 +747,8 @@ def summaries(tmp_path, smoke_cfg):
         rows = []
         for seed in (1, 2):
             curve = 6.0 - 0.1 * i + 4.0 * np.exp(-steps / 20) + 0.01 * seed
-            rows.append(pd.DataFrame({"seed": seed, "step": steps, "train_loss_cb0": curve, "valid_loss_cb0": curve + 0.1,
+            rows.append(pd.DataFrame({"seed": seed, "step": steps, "train_loss_cb0": curve,
+                                      "valid_loss_cb0": curve + 0.1,
                                       "grad_norm": 1.0 + steps, "lr": 1e-3, "nonfinite": 0}))
         (tmp_path / "runs" / name).mkdir(parents=True)
         pd.concat(rows).to_csv(tmp_path / "runs" / name / "metrics.csv", index=False)
@@ -865,7 +864,8 @@ def test_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cfg, 
         values = np.load(shard)
         values[0, 7] = 5000
         np.save(shard, values)
-        needles = [f"{shard}: code 5000 at codebook 0, frame 7 lies outside the codebook (0-1023)", "rerun the tokenize stage"]
+        needles = [f"{shard}: code 5000 at codebook 0, frame 7 lies outside the codebook (0-1023)",
+                   "rerun the tokenize stage"]
     elif case == "codes_float":
         np.save(shard, np.load(shard).astype(np.float32))
         needles = [f"{shard}: float32 values; codes are whole numbers"]

@@ -36,7 +36,8 @@ WRITTEN = {
 
 # Broken paths in files another edit holds open, to fix there; tolerated here until then.
 PENDING = {
-    "BENCHMARKS.md: benchmarks/gpu_mfu.sh": "the script is benchmarks/gpu_mfu.py (bash benchmarks/gpu_check.sh --only gpu_mfu)",
+    "BENCHMARKS.md: benchmarks/gpu_mfu.sh": "the script is benchmarks/gpu_mfu.py (bash benchmarks/gpu_check.sh --only "
+                                            "gpu_mfu)",
 }
 
 DOCS = ("README.md", "BENCHMARKS.md", "docs/*.md", "data/reference/README.md", "data/README.md", "results/README.md")
@@ -59,7 +60,8 @@ def _python_comments_and_docstrings(text: str) -> list[tuple[int, str]]:
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type == tokenize.COMMENT:
             out.append((tok.start[0], tok.string))
-        elif tok.type == tokenize.STRING and previous in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+        elif tok.type == tokenize.STRING and previous in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
+                                                          tokenize.DEDENT):
             out.append((tok.start[0], tok.string))
         if tok.type not in (tokenize.COMMENT, tokenize.NL):
             previous = tok.type

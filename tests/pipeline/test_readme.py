@@ -3,8 +3,9 @@
 Each command of the README's bash blocks runs here in a dry-run form that needs no network and
 no hours: `snakemake ...` as `snakemake -n ...`, `dvc repro` as `dvc status`, `amlm <stage> ...`
 as `amlm <stage> --help`, `pytest` as `pytest --collect-only`, `python benchmarks/<script>` as
-`<script> --help`; `pip install` is what CI does before the tests, `cp` runs as written. `--use-conda` needs conda's channels, which an offline
-machine lacks: its dry run drops the flag (tests/pipeline/test_workflow.py checks every rule's env file).
+`<script> --help`; `pip install` is what CI does before the tests, `cp` runs as written. `--use-conda`
+needs conda's channels, which an offline machine lacks: its dry run drops the flag
+(tests/pipeline/test_workflow.py checks every rule's env file).
 """
 
 import os
@@ -99,7 +100,8 @@ def _dry_run(command: str) -> list[str] | None:
         return argv
     if argv[0] == "python" and argv[1].startswith("benchmarks/"):  # the script and its options parse
         return [sys.executable, argv[1], "--help"]
-    raise AssertionError(f"README command without a dry-run form: {command!r}: add one to tests/pipeline/test_readme.py")
+    raise AssertionError(f"README command without a dry-run form: {command!r}: "
+                         "add one to tests/pipeline/test_readme.py")
 
 
 def test_every_readme_command_runs_in_a_dry_run(root, readme, tmp_path):

@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import soundfile as sf
 import yaml
-from helpers import copy_repo, make_tar, make_zip, sha256, RUN_NAMES
+from helpers import RUN_NAMES, copy_repo, make_tar, make_zip, sha256
 
 from acoustic_mlm.data import synth
 

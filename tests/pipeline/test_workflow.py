@@ -6,15 +6,14 @@ The end-to-end runs of both engines on the smoke preset are in test_e2e.py.
 import json
 import os
 import re
-from pathlib import Path
 import subprocess
 import sys
-import tomllib
+from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
-from helpers import copy_repo, RUN_NAMES, write_sweep_config
-
+from helpers import RUN_NAMES, copy_repo, write_sweep_config
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
@@ -88,7 +87,8 @@ def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
 
 def test_snakemake_refuses_command_line_overrides(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--config", "figure={split: valid}"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--config", "figure={split: valid}"], cwd=repo,
+                          capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--config figure=...: command-line overrides are not supported" in proc.stdout + proc.stderr
 
@@ -98,7 +98,8 @@ def test_snakemake_refuses_invalid_config(root, tmp_path):
     cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     cfg["train"]["stepz"] = 1
     (repo / "config" / "bad.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/bad.yaml"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/bad.yaml"], cwd=repo,
+                          capture_output=True, text=True)
     assert proc.returncode != 0
     assert "stepz" in proc.stdout + proc.stderr
 
@@ -130,7 +131,7 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
     assert all("gpu=64" in b and "nodes=8" in b and "runtime=2880" in b for b in train_blocks)  # 8 nodes x 8 GPUs
 
 
-# ----------------------------------------------------------------------------- one statement of what each stage depends on
+# ------------------------------------------------------------------------- one statement of what each stage depends on
 #
 # dvc.yaml is generated (`amlm dvc-yaml`, acoustic_mlm.dvcgen) from config.STEP_KEYS and the import
 # graph. The tests below hold the generated files to both, independently of the generator's code.
@@ -159,7 +160,8 @@ def _imports(root, *modules: str) -> set[str]:
 
 def _dotted(dep: str) -> str:
     """src/acoustic_mlm/data/fetch.py -> data.fetch; src/acoustic_mlm/config/__init__.py -> config."""
-    return Path(dep).relative_to("src/acoustic_mlm").with_suffix("").as_posix().removesuffix("/__init__").replace("/", ".")
+    module = Path(dep).relative_to("src/acoustic_mlm").with_suffix("").as_posix()
+    return module.removesuffix("/__init__").replace("/", ".")
 
 
 def _dvc(root) -> dict:
@@ -234,10 +236,12 @@ def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
     for run in RUN_NAMES:
         for name, stage in stages.items():
             stage = stage.get("do", stage)
-            entries = [k.replace("${key}", run) for block in stage.get("params", []) for k in block["config/config.yaml"]]
+            entries = [k.replace("${key}", run)
+                       for block in stage.get("params", []) for k in block["config/config.yaml"]]
             declared = {leaf for entry in entries for leaf in _leaves_of(C.get(cfg, entry), entry)}
             expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg, run)}
-            assert declared == expected, f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, missing {sorted(expected - declared)}"
+            assert declared == expected, (f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, "
+                                          f"missing {sorted(expected - declared)}")
 
 
 def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
@@ -267,9 +271,10 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
         declared.update(p.settings)  # what its name states
         pc = sweep.point_config(cfg, name)
         expected = C.settings(pc, C.result_keys("train", pc, name))
+        others = sorted(k for k in expected if declared.get(k, expected[k]) != expected[k])
         assert declared == expected, f"{name}: extra {sorted(set(declared) - set(expected))}, " \
                                      f"missing {sorted(set(expected) - set(declared))}, " \
-                                     f"other values {sorted(k for k in expected if declared.get(k, expected[k]) != expected[k])}"
+                                     f"other values {others}"
     for name, stage in stages.items():
         if name in C.DVC_STAGES:
             expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg)}
@@ -285,7 +290,8 @@ def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
             deps = {_dotted(d) for d in stage["deps"] if d.startswith("src/acoustic_mlm/")}
             needed = _imports(root, *STAGE_MODULE[_kind(name)])
             assert needed <= deps, f"dvc.yaml stage {name} lacks deps on {sorted(needed - deps)}"
-            assert deps <= needed, f"dvc.yaml stage {name} depends on modules it does not import: {sorted(deps - needed)}"
+            assert deps <= needed, (f"dvc.yaml stage {name} depends on modules it does not import: "
+                                    f"{sorted(deps - needed)}")
 
 
 def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):

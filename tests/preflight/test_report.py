@@ -10,7 +10,8 @@ from acoustic_mlm.preflight.report import markdown
 
 
 def _arm(run: str, ms: float, fits: bool) -> dict:
-    return {"run": run, "ms_per_update": ms, "ms_per_micro_batch": ms / 2, "update_source": "measured", "exposed_allreduce_ms": 0.0,
+    return {"run": run, "ms_per_update": ms, "ms_per_micro_batch": ms / 2, "update_source": "measured",
+            "exposed_allreduce_ms": 0.0,
             "allreduce_ms": 0.0, "allreduce_bytes": 0, "bound": "compute", "frames_per_s": 1234.4, "tflops": 0.0123,
             "mfu": None, "peak_memory_gb": 1.5, "fits": fits, "suggested_micro_batch": 8 if fits else None,
             "suggested_accum_steps": 1, "hours": 0.25, "gpu_hours": 0.25, "param_dtype": "float32",
@@ -38,9 +39,11 @@ def test_a_cpu_measurement_is_a_table_of_arms_the_figures_hours_and_the_disk(mea
     md = markdown(measured)
     assert md.startswith("# Preflight: config/smoke.yaml\n")
     assert "Measured on **cpu** (fp32, torch 2.5.1, 2 CPU threads), micro-batch 8 of 150 frames" in md
-    assert "Weights measured: float32." in md and "GPU memory per process" not in md and "Note:" not in md and "Projection on GPUs" not in md
+    assert "Weights measured: float32." in md and "GPU memory per process" not in md
+    assert "Note:" not in md and "Projection on GPUs" not in md
     assert "| CPU-hours |" in md
-    assert "| prenorm_clip10 | 52.2 | measured | 0.0 of 0.0 | compute | 1234 | 0.0123 | n/a | 1.50 | yes | 8 x 1 |" in md
+    assert ("| prenorm_clip10 | 52.2 | measured | 0.0 of 0.0 | compute | 1234 | 0.0123 | n/a | 1.50 | yes | 8 x 1 |"
+            in md)
     assert "| prenorm_clip1 | 61.0 |" in md and "| no | none fits |" in md
     assert "**The figure**: 2 arms x 1,200 steps (2 seed runs)" in md and "**0.5 h** wall, 0.5 CPU-hours" in md
     assert "**Disk**: audio 0.0123 GB (float32, 24 kHz), codes n/a GB" in md and "total n/a GB." in md
@@ -69,8 +72,8 @@ def test_fp16_a_note_and_a_gpu_projection_with_a_sweep(measured):
     assert "Measured on **cpu** (fp32, torch 2.5.1, 2 CPU threads), the model cut to 2 blocks, micro-batch 8 of 40 " \
            "frames (the preset's crop: 150)" in md
     assert "What was measured and what was projected: measured on this CPU, a bounded check" in md
-    assert ("| arm | CPU ms per micro-batch (measured) | peak memory here (GB) | projected GPU memory (GB) | fits 80 GB "
-            "(projected) | micro-batch x accum |") in md
+    assert ("| arm | CPU ms per micro-batch (measured) | peak memory here (GB) | projected GPU memory (GB) | fits 80 "
+            "GB (projected) | micro-batch x accum |") in md
     assert "| prenorm_clip10 | 26.1 | 1.50 | 4.0 | yes | 8 x 1 |" in md
     assert "| prenorm_clip1 | 30.5 | 1.50 | n/a | no | none fits |" in md
     assert "**GPU memory per process** (a projection, not a measurement: counted): 1,000,000 parameters x 20 " \

@@ -6,16 +6,16 @@ import dataclasses
 import json
 import math
 import signal
-import time
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
 from acoustic_mlm import cli
-from acoustic_mlm.preflight import measure, project
 from acoustic_mlm import config as C
+from acoustic_mlm.preflight import measure, project
 from acoustic_mlm.preflight.flops import step_flops
 
 ARM_FIELDS = {
@@ -61,7 +61,8 @@ def check_consistent(r: dict, cfg: dict) -> None:
         assert a["ms_per_update_compute"] == expected
         assert a["ms_per_update"] == pytest.approx(expected + a["exposed_allreduce_ms"])
         assert (a["allreduce_bytes"] == 0) == (world == 1) and (a["allreduce_ms"] == 0) == (world == 1)
-        assert a["updates_run"] == r["warmup_updates"] + r["optimizer_steps_measured"] + (a["update_source"] == "measured")
+        assert a["updates_run"] == (r["warmup_updates"] + r["optimizer_steps_measured"]
+                                    + (a["update_source"] == "measured"))
         seconds = a["ms_per_update"] / 1000
         assert a["frames_per_update"] == crops * frames
         assert a["frames_per_s"] == pytest.approx(crops * frames / seconds)
@@ -132,7 +133,8 @@ def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_wei
         # warm-up, the timed update and the whole one, each seen by the scaler; 2**7 until 16,384 clean ones
         assert a["scaler_updates"] == a["updates_run"] == 3 and a["overflow_updates"] == 0
         assert a["loss_scale"] == 128.0
-    assert "float16, float32 master weights; loss scale 128 after 3 update(s)" in (tmp_path / "preflight.md").read_text()
+    md = (tmp_path / "preflight.md").read_text()
+    assert "float16, float32 master weights; loss scale 128 after 3 update(s)" in md
     fp32 = measure.measure_arm(*_smoke_arm(root), "fp32", 37, measure.Plan(4, 1, 1, 0, False), 1,
                                measure.MemoryProbe(torch.device("cpu")))
     assert (fp32["param_dtype"], fp32["master_dtype"], fp32["loss_scale"]) == ("float32", None, None)
@@ -146,7 +148,8 @@ def _smoke_arm(root):
 def _preflight_subprocess(root, tmp_path, preset: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "acoustic_mlm", "preflight", "--config", str(root / "config" / preset),
-         "--out", str(tmp_path / "out"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+         "--out", str(tmp_path / "out"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
 
 
 @pytest.mark.slow
@@ -191,7 +194,8 @@ def test_paper_preset_without_its_gpu_answers_within_a_minute(root, tmp_path):
         p = g["arms"][0]
         assert g["utilisation"] == project.DEFAULT_UTILISATION
         assert p["compute_ms"] == pytest.approx(56 * step_flops(m, 1, 384) / (g["peak_tflops"] * 1e12 * 0.35) * 1000)
-        assert p["ms_per_update"] == pytest.approx(p["compute_ms"] + max(0.0, expected_comm - 2 / 3 * p["compute_ms"] / 56))
+        assert p["ms_per_update"] == pytest.approx(
+            p["compute_ms"] + max(0.0, expected_comm - 2 / 3 * p["compute_ms"] / 56))
         assert g["gpu_hours"] == pytest.approx(sum(x["hours"] for x in g["arms"]) * 64)
     md = (tmp_path / "out" / "preflight.md").read_text()
     assert "CPU ms per micro-batch (measured)" in md and "Projection on GPUs" in md and "not a measurement" in md
@@ -235,7 +239,8 @@ def test_processes_beyond_the_gpus_here_measure_one_and_project_the_node(root, m
 def test_asking_for_cuda_without_one_is_an_error(root, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible: --device cuda is valid here, so there is no missing device to refuse")
-    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), "--device", "cuda"])
+    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), "--device",
+                     "cuda"])
     assert code == 2 and "'--device' is cuda but torch sees no CUDA device" in capsys.readouterr().err
 
 

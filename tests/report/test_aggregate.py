@@ -79,7 +79,8 @@ def test_aggregate_writes_one_row_per_run_step_split_and_codebook(runs_dir, tmp_
     assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits", "nonfinite"]
     assert len(on_disk) == 4 * 8 * 2 * 2  # runs x steps x splits x codebooks
     assert list(dict.fromkeys(on_disk["run"])) == list(smoke_cfg["runs"])  # config order
-    row = on_disk[(on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid") & (on_disk.codebook == 1)]
+    row = on_disk[(on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid")
+                  & (on_disk.codebook == 1)]
     expected = 6.0 - 0.1 + (10.0 - 5.9) * np.exp(-1 / 20) + 1 + 0.1
     assert row["loss_bits"].item() == pytest.approx(expected)
     assert row["label"].item() == "Pre-Norm | Gradient Clip=1 | Run 2"

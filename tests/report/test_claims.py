@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acoustic_mlm.report import claims as CL
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report import claims as CL
 from acoustic_mlm.report.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
 # logged like train.py with the default config: steps 1, 2, 4, ... then every 50, up to 1200

@@ -55,8 +55,10 @@ def test_the_spikes_section():
             "grad_norm": {"max": 5.5, "median_before": 1.1, "ratio": 5.0}, "attn_logit": None,
             "overflow_skips": 2, "nonfinite": None, "unusual": ["gradient norm 5.0x its median"]}
     md = spikes_markdown([seen, {**seen, "seed": 2, "grad_norm": None, "overflow_skips": 0, "unusual": []}])
-    assert "## What the diagnostics show at each spike" in md and "\"unusual\" is 3 times the median of the last 3" in md
+    assert "## What the diagnostics show at each spike" in md
+    assert "\"unusual\" is 3 times the median of the last 3" in md
     assert ("- `arm_b` seed 1, spike +1.23 bits, onset step 240, peak step 250: gradient norm up to 5.5 (5.00x its "
             "median 1.1 just before); attention logit not measured; skipped updates: 2 for fp16 overflow, non-finite "
             "loss not counted. **unusual**: gradient norm 5.0x its median.") in md
-    assert "- `arm_b` seed 2," in md and "gradient norm not measured" in md and "**nothing unusual** in the diagnostics." in md
+    assert "- `arm_b` seed 2," in md and "gradient norm not measured" in md
+    assert "**nothing unusual** in the diagnostics." in md

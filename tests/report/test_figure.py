@@ -12,8 +12,7 @@ from helpers import fake_metrics
 from matplotlib.colors import to_hex
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.report import aggregate
-from acoustic_mlm.report import figure
+from acoustic_mlm.report import aggregate, figure
 
 plt = figure.plt  # pyplot on the Agg backend, as figure.py sets it
 
@@ -100,7 +99,8 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     labels = [r["label"] for r in smoke_cfg["runs"].values()]
-    fig, ax = figure.draw(pd.read_csv(curves_path), smoke_cfg["runs"], {"x_max": 100_000, "y_min": 5.0, "y_max": 10.0, "split": "train"})
+    fig, ax = figure.draw(pd.read_csv(curves_path), smoke_cfg["runs"],
+                          {"x_max": 100_000, "y_min": 5.0, "y_max": 10.0, "split": "train"})
     assert ax.get_title() == "Acoustic MLM Loss on Codebook-0 vs Training Steps"
     assert ax.get_xlabel() == "Training Step" and ax.get_ylabel() == "Acoustic MLM Loss on Codebook-0"
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
@@ -109,8 +109,8 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     assert [t.get_text() for t in legend.get_texts()] == labels
     assert legend._loc in (1, "upper right")  # matplotlib stores 'upper right' as code 1
     lines = ax.get_lines()[: len(labels)]
-    assert [to_hex(l.get_color()) for l in lines] == ["#1f77b4", "#ff7f0e", "#2ca02c", "#e377c2"]
-    assert [l.get_marker() for l in lines] == ["o", "^", "^", "^"]
+    assert [to_hex(ln.get_color()) for ln in lines] == ["#1f77b4", "#ff7f0e", "#2ca02c", "#e377c2"]
+    assert [ln.get_marker() for ln in lines] == ["o", "^", "^", "^"]
     # codebook 0 only: the first arm's line ends at its codebook-0 value
     y = lines[0].get_ydata()
     assert y[-1] == pytest.approx(6.0 + 4.0 * np.exp(-40 / 20))
@@ -134,7 +134,7 @@ def test_several_seeds_draw_a_mean_with_a_band(tmp_path, smoke_cfg):
     for name in smoke_cfg["runs"]:
         smoke_cfg["runs"][name]["seeds"] = [1, 2]
     runs = tmp_path / "runs"
-    for i, name in enumerate(smoke_cfg["runs"]):
+    for _i, name in enumerate(smoke_cfg["runs"]):
         d = runs / name
         d.mkdir(parents=True)
         both = pd.concat([fake_metrics([1, 2, 4, 8, 16, 32], end=6.0 + 0.2 * s).assign(seed=s) for s in (1, 2)])
@@ -162,8 +162,8 @@ def test_coinciding_arms_stay_visible_and_no_marker_is_cut(tmp_path, smoke_cfg):
     curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
     fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
     lines = ax.get_lines()[:4]
-    assert [l.get_linestyle() for l in lines] == ["-", "-", "-", "--"]
-    assert [l.get_markerfacecolor() for l in lines][3] == "none"  # hollow: the marker under it shows
+    assert [ln.get_linestyle() for ln in lines] == ["-", "-", "-", "--"]
+    assert [ln.get_markerfacecolor() for ln in lines][3] == "none"  # hollow: the marker under it shows
     labels = [r["label"] for r in smoke_cfg["runs"].values()]
     assert ax.get_legend().get_title().get_text() == f"{labels[3]} coincides with\n{labels[1]} (within 0.02 bits)"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == labels

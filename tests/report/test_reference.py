@@ -6,11 +6,10 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from acoustic_mlm.report import claims as CL
-from acoustic_mlm.report import figure
-from acoustic_mlm.report import reference
 from acoustic_mlm.curves import detect_spikes
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report import claims as CL
+from acoustic_mlm.report import figure, reference
 from acoustic_mlm.report.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimThresholds
 
 RUNS = ["prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1"]
@@ -84,7 +83,8 @@ def test_claims_on_the_paper_curves(ref):
         "postnorm_deepnorm_clip1": 30_000, "prenorm_attnrelax_clip1": 30_000}
     assert out["f"]["measured"]["converged_fraction"]["prenorm_clip1"] == 0.5
     # at the reading precision (0.1 bits) the final losses of clip 10 and Post-Norm are a tie
-    coarse = {c["id"]: c["verdict"] for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(min_final_gap=0.1), BY_ROLE)}
+    coarse = {c["id"]: c["verdict"] for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(min_final_gap=0.1),
+                                                         BY_ROLE)}
     assert coarse["b"] == INCONCLUSIVE
 
 
@@ -112,9 +112,9 @@ def test_overlay_draws_dashed_lines_in_arm_styles(ref, smoke_cfg):
     ax.legend()
     lines = figure.overlay(ax, ref, smoke_cfg["runs"])
     assert len(lines) == 4
-    assert [to_hex(l.get_color()) for l in lines] == COLOURS
-    assert [l.get_marker() for l in lines] == ["o", "^", "^", "^"]
-    assert all(l.get_linestyle() == "--" for l in lines)
+    assert [to_hex(ln.get_color()) for ln in lines] == COLOURS
+    assert [ln.get_marker() for ln in lines] == ["o", "^", "^", "^"]
+    assert all(ln.get_linestyle() == "--" for ln in lines)
     green = dict(zip(lines[2].get_xdata(), lines[2].get_ydata()))
     assert green[20_000] == pytest.approx(9.2)  # the spike
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
@@ -126,7 +126,7 @@ def test_overlay_matches_arms_by_role_whatever_their_names(ref, smoke_cfg):
     fig, ax = matplotlib.pyplot.subplots()
     renamed = {f"arm{i}": {**r, "label": "ABCD"[i]} for i, r in enumerate(smoke_cfg["runs"].values())}
     lines = figure.overlay(ax, ref, renamed, legend=False)
-    assert [to_hex(l.get_color()) for l in lines] == COLOURS
+    assert [to_hex(ln.get_color()) for ln in lines] == COLOURS
     no_roles = {k: {key: v for key, v in r.items() if key != "role"} for k, r in renamed.items()}
     assert figure.overlay(ax, ref, no_roles) == []  # arms without a role have no paper curve
     matplotlib.pyplot.close(fig)
@@ -144,9 +144,9 @@ def test_side_by_side_puts_the_paper_left_and_the_reproduction_right(ref, labels
     assert ax_r.get_xlim() == pytest.approx((1 / pad, 1200 * pad))
     (legend,) = fig.legends  # one legend for both panels
     assert [t.get_text() for t in legend.get_texts()] == labels
-    assert all(l.get_linestyle() == "--" for l in ax_p.get_lines())
-    drawn = [l for l in ax_r.get_lines() if len(l.get_xdata()) == 12]
-    assert [to_hex(l.get_color()) for l in drawn] == COLOURS
+    assert all(ln.get_linestyle() == "--" for ln in ax_p.get_lines())
+    drawn = [ln for ln in ax_r.get_lines() if len(ln.get_xdata()) == 12]
+    assert [to_hex(ln.get_color()) for ln in drawn] == COLOURS
     # the legend shows each arm as the right panel draws it: the Attn. Relax arm dashed and hollow
     for handle, line in zip(legend.legend_handles, drawn):
         assert handle.get_linestyle() == line.get_linestyle() and handle.get_marker() == line.get_marker()

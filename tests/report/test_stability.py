@@ -12,11 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from acoustic_mlm.report import aggregate
-from acoustic_mlm.report import claims
-from acoustic_mlm.report import figure
-from acoustic_mlm.report import stability
 from acoustic_mlm.cli import main
+from acoustic_mlm.report import aggregate, claims, figure, stability
 from acoustic_mlm.utils import FP16_MAX
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -38,7 +38,8 @@ def _rows(arm, role, losses, layers=16, precision="fp32", seed=1, diverged=(), f
             "precision": precision, "seed": seed, "status": "diverged" if bad else "completed",
             "diverged_at_step": 10 if bad else None, "steps": 100, "first_train_loss_cb0": 10.0,
             "final_train_loss_cb0": final, "final_valid_loss_cb0": final, "capped_loss": M.capped_loss(final, 10.0),
-            "flattened": flat and not bad, "late_change_share": 0.01 if flat else 0.3, "max_grad_norm": 3.0, "attn_logit_max": logit,
+            "flattened": flat and not bad, "late_change_share": 0.01 if flat else 0.3, "max_grad_norm": 3.0,
+            "attn_logit_max": logit,
             "attn_logit_fp16_frac": logit / M.FP16_MAX, "clipped_frac": 0.5, "overflow_skips": 0,
             "nonfinite_steps": 0, "wall_time_s": 1.0})
     return rows
@@ -194,7 +195,8 @@ def test_runs_trained_as_their_points_pass_the_check(map_cfg, tmp_path):
      "was trained with model.layers 4, but its sweep point sets 2"),
     ("prenorm_clip10__lr-1e-2", 2, "runs.prenorm_clip10__lr-1e-2.clip", 1.0,
      "was trained with runs.prenorm_clip10__lr-1e-2.clip 1.0"),
-    ("prenorm_clip10__lr-1e-2", 1, "train.precision", "fp16", "was trained with train.precision 'fp16', but its sweep point sets 'fp32'"),
+    ("prenorm_clip10__lr-1e-2", 1, "train.precision", "fp16",
+     "was trained with train.precision 'fp16', but its sweep point sets 'fp32'"),
 ])
 def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(map_cfg, tmp_path, capsys, run, seed, key,
                                                                           value, words):
@@ -219,4 +221,5 @@ def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(map_c
     assert cli.main(["map", "--config", str(path), "--runs-dir", str(tmp_path / "runs"),
                      "--out", str(tmp_path / "map.csv")]) == 2
     err_line = capsys.readouterr().err.strip()
-    assert "\n" not in err_line and f"run {run} was trained with {key}" in err_line and not (tmp_path / "map.csv").exists()
+    assert "\n" not in err_line and f"run {run} was trained with {key}" in err_line
+    assert not (tmp_path / "map.csv").exists()

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from acoustic_mlm import cli
+from acoustic_mlm import config as C
 from acoustic_mlm.report import status
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import STATE_DIR
 from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, PARTIAL, summarize
-from acoustic_mlm import config as C
 
 
 def _rows(steps, wall, cb0, diverged_at=None, fp16=False):
@@ -54,7 +54,8 @@ def runs_dir(tmp_path, cfg):
     summary = summarize(done, C.run_config(cfg, "prenorm_clip10"), C.train_config(cfg, "prenorm_clip10"))
     (seed_dir / "summary.json").write_text(json.dumps(summary))
     # running: rows so far and a resumable state, both fresh; fp16 loss scale and skips
-    running = _rows([1, 2, 4, 8, 16, 32, 40], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 40.0], [10, 9.8, 9.6, 9.0, 8.5, 8.0, 7.5],
+    running = _rows([1, 2, 4, 8, 16, 32, 40], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 40.0],
+                    [10, 9.8, 9.6, 9.0, 8.5, 8.0, 7.5],
                     fp16=True)
     _write(runs / "prenorm_clip1" / "seeds" / "seed1" / PARTIAL, running)
     (runs / "prenorm_clip1" / STATE_DIR / "seed1").mkdir(parents=True)

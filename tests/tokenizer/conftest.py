@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tokenizer_helpers import make_prepared, tok_cfg
 
 from acoustic_mlm.tokenizer import stage

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from tokenizer_helpers import HOP, SR, shard_codes, tok_cfg
 
 from acoustic_mlm.tokenizer import calibration, codec, stage

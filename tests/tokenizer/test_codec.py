@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from tokenizer_helpers import saved_checkpoint, synth_clip
 
 from acoustic_mlm.tokenizer import codec

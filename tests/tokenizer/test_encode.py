@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-
 from tokenizer_helpers import HOP, tok_cfg
 
 from acoustic_mlm.tokenizer import codec, encode, loudness

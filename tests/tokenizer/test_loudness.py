@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from tokenizer_helpers import HOP, SR
 
 from acoustic_mlm.tokenizer import codec, loudness

@@ -11,9 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from tokenizer_helpers import (CALIB_FRAMES, CALIB_ITERS, HOP, LOUDNESS, SR, clip_codes, make_prepared, saved_checkpoint,
-                               shard_codes, tok_cfg)
+from tokenizer_helpers import (
+    CALIB_FRAMES,
+    CALIB_ITERS,
+    HOP,
+    LOUDNESS,
+    SR,
+    clip_codes,
+    make_prepared,
+    saved_checkpoint,
+    shard_codes,
+    tok_cfg,
+)
 
 from acoustic_mlm.tokenizer import codec, loudness, stage
 from acoustic_mlm.tokenizer.codec import TokenizerError
@@ -49,7 +58,8 @@ def test_calibrated_stage_outputs(calibrated, prepared):
     p = np.bincount(every[0], minlength=1024) / every.shape[1]
     assert meta["unigram_entropy_bits"][0] == pytest.approx(-(p[p > 0] * np.log2(p[p > 0])).sum(), abs=1e-4)
     assert meta["encode_seconds"] > 0 and meta["real_time_factor"] > 0
-    assert (meta["loudness"]["method"], meta["loudness"]["target"]) == (LOUDNESS["method"], LOUDNESS["target"])  # config.yaml
+    # config.yaml's
+    assert (meta["loudness"]["method"], meta["loudness"]["target"]) == (LOUDNESS["method"], LOUDNESS["target"])
     assert meta["calibration_frames_per_code"] == round(CALIB_FRAMES / 1024, 2)
     shares = [np.bincount(c, minlength=1024).max() / len(c) for c in every]
     assert meta["top_code_share"] == pytest.approx(shares, abs=1e-5)
@@ -146,7 +156,8 @@ def test_pretrained_mode_reproduces_calibrated_codes(calibrated, prepared, tmp_p
     audio = np.load(prepared / "shard-00001" / "audio.npy", mmap_mode="r")
     raw = encode_clips(model, audio, manifest[manifest["shard"] == 1], EncodeSettings(batch_size=1))
     np.testing.assert_array_equal(shard_codes(out)[1], raw)
-    assert (shard_codes(out)[1] != shard_codes(calibrated)[1]).mean() > 0.2  # the calibrated mode's codes are of normalised audio
+    # the calibrated mode's codes are of normalised audio
+    assert (shard_codes(out)[1] != shard_codes(calibrated)[1]).mean() > 0.2
     meta = json.loads((out / "tokenizer.json").read_text())
     assert meta["loudness"]["method"] == "none"
     assert meta["mode"] == "pretrained" and meta["checkpoint"]["sha256"].startswith(path.stem.split("-")[1])
@@ -178,7 +189,8 @@ def test_merge_reports_each_files_loudness_and_warns_once_about_a_crowded_code(d
     warnings_ = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     top0 = int(np.bincount(every[0]).argmax())
     assert len(warnings_) == 1, warnings_
-    assert f"one code holds more than 10% of a level's frames: level 0 code {top0} ({100 * shares[0]:.1f}%)" in warnings_[0]
+    expected = f"one code holds more than 10% of a level's frames: level 0 code {top0} ({100 * shares[0]:.1f}%)"
+    assert expected in warnings_[0]
     files = pd.read_csv(out / "files.csv", keep_default_na=False)
     assert files["clip_id"].tolist() == [f"c{i}" for i in range(6)]
     assert list(files.columns) == ["clip_id", "path", "split", "seconds", "rms_dbfs", "lufs", "gain_db",

@@ -14,7 +14,6 @@ import torch
 
 from acoustic_mlm import config
 
-
 ROOT = Path(__file__).resolve().parents[2]
 SR, HOP = 24_000, 320
 CLIP_SECONDS = [4.0, 5.0, 3.2, 6.0, 4.48, 5.0, 2.56] * 2  # about 60 s; clips 3 and 10 are valid
@@ -83,7 +82,8 @@ def clip_codes(prepared: Path, codes_dir: Path) -> list[np.ndarray]:
 
 
 LOUDNESS = {k: config.load(ROOT / "config" / "config.yaml")["tokenizer"][k] for k in ("loudness", "loudness_target")}
-LOUDNESS = {"method": LOUDNESS["loudness"], "target": LOUDNESS["loudness_target"]}  # what the default preset normalises to
+LOUDNESS = {"method": LOUDNESS["loudness"],
+            "target": LOUDNESS["loudness_target"]}  # what the default preset normalises to
 
 
 def tok_cfg(**tokenizer_keys) -> dict:

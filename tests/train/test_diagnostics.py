@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from acoustic_mlm import config as C
 from acoustic_mlm import encodec
+from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.report import aggregate
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop as train
-from acoustic_mlm import config as C
-from acoustic_mlm.model.objective import AcousticMLM
 
 
 @pytest.fixture()

@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from acoustic_mlm import config as C
+from acoustic_mlm.model.objective import LN2, AcousticMLM, compute_mask_indices, nats_to_bits
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.update import autocast, evaluate, optimizer_step
-from acoustic_mlm.model.objective import LN2, AcousticMLM, compute_mask_indices, nats_to_bits
-from helpers import tiny_config
 
 ARMS = {
     "pre": dict(norm="pre"),
@@ -97,7 +97,8 @@ def test_every_precision_trains_with_finite_losses(data_dirs, tiny_cfg, tmp_path
     assert metrics["overflow_skips"].iloc[-1] < 4
 
 
-@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+@pytest.mark.parametrize("precision, dtype",
+                         [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_autocast_runs_the_blocks_in_the_precision(precision, dtype):
     m = tiny_config()
     model = AcousticMLM(m)
@@ -197,7 +198,8 @@ def test_static_masked_loss_equals_the_selection(arm):
     assert torch.equal(selected.n_masked, out.n_masked)
     assert torch.allclose(out.bits, bits.detach(), rtol=1e-6, atol=0)
     assert out.loss.item() == pytest.approx(loss.item(), rel=1e-6)
-    assert out.loss.item() == pytest.approx(out.bits.sum().item() * LN2 + m.feature_penalty * out.feature_penalty.item(),
+    assert out.loss.item() == pytest.approx(out.bits.sum().item() * LN2
+                                            + m.feature_penalty * out.feature_penalty.item(),
                                             rel=1e-6)
     assert int(out.n_masked) == int(mask.sum())
     grads = torch.autograd.grad(out.loss, list(model.parameters()))

@@ -47,7 +47,8 @@ def test_inside_a_slurm_job_the_line_runs_torchrun_with_the_first_node_and_the_j
     command on each; both are stand-ins here that print what they were given."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$*" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"\n')
+    (bin_dir / "scontrol").write_text('#!/bin/sh\n'
+                                      '[ "$*" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"\n')
     (bin_dir / "srun").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)

@@ -8,7 +8,6 @@ import shutil
 import pandas as pd
 import pytest
 import torch
-
 from helpers import RUN_NAMES
 
 from acoustic_mlm.errors import UserError
@@ -22,7 +21,8 @@ def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_pat
     summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     both = pd.read_csv(tmp_path / "run" / "metrics.csv")
     assert both["seed"].tolist() == [1] * 7 + [2] * 7
-    assert not both[both.seed == 1]["train_loss_cb0"].equals(both[both.seed == 2]["train_loss_cb0"].reset_index(drop=True))
+    second = both[both.seed == 2]["train_loss_cb0"].reset_index(drop=True)
+    assert not both[both.seed == 1]["train_loss_cb0"].equals(second)
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
     assert summary["seeds"] == [1, 2] and set(summary["per_seed"]) == {"1", "2"}
     seed_dir = tmp_path / "run" / "seeds" / "seed1"
@@ -72,9 +72,8 @@ def test_missing_codes_are_named_with_the_stage_to_run(data_dirs, tiny_cfg, tmp_
 
 def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monkeypatch):
     """A loss that stays non-finite ends the seed as diverged; metrics, summary and figure still complete."""
-    from acoustic_mlm.report import aggregate
-    from acoustic_mlm.report import figure
     from acoustic_mlm.model.objective import AcousticMLM
+    from acoustic_mlm.report import aggregate, figure
 
     real_forward = AcousticMLM.forward
     calls = {"n": 0}
@@ -89,7 +88,8 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     monkeypatch.setattr(AcousticMLM, "forward", exploding)
     tiny_cfg["train"].update(steps=40, max_nonfinite=5)
     prepared, codes = data_dirs
-    summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "runs" / "postnorm_deepnorm_clip1")
+    summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes,
+                        tmp_path / "runs" / "postnorm_deepnorm_clip1")
     per_seed = summary["per_seed"]["1"]
     assert summary["status"] == "diverged" and per_seed["diverged_at_step"] == 11  # steps 7..11: 5 in a row
     m = pd.read_csv(tmp_path / "runs" / "postnorm_deepnorm_clip1" / "metrics.csv")

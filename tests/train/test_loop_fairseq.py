@@ -1,4 +1,5 @@
-"""The training loop as fairseq runs it: schedule and world mistakes refused, interval-mean rows, fairseq-style fp16 (an overflowing step is not an update), and the data a skip draws."""
+"""The training loop as fairseq runs it: schedule and world mistakes refused, interval-mean rows,
+fairseq-style fp16 (an overflowing step is not an update), and the data a skip draws."""
 
 import copy
 import math
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 from acoustic_mlm import config as C
+from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.schedule import lr_at
-from acoustic_mlm.model.objective import AcousticMLM
 
 
 @pytest.fixture()
@@ -22,8 +23,10 @@ def tiny_cfg(smoke_cfg):
 
 
 @pytest.mark.parametrize("keys, message", [
-    (dict(steps=100, total_updates=50, warmup_steps=10), "'train.steps' (100) must not exceed 'train.total_updates' (50)"),
-    (dict(steps=100, total_updates=400, warmup_steps=400), "'train.warmup_steps' (400) must be below 'train.total_updates'"),
+    (dict(steps=100, total_updates=50, warmup_steps=10),
+     "'train.steps' (100) must not exceed 'train.total_updates' (50)"),
+    (dict(steps=100, total_updates=400, warmup_steps=400),
+     "'train.warmup_steps' (400) must be below 'train.total_updates'"),
     (dict(nodes=2, processes=3, batch_size=8), "'train.batch_size' (8) must be divisible by the 6 processes"),
 ])
 def test_schedule_and_world_mistakes_are_one_line(smoke_cfg, keys, message):

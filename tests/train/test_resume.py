@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import KEEP_STATES, save_state
-from acoustic_mlm.errors import UserError
 
 TIMING = ["wall_time"]
 

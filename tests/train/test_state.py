@@ -7,8 +7,16 @@ import pytest
 import torch
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.train.state import (KEEP_STATES, STATE_KEYS, fingerprint, load_latest_state, rng_state, save_state,
-                                      set_rng_state, state_problem)
+from acoustic_mlm.train.state import (
+    KEEP_STATES,
+    STATE_KEYS,
+    fingerprint,
+    load_latest_state,
+    rng_state,
+    save_state,
+    set_rng_state,
+    state_problem,
+)
 
 
 def test_only_unreadable_states_start_afresh(tmp_path):
@@ -87,7 +95,10 @@ def test_only_a_damaged_state_is_no_state_at_all(tmp_path, caplog):
 def test_the_check_of_a_states_content_skips_a_state_it_finds_wrong(tmp_path, caplog):
     save_state(tmp_path, 10, GOOD)
     save_state(tmp_path, 20, {**GOOD, "step": 20, "w": torch.zeros(5)})
-    check = lambda st: None if st["w"].shape == (2,) else f"holds 'w' of {tuple(st['w'].shape)}"
+
+    def check(st):
+        return None if st["w"].shape == (2,) else f"holds 'w' of {tuple(st['w'].shape)}"
+
     with caplog.at_level("WARNING", logger="acoustic_mlm"):
         assert load_latest_state(tmp_path, {"a": 1}, check=check)["step"] == 10
     assert "step-000000020.pt holds 'w' of (5,)" in caplog.text

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train import trackers
 from acoustic_mlm.train.state import fingerprint
-from acoustic_mlm.errors import UserError
 
 
 @pytest.fixture()
@@ -51,7 +51,8 @@ def test_loggers_do_not_change_results_nor_the_fingerprint(tiny_cfg):
     with_tb["train"].update(loggers=["csv", "tensorboard", "wandb"], wandb_project="other")
     for step in C.STEP_KEYS:
         run = "prenorm_clip1" if step == "train" else None
-        assert C.settings(tiny_cfg, C.result_keys(step, tiny_cfg, run)) == C.settings(with_tb, C.result_keys(step, with_tb, run))
+        assert (C.settings(tiny_cfg, C.result_keys(step, tiny_cfg, run))
+                == C.settings(with_tb, C.result_keys(step, with_tb, run)))
     assert fingerprint(tiny_cfg, "prenorm_clip1", 1) == fingerprint(with_tb, "prenorm_clip1", 1)
 
 

@@ -171,7 +171,8 @@ def _check_train(cfg: dict, source: str) -> None:
     t = cfg["train"]
     world = world_size(t)
     if t["batch_size"] % world:
-        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} processes "
+        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} "
+                          "processes "
                           "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them")
     total = t.get("total_updates") or t["steps"]
     if t["warmup_steps"] >= total:
@@ -196,9 +197,11 @@ def _check_recipe(cfg: dict, source: str) -> None:
         crop = crop_frames(cfg) * encodec.HOP
         (n_min, n_max), (len_min, len_max) = m["mixture_segments"], m["mixture_samples"]
         if n_min > n_max or len_min > len_max:
-            raise ConfigError(f"{source}: 'model.mixture_segments' and 'model.mixture_samples' must be [min, max] ranges")
+            raise ConfigError(f"{source}: 'model.mixture_segments' and 'model.mixture_samples' must be [min, max] "
+                              "ranges")
         if len_max > crop:
-            raise ConfigError(f"{source}: 'model.mixture_samples' reaches {len_max} samples, longer than a crop ({crop})")
+            raise ConfigError(f"{source}: 'model.mixture_samples' reaches {len_max} samples, longer than a crop "
+                              f"({crop})")
         smallest = min(len(g) for g in groups)
         if (smallest - 1) * crop < len_max:
             raise ConfigError(
@@ -250,7 +253,9 @@ def _check_sweep(cfg: dict, source: str) -> None:
     so each swept value is checked once against its key's schema, and each point by the rules its
     values can change (_POINT_CHECKS)."""
     if cfg.get("sweep") is not None:
-        from acoustic_mlm.config.sweep import validate_points  # the sweep's points are validated as files are, by this function
+        from acoustic_mlm.config.sweep import (
+            validate_points,  # the sweep's points are validated as files are, by this function
+        )
 
         train_keys = [k for k in result_keys("train", cfg) if k.startswith(("model.", "train."))]
         validate_points(cfg, source, _check_point, allowed=train_keys, check_value=_check_swept_value)
@@ -320,7 +325,7 @@ def check_run_name(name: str, source: str = "config", key: str | None = None) ->
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_RUN_NAME_BYTES:
         raise ConfigError(f"{source}: '{shorten(key)}': the run name is {size} bytes; at most {MAX_RUN_NAME_BYTES} "
-                          f"(results/logs/train/<run>.log must fit the file system's 255-byte name limit); shorten it")
+                          "(results/logs/train/<run>.log must fit the file system's 255-byte name limit); shorten it")
     if not name or "/" in name or "\0" in name or name in (".", ".."):
         raise ConfigError(f"{source}: '{shorten(key)}': {name!r} cannot be a folder name; use letters, digits and _")
 
@@ -346,8 +351,8 @@ def check_label_length(label: str, source: str = "config", key: str = "label") -
     """A legend label the figure can draw beside the curves (MAX_LABEL_CHARS characters, one line)."""
     if len(label) > MAX_LABEL_CHARS or "\n" in label:
         what = "holds a line break" if "\n" in label else f"is {len(label)} characters long"
-        raise ConfigError(f"{source}: '{key}' {json.dumps(shorten(label))} {what}; the legend draws one line of at most "
-                          f"{MAX_LABEL_CHARS} characters: shorten it (the run name can carry the rest)")
+        raise ConfigError(f"{source}: '{key}' {json.dumps(shorten(label))} {what}; the legend draws one line of at "
+                          f"most {MAX_LABEL_CHARS} characters: shorten it (the run name can carry the rest)")
 
 
 # ----------------------------------------------------------------------------- checks the schema cannot express

@@ -104,7 +104,8 @@ class TrainConfig:
     nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
     total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
     log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
-    loggers: tuple[str, ...] = ("csv",)  # where metrics rows go besides the CSV (trackers.py); results do not depend on it
+    loggers: tuple[str,
+                   ...] = ("csv",)  # where metrics rows go besides the CSV (trackers.py); results do not depend on it
     wandb_project: str = "acoustic-mlm"  # Weights & Biases project of the wandb logger
 
     @property

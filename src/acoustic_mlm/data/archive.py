@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to read Deflate64, as FMA's zips need)
+
 import zipfile  # isort: skip
 
 from acoustic_mlm.errors import UserError, one_line
@@ -180,7 +181,8 @@ def check_members(members: list[Member], archive_name: str) -> None:
     """Fill each member's normalised path; raise UnsafeArchiveError on the first unsafe member."""
     for m in members:
         m.path, why = _relative(m.name)
-        if why is None and m.kind in ("symlink", "hardlink") and _link_escapes(m.path, m.link or "", m.kind == "hardlink"):
+        if (why is None and m.kind in ("symlink", "hardlink")
+                and _link_escapes(m.path, m.link or "", m.kind == "hardlink")):
             why = f"is a {'hard' if m.kind == 'hardlink' else 'symbolic'} link to {m.link!r}, outside the archive"
         if why is None and m.kind == "file" and m.path is None:
             why = "has an empty name"
@@ -236,7 +238,8 @@ def check_limits(members: list[Member], archive: Path, limits: ExtractLimits) ->
                 f"({m.compressed} -> {m.size} bytes), over data.max_compression_ratio ({limits.max_ratio:g}); "
                 "nothing was extracted")
     stored = archive.stat().st_size
-    if any(m.compressed is None for m in files) and total >= RATIO_MIN_BYTES and total > limits.max_ratio * max(stored, 1):
+    if (any(m.compressed is None for m in files) and total >= RATIO_MIN_BYTES
+            and total > limits.max_ratio * max(stored, 1)):
         raise UnsafeArchiveError(
             f"refusing {archive.name}: it expands {total / max(stored, 1):.0f}x ({stored} -> {total} bytes), over "
             f"data.max_compression_ratio ({limits.max_ratio:g}); nothing was extracted")

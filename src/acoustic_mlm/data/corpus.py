@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm import encodec
-from acoustic_mlm import readers
+from acoustic_mlm import encodec, readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import recover_replaced
 
@@ -65,10 +64,10 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame, where: str = "prep
         share = 1 - float(cfg["data"]["valid_fraction"])
         raise UserError(
             f"{where}: the train split holds {have} EnCodec frames ({have / FRAME_RATE / 60:.2f} min); the calibrated "
-            f"tokenizer needs at least {CODEBOOK_SIZE} ({CODEBOOK_SIZE / FRAME_RATE / 60:.2f} min of train audio, about "
-            f"{CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
-            f"{cfg['data']['valid_fraction']}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} min "
-            "of audio, or set tokenizer.mode: pretrained")
+            f"tokenizer needs at least {CODEBOOK_SIZE} ({CODEBOOK_SIZE / FRAME_RATE / 60:.2f} min of train audio, "
+            f"about {CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
+            f"{cfg['data']['valid_fraction']}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} "
+            "min of audio, or set tokenizer.mode: pretrained")
 
 
 class Corpus:

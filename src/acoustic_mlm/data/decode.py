@@ -162,7 +162,8 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     audio = _resample(mono, sr, sample_rate)
     n = len(audio) // encodec.HOP * encodec.HOP  # whole EnCodec frames only
     if n < min_samples:
-        raise Unusable(f"shorter than one training crop ({len(audio) / sample_rate:.3f} s < {min_samples / sample_rate:.3f} s)")
+        raise Unusable(f"shorter than one training crop ({len(audio) / sample_rate:.3f} s < "
+                       f"{min_samples / sample_rate:.3f} s)")
     return np.ascontiguousarray(audio[:n], dtype=np.float32), sr, channels
 
 

@@ -43,14 +43,13 @@ from typing import Callable
 
 import soundfile as sf
 
-from acoustic_mlm.errors import UserError
 from acoustic_mlm import __version__
-from acoustic_mlm.data import archive
-from acoustic_mlm.data import sources
-from acoustic_mlm.data import synth
-from acoustic_mlm.data.sources import AUDIO_SUFFIXES
+from acoustic_mlm.data import archive, sources, synth
 from acoustic_mlm.data.download import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, download
+from acoustic_mlm.data.sources import AUDIO_SUFFIXES
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import Progress, atomic_dir, file_sha256, log, write_json
+
 
 @dataclass(frozen=True)
 class Context:

@@ -45,16 +45,33 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm import encodec
+from acoustic_mlm import encodec, readers
 from acoustic_mlm.config import crop_frames
-from acoustic_mlm import readers
-from acoustic_mlm.errors import UserError
-from acoustic_mlm.data.corpus import (MANIFEST_COLUMNS, MANIFEST_DTYPES, PLAN, PLAN_COLUMNS, REJECTS_COLUMNS,
-                                      SHARD_COLUMNS, check_calibration_data, read_plan, shard_name)
+from acoustic_mlm.data.corpus import (
+    MANIFEST_COLUMNS,
+    MANIFEST_DTYPES,
+    PLAN,
+    PLAN_COLUMNS,
+    REJECTS_COLUMNS,
+    SHARD_COLUMNS,
+    check_calibration_data,
+    read_plan,
+    shard_name,
+)
 from acoustic_mlm.data.decode import Unusable, decode
 from acoustic_mlm.data.sources import SOURCE_RECORD, is_audio_name, not_audio_reason, walk
-from acoustic_mlm.utils import (OutOfSpaceError, Progress, atomic_dir, atomic_path, file_sha256, is_out_of_space, log,
-                                recover_replaced, write_json)
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import (
+    OutOfSpaceError,
+    Progress,
+    atomic_dir,
+    atomic_path,
+    file_sha256,
+    is_out_of_space,
+    log,
+    recover_replaced,
+    write_json,
+)
 
 
 def clip_ids(rel_paths: list[str]) -> list[str]:
@@ -234,7 +251,8 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     todo = read_plan(out_dir)
     todo = todo[todo["shard"] == int(shard)]
     if todo.empty:
-        raise UserError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards 0-{read_plan(out_dir)['shard'].max()})")
+        raise UserError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards "
+                        f"0-{read_plan(out_dir)['shard'].max()})")
     rows, rejects = [], []
     record = _fetch_record(raw_dir)
     for rel_path, skip in zip(todo["path"], todo["skip"]):  # before writing anything

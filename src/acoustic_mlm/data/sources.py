@@ -63,18 +63,26 @@ LIBROSA_SHA256 = {
     "198-209-0000.txt": "c5bf58b2a4aa0d6bf1e6051690312f3238960d455776a6d37e469d80db1da167",
     "3436-172162-0000.ogg": "780e482b52f2c8a500356babf60178ce005449cc171a8537eb3ef2961eb3e855",
     "3436-172162-0000.txt": "8cf4b20e148c4366205bc607f447c169256e945d62c64ead43d0a4dfa7d3ab98",
-    "442789__lena-orsa__happy-music-pistachio-ice-cream-ragtime.ogg": "9617c9be55c128177b13c20fbc52178ed482e3545094517efb30a7db2798991e",
-    "442789__lena-orsa__happy-music-pistachio-ice-cream-ragtime.txt": "99f9c44368918572ac154ae4a2fec4020d1d4bb418ae7bf241864916d68f9d04",
-    "456440__inspectorj__bird-whistling-robin-single-13.ogg": "57c2b861d028e25d7c086b48853f20eda1ae9a7a33e1125a1f3bec91539b4208",
-    "456440__inspectorj__bird-whistling-robin-single-13.txt": "34d25a379408d9144fbc4ce8cceb72be5196aeb6140cec6c90e6bdcb0567cb6e",
+    "442789__lena-orsa__happy-music-pistachio-ice-cream-ragtime.ogg":
+        "9617c9be55c128177b13c20fbc52178ed482e3545094517efb30a7db2798991e",
+    "442789__lena-orsa__happy-music-pistachio-ice-cream-ragtime.txt":
+        "99f9c44368918572ac154ae4a2fec4020d1d4bb418ae7bf241864916d68f9d04",
+    "456440__inspectorj__bird-whistling-robin-single-13.ogg":
+        "57c2b861d028e25d7c086b48853f20eda1ae9a7a33e1125a1f3bec91539b4208",
+    "456440__inspectorj__bird-whistling-robin-single-13.txt":
+        "34d25a379408d9144fbc4ce8cceb72be5196aeb6140cec6c90e6bdcb0567cb6e",
     "5703-47212-0000.ogg": "a284612b46af0535f7e1873758c4387bb8369f6dbbe192ffdec1f171108f98dd",
     "5703-47212-0000.txt": "1c5bd5eb792ff0d2fbe895e3a3dd0acf3beb48ee364e64e12cde3a646304a9f4",
-    "Hungarian_Dance_number_5_-_Allegro_in_F_sharp_minor_(string_orchestra).ogg": "919b48aa4cc66a0357d2cd5728664c5ab8f15c4b3469460df4b59470d35d3e49",
-    "Hungarian_Dance_number_5_-_Allegro_in_F_sharp_minor_(string_orchestra).txt": "0c857ef8a7365e3df9d5c25c2b08ec3169c0585e3ec08c9c6423d2a04d72fe5f",
+    "Hungarian_Dance_number_5_-_Allegro_in_F_sharp_minor_(string_orchestra).ogg":
+        "919b48aa4cc66a0357d2cd5728664c5ab8f15c4b3469460df4b59470d35d3e49",
+    "Hungarian_Dance_number_5_-_Allegro_in_F_sharp_minor_(string_orchestra).txt":
+        "0c857ef8a7365e3df9d5c25c2b08ec3169c0585e3ec08c9c6423d2a04d72fe5f",
     "Karissa_Hobbs_-_Let's_Go_Fishin'.ogg": "27b3667c396c1831511aa3c415fcf582b6e8be560cafb844c5b67b76b72c1cb3",
     "Karissa_Hobbs_-_Let's_Go_Fishin'.txt": "199bf3408b98916cd9d28a22b2b43c1935ab70072b46fa05c0b9f40e7882802e",
-    "Kevin_MacLeod_-_P_I_Tchaikovsky_Dance_of_the_Sugar_Plum_Fairy.ogg": "b5c1a3e26310e6618d3c124f458654cd235650fcb9db7d711302644566600484",
-    "Kevin_MacLeod_-_P_I_Tchaikovsky_Dance_of_the_Sugar_Plum_Fairy.txt": "059acb340170385d2bfa4c7ab7c2a06b1d8f8af3e0f11cb4f46ff4049e950915",
+    "Kevin_MacLeod_-_P_I_Tchaikovsky_Dance_of_the_Sugar_Plum_Fairy.ogg":
+        "b5c1a3e26310e6618d3c124f458654cd235650fcb9db7d711302644566600484",
+    "Kevin_MacLeod_-_P_I_Tchaikovsky_Dance_of_the_Sugar_Plum_Fairy.txt":
+        "059acb340170385d2bfa4c7ab7c2a06b1d8f8af3e0f11cb4f46ff4049e950915",
     "Kevin_MacLeod_-_Vibe_Ace.ogg": "6c23aed3dd5aa57f2b1652ecab68d15d9b82ad257f54e639eb2880ca09bc118a",
     "Kevin_MacLeod_-_Vibe_Ace.txt": "6c71e0525cb0452ea74c6d6f5fde6fa1e221223db7b2aa35b9914b98367ee7b9",
     "admiralbob77_-_Choice_-_Drum-bass.ogg": "ac644f9645e7c15174e4a4f8561e4d1448d7f6e59ff6b0556b310ebbced879bc",

@@ -28,7 +28,8 @@ Two ways to compute the same transform (`model.cqt_impl`):
   crop: one FFT of N samples, one batched complex matmul over the blocks (for each of the M bins j,
   (crops x blocks) @ (blocks x 336)), one M-point inverse FFT per bin. The kernels' spectra are
   band-limited (Hann windows); blocks in which no bin's spectrum reaches `FFT_BLOCK_TOL` of its
-  peak are left out (81 of 320 at MERT's settings), every bin's values in the kept ones are kept. Cost: about 0.1 GFLOP per 5.12 s crop.
+  peak are left out (81 of 320 at MERT's settings), every bin's values in the kept ones are kept.
+  Cost: about 0.1 GFLOP per 5.12 s crop.
   It equals `nnaudio` to float32 rounding, not bit for bit (BENCHMARKS.md, tests/model/test_cqt.py:
   closer to a float64 evaluation than nnAudio's own float32 convolution is).
 
@@ -48,6 +49,7 @@ import math
 import torch
 
 from acoustic_mlm import encodec
+
 # Formulas kept with their config check; cqt_bin_frequency is re-exported beside the CQT (tests import it here).
 from acoustic_mlm.config import CQT_IMPLS, cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (cqt_bin_frequency)
 
@@ -111,7 +113,8 @@ class _FFTPlan:
     def __call__(self, x: torch.Tensor, frames: int) -> torch.Tensor:
         """x (B, samples) float32 -> (B, frames, bins) magnitudes (float64 for a complex128 plan)."""
         B = x.shape[0]
-        X = torch.fft.fft(x.to(self.W.real.dtype), n=self.N).reshape(B, self.hop, self.M)[:, self.blocks]  # (B, blocks, M)
+        # (B, blocks, M)
+        X = torch.fft.fft(x.to(self.W.real.dtype), n=self.N).reshape(B, self.hop, self.M)[:, self.blocks]
         F = torch.bmm(X.permute(2, 0, 1).contiguous(), self.W)  # (M, B, bins): each bin's folded spectrum
         c = torch.fft.ifft(F, dim=0)[:frames]  # (frames, B, bins), times M / M: ifft's 1/M is the DFT's
         return c.abs().transpose(0, 1).contiguous()  # (B, frames, bins)

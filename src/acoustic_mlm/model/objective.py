@@ -145,7 +145,8 @@ class CodebookHeads(nn.Module):
 
     def forward(self, h: torch.Tensor, temp: float) -> torch.Tensor:
         z = self.proj(h).chunk(self.codebooks, dim=-1)  # K x (N, F)
-        logits = [cosine_logits(z[k], self.codewords[k], temp, self.fp16_logits) for k in range(self.codebooks)]  # K x (N, V)
+        logits = [cosine_logits(z[k], self.codewords[k], temp,
+                                self.fp16_logits) for k in range(self.codebooks)]  # K x (N, V)
         return torch.stack(logits, dim=1)  # (N, K, V)
 
 
@@ -176,7 +177,8 @@ class CQTHead(nn.Module):
         return (err * w).sum() / w.sum()
 
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
+                         weights: torch.Tensor | None = None) -> torch.Tensor:
     """Per-codebook mean cross-entropy in nats over the frames with weight 1 (None: every frame).
 
     logits (N, K, V), targets (N, K), weights (N,) of 0 / 1 -> (K,): sum_n w_n CE_nk / sum_n w_n.

@@ -362,7 +362,7 @@ def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precis
         "overflow_updates": overflows,
         "grad_bytes": tr.grad_bytes(),
     }
-    del tr, batch
+    tr = batch = None  # let go of the model and batch before _free (not `del`: run() closes over them)
     _free(device)
     return {
         # the bytes autograd saved for one micro-batch, extrapolated to the whole model (None: not counted)

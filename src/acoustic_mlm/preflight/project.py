@@ -54,8 +54,10 @@ HALF_ACTIVATION_SHARE = 0.5  # fp16_fairseq: a half model's activations are half
 DEFAULT_UTILISATION = 0.35  # share of the peak assumed for a projection: the middle of docs/recipe.md's 30-40 %
 # Interconnect bandwidth per GPU and direction, GB/s, for the gradient all-reduce:
 NVLINK_GB_S = 450.0  # within a node: NVLink 4 of an H100/H200 SXM, 900 GB/s bidirectional (NVIDIA H100 datasheet)
-INFINIBAND_GB_S = 50.0  # across nodes: one 400 Gb/s NDR InfiniBand port per GPU (NVIDIA DGX H100 datasheet, 8x ConnectX-7)
-BACKWARD_SHARE = 2 / 3  # of a micro-batch's FLOPs (flops.py: 4 of 6 per matmul weight): what DDP overlaps the all-reduce with
+# across nodes: one 400 Gb/s NDR InfiniBand port per GPU (NVIDIA DGX H100 datasheet, 8x ConnectX-7)
+INFINIBAND_GB_S = 50.0
+# of a micro-batch's FLOPs (flops.py: 4 of 6 per matmul weight): what DDP overlaps the all-reduce with
+BACKWARD_SHARE = 2 / 3
 
 # Corpus sizes of the named sources that can be known before a download (sources.py: track counts
 # of github.com/mdeff/fma, 30 s clips each).
@@ -197,7 +199,8 @@ def gpu_projection(cfg: dict, arms: list[dict], precision: str, utilisation: flo
             compute = a["micro_batches_per_update"] * micro_ms
             comm = allreduce_ms(a["grad_bytes"], processes, nodes, intra_gb_s, inter_gb_s)
             ms, exposed, bound = with_communication(compute, micro_ms, comm)
-            per_arm.append({"run": a["run"], "compute_ms": compute, "allreduce_ms": comm, "exposed_allreduce_ms": exposed,
+            per_arm.append({"run": a["run"], "compute_ms": compute, "allreduce_ms": comm,
+                            "exposed_allreduce_ms": exposed,
                             "ms_per_update": ms, "bound": bound,
                             "hours": wall_hours(a["steps"], ms, a["seeds"])})
             hours.append(per_arm[-1]["hours"])

@@ -35,13 +35,14 @@ def markdown(r: dict) -> str:
     if r["device_note"]:
         lines += [f"Note: {r['device_note']}.", ""]
     a0 = r["arms"][0]
-    scale = (f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} overflowed)"
+    scale = (f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} "
+             "overflowed)"
              if a0["loss_scale"] is not None else "")
     masters = f", {a0['master_dtype']} master weights" if a0["master_dtype"] else ""
     lines += [f"Weights measured: {a0['param_dtype']}{masters}{scale}.", ""]
     if r["gpu_projection"] is None:
         lines += [
-            f"| arm | ms/update | from | all-reduce ms | bound | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | "
+            "| arm | ms/update | from | all-reduce ms | bound | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | "
             f"micro-batch x accum | hours | {kind}-hours |",
             "|---|---:|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
         ]
@@ -90,11 +91,12 @@ def markdown(r: dict) -> str:
             "|---|---:|---|---:|",
         ]
         for g in mem["gpus"]:
-            lines.append(f"| {g['gpu']} | {g['memory_gb']:g} | {_yes_no(g['fits'])} | {_num(g['max_micro_batch'], 'd')} |")
+            lines.append(f"| {g['gpu']} | {g['memory_gb']:g} | {_yes_no(g['fits'])} | "
+                         f"{_num(g['max_micro_batch'], 'd')} |")
         lines.append("")
     if r["gpu_projection"] is not None:
         lines += [
-            f"**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "
+            "**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "
             f"{100 * r['gpu_projection'][0]['utilisation']:.0f}% of each GPU's dense {r['precision']} peak, plus the "
             "exposed all-reduce; no hours are taken from the CPU times above):",
             "",

@@ -311,7 +311,8 @@ def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: H
                 res = measure_arm(m, t, hw.device, hw.measure_precision, frames, plan,
                                   crops_per_process // plan.micro_batch, probe, bar)
                 used_mb, no_fit = plan.micro_batch, []
-            res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit, gpu_memory=None)
+            res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit,
+                       gpu_memory=None)
             if hw.substitute:
                 res.update(_projected_fit(m, res, hw, t0, frames, crops_per_process))
             else:

@@ -74,7 +74,8 @@ def _compare(a: str, b: str, gap: float, spreads: tuple[float, float], resolutio
                       f"({num(spread)[1:]} {unit}, {'max - min' if how_range else 'two std'})")
     if abs(gap) <= resolution:
         return None, (f"{a} vs {b}: difference {num(gap)} {unit} is a tie (at most {resolution:g} {unit}: "
-                      f"{'within the noise rounding alone makes, claims.min_final_gap' if unit == 'bits' else 'a tie'})")
+                      + ("within the noise rounding alone makes, claims.min_final_gap)" if unit == "bits"
+                         else "a tie)"))
     beyond = f", beyond the {resolution:g} {unit} rounding alone makes (claims.min_final_gap)" if unit == "bits" else ""
     return gap > 0, f"{a} vs {b}: difference {num(gap)} {unit}{beyond}"
 

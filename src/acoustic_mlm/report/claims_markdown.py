@@ -92,8 +92,8 @@ def spikes_markdown(explained: list[dict], factor: float = UNUSUAL_FACTOR) -> st
         return "\n".join(lines + ["No arm spikes, so there is nothing to explain.", ""])
     lines.append(f"From the onset row to the peak row of each spike (`diagnostics.csv`); \"unusual\" is {factor:g} "
                  f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, "
-                 "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before clipping "
-                 "since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers.")
+                 "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before "
+                 "clipping since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers.")
     lines.append("")
     for e in explained:
         skipped = ", ".join(f"{e[n]} for {SKIP_NAMES[n]}" if e[n] is not None else f"{SKIP_NAMES[n]} not counted"

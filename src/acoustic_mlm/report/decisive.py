@@ -25,8 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm import curves
-from acoustic_mlm import readers
+from acoustic_mlm import curves, readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: an unfused logit beyond it is inf
 
@@ -131,7 +130,8 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
         seed = int(seed_key)
         m = metrics[metrics["seed"] == seed]
         if m.empty:
-            raise UserError(f"{run_dir / 'metrics.csv'}: no rows of seed {seed}; rerun the train stage for {run_dir.name}")
+            raise UserError(f"{run_dir / 'metrics.csv'}: no rows of seed {seed}; rerun the train stage for "
+                            f"{run_dir.name}")
         out = run_outcomes(m["step"], m["train_loss_cb0"], plateau)
         logit = float(m["attn_logit_max"].max()) if "attn_logit_max" in m and m["attn_logit_max"].notna().any() \
             else math.nan
@@ -147,7 +147,8 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
             "steps": int(_setting(settings, "train.steps")), "norm": norm, "attention": attention, "clip": clip,
             "status": status, **out, "plateau": plateau,
             "failed": bool(status == "diverged" or nonfinite > 0), "nonfinite_steps": nonfinite,
-            "overflow_skips": int(one.get("overflow_skips", 0)), "max_grad_norm": float(one.get("max_grad_norm", math.nan)),
+            "overflow_skips": int(one.get("overflow_skips", 0)),
+            "max_grad_norm": float(one.get("max_grad_norm", math.nan)),
             "attn_logit_max": logit, "wall_time_s": float(one.get("wall_time_s", math.nan)),
         })
     return rows
@@ -301,7 +302,8 @@ def forced_logit_verdict(runs: pd.DataFrame) -> dict:
     for gain, g in fp16.groupby("qk_gain"):
         unfused, relax, fused = (g[g["arm"] == k] for k in ("unfused", "pb_relax", "clip1"))
         reached = unfused[unfused["attn_logit_max"] >= FP16_MAX]
-        row = {arm: {"runs": len(x), "failed": int(x["failed"].sum()), "reached": int((x["attn_logit_max"] >= FP16_MAX).sum()),
+        row = {arm: {"runs": len(x), "failed": int(x["failed"].sum()),
+                     "reached": int((x["attn_logit_max"] >= FP16_MAX).sum()),
                      "largest_logit": float(x["attn_logit_max"].max()) if len(x) else math.nan,
                      "final_loss": float(x["final_loss"].mean()) if len(x) else math.nan}
                for arm, x in (("unfused", unfused), ("pb_relax", relax), ("fused", fused))}
@@ -341,7 +343,8 @@ def numerics_verdict(numerics: pd.DataFrame | None) -> dict:
 def judge(runs: pd.DataFrame, numerics: pd.DataFrame | None = None) -> dict:
     """Every promise's verdict with its cells' numbers."""
     cells = cell_table(runs)
-    per_cell = cell_verdicts(cells) if len(cells) else pd.DataFrame(columns=["promise", "cell", "verdict", "two_budgets"])
+    per_cell = (cell_verdicts(cells) if len(cells)
+                else pd.DataFrame(columns=["promise", "cell", "verdict", "two_budgets"]))
     promises = []
     for promise, arm_a, arm_b, text in PROMISES:
         mine = per_cell[per_cell["promise"] == promise]

@@ -59,7 +59,8 @@ ROLE_STYLES = {
     "attn_relax": ArmStyle(_TAB10[6], "^", (4, 2), hollow=True),
 }
 # Arms without a role get the remaining tab10 colours and other markers, dash-dotted.
-EXTRA_STYLES = [ArmStyle(_TAB10[i], mk, (6, 2, 1, 2)) for i, mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))]
+EXTRA_STYLES = [ArmStyle(_TAB10[i], mk, (6, 2, 1, 2)) for i,
+                mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))]
 
 
 def step_label(x: float, _pos=None) -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-
 # The repository's copy: src/acoustic_mlm/report/reference.py -> <repo>/data/reference/paper_curves.csv
 REFERENCE_PATH = Path(__file__).resolve().parents[3] / "data" / "reference" / "paper_curves.csv"
 COLUMNS = ["run", "role", "label", "step", "loss_bits", "note"]

@@ -29,9 +29,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from acoustic_mlm import curves as K  # noqa: E402
-from acoustic_mlm.report import figure
 from acoustic_mlm import readers  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
+from acoustic_mlm.report import figure
 from acoustic_mlm.utils import FP16_MAX, log  # noqa: E402
 
 TITLE = "Training stability: loss, gradient norm, attention logits"
@@ -134,7 +134,7 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
     found = spikes(loss, names, spike_threshold, recovery_margin)
     colour = {n: styles[label_of[n]].color for n in names}
     for k in found:
-        for key, ax in axes.items():
+        for ax in axes.values():
             line = ax.axvline(k["peak_step"], color=colour[k["run"]], linestyle="--", linewidth=1.0, alpha=0.8)
             line.set_gid(SPIKE_GID.format(**k))
         same = sum(1 for j in found[: found.index(k)] if j["peak_step"] == k["peak_step"])  # stacked, not overlaid

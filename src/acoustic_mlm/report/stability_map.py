@@ -32,10 +32,9 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import curves
-from acoustic_mlm import readers
+from acoustic_mlm import curves, readers
+from acoustic_mlm.config.sweep import point_config, points
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.config.sweep import points, point_config
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
 log = logging.getLogger(__name__)
@@ -95,7 +94,8 @@ def check_trained_as_point(cfg: dict, run_dir: Path, name: str, seeds) -> None:
     for seed in seeds:
         path = Path(run_dir) / "seeds" / f"seed{seed}" / "summary.json"
         got = C.renamed_settings(readers.read_seed_summary(path)["fingerprint"].get("settings", {}))
-        differ = sorted((k for k in set(want) | set(got) if want.get(k) != got.get(k)), key=lambda k: (k not in swept, k))
+        differ = sorted((k for k in set(want) | set(got) if want.get(k) != got.get(k)),
+                        key=lambda k: (k not in swept, k))
         if differ:
             k = differ[0]
             raise UserError(f"{path}: run {name} was trained with {k} {got.get(k, '(unset)')!r}, but its sweep point "
@@ -299,7 +299,8 @@ def _pair(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
 
 
 def _numbers(*arms: dict) -> dict:
-    keys = ("sensitivity", "sensitivity_spread", "mean_capped_loss", "mean_capped_loss_spread", "best_lr", "best_loss", "best_flattened", "best_seeds", "largest_stable_lr",
+    keys = ("sensitivity", "sensitivity_spread", "mean_capped_loss", "mean_capped_loss_spread", "best_lr", "best_loss",
+            "best_flattened", "best_seeds", "largest_stable_lr",
             "diverged_runs", "lowest_lr_loss", "attn_logit_max")
     return {f"{a['arm']} ({a['panel']})": {k: _round(a[k]) for k in keys} for a in arms}
 
@@ -321,11 +322,11 @@ def _combine(outcomes: list[str]) -> str:
 
 
 def verdict_clipping(stats: pd.DataFrame, floor: float) -> dict:
-    """Clipping: in every full-range (fp32, bf16) panel, clip 1's LR sensitivity is lower than clip 10's by more than the
-    seed spread (supported); higher by more than it in any panel: not supported; else inconclusive.
+    """Clipping: in every full-range (fp32, bf16) panel, clip 1's LR sensitivity is lower than clip 10's by more
+    than the seed spread (supported); higher by more than it in any panel: not supported; else inconclusive.
     A panel whose best-rate runs of either arm have not flattened is inconclusive."""
     outcomes, arms, notes = [], [], []
-    for panel, layers, precision in _stat_panels(stats):
+    for panel, _layers, precision in _stat_panels(stats):
         if precision not in FULL_RANGE:
             continue
         a, b = _pick(stats, "clip1", panel), _pick(stats, "clip10", panel)
@@ -391,7 +392,7 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
     or a larger stable rate: supported; otherwise not supported (the limit was reached and relaxing did
     not help)."""
     outcomes, arms, notes = [], [], []
-    for panel, layers, precision in _stat_panels(stats):
+    for panel, _layers, precision in _stat_panels(stats):
         if precision in FULL_RANGE:
             continue
         a, b = _pick(stats, "attn_relax", panel), _pick(stats, "clip1", panel)

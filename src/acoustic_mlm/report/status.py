@@ -1,9 +1,10 @@
 """`amlm status`: where every arm and seed of a run stands, read from results/runs/ while it trains.
 
-It reads only files that training writes atomically (train/loop.py and train/summary.py: a temporary name, then a rename),
-so it is safe beside running jobs, locally or under SLURM on a shared file system:
+It reads only files that training writes atomically (train/loop.py and train/summary.py: a temporary name, then
+a rename), so it is safe beside running jobs, locally or under SLURM on a shared file system:
 
-    <run>/seeds/seed<S>/summary.json         written last when a seed ends: completed, completed_with_nonfinite, diverged
+    <run>/seeds/seed<S>/summary.json         written last when a seed ends: completed, completed_with_nonfinite,
+                                             diverged
     <run>/seeds/seed<S>/metrics.csv          that seed's rows (with the summary)
     <run>/seeds/seed<S>/metrics.partial.csv  the rows so far, rewritten at every metrics row
     <run>/state/seed<S>/step-*.pt            resumable states, every train.checkpoint_interval steps
@@ -138,7 +139,8 @@ def check_runs_dir(runs_dir: Path) -> None:
                     "its runs into (default results/runs), or start training first")
 
 
-def collect(cfg: dict, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+def collect(cfg: dict, runs_dir: Path, now: float | None = None,
+            stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
     """Every run (a sweep's points, else the arms) and seed of the config, in config order."""
     return [seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
             for run, seeds, total in runs_of(cfg) for seed in seeds]
@@ -167,7 +169,8 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str
     sw = max([len("step")] + [len(x) for x in steps])
     head = f"{'run':<{width}}  seed  {'step':>{sw}}  {'cb0':>6}  {'upd/s':>6}  {'left':>6}"
     head += f"  {'scale':>7}  {'skips':>5}" if fp16 else ""  # the fp16 loss scale and its overflow skips
-    lines = [f"{runs_dir}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last codebook-0 training loss (bits); stopped: no new "
+    lines = [f"{runs_dir}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last "
+             "codebook-0 training loss (bits); stopped: no new "
              f"metrics row or state for {_duration(stale_after)} (idle time shown)", head + "  status"]
     for s, step in zip(statuses, steps):
         line = (f"{s.run:<{width}}  {s.seed:>4}  {step:>{sw}}  {_num(s.cb0, '.3f'):>6}  "

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+
 def sq_dists(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor) -> torch.Tensor:
     """(n, k) squared distances of points `x` to centroids `c` (c_sq: their squared norms, (1, k))."""
     # expanded as in EnCodec's EuclideanCodebook.quantize, so that k-means assigns points exactly

@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import encodec
-from acoustic_mlm import readers
+from acoustic_mlm import encodec, readers
 from acoustic_mlm.data.corpus import shard_name
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_group_masks, mask_groups

@@ -16,8 +16,8 @@ updates since the previous row, which makes them fairseq's interval means when o
   valid_loss_cb{k} (bits, fixed held-out crops and masks), lr, grad_norm (total norm before
   clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
   clip_frac (since previous row), clipped_steps (cumulative clipped updates), feature_penalty,
-  nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite non-finite steps in a row
-  stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
+  nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite
+  non-finite steps in a row stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
   loss_scale (fp16 loss scale now; NaN without one), wall_time (s since start).
 With `train.precision: fp16_fairseq` a step is an update: steps whose gradients overflowed are
 not counted (see precision.py).
@@ -50,8 +50,16 @@ from acoustic_mlm.train.crops import CropData, batches, check_codes
 from acoustic_mlm.train.distributed import init_distributed
 from acoustic_mlm.train.precision import FP16Optimizer, MinLossScaleError
 from acoustic_mlm.train.schedule import log_steps, lr_at
-from acoustic_mlm.train.state import (STATE_DIR, STATE_KEYS, completed_summary, fingerprint, load_latest_state,
-                                      rng_state, save_state, set_rng_state)
+from acoustic_mlm.train.state import (
+    STATE_DIR,
+    STATE_KEYS,
+    completed_summary,
+    fingerprint,
+    load_latest_state,
+    rng_state,
+    save_state,
+    set_rng_state,
+)
 from acoustic_mlm.train.summary import PARTIAL, Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
@@ -80,7 +88,8 @@ class SeedJob:
         return self.rank == 0
 
 
-def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None) -> dict:
+def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path,
+        threads: int | None = None) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
     Each seed's own metrics, summary and final checkpoint land in out_dir/seeds/seed<S>/, its
@@ -173,7 +182,8 @@ class Loop:
     stop_reason: str | None = None  # why the seed stopped early: nonfinite | min_loss_scale
 
     def state(self) -> dict:
-        return {"step": self.step, "batches": self.batches, "rows": self.rows, "nonfinite": self.nonfinite, "streak": self.streak,
+        return {"step": self.step, "batches": self.batches, "rows": self.rows, "nonfinite": self.nonfinite,
+                "streak": self.streak,
                 "overflow": self.overflow, "clipped": self.clipped, "elapsed": self.elapsed,
                 "accumulator": self.acc.state()}
 

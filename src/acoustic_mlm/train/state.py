@@ -105,7 +105,8 @@ def load_latest_state(state_dir: Path, fingerprint: dict, required: dict[str, ty
                         str(exc).splitlines()[0] if str(exc) else "empty")
             continue
         if actual != expected:
-            log.warning("resume: %s does not match its checksum %s (damaged); trying the previous state", path, side.name)
+            log.warning("resume: %s does not match its checksum %s (damaged); trying the previous state", path,
+                        side.name)
             continue
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)

@@ -11,8 +11,7 @@ import pandas as pd
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import kernels
-from acoustic_mlm import curves
+from acoustic_mlm import curves, kernels
 
 PARTIAL = "metrics.partial.csv"  # the rows so far, while a seed trains
 

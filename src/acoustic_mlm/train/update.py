@@ -101,7 +101,8 @@ def build_trainer(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, rank
         half_model(model)  # as fairseq's trainer under common.fp16 (precision.py)
     step_model, ddp = model, None
     if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
-        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = torch.nn.parallel.DistributedDataParallel(model,
+                                                        device_ids=[device.index] if device.type == "cuda" else None)
         step_model = ddp
         torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
     step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
@@ -119,11 +120,13 @@ def build_trainer(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, rank
 
 class Update(NamedTuple):
     outs: list  # each micro-batch's MLMOutput
-    means: torch.Tensor  # (K + 2,) on the device: bits per codebook, loss, feature penalty; mean over micro-batches and processes
+    # (K + 2,) on the device: bits per codebook, loss, feature penalty; mean over micro-batches and processes
+    means: torch.Tensor
     finite: bool  # every micro-batch's loss was finite in every process
     grad_norm: float  # total norm before clipping (NaN when no step was tried)
     clipped: bool
-    overflow: bool  # the loss scaler skipped the step (precision fp16 or fp16_fairseq; under fp16_fairseq a non-finite loss too)
+    # the loss scaler skipped the step (precision fp16 or fp16_fairseq; under fp16_fairseq a non-finite loss too)
+    overflow: bool
     probe: object = None  # diagnostics.UpdateProbe taken before the step, when asked for and a step was tried
 
 
