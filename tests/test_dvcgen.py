@@ -49,12 +49,14 @@ def test_dvc_yaml_out_naming_a_folder_is_one_line(root, tmp_path, capsys, make, 
     assert code == 2 and "\n" not in err and "Traceback" not in err, err
     assert err.startswith(f"amlm dvc-yaml: error: {target}: ") and words in err, err
     with pytest.raises(UserError, match="--out names an existing folder"):  # the functions refuse it as well
-        (dvcgen.check if check else dvcgen.write)(C.load(root / "config" / "smoke.yaml"), root / "config" / "smoke.yaml",
+        (dvcgen.check if check else dvcgen.write)(C.load(root / "config" / "smoke.yaml"),
+                                                  root / "config" / "smoke.yaml",
                                                   target)
 
 
 def test_dvc_yaml_out_under_a_file_is_one_line(root, tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
-    code = main(["dvc-yaml", "--config", str(root / "config" / "smoke.yaml"), "--out", str(tmp_path / "a_file" / "dvc.yaml")])
+    code = main(["dvc-yaml", "--config", str(root / "config" / "smoke.yaml"), "--out",
+                 str(tmp_path / "a_file" / "dvc.yaml")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "lies under" in err and "which is a file, not a folder" in err and "\n" not in err
