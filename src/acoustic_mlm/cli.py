@@ -32,7 +32,7 @@ from pathlib import Path
 from acoustic_mlm import __version__
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import final_names, setup_logging
+from acoustic_mlm.utils import final_names, log, setup_logging
 
 DEFAULT_CONFIG = "config/config.yaml"
 
@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded "
                       "batches; write model/, shard-<k>/codes.npy and tokenizer.json. Without a step option, all "
                       "steps run in turn.")
-    p.add_argument("--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)")
+    p.add_argument("--prepared", type=Path, default=Path("data/prepared"),
+                   help="prepared folder (default: data/prepared)")
     p.add_argument("--out", type=Path, default=Path("data/codes"), help="output folder (default: data/codes)")
     _step_options(p, "--fit", "only fit (calibrated) or check (pretrained) the tokenizer: model/", "encode",
                   "only summarise the shards' codes: tokenizer.json")
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_name", nargs="?", metavar="RUN", help="run name, a key of runs: in the config")
     p.add_argument("--run", help="the same, as an option (under torchrun use the positional form: "
                                  "torchrun takes --run for its own --run-path)")
-    p.add_argument("--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)")
+    p.add_argument("--prepared", type=Path, default=Path("data/prepared"),
+                   help="prepared folder (default: data/prepared)")
     p.add_argument("--codes", type=Path, default=Path("data/codes"), help="codes folder (default: data/codes)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default: results/runs/<RUN>)")
 
@@ -114,11 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
     p.add_argument("--reference", type=Path, default=None,
-                   help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)")
+                   help="paper curves CSV, overlaid when figure.overlay_paper (default: "
+                        "data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
     p = _stage_parser(sub, "stability", "draw the stability figure: loss, gradient norm, attention logits",
-                      "Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the largest "
+                      "Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the "
+                      "largest "
                       "attention logit (fp16 limit drawn) and the fp16 loss scale against training steps, every loss "
                       "spike marked on every panel; PNG (300 dpi), PDF and SVG.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
@@ -127,18 +131,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _stage_parser(sub, "claims", "check the figure's claims on the reproduced curves",
                       "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
-                      "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a verdict.")
+                      "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a "
+                      "verdict.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
-    p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="paper curves CSV (default: data/reference/paper_curves.csv)")
     p.add_argument("--diagnostics", type=Path, default=Path("results/diagnostics.csv"),
                    help="tidy diagnostics CSV: what they show at each spike")
     p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
     p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as a markdown table")
 
     p = _stage_parser(sub, "compare", "draw the paper's curves beside the reproduction",
-                      "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 curves.")
+                      "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 "
+                      "curves.")
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
-    p.add_argument("--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="paper curves CSV (default: data/reference/paper_curves.csv)")
     p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
 
     p = _stage_parser(sub, "map", "tabulate a sweep's runs: the stability map",
@@ -173,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "plateau (default: data/codes)")
     p.add_argument("--numerics", type=Path, default=None, help="benchmarks/attention_fp16.py's table (PB-Relax's "
                    "arithmetic); without it that part is inconclusive")
-    p.add_argument("--out", type=Path, default=Path("results/decisive"), help="output folder (default: results/decisive)")
+    p.add_argument("--out", type=Path, default=Path("results/decisive"),
+                   help="output folder (default: results/decisive)")
 
     p = _stage_parser(sub, "preflight", "measure time, memory and disk of every arm before a run",
                       "Build each arm's model at the preset's size on its device and precision, time a few "
@@ -292,6 +301,11 @@ def dispatch(args: argparse.Namespace) -> int | None:
     elif args.command == "tokenize":
         from acoustic_mlm.tokenizer import stage as tokenizer
 
+        # the codes depend on the thread count: tokenize computes with tokenizer.threads, whatever --threads says
+        if args.threads is not None and args.threads != cfg["tokenizer"]["threads"]:
+            log.warning("tokenize: %d threads, as tokenizer.threads says (--threads %d ignored: other thread counts "
+                        "give other codes)", cfg["tokenizer"]["threads"], args.threads)
+        threads = cfg["tokenizer"]["threads"]
         if args.fit:
             tokenizer.fit(cfg, args.prepared, args.out, threads=threads)
         elif args.shard is not None:
@@ -372,7 +386,8 @@ def dispatch(args: argparse.Namespace) -> int | None:
                           until_step=args.until_step, late_tolerance_bits=args.late_tolerance,
                           native_tolerance_bits=args.native_tolerance, data_dir=args.data)
             return 0
-        ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke" else "default_run")
+        ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke"
+                                                          else "default_run")
         return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance, args.data)
     elif args.command == "compare":
         from acoustic_mlm.report import figure
@@ -403,7 +418,8 @@ def check_outputs(args: argparse.Namespace) -> None:
             continue
         path, option = Path(path), "--" + attr.replace("_", "-")
         if kind == "folder" and path.exists() and not path.is_dir():
-            raise UserError(f"{path}: {option} names an existing file, not a folder; name a folder (or remove the file)")
+            raise UserError(f"{path}: {option} names an existing file, not a folder; name a folder "
+                            "(or remove the file)")
         if kind == "file" and path.is_dir():
             raise UserError(f"{path}: {option} names an existing folder, not a file; name a file")
         for above in path.parents:

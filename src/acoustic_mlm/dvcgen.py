@@ -64,8 +64,9 @@ NO_RESULT = frozenset({"utils", "errors", "devices", "cli", "__init__", "__main_
 # runs through sweep.point_config (a sweep point's settings).
 ENTRY = {
     # kernels: `python -m acoustic_mlm` pins the CPU kernels these stages compute with (cpu_kernels)
-    "fetch": ("data.fetch", "kernels"), "prepare": ("data.prepare", "kernels"), "tokenize": ("tokenizer.stage", "kernels"),
-    "train": ("train.loop", "config.sweep", "kernels"), "aggregate": ("report.aggregate",), "figure": ("report.figure",),
+    "fetch": ("data.fetch", "kernels"), "prepare": ("data.prepare", "kernels"),
+    "tokenize": ("tokenizer.stage", "kernels"), "train": ("train.loop", "config.sweep", "kernels"),
+    "aggregate": ("report.aggregate",), "figure": ("report.figure",),
     "stability": ("report.stability",), "claims": ("report.claims",), "compare": ("report.figure",),
     "map": ("report.stability_map",), "map_figure": ("report.stability_map",),
     "map_claims": ("report.stability_map",), "decide": ("report.decisive",),
@@ -259,7 +260,7 @@ def stages(cfg: dict, config_path: str) -> list[Stage]:
                                            "persist": "never deleted before a rerun: fetch reuses it by hash"})]),
         Stage("prepare", _cmd("amlm prepare --config", q, "--raw data/raw --out data/prepared"),
               deps=["data/raw"], outs=[Out("data/prepared")]),
-        Stage("tokenize", _cmd("amlm tokenize --config", q, "--threads 2 --prepared data/prepared --out data/codes"),
+        Stage("tokenize", _cmd("amlm tokenize --config", q, "--prepared data/prepared --out data/codes"),
               deps=["data/prepared"], outs=[Out("data/codes")]),
     ]
     for s in data[1:]:
@@ -300,7 +301,8 @@ def _arm_stages(cfg: dict, q: str) -> list[Stage]:
                                    "--finals", FINALS),
                  ["results/runs"], cfg,
                  outs=[Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"})],
-                 metrics=[Out(FINALS, comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
+                 metrics=[Out(FINALS,
+                              comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
                  plots=[Out(curves, {"x": "step", "y": "loss_bits"})]),
         _summary("figure", _cmd("amlm figure --config", q, "--curves", curves, "--reference", REFERENCE,
                                 "--out", figures),
@@ -312,7 +314,8 @@ def _arm_stages(cfg: dict, q: str) -> list[Stage]:
                  outs=[Out(f"{figures}/stability.{e}") for e in ("pdf", "svg")],
                  plots=[Out(f"{figures}/stability.png", comments={"": "an image plot: dvc plots show renders it"})]),
         _summary("claims", _cmd("amlm claims --config", q, "--curves", curves, "--reference", REFERENCE,
-                                "--diagnostics", diagnostics, "--out-json results/claims.json --out-md results/claims.md"),
+                                "--diagnostics", diagnostics, "--out-json results/claims.json --out-md "
+                                                              "results/claims.md"),
                  [curves, diagnostics, REFERENCE], cfg,
                  outs=[Out("results/claims.md")], metrics=[Out("results/claims.json")]),
         _summary("compare", _cmd("amlm compare --config", q, "--curves", curves, "--reference", REFERENCE,
@@ -342,7 +345,8 @@ def _sweep_stages(cfg: dict, q: str, pts: dict[str, S.Point]) -> list[Stage]:
                  outs=[Out(table, comments={"": "one row per point and seed"})]),
         _summary("map_figure", _cmd("amlm map-figure --config", q, "--map", table, "--out", figures), [table], cfg,
                  outs=[Out(f"{figures}/lr_sensitivity.{e}") for e in ("pdf", "svg")],
-                 plots=[Out(f"{figures}/lr_sensitivity.png", comments={"": "an image plot: dvc plots show renders it"})]),
+                 plots=[Out(f"{figures}/lr_sensitivity.png",
+                            comments={"": "an image plot: dvc plots show renders it"})]),
         _summary("map_claims", _cmd("amlm map-claims --config", q, "--map", table,
                                     "--out-json results/claims.json --out-md results/claims.md"), [table], cfg,
                  outs=[Out("results/claims.md")], metrics=[Out("results/claims.json")]),

@@ -1,5 +1,6 @@
 """End to end on the smoke preset: Snakemake and DVC, each in a fresh copy of the repository."""
 
+import hashlib
 import json
 import os
 import re
@@ -13,8 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import copy_repo, RUN_NAMES
-
+from helpers import RUN_NAMES, copy_repo
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,8 @@ def _check_outputs(repo: Path):
         assert (repo / f).stat().st_size > 1000
     for run in RUN_NAMES:
         metrics = pd.read_csv(repo / "results" / "runs" / run / "metrics.csv")
-        assert {"step", "train_loss_cb0", "valid_loss_cb0", "lr", "grad_norm", "clipped", "wall_time"} <= set(metrics.columns)
+        assert {"step", "train_loss_cb0", "valid_loss_cb0", "lr", "grad_norm", "clipped",
+                "wall_time"} <= set(metrics.columns)
     # PB-Relax is the identity in exact arithmetic: in fp32 with the same seed, data and masks the
     # relaxed arm must track Pre-Norm clip 1 at every logged step.
     a = cb0[cb0.run == "prenorm_clip1"].sort_values("step")["loss_bits"].to_numpy()
@@ -92,6 +93,14 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     verified = _run(["env", "PYTHONPATH=src", sys.executable, "-m", "acoustic_mlm", "verify", "--config",
                      "config/smoke.yaml"], repo)
     assert "this installation trains as the reference" in verified, verified
+    # pinned kernels: every data stage's outputs are the reference's bytes, and every row 0 bits away
+    assert all(f"data: {stage:<9} same" in verified for stage in ("fetch", "prepare", "tokenize")), verified
+    assert all(re.search(rf"^{run} +largest difference at steps <= 150 0 bits", verified, re.M)
+               for run in RUN_NAMES), verified
+    meta = json.loads((repo / "data" / "reference" / "smoke_run" / "reference.json").read_text())
+    for stage, files in meta["data_hashes"].items():
+        for rel, digest in files.items():
+            assert hashlib.sha256((repo / "data" / rel).read_bytes()).hexdigest() == digest, (stage, rel)
     assert (repo / "results" / "figures" / "reference_check.png").stat().st_size > 1000
     for run in RUN_NAMES:
         assert (repo / "results" / "logs" / "train" / f"{run}.log").stat().st_size > 0
@@ -132,7 +141,8 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     pd.testing.assert_frame_equal(resumed, reference, check_exact=True)
     assert "resuming after step" in (repo / "results" / "logs" / "train" / "prenorm_clip1.log").read_text(), log
 
-    _run([sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"], repo)
+    _run([sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"],
+         repo)
     html = (repo / "results" / "report.html").read_text(errors="replace")
     assert "paper_vs_reproduction.png" in html and "claims.md" in html and "metrics.csv" in html
     assert "stability.png" in html
@@ -159,7 +169,8 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     assert "up to date" in status, status
     metrics = _run([sys.executable, "-m", "dvc", "metrics", "show"], repo)
     assert "final_train_loss_cb0" in metrics
-    plots = _run([sys.executable, "-m", "dvc", "plots", "show", "--show-vega", "results/runs/prenorm_clip1/metrics.csv"], repo)
+    plots = _run([sys.executable, "-m", "dvc", "plots", "show", "--show-vega",
+                  "results/runs/prenorm_clip1/metrics.csv"], repo)
     assert '"type": "log"' in plots  # the log-x template
 
     # Reruns are minimal: a new clip for one arm invalidates that arm's stage and the summaries only.
@@ -190,7 +201,8 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     clone = tmp_path / "clone"
     _run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
     _run([sys.executable, "-m", "dvc", "pull"], clone)
-    for rel in ["data/codes/shard-00002/codes.npy", "data/prepared/shard-00002/audio.npy", "results/runs/prenorm_clip1/seeds/seed1/checkpoint.pt",
+    for rel in ["data/codes/shard-00002/codes.npy", "data/prepared/shard-00002/audio.npy",
+                "results/runs/prenorm_clip1/seeds/seed1/checkpoint.pt",
                 "results/runs/prenorm_clip1/metrics.csv", "results/loss_curves.csv", *FIGURES]:
         assert (clone / rel).is_file(), rel
     assert "up to date" in _run([sys.executable, "-m", "dvc", "status"], clone)

@@ -38,7 +38,7 @@ def test_every_rule_has_log_threads_and_conda(root):
     assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
                                                 "tokenize_shard", "tokenize", "train", "aggregate", "figure",
                                                 "stability", "claims", "compare", "preflight", "stability_map",
-                                                "map_figure", "map_claims", "status"}
+                                                "map_figure", "map_claims", "decide", "status"}
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -138,12 +138,15 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
 
 # The modules each DVC stage runs (cli.dispatch; training goes through sweep.point_config); the
 # modules they import (transitively) shape its outputs.
-STAGE_MODULE = {"fetch": ("data.fetch",), "prepare": ("data.prepare",), "tokenize": ("tokenizer.stage",),
-                "train": ("train.loop", "config.sweep"), "aggregate": ("report.aggregate",),
+# kernels: `python -m acoustic_mlm` pins the CPU kernels the computing stages run with (cpu_kernels)
+STAGE_MODULE = {"fetch": ("data.fetch", "kernels"), "prepare": ("data.prepare", "kernels"),
+                "tokenize": ("tokenizer.stage", "kernels"),
+                "train": ("train.loop", "config.sweep", "kernels"), "aggregate": ("report.aggregate",),
                 "figure": ("report.figure",), "claims": ("report.claims",), "compare": ("report.figure",),
                 "stability": ("report.stability",), "map": ("report.stability_map",),
-                "map_figure": ("report.stability_map",), "map_claims": ("report.stability_map",)}
-MAP_STAGES = {"map", "map_figure", "map_claims"}  # with a sweep, instead of aggregate ... compare
+                "map_figure": ("report.stability_map",), "map_claims": ("report.stability_map",),
+                "decide": ("report.decisive",)}
+MAP_STAGES = {"map", "map_figure", "map_claims", "decide"}  # with a sweep, instead of aggregate ... compare
 # Modules that shape no result: messages, logging and progress, device choice, the command line.
 NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__", "dvcgen"}
 
@@ -309,7 +312,7 @@ def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
     jobs = set()
     for block in re.split(r"\n\s*\n", out):
         head = re.search(r"^(?:localrule|rule|checkpoint) (\w+):", block, re.M)
-        if head and head.group(1) in ("train", "stability_map", "map_figure", "map_claims"):
+        if head and head.group(1) in ("train", "stability_map", "map_figure", "map_claims", "decide"):
             run = re.search(r"wildcards: run=(\S+)", block)
             jobs.add(f"train-{run.group(1)}" if run else {"stability_map": "map"}.get(head.group(1), head.group(1)))
     assert jobs == {s for s in stages if _kind(s) == "train" or s in MAP_STAGES}

@@ -118,7 +118,8 @@ def two_budget_runs(a_loss, b_loss, aa=(7.0, 7.0)):
         for seed in (1, 2, 3, 4):
             rows += [("deepnorm", 16, 0.01, steps, seed, a_loss), ("postnorm", 16, 0.01, steps, seed, b_loss)]
     for seed in (1, 2, 3, 4):
-        rows += [("clip1", 16, 0.01, 1000, seed, aa[0] + 0.01 * seed), ("pb_relax", 16, 0.01, 1000, seed, aa[1] + 0.01 * seed)]
+        rows += [("clip1", 16, 0.01, 1000, seed, aa[0] + 0.01 * seed),
+                 ("pb_relax", 16, 0.01, 1000, seed, aa[1] + 0.01 * seed)]
     return runs_frame(rows)
 
 
@@ -186,7 +187,8 @@ def write_run(folder, name, norm, attention, clip, seeds_final, layers=16, lr=0.
     per_seed = {}
     for seed, final in seeds_final.items():
         for s, v in zip(STEPS, curve(final)):
-            rows.append({"seed": seed, "step": int(s), "train_loss_cb0": v, "valid_loss_cb0": v, "attn_logit_max": 12.0})
+            rows.append({"seed": seed, "step": int(s), "train_loss_cb0": v, "valid_loss_cb0": v,
+                         "attn_logit_max": 12.0})
         per_seed[str(seed)] = {"seed": seed, "status": "completed", "nonfinite_steps": 0, "overflow_skips": 0,
                                "max_grad_norm": 3.0, "wall_time_s": 1.0, "final_train_loss_cb0": final,
                                "final_valid_loss_cb0": final, "first_train_loss_cb0": 10.0}

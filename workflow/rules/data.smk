@@ -95,7 +95,7 @@ rule fit_tokenizer:
         settings=settings_for("tokenize_fit"),
     log:
         "results/logs/tokenize/fit.log",
-    threads: 2
+    threads: config["tokenizer"]["threads"]  # fixed: the codes depend on it (acoustic_mlm.config tokenizer.threads)
     conda:
         ENV
     shell:
@@ -117,7 +117,7 @@ rule tokenize_shard:
         settings=settings_for("tokenize_shard"),
     log:
         "results/logs/tokenize/shard-{shard}.log",
-    threads: 2
+    threads: config["tokenizer"]["threads"]  # fixed: the codes depend on it (acoustic_mlm.config tokenizer.threads)
     resources:
         gpu=1 if config["tokenizer"]["device"] == "cuda" else 0,
     conda:

@@ -17,15 +17,21 @@ from acoustic_mlm.config.sections import get
 # how fast or where a step runs, not what it writes.
 STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # cpu_kernels: the pinned (avx2) or native kernels compute different bits (acoustic_mlm.kernels)
-    "fetch": (("data", "cpu_kernels"), ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed")),
+    "fetch": (("data", "cpu_kernels"),
+              ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed")),
     "plan": (("data.shard_files",), ()),
-    "prepare_shard": (("data.sample_rate", "train.crop_seconds", "cpu_kernels"), ()),  # clips shorter than a crop are rejected
+    # clips shorter than a crop are rejected
+    "prepare_shard": (("data.sample_rate", "train.crop_seconds", "cpu_kernels"), ()),
     "prepare_merge": (("data.valid_fraction", "data.split_seed"), ()),
-    "tokenize_fit": (("tokenizer", "cpu_kernels"), ("tokenizer.batch_size", "tokenizer.device", "tokenizer.segment_seconds",
-                                      "tokenizer.context_seconds")),
-    "tokenize_shard": (("tokenizer", "cpu_kernels"), ()),  # batch size, segments and device move codes at near-ties
+    # the fitted tokenizer is the same at any thread count (measured: 1 and 2 threads give one tokenizer.pt)
+    "tokenize_fit": (("tokenizer", "cpu_kernels"), ("tokenizer.batch_size", "tokenizer.device",
+                                                    "tokenizer.segment_seconds", "tokenizer.context_seconds",
+                                                    "tokenizer.threads")),
+    # batch size, segments, device and threads move codes at near-ties
+    "tokenize_shard": (("tokenizer", "cpu_kernels"), ()),
     "tokenize_merge": (("tokenizer.batch_size",), ()),
-    "train": (("model", "train", "runs.{run}", "cpu_kernels"), ("train.threads", "train.workers", "train.checkpoint_interval",
+    "train": (("model", "train", "runs.{run}", "cpu_kernels"),
+              ("train.threads", "train.workers", "train.checkpoint_interval",
                                                  "train.loggers", "train.wandb_project",  # trackers watch, never change
                                                  "runs.{run}.label", "runs.{run}.role")),
     # The summary steps read every arm's label and role; they take the whole `runs:` section (which

@@ -31,7 +31,6 @@ the largest difference. `amlm verify --record DIR` writes a reference.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import subprocess
@@ -40,9 +39,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm import __version__
+from acoustic_mlm import __version__, readers
 from acoustic_mlm import config as C
-from acoustic_mlm import readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import atomic_path, log, write_json
 
@@ -147,7 +145,8 @@ def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command:
     """Write a reference: every arm's metrics (one CSV) and reference.json; with `until_step`, the
     rows after it are held to `late_tolerance_bits` (see the module's docstring)."""
     if (until_step is None) != (late_tolerance_bits is None):
-        raise UserError("--until-step and --late-tolerance go together: the rows after the step need their own tolerance")
+        raise UserError("--until-step and --late-tolerance go together: the rows after the step need their own "
+                        "tolerance")
     import torch
 
     frames = [_arm_metrics(runs_dir, run).assign(run=run) for run in cfg["runs"]]
@@ -193,8 +192,12 @@ def load_reference(ref_dir: Path) -> tuple[pd.DataFrame, dict]:
     return metrics, meta
 
 
+# Settings a run may hold otherwise than its reference: the kernels decide how it is compared, not whether.
+COMPARED_ACROSS = ("cpu_kernels",)
+
+
 def _settings_differ(mine: dict, theirs: dict) -> list[str]:
-    keys = sorted(set(mine) | set(theirs))
+    keys = sorted((set(mine) | set(theirs)) - set(COMPARED_ACROSS))
     return [f"{k}: {mine.get(k, '(unset)')!r} here, {theirs.get(k, '(unset)')!r} in the reference"
             for k in keys if mine.get(k) != theirs.get(k)]
 
@@ -238,7 +241,8 @@ def difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float]
     return best
 
 
-def largest_difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float] = (-math.inf, math.inf)) -> dict:
+def largest_difference(mine: pd.DataFrame, ref: pd.DataFrame,
+                       steps: tuple[float, float] = (-math.inf, math.inf)) -> dict:
     """`difference` with the largest over the rows (every row held to the tolerance)."""
     return difference(mine, ref, steps, MAX_STATISTIC)
 
@@ -283,7 +287,8 @@ def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | No
     for run in cfg["runs"]:
         if run not in meta["arms"]:
             raise UserError(f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
-                            f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset ({meta['config']})")
+                            f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
+                            f"({meta['config']})")
         differ = _settings_differ(mine_settings[run], meta["arms"][run])
         if differ:
             raise UserError(f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
@@ -292,7 +297,8 @@ def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | No
         parts = []
         for w in wins:
             got = difference(mine, ref[ref["run"] == run], w["steps"], w["statistic"])
-            parts.append({**got, "window": w["name"], "tolerance_bits": w["tolerance_bits"], "statistic": w["statistic"],
+            parts.append({**got, "window": w["name"], "tolerance_bits": w["tolerance_bits"],
+                          "statistic": w["statistic"],
                           "within": got["bits"] <= w["tolerance_bits"]})
         worst = max(parts, key=lambda p: (not p["within"], p["bits"]))
         arms[run] = {**worst, "within": all(p["within"] for p in parts), "windows": parts}
@@ -359,15 +365,17 @@ def report(result: dict) -> str:
         first = data["first_differing_stage"]
         if first and data["fails"]:
             lines.append(f"data: the {first} stage computed other bytes than the reference's, with the same pinned "
-                         f"kernels: this installation's {first} stage is not the reference's (a broken or changed stage)")
+                         f"kernels: this installation's {first} stage is not the reference's (a broken or changed "
+                         "stage)")
         elif first:
-            lines.append(f"data: the {first} stage's outputs differ, as expected with native kernels on another CPU "
-                         "(cpu_kernels: avx2 makes them the reference's bytes)")
+            lines.append(f"data: the {first} stage's outputs differ, as expected with native kernels (this CPU's own "
+                         "vector width; cpu_kernels: avx2 makes them the reference's bytes)")
     for run, arm in result["arms"].items():
         for part in arm["windows"]:
             where = part["why"] or f"{part['column']} at step {part['step']}"
             window = f" at {part['window']}" if len(arm["windows"]) > 1 else ""
-            stat = "largest difference" if part.get("statistic", MAX_STATISTIC) == MAX_STATISTIC else "median difference"
+            largest = part.get("statistic", MAX_STATISTIC) == MAX_STATISTIC
+            stat = "largest difference" if largest else "median difference"
             lines.append(f"{run:<{width}}  {stat}{window} {part['bits']:.3g} bits ({where})  "
                          f"{'ok' if part['within'] else 'DIFFERS'}")
     lines.append("this installation trains as the reference" if result["passed"] else

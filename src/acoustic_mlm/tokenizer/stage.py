@@ -10,7 +10,8 @@ process for DVC and by hand), each written atomically into the stage's output fo
 1. `fit` -> `model/`: `fit.json` (mode, bandwidth, seed, loudness normalisation, calibration
    statistics or the pretrained checkpoint's sha256) and, in calibrated mode, `tokenizer.pt`: the
    calibrated model's state_dict (torch.load with weights_only=True; `codec.load_calibrated`
-   rebuilds the exact tokenizer from it, identical for any --threads). Calibration draws on the
+   rebuilds the exact tokenizer from it; the fit is the same at 1 and 2 threads, the encoding is
+   not, hence `tokenizer.threads`). Calibration draws on the
    train clips of every shard.
 2. `encode_shard` -> `shard-<k>/`: `codes.npy`, int16, shape (K, len(audio.npy) // 320) for the
    shard's audio.npy. Column t holds the codes of samples [320 t, 320 (t + 1)), so clip i's codes
@@ -38,14 +39,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from acoustic_mlm import encodec
-from acoustic_mlm import readers
+from acoustic_mlm import encodec, readers
 from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.tokenizer.calibration import calibrate
 from acoustic_mlm.tokenizer.codec import (
-    TokenizerError, build_encodec, hub_checkpoint_path, load_calibrated, load_pretrained, n_codebooks,
+    TokenizerError,
+    build_encodec,
+    hub_checkpoint_path,
+    load_calibrated,
+    load_pretrained,
+    n_codebooks,
 )  # fmt: skip
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of
@@ -69,7 +74,8 @@ def _check_config(cfg: dict) -> None:
     if sr != encodec.SAMPLE_RATE:
         raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {encodec.SAMPLE_RATE}")
     if cfg["tokenizer"]["mode"] not in ("calibrated", "pretrained"):
-        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {cfg['tokenizer']['mode']!r}")
+        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got "
+                             f"{cfg['tokenizer']['mode']!r}")
     loudness_of(cfg)  # a known loudness method
 
 
@@ -276,7 +282,8 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
     rows = []
     for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):
         c = code_counts(np.asarray(codes[0, o // encodec.HOP : o // encodec.HOP + nf]))
-        rows.append((cid, int((c > 0).sum()), round(_entropy_bits(c), 4), round(float(c.max()) / max(int(c.sum()), 1), 5)))
+        rows.append((cid, int((c > 0).sum()), round(_entropy_bits(c), 4),
+                     round(float(c.max()) / max(int(c.sum()), 1), 5)))
     stats = pd.DataFrame(rows, columns=["clip_id", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"])
     table = pd.DataFrame({"clip_id": clips["clip_id"].to_numpy(),
                           "path": clips["path"].to_numpy() if "path" in clips else clips["clip_id"].to_numpy(),
