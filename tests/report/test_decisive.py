@@ -234,3 +234,17 @@ def test_amlm_decide_refuses_a_summary_without_settings(tmp_path, capsys):
     assert main(["decide", "--runs-dir", str(runs), "--codes", str(codes), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "old" in err and "settings" in err and len(err.strip().splitlines()) == 1
+
+
+def test_seeds_that_would_decide_an_undecided_comparison():
+    # 2 of 4 trained against 0 of 4 (p = 0.21): at those shares 7 seeds per arm give 4/7 against 0/7 (p = 0.035)
+    a = frame([6.8, 6.9, 9.4, 9.45], trained=[True, True, False, False])
+    b = frame([9.44, 9.45, 9.44, 9.46], trained=[False] * 4)
+    need = D.seeds_to_decide(a, b, aa=5.0)  # a gap inside a huge A/A floor: no number of seeds for the loss
+    assert need == {"seeds_for_survival": 7, "seeds_for_loss": None}
+    need = D.seeds_to_decide(a, b, aa=0.02)
+    sd = np.std([6.8, 6.9, 9.4, 9.45], ddof=1)
+    gap = abs(np.mean([6.8, 6.9, 9.4, 9.45]) - np.mean([9.44, 9.45, 9.44, 9.46]))
+    assert need["seeds_for_loss"] == math.ceil(4 * (sd ** 2 + np.var([9.44, 9.45, 9.44, 9.46], ddof=1)) / gap ** 2)
+    # equal shares: survival can never decide
+    assert D.seeds_to_decide(b, b, aa=0.0)["seeds_for_survival"] is None

@@ -205,6 +205,27 @@ def catch_up_void(gap: float, late_fall_a, late_fall_b) -> bool:
     return bool(math.isfinite(fall) and fall >= abs(gap))
 
 
+def seeds_to_decide(a: pd.DataFrame, b: pd.DataFrame, aa: float, most: int = 64) -> dict:
+    """How many seeds per arm would decide an undecided comparison if the observed numbers held:
+    for survival, the fewest n at which the trained shares (scaled to n) give p < SIGNIFICANCE; for
+    the loss, the fewest n at which 2 SE (the observed standard deviations) falls below |gap|, when
+    |gap| clears the A/A floor and MIN_GAP (else none: no number of seeds separates rounding)."""
+    share_a, share_b = float(a["trained"].mean()), float(b["trained"].mean())
+    survival = None
+    if share_a != share_b:
+        for n in range(2, most + 1):
+            ta, tb = round(share_a * n), round(share_b * n)
+            if min(fisher_one_sided(ta, n, tb, n)) < SIGNIFICANCE:
+                survival = n
+                break
+    gap = abs(float(a["capped_loss"].mean() - b["capped_loss"].mean()))
+    sd = [float(np.std(x, ddof=1)) if len(x) > 1 else 0.0 for x in (a["capped_loss"], b["capped_loss"])]
+    loss = None
+    if gap > max(aa if math.isfinite(aa) else 0.0, MIN_GAP):
+        loss = max(2, math.ceil(4 * (sd[0] ** 2 + sd[1] ** 2) / gap ** 2))
+    return {"seeds_for_survival": survival, "seeds_for_loss": loss}
+
+
 def compare(a: pd.DataFrame, b: pd.DataFrame, aa: float) -> dict:
     """Arm A (favoured) against arm B in one cell at one budget, by the rules' steps 1-4."""
     gap = float(a["capped_loss"].mean() - b["capped_loss"].mean())
@@ -220,7 +241,10 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, aa: float) -> dict:
             "mean_b": float(b["capped_loss"].mean()), "gap": gap, "se": se, "aa": aa, "resolution": r,
             "loss_outcome": loss, "loser_late_fall": float(np.nanmean((b if gap < 0 else a)["late_fall"])),
             "void": void, "trained_a": int(a["trained"].sum()), "trained_b": int(b["trained"].sum()),
-            "p_a": p_a, "p_b": p_b, "survival": survival, "verdict": verdict}
+            "p_a": p_a, "p_b": p_b, "survival": survival, "verdict": verdict,
+            "run_seconds": float(pd.concat([a, b])["wall_time_s"].mean()) if "wall_time_s" in a else math.nan,
+            **(seeds_to_decide(a, b, aa) if verdict == INCONCLUSIVE else
+               {"seeds_for_survival": None, "seeds_for_loss": None})}
 
 
 # ----------------------------------------------------------------------------- the A/A floor
@@ -399,6 +423,20 @@ def to_markdown(result: dict) -> str:
                     f"| {_f(r['resolution'])} ({_f(2 * r['se'] if r['se'] is not None else None)}, {_f(r['aa'])}) "
                     f"| {_f(r['loser_late_fall'])} | {'yes' if r['void'] else 'no'} | {r['trained_a']}/{r['n_a']} "
                     f"/ {r['trained_b']}/{r['n_b']} | {_f(r['p_a'])} | {_f(r['p_b'])} | {r['verdict']} |")
+            undecided = [r for r in p["rows"] if r["verdict"] == INCONCLUSIVE]
+            for r in undecided:
+                need = [n for n in (r.get("seeds_for_survival"), r.get("seeds_for_loss")) if n]
+                if need:
+                    n = min(need)
+                    extra = max(0, n - min(r["n_a"], r["n_b"])) * 2
+                    hours = extra * (r.get("run_seconds") or math.nan) / 3600
+                    test = "survival" if n == r.get("seeds_for_survival") else "loss"
+                    lines.append(f"- {r['cell']} at {r['steps']} updates would be decided, if the observed numbers "
+                                 f"held, by {n} seeds per arm ({test}): {extra} more runs, about {hours:.1f} "
+                                 "core-hours at this cell's measured run time")
+                else:
+                    lines.append(f"- {r['cell']} at {r['steps']} updates: no number of seeds decides it (the gap is "
+                                 "within the A/A floor and the trained shares are equal)")
             lines += [""] + [f"- {c['cell']}: **{c['verdict']}** (budgets {', '.join(str(b) for b in c['budgets'])}: "
                              f"{', '.join(f'{k} {v}' for k, v in c['at_budget'].items())}"
                              f"{'' if c['two_budgets'] else '; one budget: an indication, not a verdict'})"
