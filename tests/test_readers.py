@@ -4,6 +4,7 @@ naming the file, what is wrong and the stage to rerun."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -242,19 +243,32 @@ def test_the_shipped_reference_runs_read_whole(root):
         assert np.isfinite(metrics["train_loss_cb0"]).all() and meta["tolerance_bits"] > 0
 
 
+def _json_edit(text: str, **changes) -> str:
+    """reference.json with keys set (None: removed), written as json.dumps writes NaN."""
+    meta = json.loads(text)
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    return json.dumps(meta)
+
+
 @pytest.mark.parametrize("edit, needles", [
     (lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
     (lambda t: t.replace('"config": "config/smoke.yaml"', '"config": "config/sm\x01oke.yaml"'),
      ("not valid JSON", "Invalid control character")),
     (lambda t: "[" + t + "]", ("a JSON list, not an object",)),
     (lambda t: t.replace('"arms"', '"armz"'), ("lacks 'arms'",)),
-    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": NaN'),
-     ("'tolerance_bits' is NaN, not a finite number",)),
-    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": "tight"'), ("'tolerance_bits' is 'tight'",)),
-    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": 0.001, "tolerance_until_step": 5'),
+    (lambda t: _json_edit(t, tolerance_bits=math.nan), ("'tolerance_bits' is NaN, not a finite number",)),
+    (lambda t: _json_edit(t, tolerance_bits="tight"), ("'tolerance_bits' is 'tight'",)),
+    (lambda t: _json_edit(t, tolerance_until_step=5, late_tolerance_bits=None),
      ("'late_tolerance_bits' is missing",)),
-    (lambda t: t.replace('"tolerance_bits": 0.001', '"tolerance_bits": 0.001, "tolerance_until_step": 2.5'),
-     ("'tolerance_until_step' is 2.5, not a whole number",)),
+    (lambda t: _json_edit(t, tolerance_until_step=2.5), ("'tolerance_until_step' is 2.5, not a whole number",)),
+    (lambda t: _json_edit(t, native_tolerance_bits=-1), ("'native_tolerance_bits' is -1",)),
+    (lambda t: _json_edit(t, cpu_kernels="sse9"), ("'cpu_kernels' is 'sse9'",)),
+    (lambda t: _json_edit(t, data_hashes={"tokenize": {"codes/shard-00000/codes.npy": "cut"}}),
+     ("'data_hashes' must map each stage",)),
 ])
 def test_a_damaged_reference_json_is_the_references_damage(root, tmp_path, edit, needles):
     folder = _reference_copy(root, tmp_path)

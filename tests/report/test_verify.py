@@ -277,3 +277,29 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     # a run whose config asks for avx2 but whose process was not pinned counts as native
     _write_run(tmp_path / "runs", cfg, _curve(early=0.1), pinned=False)
     assert verify.run_kernels(cfg, tmp_path / "runs") == "native"
+
+
+@pytest.mark.parametrize("machine", ["amd_epyc_avx512", "intel_xeon_avx512"])
+def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(root, machine, tmp_path):
+    """The default preset trained on two CPUs' own kernels (tests/fixtures/native_runs/): other codes,
+    curves apart by tenths of a bit after bursts, yet a correct installation."""
+    cfg = C.load(root / "config" / "config.yaml")
+    runs = root / "tests" / "fixtures" / "native_runs" / machine
+    result = verify.compare(cfg, runs, root / "data" / "reference" / "default_run", data_dir=None)
+    assert result["kernels"] == "native" and result["passed"], verify.report(result)
+    assert all(w["statistic"] == verify.MEDIAN_STATISTIC for w in result["windows"])
+    # the same runs with one arm's late rows moved by 1.5 bits (a wrong target) fail
+    broken = {run: pd.read_csv(runs / run / "metrics.csv") for run in cfg["runs"]}
+    late = broken["prenorm_clip10"]["step"] > 300
+    for column in [c for c in broken["prenorm_clip10"].columns if verify.LOSS.match(c)]:
+        broken["prenorm_clip10"].loc[late, column] += 1.5
+    assert not verify.compare(cfg, _as_runs(broken, runs, tmp_path), root / "data" / "reference" / "default_run",
+                              data_dir=None)["passed"]
+
+
+def _as_runs(frames: dict, source, out):
+    for run, frame in frames.items():
+        (out / run).mkdir()
+        frame.to_csv(out / run / "metrics.csv", index=False)
+        shutil.copy(source / run / "summary.json", out / run / "summary.json")
+    return out
