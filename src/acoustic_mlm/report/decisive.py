@@ -425,12 +425,13 @@ def to_markdown(result: dict) -> str:
                     f"/ {r['trained_b']}/{r['n_b']} | {_f(r['p_a'])} | {_f(r['p_b'])} | {r['verdict']} |")
             undecided = [r for r in p["rows"] if r["verdict"] == INCONCLUSIVE]
             for r in undecided:
-                need = [n for n in (r.get("seeds_for_survival"), r.get("seeds_for_loss")) if n]
+                need = {test: int(r[f"seeds_for_{test}"]) for test in ("survival", "loss")
+                        if r.get(f"seeds_for_{test}") is not None and math.isfinite(r[f"seeds_for_{test}"])}
                 if need:
-                    n = min(need)
-                    extra = max(0, n - min(r["n_a"], r["n_b"])) * 2
+                    test = min(need, key=need.get)
+                    n = need[test]
+                    extra = max(0, n - int(min(r["n_a"], r["n_b"]))) * 2
                     hours = extra * (r.get("run_seconds") or math.nan) / 3600
-                    test = "survival" if n == r.get("seeds_for_survival") else "loss"
                     lines.append(f"- {r['cell']} at {r['steps']} updates would be decided, if the observed numbers "
                                  f"held, by {n} seeds per arm ({test}): {extra} more runs, about {hours:.1f} "
                                  "core-hours at this cell's measured run time")
