@@ -93,9 +93,10 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     verified = _run(["env", "PYTHONPATH=src", sys.executable, "-m", "acoustic_mlm", "verify", "--config",
                      "config/smoke.yaml"], repo)
     assert "this installation trains as the reference" in verified, verified
-    # pinned kernels: every data stage's outputs are the reference's bytes, and every row 0 bits away
+    # pinned kernels: every data stage's outputs are the reference's bytes on any x86-64 CPU with AVX2, and
+    # every row within 1e-4 bits (0 on a CPU of the reference's vendor; a float32 ulp apart on the other's)
     assert all(f"data: {stage:<9} same" in verified for stage in ("fetch", "prepare", "tokenize")), verified
-    assert all(re.search(rf"^{run} +largest difference at steps <= 150 0 bits", verified, re.M)
+    assert all(re.search(rf"^{run} +largest difference at steps <= 150 \S+ bits .* ok$", verified, re.M)
                for run in RUN_NAMES), verified
     meta = json.loads((repo / "data" / "reference" / "smoke_run" / "reference.json").read_text())
     for stage, files in meta["data_hashes"].items():
