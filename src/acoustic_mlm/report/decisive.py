@@ -451,8 +451,14 @@ def to_markdown(result: dict) -> str:
                     lines.append(f"| {gain} | {arm} | {x['runs']} | {x['failed']} | {x['reached']} "
                                  f"| {_f(x['largest_logit'], '.4g')} | {_f(x['final_loss'])} |")
             lines.append("")
+        elif "unfused_fails_at" in p:
+            fails = ", ".join(f"{x:g}" for x in p["unfused_fails_at"]) or "none"
+            good = ", ".join(f"{x:g}" for x in p["pb_relax_good_at"]) or "none"
+            lines += [f"Largest logits where the unfused order returns a non-finite output or gradient: {fails}; "
+                      f"where PB-Relax is finite with a relative error below 1e-2 there: {good} "
+                      "(benchmarks/attention_fp16.py's table).", ""]
         else:
-            lines += [f"{ {k: v for k, v in p.items() if k not in ('id', 'verdict')} }", ""]
+            lines += [p.get("note", ""), ""]
     return "\n".join(lines) + "\n"
 
 
