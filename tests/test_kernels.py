@@ -29,6 +29,9 @@ def test_requested_mode_reads_the_file_and_ignores_what_it_cannot_read(tmp_path)
     assert kernels.requested_mode(str(tmp_path / "missing.yaml")) is None
     good.write_text(yaml.safe_dump({"cpu_kernels": "sse9"}))  # not a mode: the schema refuses it later
     assert kernels.requested_mode(str(good)) is None
+    fifo = tmp_path / "fifo.yaml"  # never opened: a FIFO without a writer would block
+    os.mkfifo(fifo)
+    assert kernels.requested_mode(str(fifo)) is None and kernels.requested_mode(str(tmp_path)) is None
 
 
 def test_pin_sets_every_library_switch():

@@ -28,6 +28,7 @@ from pathlib import Path
 MODES = ("avx2", "native")
 PINNED = "avx2"
 DEFAULT_CONFIG = "config/config.yaml"  # the config a command reads when it names none (as the CLI)
+MAX_CONFIG_BYTES = 1 << 20  # larger files are the command's to refuse (config.load has its own limit)
 
 # Each library's own switch, read when it loads. Not needed between Intel and AMD (measured):
 # MKL_CBWR, MKL's conditional numerical reproducibility: MKL_ENABLE_INSTRUCTIONS=AVX2 already made
@@ -69,6 +70,9 @@ def requested_mode(config_path: str) -> str | None:
     """`cpu_kernels` of a configuration file, or None when it cannot be read here (the command
     itself then refuses the file with its own one-line error)."""
     try:
+        # only a regular file of a sane size: opening a FIFO would block before the command could refuse it
+        if not os.path.isfile(config_path) or os.path.getsize(config_path) > MAX_CONFIG_BYTES:
+            return None
         import yaml  # pure Python here: loads no numerical library
 
         with open(config_path, encoding="utf-8") as f:
