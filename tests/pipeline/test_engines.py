@@ -75,6 +75,8 @@ CHANGED = {
     "train.betas": [0.9, 0.99],
     "train.loggers": ["csv", "tensorboard"],  # trackers: no step reruns in either engine
     "train.wandb_project": "another-project",
+    "cpu_kernels": "native",
+    "model.cqt_impl": "fft",
 }
 
 
@@ -165,7 +167,7 @@ def both_up_to_date(root, tmp_path_factory):
     return repo
 
 
-MAP_STAGES = {"map", "map_figure", "map_claims"}  # a sweep's summaries: not in a configuration without one
+MAP_STAGES = {"map", "map_figure", "map_claims", "decide"}  # a sweep's summaries: not in a configuration without one
 
 
 def _downstream(stages: set[str], runs) -> set[str]:
@@ -242,7 +244,7 @@ def test_both_engines_rerun_the_same_stages_for_each_key(both_up_to_date):
 
 # ----------------------------------------------------------------------------- a sweep, point by point
 
-MAP_RULE = {"stability_map": "map", "map_figure": "map_figure", "map_claims": "map_claims"}
+MAP_RULE = {"stability_map": "map", "map_figure": "map_figure", "map_claims": "map_claims", "decide": "decide"}
 # One change each: (what, the keys and their new values). SWEEP: grid 0 sets train.lr for every arm,
 # grid 1 model.layers and seeds for prenorm_clip1.
 SWEEP_CHANGES = [  # (what, {key: new value}, how many points retrain)
@@ -272,7 +274,7 @@ def _set_sweep(cfg, dotted, value):
 
 def _expected_sweep_reruns(old: dict, new: dict) -> set[str]:
     """STEP_KEYS' answer: the stages whose settings changed, the new points, everything after them."""
-    direct = {s for s in ("fetch", "prepare", "tokenize", "map", "map_figure", "map_claims")
+    direct = {s for s in ("fetch", "prepare", "tokenize", "map", "map_figure", "map_claims", "decide")
               if any(C.settings(old, C.result_keys(step, old)) != C.settings(new, C.result_keys(step, new))
                      for step in C.DVC_STAGES[s])}
     before = sweep.points(old)
@@ -287,7 +289,8 @@ def _expected_sweep_reruns(old: dict, new: dict) -> set[str]:
 def _sweep_downstream(stages: set[str], points) -> set[str]:
     trains = {dvcgen.train_stage_name(p) for p in points}
     after = {"fetch": {"prepare"}, "prepare": {"tokenize"}, "tokenize": trains, "map": {"map_figure", "map_claims"}}
-    after |= {t: {"map"} for t in trains}
+    after |= {t: {"map", "decide"} for t in trains}
+    after["tokenize"] = trains | {"decide"}  # decide reads the codes' plateau
     out, todo = set(), list(stages)
     while todo:
         s = todo.pop()
@@ -323,13 +326,14 @@ def sweep_up_to_date(both_up_to_date, tmp_path_factory):
     dvcgen.write(C.load(path), path, repo / "dvc.yaml")
     stand_ins = ["results/stability_map.csv", "results/claims.json", "results/claims.md"]
     stand_ins += [f"results/figures/lr_sensitivity.{e}" for e in ("png", "pdf", "svg")]
+    stand_ins += [f"results/decisive/{f}" for f in ("runs.csv", "cells.csv", "decisive.json", "decisive.md")]
     for run in sweep.points(cfg):
         stand_ins += [f"results/runs/{run}/{f}" for f in ("metrics.csv", "summary.json", "seeds/x")]
     for rel in stand_ins:
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("{}" if rel.endswith(".json") else "x")
     smk = [sys.executable, "-m", "snakemake", "--cores", "1"]
-    _run(smk + ["--touch", "--forcerun", "train", "stability_map", "map_figure", "map_claims"], repo)
+    _run(smk + ["--touch", "--forcerun", "train", "stability_map", "map_figure", "map_claims", "decide"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "sweep"], repo)
     assert cli.main(["validate", "--config", str(path), "--out", str(repo / "results" / "config_check.txt")]) == 0
