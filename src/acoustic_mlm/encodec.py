@@ -15,3 +15,9 @@ def codebooks(bandwidth: float) -> int:
     kbps give 2/4/8/16/32."""
     per_codebook = math.log2(CODEBOOK_SIZE) * FRAME_RATE / 1000
     return max(1, math.floor(bandwidth / per_codebook + 1e-9))
+
+
+def frames(seconds: float, sample_rate: int) -> int:
+    """Whole EnCodec frames in `seconds` of audio at `sample_rate`: rounded to whole samples, then
+    down to whole frames (a training crop's length; prepare rejects clips shorter than one)."""
+    return int(round(seconds * sample_rate)) // HOP

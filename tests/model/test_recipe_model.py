@@ -15,7 +15,8 @@ import torch
 from helpers import tiny_config
 
 import acoustic_mlm.config as C
-from acoustic_mlm.model.cqt import CQTTarget, cqt_bin_frequency, cqt_top_frequency
+from acoustic_mlm.model.config import cqt_bin_frequency, cqt_top_frequency
+from acoustic_mlm.model.cqt import CQTTarget
 from acoustic_mlm.model.encoder import AcousticEncoder, EncoderBlock, FeedForward, TransformerEncoder
 from acoustic_mlm.model.objective import (
     AcousticMLM,

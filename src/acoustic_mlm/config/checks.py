@@ -14,12 +14,11 @@ import math
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from acoustic_mlm import encodec
 from acoustic_mlm.config.sections import SCHEMA_PATH, ClaimThresholds, world_size
 from acoustic_mlm.config.steps import result_keys
 from acoustic_mlm.errors import ConfigError
+from acoustic_mlm.model.config import cqt_top_frequency, mask_groups, total_stride
 
 # Keys of earlier versions, with what replaced them (a config still using one gets this sentence).
 RENAMED_RUN_KEYS = {
@@ -439,39 +438,6 @@ def check_labels(cfg: dict, source: str = "config") -> None:
                               f"({why}); fix the math or write a literal dollar sign as \\$") from None
 
 
-# ----------------------------------------------------------------------------- formulas the checks need
-#
-# Domain formulas that the checks above apply before any work runs. They live here, beside their
-# checks, because config sits below model in the layers: model/encoder.py (total_stride),
-# model/objective.py (mask_groups) and model/cqt.py (the CQT frequencies) import them from
-# acoustic_mlm.config, as data, tokenizer, train and preflight do crop_frames.
-
-def total_stride(conv_layers) -> int:
-    """Samples between consecutive frames of a (channels, kernel, stride) conv stack: the product
-    of its strides (encodec.HOP = 320 in every valid config)."""
-    return math.prod(stride for _, _, stride in conv_layers)
-
-
-def mask_groups(batch: int, group: int) -> list:
-    """The rows of a micro-batch of `batch` crops split into ceil(batch / group) groups of about
-    `group` crops (0: one group). Group j holds rows j, j + n, j + 2n, ... (n groups), so the
-    rows r, r + P, ... that process r of P keeps hold whole groups whenever P divides n."""
-    n = 1 if group <= 0 else -(-batch // group)
-    return [np.arange(j, batch, n) for j in range(n)]
-
-
-def cqt_bin_frequency(k, fmin: float, bins_per_octave: int):
-    """Centre frequency of CQT bin k: fmin * 2^(k / bins_per_octave) (nnAudio create_cqt_kernels)."""
-    return fmin * 2.0 ** (k / bins_per_octave)
-
-
-def cqt_top_frequency(fmin: float, bins: int, bins_per_octave: int) -> float:
-    """Centre frequency of the highest bin; must stay below Nyquist (MERT: 32.7 Hz, 336, 48 -> 4,127 Hz)."""
-    return cqt_bin_frequency(bins - 1, fmin, bins_per_octave)
-
-
 def crop_frames(cfg: dict) -> int:
-    """Frames in one training crop: train.crop_seconds rounded to whole samples, then down to whole
-    EnCodec frames. Training cuts crops of this length; prepare rejects clips shorter than one."""
-    return int(round(cfg["train"]["crop_seconds"] * cfg["data"]["sample_rate"])) // encodec.HOP
-
+    """Frames in one training crop of a configuration mapping (Config.crop_frames once typed)."""
+    return encodec.frames(cfg["train"]["crop_seconds"], cfg["data"]["sample_rate"])

@@ -9,16 +9,17 @@ from pathlib import Path
 import yaml
 
 from acoustic_mlm.config.checks import shorten, validate
+from acoustic_mlm.config.sections import Config, from_mapping
 from acoustic_mlm.errors import ConfigError
 
 MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
 
 
-def load(path: str | Path) -> dict:
-    """Read and validate a YAML configuration file."""
+def load(path: str | Path) -> Config:
+    """Read, validate and type a YAML configuration file: the one `Config` every stage reads."""
     path = Path(path)
     _check_config_path(path)
-    return validate(read_yaml(path), source=str(path))
+    return from_mapping(validate(read_yaml(path), source=str(path)), str(path), validated=True)
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -1,79 +1,103 @@
-"""The configuration's sections as typed, frozen dataclasses (a model, a training run, an arm, the
-claims' thresholds), the values each research axis takes, and the functions that read one arm's
-settings out of a validated configuration mapping (`model_config`, `train_config`, `run_config`).
+"""The configuration's sections as typed, frozen dataclasses, and `Config`, the whole validated
+file typed once: `config.load(path)` returns it and every stage reads it, never the YAML mapping.
+
+Per-arm views are methods: `cfg.model_for(run)` (the model of one arm, `model.config.ModelConfig`),
+`cfg.train_for(run, seed)` (the `train:` section with the arm's clip and seed), `cfg.run(name)`.
+A sweep point is typed the same way: `cfg.point(name)` is the file's configuration with the point's
+values, holding only that point (config/sweep.py). The validated mapping stays inside (`mapping`) for
+what only config/ reads: the settings a step depends on (steps.py), sweep expansion and DVC params.
+The model's section and its formulas live with the model (acoustic_mlm.model.config); this module
+imports them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from acoustic_mlm import encodec
 from acoustic_mlm.errors import ConfigError
+from acoustic_mlm.model.config import ATTENTIONS, CQT_IMPLS, NORMS, ModelConfig, ModelSection
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
-NORMS = ("pre", "post", "deepnorm")  # the norm axis of the ablation
-ATTENTIONS = ("softmax", "pb_relax", "unfused")  # the attention axis
 ROLES = ("clip10", "clip1", "deepnorm", "attn_relax")  # the paper's four curves, in legend order
 # The values train.precision takes, read from the schema (CLI options offer the same ones)
 _SCHEMA = json.loads(SCHEMA_PATH.read_text())
 PRECISIONS = tuple(_SCHEMA["properties"]["train"]["properties"]["precision"]["enum"])
-# How the CQT target is computed (model/cqt.py): nnAudio's convolutions, or the same kernels by FFT
-CQT_IMPLS = tuple(_SCHEMA["properties"]["model"]["properties"]["cqt_impl"]["enum"])
+__all__ = ["NORMS", "ATTENTIONS", "CQT_IMPLS", "ModelConfig", "ModelSection"]  # the model's, named here too
 
 
 def world_size(train: dict) -> int:
-    """DDP processes of one training run, from a `train:` section: train.nodes x train.processes."""
+    """DDP processes of one training run, from a `train:` mapping (Snakemake's view of the file):
+    train.nodes x train.processes."""
     return train["processes"] * train.get("nodes", 1)
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    """Architecture of the acoustic MLM: the `model:` section plus one arm's stability settings."""
-
-    conv_layers: tuple[tuple[int, int, int], ...]  # (channels, kernel, stride) per conv layer
-    dim: int  # transformer width
-    layers: int  # transformer blocks
-    heads: int  # attention heads
-    ffn_dim: int  # feed-forward hidden size
-    dropout: float  # residual dropout
-    attention_dropout: float  # dropout on attention probabilities
-    pos_conv_kernel: int  # convolutional positional embedding kernel
-    pos_conv_groups: int  # ... and groups
-    final_dim: int  # per-codebook projection size for cosine logits
-    logit_temp: float  # cosine logits / logit_temp
-    relax_alpha: float  # PB-Relax alpha (used only when attention is pb_relax)
-    feature_penalty: float  # weight of the L2 penalty on conv features
-    mask_prob: float  # fairseq span-mask probability
-    mask_length: int  # span length in frames
-    mask_min_masks: int  # minimum spans per sequence
-    codebooks: int  # codebooks predicted
-    codebook_size: int  # codes per codebook
-    norm: str = "pre"  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha*x + F(x)), beta-scaled init
-    attention: str = "softmax"  # softmax: fused kernel; pb_relax: PB-Relax with relax_alpha; unfused: fairseq's order
-    qk_gain: float = 1.0  # q and k each multiplied by this (forced logit growth); 1: off
-    # MERT / fairseq recipe switches (docs/recipe.md); each default leaves the model as without it
-    activation_dropout: float | None = None  # FFN hidden dropout (fairseq activation_dropout); None: = dropout
-    encoder_layerdrop: float = 0.0  # probability of skipping each block in training (LayerDrop)
-    dropout_input: float = 0.0  # dropout on the projected features, before masking
-    feature_grad_mult: float = 1.0  # gradient scale into the conv front end (0: frozen)
-    special_symbols: int = 0  # extra never-target classes per codebook (fairseq's Dictionary: 4)
-    cqt_loss_weight: float = 0.0  # weight of the CQT reconstruction loss on masked frames (0: off)
-    cqt_bins: int = 336  # CQT bins predicted
-    cqt_bins_per_octave: int = 48  # CQT resolution
-    cqt_fmin: float = 32.7  # lowest CQT bin's centre frequency, Hz
-    cqt_impl: str = "nnaudio"  # nnaudio: nnAudio's convolutions (as MERT); fft: the same kernels by FFT (model/cqt.py)
-    mixture_prob: float = 0.0  # share of training crops mixed with in-batch noise (0: off)
-    mixture_segments: tuple[int, int] = (1, 3)  # noise segments per mixed crop, inclusive range
-    mixture_samples: tuple[int, int] = (12000, 36000)  # samples per noise segment, inclusive range
-    mixture_volume: float = 1.0  # noise gain
-    fp16_logits: bool = False  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
+def _typed(cls, mapping: dict, **replace):
+    """A section's dataclass from its mapping: lists become tuples, nested sections their dataclass."""
+    values = {}
+    for f in fields(cls):
+        if f.name in replace:
+            values[f.name] = replace[f.name]
+        elif f.name in mapping:
+            v = mapping[f.name]
+            values[f.name] = tuple(v) if isinstance(v, list) else v
+    return cls(**values)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """The `train:` section plus one arm's gradient clip and seed."""
+class SyntheticConfig:
+    """`data.synthetic`: the generated corpus."""
+
+    n_clips: int
+    clip_seconds: float
+    sample_rate: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The `data:` section: where the audio comes from and how it is split."""
+
+    source: str
+    url: str | None
+    known_hash: str | None
+    folder: str | None
+    base_url: str | None
+    shard_files: int
+    max_extract_gb: float
+    max_compression_ratio: float
+    sample_rate: int
+    valid_fraction: float
+    split_seed: int
+    synthetic: SyntheticConfig
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """The `tokenizer:` section."""
+
+    mode: str  # calibrated | pretrained
+    bandwidth: float
+    checkpoint: str | None
+    seed: int
+    calibration_frames: int
+    calibration_iters: int
+    loudness: str
+    loudness_target: float
+    batch_size: int
+    threads: int
+    segment_seconds: float
+    context_seconds: float
+    device: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSection:
+    """The `train:` section, the same for every arm."""
 
     device: str
     processes: int  # DDP processes per node (torchrun); batch_size is the global micro-batch, split between all
@@ -89,29 +113,27 @@ class TrainConfig:
     betas: tuple[float, float]
     eps: float
     weight_decay: float
+    crop_unit: str  # frame: crops start on EnCodec frames; sample: at any sample (MERT random_crop)
+    mask_group: int  # crops whose masks are equalised together (MERT: one GPU's micro-batch); 0: whole micro-batch
     log_interval: int
     valid_crops: int
-    max_nonfinite: int  # this many non-finite steps in a row end the run as diverged (0: never)
     checkpoint_interval: int  # steps between resumable states in <run>/state/ (0: none)
+    max_nonfinite: int  # this many non-finite steps in a row end the run as diverged (0: never)
     threads: int
     workers: int  # data-loader worker processes (0: load in the training process)
     compile: bool  # torch.compile the model
-    clip: float = 0.0  # max total gradient norm; 0 disables clipping
-    seed: int = 0
-    diagnostics: bool = True  # stability diagnostics in every metrics row (diagnostics.py)
-    crop_unit: str = "frame"  # frame: crops start on EnCodec frames; sample: at any sample (MERT random_crop)
-    mask_group: int = 0  # crops whose masks are equalised together (MERT: one GPU's micro-batch); 0: whole micro-batch
+    diagnostics: bool  # stability diagnostics in every metrics row (diagnostics.py)
+    # the optional keys: a file without them gets these
     nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
     total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
     log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
-    loggers: tuple[str,
-                   ...] = ("csv",)  # where metrics rows go besides the CSV (trackers.py); results do not depend on it
+    loggers: tuple[str, ...] = ("csv",)  # where metrics rows go besides the CSV (trackers.py); results do not depend on it
     wandb_project: str = "acoustic-mlm"  # Weights & Biases project of the wandb logger
 
     @property
     def world(self) -> int:
         """DDP processes in all: nodes * processes."""
-        return world_size({"processes": self.processes, "nodes": self.nodes})
+        return self.nodes * self.processes
 
     @property
     def schedule_updates(self) -> int:
@@ -122,6 +144,33 @@ class TrainConfig:
     def crops_per_update(self) -> int:
         """Crops in one optimizer update: batch_size (the global micro-batch) * accum_steps."""
         return self.batch_size * self.accum_steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(TrainSection):
+    """The training of one arm's seed: the `train:` section plus the arm's clip and the seed."""
+
+    clip: float  # max total gradient norm; 0 disables clipping
+    seed: int
+
+
+@dataclass(frozen=True)
+class FigureConfig:
+    """The `figure:` section."""
+
+    x_max: float | None
+    y_min: float | None
+    y_max: float | None
+    split: str  # train | valid
+    overlay_paper: bool
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """One entry of the optional `sweep:` section: a grid of settings crossed with some arms."""
+
+    grid: tuple[tuple[str, tuple], ...]  # (dotted key or "seeds", values) in the file's order
+    arms: tuple[str, ...] | None  # None: every arm
 
 
 @dataclass(frozen=True)
@@ -172,43 +221,110 @@ class ClaimThresholds:
         return cls(**d)
 
 
-def run_config(cfg: dict, run: str) -> RunConfig:
-    if run not in cfg["runs"]:
-        raise ConfigError(f"config: no run '{run}' under 'runs' (have: {', '.join(cfg['runs'])})")
-    r = dict(cfg["runs"][run])
-    r["seeds"] = tuple(r["seeds"])
-    return RunConfig(name=run, **r)
+@dataclass(frozen=True)
+class Config:
+    """A whole configuration file, validated and typed once (`config.load`, `from_mapping`)."""
 
+    source: str  # the file (or "config"), named by every error about it
+    cpu_kernels: str  # avx2 | native (acoustic_mlm.kernels)
+    data: DataConfig
+    tokenizer: TokenizerConfig
+    model: ModelSection
+    train: TrainSection
+    runs: dict[str, RunConfig]  # the arms, in the file's order
+    figure: FigureConfig
+    claims: ClaimThresholds
+    sweep: tuple[SweepGrid, ...] | None
+    mapping: dict = field(repr=False, compare=False)  # the validated file, read only inside config/
 
-def runs_by_role(cfg: dict) -> dict[str, str]:
-    """role -> run name, for the arms that reproduce one of the paper's curves."""
-    return {r["role"]: name for name, r in cfg["runs"].items() if r.get("role") is not None}
+    # ---------------------------------------------------------------- one arm
 
+    def run(self, name: str) -> RunConfig:
+        """The arm (or sweep point) `name`; ConfigError naming the arms there are."""
+        if name in self.runs:
+            return self.runs[name]
+        if name in self.points:
+            return self.point(name).runs[name]
+        have = ", ".join(self.run_names[:8]) + (", ..." if len(self.run_names) > 8 else "")
+        raise ConfigError(f"{self.source}: no run '{name}' under 'runs' (have: {have})")
 
-def model_config(cfg: dict, run: str | None = None) -> ModelConfig:
-    """The `model:` section with one arm's norm and attention applied."""
-    m = dict(cfg["model"])
-    m["conv_layers"] = tuple(tuple(layer) for layer in m["conv_layers"])
-    for key in ("mixture_segments", "mixture_samples"):
-        if key in m:
-            m[key] = tuple(m[key])
-    if run is not None:
-        r = run_config(cfg, run)
-        m.update(norm=r.norm, attention=r.attention)
-    return ModelConfig(**m)
+    def model_for(self, run: str) -> ModelConfig:
+        """The model of one arm (or sweep point): the `model:` section with its norm and attention."""
+        if run not in self.runs and run in self.points:
+            return self.point(run).model_for(run)
+        r = self.run(run)
+        return self.model.with_arm(norm=r.norm, attention=r.attention)
 
-
-def train_config(cfg: dict, run: str | None = None, seed: int | None = None) -> TrainConfig:
-    """The `train:` section with one arm's clip and one of its seeds (default: the first)."""
-    t = dict(cfg["train"])
-    t["betas"] = tuple(t["betas"])
-    t["loggers"] = tuple(t.get("loggers", ("csv",)))
-    if run is not None:
-        r = run_config(cfg, run)
+    def train_for(self, run: str, seed: int | None = None) -> TrainConfig:
+        """The `train:` section with one arm's clip and one of its seeds (default: the first)."""
+        if run not in self.runs and run in self.points:
+            return self.point(run).train_for(run, seed)
+        r = self.run(run)
         if seed is not None and seed not in r.seeds:
-            raise ConfigError(f"config: seed {seed} is not among 'runs.{run}.seeds' {list(r.seeds)}")
-        t.update(clip=r.clip, seed=r.seeds[0] if seed is None else seed)
-    return TrainConfig(**t)
+            raise ConfigError(f"{self.source}: seed {seed} is not among 'runs.{run}.seeds' {list(r.seeds)}")
+        section = {f.name: getattr(self.train, f.name) for f in fields(TrainSection)}
+        return TrainConfig(**section, clip=r.clip, seed=r.seeds[0] if seed is None else seed)
+
+    def runs_by_role(self) -> dict[str, str]:
+        """role -> run name, for the arms that reproduce one of the paper's curves."""
+        return {r.role: name for name, r in self.runs.items() if r.role is not None}
+
+    # ---------------------------------------------------------------- the whole file
+
+    @property
+    def crop_frames(self) -> int:
+        """Frames in one training crop (train.crop_seconds at data.sample_rate, whole EnCodec frames)."""
+        return encodec.frames(self.train.crop_seconds, self.data.sample_rate)
+
+    @cached_property
+    def points(self) -> dict:
+        """A sweep's points by name (config/sweep.py's Point); empty without `sweep:`."""
+        from acoustic_mlm.config import sweep
+
+        return sweep.points(self.mapping, self.source) if self.sweep is not None else {}
+
+    @property
+    def run_names(self) -> list[str]:
+        """The training runs this file asks for: a sweep's points, else the arms."""
+        return list(self.points) if self.sweep is not None else list(self.runs)
+
+    def point(self, name: str) -> "Config":
+        """The configuration of one training run: a sweep point's (the file's settings with the point's
+        values, `runs:` holding only it), or this file's for an arm when there is no sweep."""
+        if self.sweep is None:
+            self.run(name)
+            return self
+        from acoustic_mlm.config import sweep
+
+        return from_mapping(sweep.point_config(self.mapping, name), self.source, validated=True)
+
+    def value(self, dotted: str) -> Any:
+        """The file's value at a dotted key ("train.lr", "runs.prenorm_clip1.clip"), as written."""
+        return get(self.mapping, dotted)
+
+
+def from_mapping(cfg: dict, source: str = "config", validated: bool = False) -> Config:
+    """A configuration mapping (as the YAML file holds it) validated, unless `validated`, and typed."""
+    if not validated:
+        from acoustic_mlm.config.checks import validate
+
+        cfg = validate(cfg, source)
+    runs = {name: _typed(RunConfig, r, name=name, role=r.get("role")) for name, r in cfg["runs"].items()}
+    data = _typed(DataConfig, cfg["data"], synthetic=_typed(SyntheticConfig, cfg["data"]["synthetic"]))
+    sweep = None
+    if cfg.get("sweep") is not None:
+        sweep = tuple(SweepGrid(grid=tuple((k, tuple(v)) for k, v in g["grid"].items()),
+                                arms=tuple(g["arms"]) if g.get("arms") is not None else None) for g in cfg["sweep"])
+    return Config(source=source, cpu_kernels=cfg["cpu_kernels"], data=data,
+                  tokenizer=_typed(TokenizerConfig, cfg["tokenizer"]), model=ModelSection.from_mapping(cfg["model"]),
+                  train=_typed(TrainSection, cfg["train"]), runs=runs, figure=_typed(FigureConfig, cfg["figure"]),
+                  claims=ClaimThresholds.from_dict(cfg["claims"]), sweep=sweep, mapping=cfg)
+
+
+def typed(cfg: "Config | dict", source: str = "config") -> Config:
+    """`cfg` itself when already typed, else the mapping validated and typed: what a stage's entry
+    function calls, so that a program may pass the YAML's mapping as well as `load`'s result."""
+    return cfg if isinstance(cfg, Config) else from_mapping(cfg, source)
 
 
 def to_dict(dc) -> dict:

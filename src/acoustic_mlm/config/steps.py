@@ -82,9 +82,16 @@ def _expand(pattern: str, cfg: dict, run: str | None) -> list[str]:
     return [pattern]
 
 
-def result_keys(step: str, cfg: dict, run: str | None = None, upstream: bool = False) -> list[str]:
+def _mapping(cfg) -> dict:
+    """The file's mapping of a `Config` (or the mapping itself: Snakemake's and a sweep's view)."""
+    return cfg if isinstance(cfg, dict) else cfg.mapping
+
+
+def result_keys(step: str, cfg, run: str | None = None, upstream: bool = False) -> list[str]:
     """The config's leaf keys (dotted) that `step`'s outputs depend on (with `upstream`, also those
-    of every step before it), in config order. `run` names the arm of a training step."""
+    of every step before it), in config order. `run` names the arm of a training step. `cfg`: a
+    `Config` or its mapping."""
+    cfg = _mapping(cfg)
     if step not in STEP_KEYS:
         raise KeyError(f"no pipeline step {step!r} (steps: {', '.join(STEP_KEYS)})")
     keys: list[str] = []
@@ -103,6 +110,7 @@ def result_keys(step: str, cfg: dict, run: str | None = None, upstream: bool = F
     return keys
 
 
-def settings(cfg: dict, keys: list[str]) -> dict:
-    """{dotted key: value} for these keys: what a step's outputs depend on."""
+def settings(cfg, keys: list[str]) -> dict:
+    """{dotted key: value} for these keys: what a step's outputs depend on (`cfg`: a `Config` or its mapping)."""
+    cfg = _mapping(cfg)
     return {k: get(cfg, k) for k in keys}

@@ -50,8 +50,7 @@ import torch
 
 from acoustic_mlm import encodec
 
-# Formulas kept with their config check; cqt_bin_frequency is re-exported beside the CQT (tests import it here).
-from acoustic_mlm.config import CQT_IMPLS, cqt_bin_frequency, cqt_top_frequency  # noqa: F401  (cqt_bin_frequency)
+from acoustic_mlm.model.config import CQT_IMPLS, cqt_top_frequency
 
 # A block of the folded spectrum is kept when some bin's kernel spectrum reaches this share of that
 # bin's peak in it. Measured (benchmarks/cqt_cost.py, librosa's recordings): at 1e-5 the fft path is

@@ -18,22 +18,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from acoustic_mlm.config import ATTENTIONS, NORMS, ModelConfig, total_stride  # total_stride: kept with its config check
+from acoustic_mlm.model.config import ATTENTIONS, NORMS, ModelConfig, receptive_field, total_stride
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions: one per formula
-
-
-def receptive_field(conv_layers) -> int:
-    """Samples seen by one output frame of a stack of (channels, kernel, stride) convolutions.
-
-    r = 1 + sum_i (k_i - 1) * prod_{j<i} s_j. MERT's stack: 400 samples.
-    """
-    field, jump = 1, 1
-    for _, kernel, stride in conv_layers:
-        field += (kernel - 1) * jump
-        jump *= stride
-    return field
 
 
 def deepnorm_coefficients(n_layers: int) -> tuple[float, float]:

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from acoustic_mlm.config import ModelConfig, mask_groups  # mask_groups: kept with its config check
+from acoustic_mlm.model.config import ModelConfig, mask_groups
 from acoustic_mlm.model.cqt import CQTTarget
 from acoustic_mlm.model.encoder import AcousticEncoder
 

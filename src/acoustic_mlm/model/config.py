@@ -1,0 +1,126 @@
+"""The model's configuration and the formulas that follow from it, owned by the model.
+
+`ModelSection` is the configuration file's `model:` section; `ModelConfig` is that section with one
+arm's norm and attention, which is what builds an `AcousticMLM`. The formulas here (the conv stack's
+stride and receptive field, the mask groups, the CQT bins' frequencies) are the model's; the
+configuration's checks import them to refuse a file before any work, never the other way round.
+Standard library and numpy only: Snakemake and the configuration import this without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+NORMS = ("pre", "post", "deepnorm")  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha x + F(x)), scaled init
+ATTENTIONS = ("softmax", "pb_relax", "unfused")  # fused kernel | PB-Relax with relax_alpha | fairseq's order
+CQT_IMPLS = ("nnaudio", "fft")  # nnAudio's convolutions (as MERT) | the same kernels by FFT (model/cqt.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSection:
+    """The `model:` section: the architecture and the objective, the same for every arm."""
+
+    conv_layers: tuple[tuple[int, int, int], ...]  # (channels, kernel, stride) per conv layer
+    dim: int  # transformer width
+    layers: int  # transformer blocks
+    heads: int  # attention heads
+    ffn_dim: int  # feed-forward hidden size
+    dropout: float  # residual dropout
+    attention_dropout: float  # dropout on attention probabilities
+    activation_dropout: float  # FFN hidden dropout (fairseq activation_dropout)
+    encoder_layerdrop: float  # probability of skipping each block in training (LayerDrop)
+    dropout_input: float  # dropout on the projected features, before masking
+    feature_grad_mult: float  # gradient scale into the conv front end (0: frozen)
+    pos_conv_kernel: int  # convolutional positional embedding kernel
+    pos_conv_groups: int  # ... and groups
+    final_dim: int  # per-codebook projection size for cosine logits
+    logit_temp: float  # cosine logits / logit_temp
+    fp16_logits: bool  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
+    relax_alpha: float  # PB-Relax alpha (used only when attention is pb_relax)
+    qk_gain: float  # q and k each multiplied by this (forced logit growth); 1: off
+    feature_penalty: float  # weight of the L2 penalty on conv features
+    mask_prob: float  # fairseq span-mask probability
+    mask_length: int  # span length in frames
+    mask_min_masks: int  # minimum spans per sequence
+    codebooks: int  # codebooks predicted
+    codebook_size: int  # codes per codebook
+    special_symbols: int  # extra never-target classes per codebook (fairseq's Dictionary: 4)
+    cqt_loss_weight: float  # weight of the CQT reconstruction loss on masked frames (0: off)
+    cqt_bins: int  # CQT bins predicted
+    cqt_bins_per_octave: int  # CQT resolution
+    cqt_fmin: float  # lowest CQT bin's centre frequency, Hz
+    mixture_prob: float  # share of training crops mixed with in-batch noise (0: off)
+    mixture_segments: tuple[int, int]  # noise segments per mixed crop, inclusive range
+    mixture_samples: tuple[int, int]  # samples per noise segment, inclusive range
+    mixture_volume: float  # noise gain
+    cqt_impl: str = "nnaudio"  # the one optional key: a file without it computes the CQT as MERT does
+
+    @classmethod
+    def from_mapping(cls, section: dict) -> "ModelSection":
+        """The section as the configuration file holds it (lists where this holds tuples)."""
+        m = {k: v for k, v in section.items() if k in _names(cls)}
+        m["conv_layers"] = tuple(tuple(layer) for layer in m["conv_layers"])
+        m["mixture_segments"], m["mixture_samples"] = tuple(m["mixture_segments"]), tuple(m["mixture_samples"])
+        return cls(**m)
+
+    def with_arm(self, norm: str, attention: str) -> "ModelConfig":
+        """This section with one arm's norm and attention: the configuration of that arm's model."""
+        return ModelConfig(**{f.name: getattr(self, f.name) for f in fields(ModelSection)},
+                           norm=norm, attention=attention)
+
+    @property
+    def stride(self) -> int:
+        """Samples between consecutive frames of the conv front end."""
+        return total_stride(self.conv_layers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig(ModelSection):
+    """The model of one arm: the `model:` section plus the arm's norm and attention."""
+
+    norm: str  # one of NORMS
+    attention: str  # one of ATTENTIONS
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+# ----------------------------------------------------------------------------- formulas
+
+
+def total_stride(conv_layers) -> int:
+    """Samples between consecutive frames of a (channels, kernel, stride) conv stack: the product
+    of its strides (encodec.HOP = 320 in every valid config)."""
+    return math.prod(stride for _, _, stride in conv_layers)
+
+
+def receptive_field(conv_layers) -> int:
+    """Input samples that one output frame of a (channels, kernel, stride) conv stack sees:
+    1 + sum over layers of (kernel - 1) x the strides before it (MERT's stack: 400)."""
+    field, jump = 1, 1
+    for _, kernel, stride in conv_layers:
+        field += (kernel - 1) * jump
+        jump *= stride
+    return field
+
+
+def mask_groups(batch: int, group: int) -> list:
+    """The rows of a micro-batch of `batch` crops split into ceil(batch / group) groups of about
+    `group` crops (0: one group). Group j holds rows j, j + n, j + 2n, ... (n groups), so the
+    rows r, r + P, ... that process r of P keeps hold whole groups whenever P divides n."""
+    n = 1 if group <= 0 else -(-batch // group)
+    return [np.arange(j, batch, n) for j in range(n)]
+
+
+def cqt_bin_frequency(k, fmin: float, bins_per_octave: int):
+    """Centre frequency of CQT bin k: fmin * 2^(k / bins_per_octave) (nnAudio create_cqt_kernels)."""
+    return fmin * 2.0 ** (k / bins_per_octave)
+
+
+def cqt_top_frequency(fmin: float, bins: int, bins_per_octave: int) -> float:
+    """Centre frequency of the highest bin; must stay below Nyquist (MERT: 32.7 Hz, 336, 48 -> 4,127 Hz)."""
+    return cqt_bin_frequency(bins - 1, fmin, bins_per_octave)
