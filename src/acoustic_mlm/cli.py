@@ -275,9 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace) -> int | None:
     cfg = C.load(args.config)
-    threads = args.threads if args.threads is not None else cfg["train"]["threads"]
+    threads = args.threads if args.threads is not None else cfg.train.threads
     if args.command == "validate":
-        print(f"{args.config}: valid ({len(cfg['runs'])} runs: {', '.join(cfg['runs'])})")
+        print(f"{args.config}: valid ({len(cfg.runs)} runs: {', '.join(cfg.runs)})")
         if args.out is not None:
             from acoustic_mlm.utils import atomic_path
 
@@ -302,10 +302,10 @@ def dispatch(args: argparse.Namespace) -> int | None:
         from acoustic_mlm.tokenizer import stage as tokenizer
 
         # the codes depend on the thread count: tokenize computes with tokenizer.threads, whatever --threads says
-        if args.threads is not None and args.threads != cfg["tokenizer"]["threads"]:
+        if args.threads is not None and args.threads != cfg.tokenizer.threads:
             log.warning("tokenize: %d threads, as tokenizer.threads says (--threads %d ignored: other thread counts "
-                        "give other codes)", cfg["tokenizer"]["threads"], args.threads)
-        threads = cfg["tokenizer"]["threads"]
+                        "give other codes)", cfg.tokenizer.threads, args.threads)
+        threads = cfg.tokenizer.threads
         if args.fit:
             tokenizer.fit(cfg, args.prepared, args.out, threads=threads)
         elif args.shard is not None:
@@ -320,10 +320,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
         if (args.run is None) == (args.run_name is None):
             raise UserError("name the run once: amlm train RUN (or --run RUN)")
         args.run = args.run or args.run_name
-        from acoustic_mlm.config.sweep import point_config
-
-        cfg = point_config(cfg, args.run)  # a sweep point: the file's settings with the point's values
-        C.run_config(cfg, args.run)  # unknown run name: fail before loading anything
+        cfg = cfg.point(args.run)  # a sweep point: the file's settings with the point's values; unknown: refused
         out = args.out if args.out is not None else Path("results/runs") / args.run
         train.run(cfg, args.run, args.prepared, args.codes, out, threads=threads)
     elif args.command == "aggregate":

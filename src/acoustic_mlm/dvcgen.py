@@ -51,6 +51,7 @@ from pathlib import Path
 import yaml
 
 from acoustic_mlm import config as C
+from acoustic_mlm.config import params as P
 from acoustic_mlm.config import sweep as S
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import atomic_path
@@ -165,77 +166,6 @@ def module_deps(entry: tuple[str, ...]) -> list[str]:
 # ----------------------------------------------------------------------------- params
 
 
-def _leaf_keys(node, prefix: str) -> list[str]:
-    if isinstance(node, dict) and node:
-        return [leaf for k, v in node.items() for leaf in _leaf_keys(v, f"{prefix}.{k}")]
-    return [prefix]
-
-
-def compact(cfg: dict, keys: list[str]) -> list[str]:
-    """The keys in order, without repeats, each section whose every key is listed named once
-    (`model` for all of model's keys), as dvc.yaml's params."""
-    chosen, out = set(keys), []
-    for key in keys:
-        parts, short = key.split("."), key
-        for i in range(1, len(parts)):
-            prefix = ".".join(parts[:i])
-            try:
-                node = C.get(cfg, prefix)
-            except (KeyError, TypeError, IndexError):  # under a list (sweep.0.grid.seeds): keep the key
-                break
-            if set(_leaf_keys(node, prefix)) <= chosen:
-                short = prefix
-                break
-        if short not in out:
-            out.append(short)
-    return out
-
-
-def stage_keys(cfg: dict, stage: str, run: str | None = None) -> list[str]:
-    """The config keys a DVC stage's outputs depend on: result_keys of its steps, in order, once."""
-    keys: list[str] = []
-    for step in C.DVC_STAGES[stage]:
-        keys += [k for k in C.result_keys(step, cfg, run) if k not in keys]
-    return keys
-
-
-def arm_params(cfg: dict) -> list[str]:
-    """The train stage's params templated on the arm (`runs.${key}.clip`): the same for every arm."""
-    lists = {}
-    for arm in cfg["runs"]:
-        prefix = f"runs.{arm}."
-        lists[arm] = [f"runs.${{key}}.{k[len(prefix):]}" if k.startswith(prefix) else k
-                      for k in compact(cfg, stage_keys(cfg, "train", arm))]
-    first = next(iter(lists.values()))
-    for arm, keys in lists.items():
-        if keys != first:
-            raise UserError(f"config: the arms' training keys differ ({arm} has {sorted(set(keys) ^ set(first))}); "
-                            "dvc.yaml's train stage needs the same keys in every arm")
-    return first
-
-
-def grid_of_points(cfg: dict) -> dict[str, int]:
-    """The grid (index under `sweep:`) each point comes from."""
-    return {name: i for i, grid in enumerate(cfg["sweep"]) for name in S.points({**cfg, "sweep": [grid]})}
-
-
-def point_params(cfg: dict, point: S.Point, grid: int) -> list[str]:
-    """A point's training keys as keys of the file: its swept keys left out (its name holds them), its
-    arm's keys for its own, its grid's seeds when the grid sets them."""
-    own = f"runs.{point.name}."
-    swept = dict(point.values)
-    seeds_from_grid = S.SEEDS in cfg["sweep"][grid]["grid"]
-    keys = []
-    for key in C.result_keys("train", S.point_config(cfg, point.name), point.name):
-        if key in swept:
-            continue
-        if key.startswith(own):
-            leaf = key[len(own):]
-            key = f"sweep.{grid}.grid.{S.SEEDS}" if leaf == "seeds" and seeds_from_grid else f"runs.{point.arm}.{leaf}"
-        keys.append(key)
-    return compact(cfg, keys)
-
-
 # ----------------------------------------------------------------------------- the stages
 
 
@@ -243,7 +173,7 @@ def _cmd(*words: str) -> str:
     return " ".join(words)
 
 
-def stages(cfg: dict, config_path: str) -> list[Stage]:
+def stages(cfg: C.Config, config_path: str) -> list[Stage]:
     """Every stage of the pipeline for this configuration, in the order they run."""
     q = shlex.quote(config_path)
     data = [
@@ -265,8 +195,8 @@ def stages(cfg: dict, config_path: str) -> list[Stage]:
     ]
     for s in data[1:]:
         s.deps = [CHECK] + s.deps + module_deps(ENTRY[s.name])
-        s.params = compact(cfg, stage_keys(cfg, s.name))
-    pts = S.points(cfg)
+        s.params = P.stage_params(cfg, s.name)
+    pts = cfg.points
     return data + (_sweep_stages(cfg, q, pts) if pts else _arm_stages(cfg, q))
 
 
@@ -283,17 +213,17 @@ def _train(name: str, run: str, q: str, params: list[str], entry: tuple[str, ...
                    {"template": ".dvc/plots/logx.json: DVC's linear template, log x axis"} if comments else {})])
 
 
-def _summary(name: str, cmd: str, deps: list[str], cfg: dict, **outputs) -> Stage:
-    return Stage(name, cmd, deps=[CHECK] + deps + module_deps(ENTRY[name]), params=compact(cfg, stage_keys(cfg, name)),
+def _summary(name: str, cmd: str, deps: list[str], cfg: C.Config, **outputs) -> Stage:
+    return Stage(name, cmd, deps=[CHECK] + deps + module_deps(ENTRY[name]), params=P.stage_params(cfg, name),
                  **outputs)
 
 
 FINALS = "results/final_losses.json"  # `amlm aggregate --finals`: short names for `dvc exp show`
 
 
-def _arm_stages(cfg: dict, q: str) -> list[Stage]:
+def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
     curves, diagnostics, figures = "results/loss_curves.csv", "results/diagnostics.csv", "results/figures"
-    train = _train("train", "${key}", q, arm_params(cfg), ENTRY["train"], comments=True)
+    train = _train("train", "${key}", q, P.arm_params(cfg), ENTRY["train"], comments=True)
     train.foreach = "${runs}"
     return [
         train,
@@ -329,9 +259,9 @@ def train_stage_name(point: str) -> str:
     return f"train-{point}"
 
 
-def _sweep_stages(cfg: dict, q: str, pts: dict[str, S.Point]) -> list[Stage]:
-    grids = grid_of_points(cfg)
-    trains = [_train(train_stage_name(name), name, q, point_params(cfg, p, grids[name]), ENTRY["train"],
+def _sweep_stages(cfg: C.Config, q: str, pts: dict[str, S.Point]) -> list[Stage]:
+    grids = P.grid_of_points(cfg)
+    trains = [_train(train_stage_name(name), name, q, P.point_params(cfg, p, grids[name]), ENTRY["train"],
                      comments=i == 0) for i, (name, p) in enumerate(pts.items())]
     trains[0].comment = (
         f"The sweep's {len(pts)} points, one stage each (acoustic_mlm.dvcgen). A point's swept values are in\n"
@@ -428,11 +358,11 @@ def _render_stage(s: Stage, config_path: str) -> list[str]:
     return lines
 
 
-def render(cfg: dict, config_path: str) -> str:
+def render(cfg: C.Config, config_path: str) -> str:
     """The text of dvc.yaml for this configuration, read by DVC at `config_path` (relative to the
     folder of dvc.yaml)."""
     all_stages = stages(cfg, config_path)
-    pts = S.points(cfg)
+    pts = cfg.points
     cmd = f"amlm dvc-yaml --config {shlex.quote(config_path)}"
     head = [
         f"# DVC pipeline: the same `amlm` stages as the Snakemake rules, params from {config_path}.",
@@ -479,7 +409,7 @@ def _check_out(out: Path) -> None:
             break
 
 
-def write(cfg: dict, config: Path, out: Path) -> Path:
+def write(cfg: C.Config, config: Path, out: Path) -> Path:
     _check_out(out)
     text = render(cfg, config_path_for(config, out))
     with atomic_path(Path(out)) as tmp:
@@ -487,7 +417,7 @@ def write(cfg: dict, config: Path, out: Path) -> Path:
     return Path(out)
 
 
-def check(cfg: dict, config: Path, out: Path) -> None:
+def check(cfg: C.Config, config: Path, out: Path) -> None:
     """Raise UserError (one line) unless `out` holds exactly what `write` would write."""
     _check_out(out)
     path = Path(out)

@@ -76,10 +76,10 @@ def requested_mode(config_path: str) -> str | None:
         import yaml  # pure Python here: loads no numerical library
 
         with open(config_path, encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
+            document = yaml.safe_load(f)  # the raw file: read before torch and numpy load, so not config.load
     except Exception:  # noqa: BLE001 -- any unreadable file is the command's to report, not ours
         return None
-    mode = cfg.get("cpu_kernels") if isinstance(cfg, dict) else None
+    mode = document.get("cpu_kernels") if isinstance(document, dict) else None
     return mode if mode in MODES else None
 
 

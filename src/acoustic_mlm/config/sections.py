@@ -127,7 +127,7 @@ class TrainSection:
     nodes: int = 1  # machines per run, each with `processes` processes (world = nodes * processes)
     total_updates: int | None = None  # schedule length (fairseq max_update); None: steps
     log_powers_of_two: bool = True  # metrics rows also at steps 1, 2, 4, 8, ...
-    loggers: tuple[str, ...] = ("csv",)  # where metrics rows go besides the CSV (trackers.py); results do not depend on it
+    loggers: tuple[str, ...] = ("csv",)  # where rows go besides the CSV (trackers.py); results do not depend on it
     wandb_project: str = "acoustic-mlm"  # Weights & Biases project of the wandb logger
 
     @property
@@ -297,6 +297,10 @@ class Config:
         from acoustic_mlm.config import sweep
 
         return from_mapping(sweep.point_config(self.mapping, name), self.source, validated=True)
+
+    def settings_dict(self) -> dict:
+        """The file's settings as a plain, JSON-able dict (a copy): what a tracker records."""
+        return json.loads(json.dumps(self.mapping))
 
     def value(self, dotted: str) -> Any:
         """The file's value at a dotted key ("train.lr", "runs.prenorm_clip1.clip"), as written."""

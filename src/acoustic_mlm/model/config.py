@@ -122,5 +122,5 @@ def cqt_bin_frequency(k, fmin: float, bins_per_octave: int):
 
 
 def cqt_top_frequency(fmin: float, bins: int, bins_per_octave: int) -> float:
-    """Centre frequency of the highest bin; must stay below Nyquist (MERT: 32.7 Hz, 336, 48 -> 4,127 Hz)."""
+    """Centre frequency of the highest bin; must stay below Nyquist (MERT: 32.7 Hz, 336, 48 -> 4,126 Hz)."""
     return cqt_bin_frequency(bins - 1, fmin, bins_per_octave)

@@ -49,7 +49,6 @@ import math
 import torch
 
 from acoustic_mlm import encodec
-
 from acoustic_mlm.model.config import CQT_IMPLS, cqt_top_frequency
 
 # A block of the folded spectrum is kept when some bin's kernel spectrum reaches this share of that

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numbers
 from pathlib import Path
 
+from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.utils import log
 
@@ -32,7 +33,7 @@ class _TensorBoard:
 
     name = "tensorboard"
 
-    def __init__(self, seed_dir: Path, run_name: str, seed: int, cfg: dict):
+    def __init__(self, seed_dir: Path, run_name: str, seed: int, cfg: C.Config):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(Path(seed_dir) / TENSORBOARD_DIR))
@@ -53,12 +54,12 @@ class _WandB:
 
     name = "wandb"
 
-    def __init__(self, seed_dir: Path, run_name: str, seed: int, cfg: dict):
+    def __init__(self, seed_dir: Path, run_name: str, seed: int, cfg: C.Config):
         import wandb
 
         Path(seed_dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=cfg["train"].get("wandb_project", "acoustic-mlm"), name=f"{run_name}-seed{seed}",
-                              group=run_name, job_type="train", dir=str(seed_dir), config=cfg, reinit="create_new")
+        self.run = wandb.init(project=cfg.train.wandb_project, name=f"{run_name}-seed{seed}", group=run_name,
+                              job_type="train", dir=str(seed_dir), config=cfg.settings_dict(), reinit="create_new")
 
     def log(self, row: dict) -> None:
         values = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, numbers.Real)}
@@ -103,8 +104,8 @@ class Trackers:
     `Trackers(cfg, run_name, seed, seed_dir, enabled=rank == 0)`; `log(row)` at each metrics row.
     """
 
-    def __init__(self, cfg: dict, run_name: str, seed: int, seed_dir: Path, enabled: bool = True, backends=None):
-        names = [n for n in cfg["train"].get("loggers", ["csv"]) if n != "csv"] if enabled else []
+    def __init__(self, cfg: C.Config, run_name: str, seed: int, seed_dir: Path, enabled: bool = True, backends=None):
+        names = [n for n in cfg.train.loggers if n != "csv"] if enabled else []
         if names:
             check_available(names)
         backends = backends if backends is not None else _BACKENDS
