@@ -10,8 +10,9 @@ YAML mapping, which only this package reads (settings, sweeps, DVC params).
 Callers write `from acoustic_mlm import config as C` and `C.load(path)`, whichever module below
 holds the name:
 
-    sections.py   the typed sections and `Config` (per-arm views as methods), from_mapping, typed
-    load.py       the strict YAML reader (read_yaml: the mapping, for a program that edits it), load
+    sections.py   the typed sections and `Config` (per-arm views as methods)
+    load.py       the strict YAML reader (read_yaml: the mapping, for a program that edits it), load,
+                  from_mapping (validate and type a mapping), typed
     checks.py     validate, section by section, and the check_* functions of one value; the formulas
                   it applies are the model's (acoustic_mlm.model.config) and EnCodec's (encodec.py)
     steps.py      what each pipeline step's outputs depend on (STEP_KEYS, UPSTREAM, DVC_STAGES)
@@ -26,7 +27,7 @@ from acoustic_mlm.config.checks import (
     renamed_settings,
     validate,
 )
-from acoustic_mlm.config.load import load, read_yaml
+from acoustic_mlm.config.load import from_mapping, load, read_yaml, typed
 from acoustic_mlm.config.sections import (
     ATTENTIONS,
     CQT_IMPLS,
@@ -44,9 +45,7 @@ from acoustic_mlm.config.sections import (
     TokenizerConfig,
     TrainConfig,
     TrainSection,
-    from_mapping,
     to_dict,
-    typed,
     world_size,
 )
 from acoustic_mlm.config.steps import DVC_STAGES, STEP_KEYS, result_keys, settings
@@ -56,9 +55,9 @@ __all__ = [
     # sections.py
     "SCHEMA_PATH", "NORMS", "ATTENTIONS", "ROLES", "PRECISIONS", "CQT_IMPLS",
     "Config", "DataConfig", "TokenizerConfig", "ModelSection", "ModelConfig", "TrainSection", "TrainConfig",
-    "RunConfig", "FigureConfig", "ClaimThresholds", "from_mapping", "typed", "to_dict", "world_size",
+    "RunConfig", "FigureConfig", "ClaimThresholds", "to_dict", "world_size",
     # load.py
-    "load", "read_yaml",
+    "load", "read_yaml", "from_mapping", "typed",
     # checks.py
     "validate", "RENAMED_KEYS", "renamed_settings", "MAX_RUN_NAME_BYTES", "MAX_LABEL_CHARS", "check_run_name",
     # steps.py

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from acoustic_mlm.config.checks import shorten, validate
-from acoustic_mlm.config.sections import Config, from_mapping
+from acoustic_mlm.config.sections import Config
 from acoustic_mlm.errors import ConfigError
 
 MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
@@ -19,7 +19,18 @@ def load(path: str | Path) -> Config:
     """Read, validate and type a YAML configuration file: the one `Config` every stage reads."""
     path = Path(path)
     _check_config_path(path)
-    return from_mapping(validate(read_yaml(path), source=str(path)), str(path), validated=True)
+    return Config.from_validated(validate(read_yaml(path), source=str(path)), str(path))
+
+
+def from_mapping(cfg: dict, source: str = "config") -> Config:
+    """A configuration mapping (as the YAML file holds it), validated and typed."""
+    return Config.from_validated(validate(cfg, source), source)
+
+
+def typed(cfg: Config | dict, source: str = "config") -> Config:
+    """`cfg` itself when already typed, else the mapping validated and typed: what a stage's entry
+    function calls, so that a program may pass the YAML's mapping as well as `load`'s result."""
+    return cfg if isinstance(cfg, Config) else from_mapping(cfg, source)
 
 
 class _StrictLoader(yaml.SafeLoader):

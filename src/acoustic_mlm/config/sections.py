@@ -223,7 +223,7 @@ class ClaimThresholds:
 
 @dataclass(frozen=True)
 class Config:
-    """A whole configuration file, validated and typed once (`config.load`, `from_mapping`)."""
+    """A whole configuration file, validated and typed once (`config.load`, `config.from_mapping`)."""
 
     source: str  # the file (or "config"), named by every error about it
     cpu_kernels: str  # avx2 | native (acoustic_mlm.kernels)
@@ -236,6 +236,22 @@ class Config:
     claims: ClaimThresholds
     sweep: tuple[SweepGrid, ...] | None
     mapping: dict = field(repr=False, compare=False)  # the validated file, read only inside config/
+
+    @classmethod
+    def from_validated(cls, cfg: dict, source: str = "config") -> "Config":
+        """A mapping that passed `validate` (config.load and config.from_mapping call it), typed."""
+        runs = {name: _typed(RunConfig, r, name=name, role=r.get("role")) for name, r in cfg["runs"].items()}
+        data = _typed(DataConfig, cfg["data"], synthetic=_typed(SyntheticConfig, cfg["data"]["synthetic"]))
+        sweep = None
+        if cfg.get("sweep") is not None:
+            sweep = tuple(SweepGrid(grid=tuple((k, tuple(v)) for k, v in g["grid"].items()),
+                                    arms=tuple(g["arms"]) if g.get("arms") is not None else None)
+                          for g in cfg["sweep"])
+        return cls(source=source, cpu_kernels=cfg["cpu_kernels"], data=data,
+                   tokenizer=_typed(TokenizerConfig, cfg["tokenizer"]),
+                   model=ModelSection.from_mapping(cfg["model"]), train=_typed(TrainSection, cfg["train"]), runs=runs,
+                   figure=_typed(FigureConfig, cfg["figure"]), claims=ClaimThresholds.from_dict(cfg["claims"]),
+                   sweep=sweep, mapping=cfg)
 
     # ---------------------------------------------------------------- one arm
 
@@ -296,7 +312,7 @@ class Config:
             return self
         from acoustic_mlm.config import sweep
 
-        return from_mapping(sweep.point_config(self.mapping, name), self.source, validated=True)
+        return Config.from_validated(sweep.point_config(self.mapping, name), self.source)
 
     def settings_dict(self) -> dict:
         """The file's settings as a plain, JSON-able dict (a copy): what a tracker records."""
@@ -305,30 +321,6 @@ class Config:
     def value(self, dotted: str) -> Any:
         """The file's value at a dotted key ("train.lr", "runs.prenorm_clip1.clip"), as written."""
         return get(self.mapping, dotted)
-
-
-def from_mapping(cfg: dict, source: str = "config", validated: bool = False) -> Config:
-    """A configuration mapping (as the YAML file holds it) validated, unless `validated`, and typed."""
-    if not validated:
-        from acoustic_mlm.config.checks import validate
-
-        cfg = validate(cfg, source)
-    runs = {name: _typed(RunConfig, r, name=name, role=r.get("role")) for name, r in cfg["runs"].items()}
-    data = _typed(DataConfig, cfg["data"], synthetic=_typed(SyntheticConfig, cfg["data"]["synthetic"]))
-    sweep = None
-    if cfg.get("sweep") is not None:
-        sweep = tuple(SweepGrid(grid=tuple((k, tuple(v)) for k, v in g["grid"].items()),
-                                arms=tuple(g["arms"]) if g.get("arms") is not None else None) for g in cfg["sweep"])
-    return Config(source=source, cpu_kernels=cfg["cpu_kernels"], data=data,
-                  tokenizer=_typed(TokenizerConfig, cfg["tokenizer"]), model=ModelSection.from_mapping(cfg["model"]),
-                  train=_typed(TrainSection, cfg["train"]), runs=runs, figure=_typed(FigureConfig, cfg["figure"]),
-                  claims=ClaimThresholds.from_dict(cfg["claims"]), sweep=sweep, mapping=cfg)
-
-
-def typed(cfg: "Config | dict", source: str = "config") -> Config:
-    """`cfg` itself when already typed, else the mapping validated and typed: what a stage's entry
-    function calls, so that a program may pass the YAML's mapping as well as `load`'s result."""
-    return cfg if isinstance(cfg, Config) else from_mapping(cfg, source)
 
 
 def to_dict(dc) -> dict:
