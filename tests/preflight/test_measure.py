@@ -17,8 +17,8 @@ def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch)
         return {"ms_per_update_measured": None, "measured_micro_batch": plan.micro_batch}
 
     monkeypatch.setattr(measure, "measure_arm", fake_measure)
-    cfg = C.validate(smoke_cfg)
-    m, t = C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1")
+    cfg = C.from_mapping(smoke_cfg)
+    m, t = cfg.model_for("prenorm_clip1"), cfg.train_for("prenorm_clip1")
     plan = measure.Plan(micro_batch=32, micro_batches=2, optimizer_steps=1, warmup=0)
     res, mb, no_fit = measure.fit_cuda(m, t, torch.device("cpu"), "fp32", 37, plan, 32, None, None)
     assert tried == [32, 16, 8, 4] and mb == 4 and no_fit == [32, 16, 8]

@@ -42,15 +42,15 @@ TOP_FIELDS = {"config", "device", "device_type", "preset_device", "device_note",
               "measurement"}
 
 
-def check_consistent(r: dict, cfg: dict) -> None:
+def check_consistent(r: dict, cfg: C.Config) -> None:
     """The relations preflight's numbers must satisfy, whatever the machine measured."""
     assert set(r) == TOP_FIELDS
     assert set(r["figure"]) == FIGURE_FIELDS and set(r["disk"]) == DISK_FIELDS
-    t = cfg["train"]
+    t = cfg.train
     frames = r["measured_frames"]  # the preset's crop, or the bounded one measured in place of its GPU
-    world = t["processes"] * t.get("nodes", 1)  # DDP processes of one run
-    crops = t["batch_size"] * t["accum_steps"] // world
-    assert [a["run"] for a in r["arms"]] == list(cfg["runs"])
+    world = t.processes * t.nodes  # DDP processes of one run
+    crops = t.batch_size * t.accum_steps // world
+    assert [a["run"] for a in r["arms"]] == list(cfg.runs)
     for a in r["arms"]:
         assert set(a) == ARM_FIELDS, set(a) ^ ARM_FIELDS
         mb = a["measured_micro_batch"]
@@ -66,14 +66,14 @@ def check_consistent(r: dict, cfg: dict) -> None:
         seconds = a["ms_per_update"] / 1000
         assert a["frames_per_update"] == crops * frames
         assert a["frames_per_s"] == pytest.approx(crops * frames / seconds)
-        m = dataclasses.replace(C.model_config(cfg, a["run"]), layers=a["measured_layers"])  # the model measured
+        m = dataclasses.replace(cfg.model_for(a["run"]), layers=a["measured_layers"])  # the model measured
         assert a["model_flops_per_update"] == a["micro_batches_per_update"] * step_flops(m, mb, frames)
         assert a["tflops"] == pytest.approx(a["model_flops_per_update"] / (a["ms_per_update_compute"] / 1000) / 1e12)
         assert (a["mfu"] is None) == (r["peak_tflops"] is None)
         if r["gpu_projection"] is not None:  # CPU times in place of the preset's GPU: no hours from them
             assert a["hours_per_seed"] is None and a["hours"] is None and a["gpu_hours"] is None
         else:
-            assert a["hours_per_seed"] == pytest.approx(t["steps"] * a["ms_per_update"] / 3.6e6)
+            assert a["hours_per_seed"] == pytest.approx(t.steps * a["ms_per_update"] / 3.6e6)
             assert a["hours"] == pytest.approx(a["seeds"] * a["hours_per_seed"])
             assert a["gpu_hours"] == pytest.approx(a["hours"] * world)
         assert a["peak_memory_gb"] > 0 and a["activation_gb_per_micro_batch"] >= 0
@@ -81,8 +81,7 @@ def check_consistent(r: dict, cfg: dict) -> None:
         twin = next(b for b in r["arms"] if b["run"] == a["measured_as"])  # identical models are measured once
         assert twin["ms_per_micro_batch"] == a["ms_per_micro_batch"]
         if a["fits"]:
-            assert (a["suggested_micro_batch"], a["suggested_accum_steps"]) == (t["batch_size"] // world,
-                                                                                t["accum_steps"])
+            assert (a["suggested_micro_batch"], a["suggested_accum_steps"]) == (t.batch_size // world, t.accum_steps)
         elif a["suggested_micro_batch"]:
             assert a["suggested_micro_batch"] * a["suggested_accum_steps"] == crops
     f = r["figure"]
@@ -93,7 +92,7 @@ def check_consistent(r: dict, cfg: dict) -> None:
         if f["concurrent_jobs"] == 1:
             assert f["wall_hours"] == pytest.approx(sum(a["hours"] for a in r["arms"]))
     d = r["disk"]
-    seconds = cfg["data"]["synthetic"]["n_clips"] * cfg["data"]["synthetic"]["clip_seconds"]
+    seconds = cfg.data.synthetic.n_clips * cfg.data.synthetic.clip_seconds
     assert d["corpus_seconds"] == seconds
     assert d["audio_gb"] == pytest.approx(seconds * 24000 * 4 / 1e9)
     assert d["codes_gb"] == pytest.approx(seconds * 75 * 8 * 2 / 1e9)
@@ -108,13 +107,13 @@ def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp
     r = json.loads((tmp_path / "preflight.json").read_text())
     cfg = C.load(root / "config/smoke.yaml")
     check_consistent(r, cfg)
-    assert r["device"] == "cpu" and r["device_note"] is None and r["micro_batch"] == cfg["train"]["batch_size"]
+    assert r["device"] == "cpu" and r["device_note"] is None and r["micro_batch"] == cfg.train.batch_size
     assert all(a["update_source"] == "measured" for a in r["arms"])  # a smoke update takes well under a minute
     assert all(a["fits"] for a in r["arms"])
     assert r["arms"][1]["measured_as"] == "prenorm_clip10"  # same model, other clip: measured once
     assert r["figure"]["concurrent_jobs"] == 1
     md = (tmp_path / "preflight.md").read_text()
-    assert all(f"| {run} |" in md for run in cfg["runs"]) and "The figure" in md and "Disk" in md
+    assert all(f"| {run} |" in md for run in cfg.runs) and "The figure" in md and "Disk" in md
     assert not list(tmp_path.glob(".*tmp*"))  # nothing half-written left behind
 
 
@@ -142,7 +141,7 @@ def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_wei
 
 def _smoke_arm(root):
     cfg = C.load(root / "config/smoke.yaml")
-    return C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1"), torch.device("cpu")
+    return cfg.model_for("prenorm_clip1"), cfg.train_for("prenorm_clip1"), torch.device("cpu")
 
 
 def _preflight_subprocess(root, tmp_path, preset: str, *args: str) -> subprocess.Popen:
@@ -189,7 +188,7 @@ def test_paper_preset_without_its_gpu_answers_within_a_minute(root, tmp_path):
     assert 0.1 < mem["activation_gb_per_crop"] < 2 and a["fits"] is True  # H200 measured 0.51 GB per crop
     gpus = {g["gpu"]: g for g in r["gpu_projection"]}
     assert set(gpus) == {"H100 / H200 (SXM)", "A100 (SXM)"}
-    m = C.model_config(cfg, "prenorm_clip1")
+    m = cfg.model_for("prenorm_clip1")
     for g in gpus.values():  # from counted FLOPs at the stated utilisation: no CPU time enters
         p = g["arms"][0]
         assert g["utilisation"] == project.DEFAULT_UTILISATION
@@ -224,7 +223,7 @@ def test_processes_beyond_the_gpus_here_measure_one_and_project_the_node(root, m
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     cfg = C.load(root / "config/paper.yaml")
-    t0 = C.train_config(cfg)
+    t0 = cfg.train
     hw = pf._hardware(t0, torch.device("cuda"), None, False, pf.Options())
     assert hw.gpus_per_node == 8 and hw.nodes == 8 and hw.peak == 989.0 and hw.measure_precision == "fp16_fairseq"
     assert "one process's micro-batch measured here" in hw.note

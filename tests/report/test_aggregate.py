@@ -51,25 +51,31 @@ def test_metrics_without_steps_or_loss_columns_are_one_line_naming_the_run(drop)
         aggregate.tidy(_metrics().drop(columns=drop), ARM)
 
 
+def _arms(**roles) -> dict[str, C.RunConfig]:
+    """Arms of these names with these roles (None: no role), as `Config.runs` holds them."""
+    return {name: C.RunConfig(name=name, label=name, norm="pre", attention="softmax", clip=1.0, seeds=(1,), role=role)
+            for name, role in roles.items()}
+
+
 def _curves(run: str, seed: int, losses) -> pd.DataFrame:
     return pd.DataFrame({"run": run, "seed": seed, "step": range(len(losses)), "split": "train", "codebook": 0,
                          "loss_bits": losses})
 
 
 def test_final_losses_leave_non_finite_rows_out_and_average_the_seeds():
-    cfg = {"runs": {"a": {"role": "clip10"}, "b": {"role": "clip1"}}}
+    runs = _arms(a="clip10", b="clip1")
     curves = pd.concat([
         _curves("a", 1, [10.0, 8.0, 6.0, 7.0, math.nan]),  # the last finite row is 7.0 (step 3 of 0-3)
         _curves("a", 2, [10.0, 9.0, 8.0, 5.0, math.inf]),  # 5.0
         _curves("b", 1, [10.0, 8.0]).assign(codebook=1),  # codebook 1 only: no final codebook-0 loss
     ])
-    assert aggregate.final_losses(cfg, curves) == {"clip10": 6.0, "clip1": None}
+    assert aggregate.final_losses(runs, curves) == {"clip10": 6.0, "clip1": None}
 
 
 def test_final_losses_are_keyed_by_run_name_where_a_role_is_shared_or_missing():
-    cfg = {"runs": {"a": {"role": "clip1"}, "b": {"role": "clip1"}, "c": {}}}
+    runs = _arms(a="clip1", b="clip1", c=None)
     curves = pd.concat([_curves(name, 1, [9.0, 4.123456]) for name in ("a", "b", "c")])
-    assert aggregate.final_losses(cfg, curves) == {"a": 4.1235, "b": 4.1235, "c": 4.1235}  # 4 decimals
+    assert aggregate.final_losses(runs, curves) == {"a": 4.1235, "b": 4.1235, "c": 4.1235}  # 4 decimals
 
 
 def test_aggregate_writes_one_row_per_run_step_split_and_codebook(runs_dir, tmp_path, smoke_cfg):

@@ -2,6 +2,7 @@
 the refusals, on curves made up in the test; then whole figures drawn from run folders (through the
 aggregate stage): the saved files, axes, legend and styles."""
 
+import dataclasses
 import re
 
 import matplotlib
@@ -11,12 +12,14 @@ import pytest
 from helpers import fake_metrics
 from matplotlib.colors import to_hex
 
+from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import aggregate, figure
 
 plt = figure.plt  # pyplot on the Agg backend, as figure.py sets it
 
 STEPS = [1, 2, 4, 8, 16]
+FIG = C.FigureConfig(x_max=None, y_min=None, y_max=None, split="train", overlay_paper=False)  # limits fit the data
 
 
 def _curve(label: str, loss, seed: int = 1, nonfinite: int = 0) -> pd.DataFrame:
@@ -72,7 +75,8 @@ def test_a_completed_run_that_skipped_one_update_says_so_in_the_singular():
 
 
 def test_more_arms_without_a_role_than_styles_are_refused_naming_the_arm():
-    runs = {f"extra{i}": {"label": f"Extra {i}", "role": None} for i in range(len(figure.EXTRA_STYLES) + 1)}
+    runs = {f"extra{i}": C.RunConfig(name=f"extra{i}", label=f"Extra {i}", norm="pre", attention="softmax", clip=1.0,
+                                     seeds=(1,), role=None) for i in range(len(figure.EXTRA_STYLES) + 1)}
     with pytest.raises(UserError, match=r"runs\.extra6: the figure can style 6 arms without a role"):
         figure.arm_styles(runs)
 
@@ -82,7 +86,7 @@ def test_an_arm_without_rows_in_the_split_is_named(smoke_cfg):
     rows = [{"run": name, "seed": 1, "step": s, "split": "train", "codebook": 0, "loss_bits": 10.0 - s / 10}
             for name in list(smoke_cfg["runs"])[:3] for s in STEPS]
     with pytest.raises(UserError, match=re.escape(f"loss curves hold no train codebook-0 rows for: {labels[3]}")):
-        figure.draw(pd.DataFrame(rows), smoke_cfg["runs"], {"split": "train"})
+        figure.draw(pd.DataFrame(rows), C.from_mapping(smoke_cfg).runs, FIG)
 
 
 def test_step_labels_write_thousands_as_k():
@@ -99,8 +103,8 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     labels = [r["label"] for r in smoke_cfg["runs"].values()]
-    fig, ax = figure.draw(pd.read_csv(curves_path), smoke_cfg["runs"],
-                          {"x_max": 100_000, "y_min": 5.0, "y_max": 10.0, "split": "train"})
+    fig, ax = figure.draw(pd.read_csv(curves_path), C.from_mapping(smoke_cfg).runs,
+                          dataclasses.replace(FIG, x_max=100_000, y_min=5.0, y_max=10.0))
     assert ax.get_title() == "Acoustic MLM Loss on Codebook-0 vs Training Steps"
     assert ax.get_xlabel() == "Training Step" and ax.get_ylabel() == "Acoustic MLM Loss on Codebook-0"
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
@@ -141,7 +145,8 @@ def test_several_seeds_draw_a_mean_with_a_band(tmp_path, smoke_cfg):
         both.to_csv(d / "metrics.csv", index=False)
     curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
     assert sorted(curves["seed"].unique()) == [1, 2]
-    fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
+    cfg = C.from_mapping(smoke_cfg)
+    fig, ax = figure.draw(curves, cfg.runs, cfg.figure)
     bands = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
     assert len(bands) == 4  # one 95 % band per arm
     y = ax.get_lines()[0].get_ydata()
@@ -160,7 +165,8 @@ def test_coinciding_arms_stay_visible_and_no_marker_is_cut(tmp_path, smoke_cfg):
         end = 6.0 + 0.3 * i if i < 3 else 6.3  # the fourth arm repeats the second exactly
         fake_metrics(steps, end=end).to_csv(runs / name / "metrics.csv", index=False)
     curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
-    fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
+    cfg = C.from_mapping(smoke_cfg)
+    fig, ax = figure.draw(curves, cfg.runs, cfg.figure)
     lines = ax.get_lines()[:4]
     assert [ln.get_linestyle() for ln in lines] == ["-", "-", "-", "--"]
     assert [ln.get_markerfacecolor() for ln in lines][3] == "none"  # hollow: the marker under it shows
@@ -173,8 +179,8 @@ def test_coinciding_arms_stay_visible_and_no_marker_is_cut(tmp_path, smoke_cfg):
 
 
 def test_arms_are_styled_by_role_not_position(smoke_cfg):
-    runs = dict(reversed(list(smoke_cfg["runs"].items())))  # the arms in the opposite order
-    runs["extra"] = {**runs["prenorm_clip10"], "label": "extra arm", "role": None}
+    runs = dict(reversed(list(C.from_mapping(smoke_cfg).runs.items())))  # the arms in the opposite order
+    runs["extra"] = dataclasses.replace(runs["prenorm_clip10"], name="extra", label="extra arm", role=None)
     styles = figure.arm_styles(runs)
     assert to_hex(styles["Pre-Norm | Gradient Clip=10 | Run 1"].color) == "#1f77b4"
     assert styles["Pre-Norm | Gradient Clip=10 | Run 1"].marker == "o"
@@ -191,7 +197,8 @@ def test_a_run_that_skipped_non_finite_updates_says_so_in_the_figure(tmp_path, s
         m.to_csv(runs / name / "metrics.csv", index=False)
     curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
     assert curves.loc[curves["run"] == "prenorm_clip1", "nonfinite"].max() == 3
-    fig, ax = figure.draw(curves, smoke_cfg["runs"], smoke_cfg["figure"])
+    cfg = C.from_mapping(smoke_cfg)
+    fig, ax = figure.draw(curves, cfg.runs, cfg.figure)
     assert [t.get_text() for t in ax.texts] == ["3 non-finite updates skipped (seed 1)"]
     matplotlib.pyplot.close(fig)
 
@@ -207,7 +214,7 @@ def test_no_curve_runs_under_the_legend(tmp_path, smoke_cfg):
             rows.append({"run": name, "label": run["label"], "seed": 1, "step": s, "split": "train",
                          "codebook": 0, "loss_bits": loss, "nonfinite": 0})
     curves = pd.DataFrame(rows)
-    fig, ax = figure.draw(curves, smoke_cfg["runs"], {"split": "train"})
+    fig, ax = figure.draw(curves, C.from_mapping(smoke_cfg).runs, FIG)
     fig.canvas.draw()
     box = ax.get_legend().get_window_extent()
     lines = ax.get_lines()[: len(smoke_cfg["runs"])]
@@ -217,5 +224,5 @@ def test_no_curve_runs_under_the_legend(tmp_path, smoke_cfg):
         assert not under.any(), (line.get_label(), xy[under])
     assert ax.get_ylim()[1] > 10.3  # raised above the curves' start
     # a y_max in the config is kept as it is
-    _, fixed = figure.draw(curves, smoke_cfg["runs"], {"split": "train", "y_max": 10.5})
+    _, fixed = figure.draw(curves, C.from_mapping(smoke_cfg).runs, dataclasses.replace(FIG, y_max=10.5))
     assert fixed.get_ylim()[1] == 10.5

@@ -1,11 +1,14 @@
 """The paper's digitised curves: plausible values, the claims they support, the comparison chart."""
 
+import dataclasses
+
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
+from acoustic_mlm import config as C
 from acoustic_mlm.curves import detect_spikes
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import claims as CL
@@ -110,7 +113,7 @@ def test_overlay_draws_dashed_lines_in_arm_styles(ref, smoke_cfg):
     fig, ax = matplotlib.pyplot.subplots()
     ax.plot([1, 2], [1, 2], label="reproduction")
     ax.legend()
-    lines = figure.overlay(ax, ref, smoke_cfg["runs"])
+    lines = figure.overlay(ax, ref, C.from_mapping(smoke_cfg).runs)
     assert len(lines) == 4
     assert [to_hex(ln.get_color()) for ln in lines] == COLOURS
     assert [ln.get_marker() for ln in lines] == ["o", "^", "^", "^"]
@@ -124,18 +127,19 @@ def test_overlay_draws_dashed_lines_in_arm_styles(ref, smoke_cfg):
 
 def test_overlay_matches_arms_by_role_whatever_their_names(ref, smoke_cfg):
     fig, ax = matplotlib.pyplot.subplots()
-    renamed = {f"arm{i}": {**r, "label": "ABCD"[i]} for i, r in enumerate(smoke_cfg["runs"].values())}
+    renamed = {f"arm{i}": dataclasses.replace(r, name=f"arm{i}", label="ABCD"[i])
+               for i, r in enumerate(C.from_mapping(smoke_cfg).runs.values())}
     lines = figure.overlay(ax, ref, renamed, legend=False)
     assert [to_hex(ln.get_color()) for ln in lines] == COLOURS
-    no_roles = {k: {key: v for key, v in r.items() if key != "role"} for k, r in renamed.items()}
+    no_roles = {k: dataclasses.replace(r, role=None) for k, r in renamed.items()}
     assert figure.overlay(ax, ref, no_roles) == []  # arms without a role have no paper curve
     matplotlib.pyplot.close(fig)
 
 
 def test_side_by_side_puts_the_paper_left_and_the_reproduction_right(ref, labels, smoke_cfg, tmp_path):
     curves = reproduction(labels)
-    fig_cfg = {"x_max": None, "y_min": None, "y_max": None, "split": "train"}
-    fig, (ax_p, ax_r) = figure.side_by_side(curves, ref, smoke_cfg["runs"], fig_cfg)
+    fig_cfg = C.FigureConfig(x_max=None, y_min=None, y_max=None, split="train", overlay_paper=False)
+    fig, (ax_p, ax_r) = figure.side_by_side(curves, ref, C.from_mapping(smoke_cfg).runs, fig_cfg)
     assert fig._suptitle.get_text() == figure.TITLE
     assert ax_p.get_xlabel() == ax_r.get_xlabel() == figure.XLABEL and ax_p.get_ylabel() == figure.YLABEL
     assert ax_p.get_xscale() == ax_r.get_xscale() == "log"

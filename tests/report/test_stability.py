@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from acoustic_mlm import config as C
 from acoustic_mlm.cli import main
 from acoustic_mlm.report import aggregate, claims, figure, stability
 from acoustic_mlm.utils import FP16_MAX
@@ -27,7 +28,7 @@ def _load_forced_spike():
     return module
 
 
-def _tables(runs: dict, spike_run: str, spike_step: int, fp16: bool):
+def _tables(runs: dict[str, C.RunConfig], spike_run: str, spike_step: int, fp16: bool):
     """Tidy loss curves and diagnostics: every arm falls from 10 bits; one arm spikes at spike_step."""
     steps = [1, 2, 4, 8, 16, 32, 50, 64, 100, 128, 150, 200]
     loss, diag = [], []
@@ -36,13 +37,13 @@ def _tables(runs: dict, spike_run: str, spike_step: int, fp16: bool):
             bits = 10.0 - 3.0 * np.log10(s) / np.log10(200)
             if name == spike_run and s == spike_step:
                 bits += 2.0
-            loss.append({"run": name, "label": r["label"], "seed": 1, "step": s, "split": "train", "codebook": 0,
+            loss.append({"run": name, "label": r.label, "seed": 1, "step": s, "split": "train", "codebook": 0,
                          "loss_bits": bits})
             values = {"grad_norm_max": 5.0 * (50.0 if name == spike_run and s == spike_step else 1.0),
                       "attn_logit_max": 2.0 + s / 10}
             if fp16:
                 values["loss_scale"] = 65536.0 / (2 if s > 64 else 1)
-            diag += [{"run": name, "label": r["label"], "seed": 1, "step": s, "diagnostic": k, "value": v}
+            diag += [{"run": name, "label": r.label, "seed": 1, "step": s, "diagnostic": k, "value": v}
                      for k, v in values.items()]
     return pd.DataFrame(loss), pd.DataFrame(diag)
 
@@ -54,9 +55,10 @@ def _gids(ax, prefix: str) -> dict[str, list]:
 
 @pytest.mark.parametrize("fp16", [False, True])
 def test_panels_axes_thresholds_and_the_spike_on_every_panel(smoke_cfg, fp16):
-    runs = smoke_cfg["runs"]
+    cfg = C.from_mapping(smoke_cfg)
+    runs = cfg.runs
     loss, diag = _tables(runs, "postnorm_deepnorm_clip1", 100, fp16)
-    fig, axes, found = stability.draw(loss, diag, runs, smoke_cfg["figure"], 0.5, 0.2)
+    fig, axes, found = stability.draw(loss, diag, runs, cfg.figure, 0.5, 0.2)
     expect = ["loss", "grad_norm", "attn_logit"] + (["loss_scale"] if fp16 else [])
     assert list(axes) == expect and len(fig.axes) == len(expect)
     assert [ax.get_ylabel() for ax in axes.values()] == [p[2] for p in stability.PANELS][: len(expect)]
@@ -77,22 +79,22 @@ def test_panels_axes_thresholds_and_the_spike_on_every_panel(smoke_cfg, fp16):
     for ax in axes.values():
         marks = [line for line in ax.get_lines() if line.get_gid() == "spike:postnorm_deepnorm_clip1:seed1"]
         assert len(marks) == 1 and list(marks[0].get_xdata()) == [100, 100]
-        assert marks[0].get_color() == styles[runs["postnorm_deepnorm_clip1"]["label"]].color
+        assert marks[0].get_color() == styles[runs["postnorm_deepnorm_clip1"].label].color
     # the legend names every arm, in the config's order
-    assert [t.get_text() for t in axes["loss"].get_legend().get_texts()] == [r["label"] for r in runs.values()]
+    assert [t.get_text() for t in axes["loss"].get_legend().get_texts()] == [r.label for r in runs.values()]
 
 
 def test_no_spike_no_marks_and_missing_diagnostics_said(smoke_cfg):
-    runs = smoke_cfg["runs"]
-    loss, diag = _tables(runs, "none", 0, False)
+    cfg = C.from_mapping(smoke_cfg)
+    loss, diag = _tables(cfg.runs, "none", 0, False)
     diag = diag[diag["diagnostic"] != "attn_logit_max"]  # as with train.diagnostics: false
-    _, axes, found = stability.draw(loss, diag, runs, smoke_cfg["figure"], 0.5, 0.2)
+    _, axes, found = stability.draw(loss, diag, cfg.runs, cfg.figure, 0.5, 0.2)
     assert found == [] and not any(_gids(ax, "spike:") for ax in axes.values())
     assert any("not measured" in t.get_text() for t in axes["attn_logit"].texts)
 
 
 def test_cli_writes_three_formats_and_names_a_missing_file(smoke_cfg, tmp_path, capsys):
-    loss, diag = _tables(smoke_cfg["runs"], "prenorm_clip1", 64, False)
+    loss, diag = _tables(C.from_mapping(smoke_cfg).runs, "prenorm_clip1", 64, False)
     loss.to_csv(tmp_path / "loss_curves.csv", index=False)
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
     cfg_path = tmp_path / "cfg.yaml"
@@ -107,7 +109,7 @@ def test_cli_writes_three_formats_and_names_a_missing_file(smoke_cfg, tmp_path, 
 
 
 def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path):
-    loss, diag = _tables(smoke_cfg["runs"], "postnorm_deepnorm_clip1", 100, False)
+    loss, diag = _tables(C.from_mapping(smoke_cfg).runs, "postnorm_deepnorm_clip1", 100, False)
     quiet = diag["diagnostic"].eq("grad_norm_max") & diag["step"].eq(100)
     loss.to_csv(tmp_path / "loss_curves.csv", index=False)
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
@@ -137,8 +139,9 @@ def test_forced_spike_is_caught_by_the_diagnostics_and_marked_on_every_panel(tmp
         assert e["height_bits"] > 2.0 and e["grad_norm"]["ratio"] >= 3.0 and e["unusual"]
     loss = pd.read_csv(tmp_path / "loss_curves.csv")
     diag = pd.read_csv(tmp_path / aggregate.DIAGNOSTICS)
-    _, axes, found = stability.draw(loss, diag, cfg["runs"], cfg["figure"], cfg["claims"]["spike_threshold"],
-                                    cfg["claims"]["recovery_margin"])
+    typed = C.from_mapping(cfg)
+    _, axes, found = stability.draw(loss, diag, typed.runs, typed.figure, typed.claims.spike_threshold,
+                                    typed.claims.recovery_margin)
     assert {(k["run"], k["peak_step"]) for k in found} == {(e["run"], e["peak_step"]) for e in result["explained"]}
     for k in found:
         for ax in axes.values():

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from acoustic_mlm import config as C
 from acoustic_mlm.report import stability_map as M
 
 
@@ -156,12 +157,12 @@ def _trained_points(cfg, runs_dir, edit=None):
     """Each point's seed summaries as training writes them (its fingerprint), `edit` applied to one."""
     import json
 
-    from acoustic_mlm.config import sweep as S
     from acoustic_mlm.train.state import fingerprint
 
-    for name, p in S.points(cfg).items():
+    cfg = C.typed(cfg)
+    for name, p in cfg.points.items():
         for seed in p.seeds:
-            fp = fingerprint(S.point_config(cfg, name), name, 1)
+            fp = fingerprint(cfg.point(name), name, 1)
             if edit is not None:
                 edit(name, seed, fp["settings"])
             path = runs_dir / name / "seeds" / f"seed{seed}" / "summary.json"
@@ -181,11 +182,10 @@ def map_cfg(smoke_cfg):
 
 
 def test_runs_trained_as_their_points_pass_the_check(map_cfg, tmp_path):
-    from acoustic_mlm.config import sweep as S
-
-    _trained_points(map_cfg, tmp_path)
-    for name, p in S.points(map_cfg).items():
-        M.check_trained_as_point(map_cfg, tmp_path / name, name, p.seeds)
+    cfg = C.from_mapping(map_cfg)
+    _trained_points(cfg, tmp_path)
+    for name, p in cfg.points.items():
+        M.check_trained_as_point(cfg, tmp_path / name, name, p.seeds)
 
 
 @pytest.mark.parametrize("run, seed, key, value, words", [

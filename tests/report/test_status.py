@@ -51,7 +51,8 @@ def runs_dir(tmp_path, cfg):
     done = _rows([1, 2, 4, 50, 100], [1.0, 2.0, 4.0, 50.0, 100.0], [10.0, 9.5, 9.0, 7.0, 6.25])
     seed_dir = runs / "prenorm_clip10" / "seeds" / "seed1"
     _write(seed_dir / "metrics.csv", done)
-    summary = summarize(done, C.run_config(cfg, "prenorm_clip10"), C.train_config(cfg, "prenorm_clip10"))
+    typed = C.from_mapping(cfg)
+    summary = summarize(done, typed.run("prenorm_clip10"), typed.train_for("prenorm_clip10"))
     (seed_dir / "summary.json").write_text(json.dumps(summary))
     # running: rows so far and a resumable state, both fresh; fp16 loss scale and skips
     running = _rows([1, 2, 4, 8, 16, 32, 40], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 40.0],
@@ -165,11 +166,9 @@ def _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles):
 
 
 def test_status_of_a_sweep_shows_its_points_with_their_seeds_and_steps(cfg, tmp_path, capsys):
-    from acoustic_mlm.config import sweep as S
-
     cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.003], "train.steps": [50, 100]}, "arms": ["prenorm_clip1"]},
                     {"grid": {"model.layers": [2], "seeds": [7, 8, 9]}, "arms": ["prenorm_clip10"]}]
-    points = S.points(cfg)
+    points = C.from_mapping(cfg).points
     runs = tmp_path / "runs"
     one = "prenorm_clip1__lr-3e-3__steps-50"
     _write(runs / one / "seeds" / "seed1" / PARTIAL, _rows([1, 2, 4], [1.0, 2.0, 4.0], [10.0, 9.0, 8.0]))

@@ -101,7 +101,7 @@ def test_a_reference_recorded_under_renamed_keys_is_read_under_the_new_names(roo
     assert all("tokenizer.level" in s and "tokenizer.loudness" not in s for s in meta["arms"].values())
     _, read = verify.load_reference(ref)
     assert read["arms"] == verify.fingerprints(cfg)
-    assert read["arms"]["prenorm_clip1"]["tokenizer.loudness"] == cfg["tokenizer"]["loudness"]
+    assert read["arms"]["prenorm_clip1"]["tokenizer.loudness"] == cfg.tokenizer.loudness
 
 
 def _rows(losses, steps=(1, 2, 4, 8)):
@@ -143,10 +143,10 @@ def test_the_shipped_references_match_their_presets(root, preset, folder):
     assert meta["cpu_kernels"] == "avx2" and meta["kernels_used"] == "pinned"
     assert all(meta["data_hashes"][stage] for stage in ("fetch", "prepare", "tokenize"))
     assert meta["native_tolerance_bits"] > 0 and meta["late_tolerance_bits"] > 0
-    for run in cfg["runs"]:
+    for run in cfg.runs:
         rows = ref[ref["run"] == run]
-        assert rows["step"].max() == cfg["train"]["steps"] or rows["diverged"].any(), run
-        assert {f"train_loss_cb{k}" for k in range(cfg["model"]["codebooks"])} <= set(rows.columns)
+        assert rows["step"].max() == cfg.train.steps or rows["diverged"].any(), run
+        assert {f"train_loss_cb{k}" for k in range(cfg.model.codebooks)} <= set(rows.columns)
 
 
 # --- pinned and native runs against a pinned reference (hand-made runs, data and reference) ----------
@@ -193,7 +193,8 @@ def _reference(tmp_path, cfg, data):
     pd.concat([_curve().assign(run=run) for run in cfg["runs"]]).to_csv(ref / verify.METRICS, index=False)
     meta = {"package": "acoustic-mlm", "version": "0", "config": "config/smoke.yaml", "cpu_kernels": "avx2",
             "tolerance_bits": 1e-4, "tolerance_until_step": 200, "late_tolerance_bits": 1.0,
-            "native_tolerance_bits": 0.2, "data_hashes": verify.data_hashes(data), "arms": verify.fingerprints(cfg),
+            "native_tolerance_bits": 0.2, "data_hashes": verify.data_hashes(data),
+            "arms": verify.fingerprints(C.from_mapping(cfg)),
             "machine": {"cpu": "test"}}
     (ref / verify.META).write_text(json.dumps(meta))
     return ref
@@ -264,7 +265,8 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     (data / "codes" / "shard-00000" / "codes.npy").write_bytes(b"native codes")
     _write_run(tmp_path / "runs", cfg_native, _curve(early=0.1, shift=0.5, burst=(16, "train_loss_cb1", 0.9)),
                pinned=False)
-    assert verify.fingerprints(cfg_native) != verify.fingerprints(cfg)  # cpu_kernels differs, and is allowed to
+    # cpu_kernels differs, and is allowed to
+    assert verify.fingerprints(C.from_mapping(cfg_native)) != verify.fingerprints(C.from_mapping(cfg))
     result = verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)
     assert result["kernels"] == "native" and result["passed"], verify.report(result)
     assert result["data"]["first_differing_stage"] == "tokenize" and not result["data"]["fails"]
@@ -276,7 +278,7 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     assert not verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)["passed"]
     # a run whose config asks for avx2 but whose process was not pinned counts as native
     _write_run(tmp_path / "runs", cfg, _curve(early=0.1), pinned=False)
-    assert verify.run_kernels(cfg, tmp_path / "runs") == "native"
+    assert verify.run_kernels(C.from_mapping(cfg), tmp_path / "runs") == "native"
 
 
 @pytest.mark.parametrize("machine", ["amd_epyc_avx512", "intel_xeon_avx512"])
@@ -289,7 +291,7 @@ def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(roo
     assert result["kernels"] == "native" and result["passed"], verify.report(result)
     assert all(w["statistic"] == verify.MEDIAN_STATISTIC for w in result["windows"])
     # the same runs with one arm's late rows moved by 1.5 bits (a wrong target) fail
-    broken = {run: pd.read_csv(runs / run / "metrics.csv") for run in cfg["runs"]}
+    broken = {run: pd.read_csv(runs / run / "metrics.csv") for run in cfg.runs}
     late = broken["prenorm_clip10"]["step"] > 300
     for column in [c for c in broken["prenorm_clip10"].columns if verify.LOSS.match(c)]:
         broken["prenorm_clip10"].loc[late, column] += 1.5

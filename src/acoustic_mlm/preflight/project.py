@@ -134,17 +134,17 @@ def suggest_micro_batch(crops_per_process: int, max_fit: int) -> int:
     return max((d for d in range(1, crops_per_process + 1) if crops_per_process % d == 0 and d <= max_fit), default=0)
 
 
-def corpus_seconds(cfg: dict, corpus_hours: float | None = None) -> float | None:
+def corpus_seconds(cfg: C.Config, corpus_hours: float | None = None) -> float | None:
     """Seconds of audio the preset's source holds, where it can be known before fetching."""
     if corpus_hours is not None:
         return corpus_hours * 3600.0
-    d = cfg["data"]
-    if d["source"] == "synthetic":
-        return d["synthetic"]["n_clips"] * d["synthetic"]["clip_seconds"]
-    return KNOWN_CORPUS_SECONDS.get(d["source"])
+    d = cfg.data
+    if d.source == "synthetic":
+        return d.synthetic.n_clips * d.synthetic.clip_seconds
+    return KNOWN_CORPUS_SECONDS.get(d.source)
 
 
-def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_hours: float | None = None) -> dict:
+def disk_estimate(cfg: C.Config, params: int, arms: list[dict], slots: int, corpus_hours: float | None = None) -> dict:
     """Disk of prepared audio (float32, 24 kHz), codes (int16, K x 75 Hz) and checkpoints.
 
     Checkpoints: each seed's final checkpoint holds the fp32 weights; while a job runs, its
@@ -152,15 +152,15 @@ def disk_estimate(cfg: dict, params: int, arms: list[dict], slots: int, corpus_h
     many jobs as run at once.
     """
     seconds = corpus_seconds(cfg, corpus_hours)
-    rate = cfg["data"]["sample_rate"]
-    k = encodec.codebooks(float(cfg["tokenizer"]["bandwidth"]))  # rows of every codes.npy
+    rate = cfg.data.sample_rate
+    k = encodec.codebooks(float(cfg.tokenizer.bandwidth))  # rows of every codes.npy
     final_gb = params * PARAM_BYTES / GB
     state_gb = params * (PARAM_BYTES + ADAM_STATE_BYTES) / GB
     seeds = sum(a["seeds"] for a in arms)
     out = {
         "corpus_seconds": seconds,
         "corpus_note": None if seconds is not None else
-        f"data.source {cfg['data']['source']}: size unknown before fetching; pass --corpus-hours",
+        f"data.source {cfg.data.source}: size unknown before fetching; pass --corpus-hours",
         "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
         "codes_gb": None if seconds is None else seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB,
         "codebooks_stored": k,
@@ -183,18 +183,18 @@ def steady_bytes_per_param(precision: str) -> int:
 # ----------------------------------------------------------------------------- on named GPUs, from counted FLOPs
 
 
-def gpu_projection(cfg: dict, arms: list[dict], precision: str, utilisation: float, processes: int, nodes: int,
+def gpu_projection(cfg: C.Config, arms: list[dict], precision: str, utilisation: float, processes: int, nodes: int,
                    slots: int, intra_gb_s: float, inter_gb_s: float) -> list[dict]:
     """A projection, not a measurement: per GPU of PROJECTION_GPUS, one update of each arm from its
     counted FLOPs (flops.step_flops, per process) at `utilisation` of the GPU's peak for `precision`,
     plus what the gradient all-reduce leaves exposed; the figure's hours from those."""
-    frames = C.crop_frames(cfg)
+    frames = cfg.crop_frames
     rows = []
     for gpu, half, fp32 in PROJECTION_GPUS:
         gpu_peak = half if precision in HALF_PRECISIONS else fp32
         hours, per_arm = [], []
         for a in arms:
-            micro_ms = update_ms_at(step_flops(C.model_config(cfg, a["run"]), a["measured_micro_batch"], frames),
+            micro_ms = update_ms_at(step_flops(cfg.model_for(a["run"]), a["measured_micro_batch"], frames),
                                     gpu_peak, utilisation)
             compute = a["micro_batches_per_update"] * micro_ms
             comm = allreduce_ms(a["grad_bytes"], processes, nodes, intra_gb_s, inter_gb_s)
@@ -209,23 +209,21 @@ def gpu_projection(cfg: dict, arms: list[dict], precision: str, utilisation: flo
     return rows
 
 
-def sweep_projection(cfg: dict, utilisation: float, intra_gb_s: float, inter_gb_s: float) -> dict | None:
+def sweep_projection(cfg: C.Config, utilisation: float, intra_gb_s: float, inter_gb_s: float) -> dict | None:
     """A projection, not a measurement: a sweep's whole map on each GPU of PROJECTION_GPUS, every point
     from its own counted FLOPs (its model, batch and steps) at `utilisation` of the GPU's peak for its
     own precision, plus its exposed all-reduce, its seeds one after another; None without a sweep.
     Training updates only: validation rows and start-up are not counted."""
-    from acoustic_mlm.config.sweep import point_config, points
-
-    pts = points(cfg)
+    pts = cfg.points
     if not pts:
         return None
-    frames = C.crop_frames(cfg)
+    frames = cfg.crop_frames
     rows = []
     for gpu, half, fp32 in PROJECTION_GPUS:
         gpu_hours, panels = 0.0, {}
         for name, pt in pts.items():
-            pc = point_config(cfg, name)
-            m, t = C.model_config(pc, name), C.train_config(pc, name)
+            pc = cfg.point(name)
+            m, t = pc.model_for(name), pc.train_for(name)
             micro = t.batch_size // t.world
             micro_ms = update_ms_at(step_flops(m, micro, frames), half if t.precision in HALF_PRECISIONS else fp32,
                                     utilisation)

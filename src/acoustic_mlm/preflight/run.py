@@ -119,7 +119,8 @@ class Hardware:
         return self.nodes * self.gpus_per_node
 
 
-def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()) -> dict:
+def run(cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("results"),
+        options: Options = Options()) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
 
     A preset for CUDA measured on CPU (no CUDA device, or --device cpu) answers in well under a
@@ -136,7 +137,8 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), opt
     GPU and projects the preset's node (the all-reduce at the bandwidths given), unless --gpus-per-node
     says otherwise.
     """
-    t0 = C.train_config(cfg)
+    cfg = C.typed(cfg, str(config_path))
+    t0 = cfg.train  # the `train:` section, the same for every arm
     _check_projection_options(options)
     device, note = _device(t0, config_path, options)
     substitute = t0.device == "cuda" and device.type == "cpu"  # CPU times say nothing of the GPU's
@@ -146,7 +148,7 @@ def run(cfg: dict, config_path: str | Path, out_dir: Path = Path("results"), opt
     probe = MemoryProbe(device)
     groups = _model_groups(cfg, substitute, options.every_model)
     measured = _measure_models(cfg, config_path, t0, hw, plan, probe, groups)
-    arms = [_arm(cfg, name, measured[name], t0, hw, options) for name in cfg["runs"]]  # the configuration's order
+    arms = [_arm(cfg, name, measured[name], t0, hw, options) for name in cfg.runs]  # the configuration's order
     slots = hw.gpus // t0.world  # runs at once on the figure's GPUs
     projection = None
     if substitute:
@@ -181,7 +183,7 @@ def _check_projection_options(options: Options) -> None:
         raise UserError(f"preflight: --utilisation is a share of the peak, at most 1, got {options.utilisation}")
 
 
-def _device(t0: C.TrainConfig, config_path: str | Path, options: Options) -> tuple[torch.device, str | None]:
+def _device(t0: C.TrainSection, config_path: str | Path, options: Options) -> tuple[torch.device, str | None]:
     """The device measured on (--device, else train.device; a CUDA preset without a CUDA device is
     measured on CPU) and a note when it is not the preset's. Sets torch's CPU threads."""
     wanted = options.device or t0.device
@@ -220,7 +222,7 @@ def _with_measurement_defaults(options: Options, substitute: bool) -> Options:
     return options
 
 
-def _hardware(t0: C.TrainConfig, device: torch.device, note: str | None, substitute: bool,
+def _hardware(t0: C.TrainSection, device: torch.device, note: str | None, substitute: bool,
               options: Options) -> Hardware:
     """The device's name and peak, and the machines of the projection: by default the GPUs here (on
     CPU the preset's processes) on the preset's run's nodes."""
@@ -247,7 +249,7 @@ def _hardware(t0: C.TrainConfig, device: torch.device, note: str | None, substit
     return Hardware(device, label, note, substitute, precision, measure_precision, peak, nodes, gpus_per_node)
 
 
-def _plan(cfg: dict, t0: C.TrainConfig, hw: Hardware, options: Options) -> Plan:
+def _plan(cfg: C.Config, t0: C.TrainSection, hw: Hardware, options: Options) -> Plan:
     """What to run per model: the micro-batch (--micro-batch, else the preset's share of a process;
     one crop in place of the preset's GPU), which must divide a process's crops per update. In place of
     the preset's GPU: the model cut to CUT_LAYERS blocks, as many frames as fit the CPU budget (this CPU's
@@ -260,17 +262,17 @@ def _plan(cfg: dict, t0: C.TrainConfig, hw: Hardware, options: Options) -> Plan:
         raise UserError(f"preflight: --micro-batch must be at least 1, got {mb}")
     micro_batches_per_update(t0.batch_size, t0.accum_steps, processes, mb)  # refuses a micro-batch that does not divide
     frames = options.frames
-    if frames is not None and not 1 <= frames <= C.crop_frames(cfg):
-        raise UserError(f"preflight: frames must be between 1 and the preset's {C.crop_frames(cfg)}, got {frames}")
+    if frames is not None and not 1 <= frames <= cfg.crop_frames:
+        raise UserError(f"preflight: frames must be between 1 and the preset's {cfg.crop_frames}, got {frames}")
     if not hw.substitute:
         return Plan(mb, options.micro_batches, options.optimizer_steps, options.warmup, options.full_update, frames)
-    m = C.model_config(cfg, next(iter(cfg["runs"])))
+    m = cfg.model_for(next(iter(cfg.runs)))
     cut = dataclasses.replace(m, layers=min(m.layers, CUT_LAYERS))
     if frames is None:
         gflops = cpu_matmul_gflops()
-        frames = bounded_frames(cut, C.crop_frames(cfg), mb, gflops, options.cpu_budget_s)
+        frames = bounded_frames(cut, cfg.crop_frames, mb, gflops, options.cpu_budget_s)
         log.info("preflight: this CPU multiplies float32 matrices at %.0f GFLOP/s: a float32 step of %d of %d blocks "
-                 "at %d of %d frames fits %.0f s", gflops, cut.layers, m.layers, frames, C.crop_frames(cfg),
+                 "at %d of %d frames fits %.0f s", gflops, cut.layers, m.layers, frames, cfg.crop_frames,
                  options.cpu_budget_s)
     return Plan(mb, options.micro_batches, options.optimizer_steps, options.warmup, options.full_update, frames,
                 cut_layers=CUT_LAYERS, count_activations=True)
@@ -279,22 +281,22 @@ def _plan(cfg: dict, t0: C.TrainConfig, hw: Hardware, options: Options) -> Plan:
 # ----------------------------------------------------------------------------- measuring, per model
 
 
-def _model_groups(cfg: dict, substitute: bool, every_model: bool) -> dict:
+def _model_groups(cfg: C.Config, substitute: bool, every_model: bool) -> dict:
     """The arms by model: arms whose models are identical cost the same, so each model is measured
     once. In place of the preset's GPU, only the first arm's model unless `every_model`."""
     groups: dict = {}
-    for run_name in cfg["runs"]:
-        groups.setdefault(C.model_config(cfg, run_name), []).append(run_name)
+    for run_name in cfg.runs:
+        groups.setdefault(cfg.model_for(run_name), []).append(run_name)
     if substitute and not every_model:  # plumbing and memory of one model; the projection counts each arm's FLOPs
-        groups = {"all": list(cfg["runs"])}
+        groups = {"all": list(cfg.runs)}
     return groups
 
 
-def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hardware, plan: Plan,
+def _measure_models(cfg: C.Config, config_path: str | Path, t0: C.TrainSection, hw: Hardware, plan: Plan,
                     probe: MemoryProbe, groups: dict) -> dict[str, dict]:
     """Each group's first arm measured (on CUDA at the largest micro-batch that fits) with whether the
     preset fits; {arm: its group's measurement, `measured_as` the arm measured}."""
-    frames = C.crop_frames(cfg)
+    frames = cfg.crop_frames
     crops_per_process = t0.crops_per_update // t0.world
     units = len(groups) * (plan.warmup + plan.micro_batches + plan.optimizer_steps)
     log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, hw.label,
@@ -302,7 +304,7 @@ def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: H
     measured: dict[str, dict] = {}
     with Progress(units, "preflight", unit="step") as bar:
         for names in groups.values():
-            m, t = C.model_config(cfg, names[0]), C.train_config(cfg, names[0])
+            m, t = cfg.model_for(names[0]), cfg.train_for(names[0])
             avail = probe.available()
             if hw.device.type == "cuda":
                 res, used_mb, no_fit = fit_cuda(m, t, hw.device, hw.precision, frames, plan, crops_per_process,
@@ -324,7 +326,7 @@ def _measure_models(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: H
     return measured
 
 
-def _projected_fit(m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainConfig, frames: int,
+def _projected_fit(m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainSection, frames: int,
                    crops_per_process: int) -> dict:
     """In place of the preset's GPU: the whole model's counted parameters and gradient bytes, its GPU memory
     projected from counted parameters and activations, and whether the preset's micro-batch fits an 80 GB GPU."""
@@ -352,17 +354,17 @@ def _projected_fit(m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainConfig,
 # ----------------------------------------------------------------------------- arms, figure, files
 
 
-def _arm(cfg: dict, name: str, res: dict, t0: C.TrainConfig, hw: Hardware, options: Options) -> dict:
+def _arm(cfg: C.Config, name: str, res: dict, t0: C.TrainSection, hw: Hardware, options: Options) -> dict:
     """One arm's row: its update (measured whole, else projected from its parts) plus the exposed
     all-reduce, its throughput and MFU, and its hours unless its times are CPU times for a GPU preset."""
-    rc, processes = C.run_config(cfg, name), t0.world
+    rc, processes = cfg.run(name), t0.world
     frames = res["measured_frames"]  # the preset's crop, or the bounded one measured in place of its GPU
     crops_per_process = t0.crops_per_update // processes
     n_micro = crops_per_process // res["measured_micro_batch"]
     compute_ms = res["ms_per_update_measured"] or res["ms_per_update_projected"]
     comm = allreduce_ms(res["grad_bytes"], processes, t0.nodes, options.intra_node_gb_s, options.inter_node_gb_s)
     update_ms, exposed, bound = with_communication(compute_ms, res["ms_per_micro_batch"], comm)
-    measured_model = dataclasses.replace(C.model_config(cfg, name), layers=res["measured_layers"])
+    measured_model = dataclasses.replace(cfg.model_for(name), layers=res["measured_layers"])
     flops = n_micro * step_flops(measured_model, res["measured_micro_batch"], frames)
     tflops = flops / (compute_ms / 1000) / 1e12
     hours = None if hw.substitute else wall_hours(t0.steps, update_ms, len(rc.seeds))
@@ -387,7 +389,7 @@ def _arm(cfg: dict, name: str, res: dict, t0: C.TrainConfig, hw: Hardware, optio
     }
 
 
-def _figure(arms: list[dict], t0: C.TrainConfig, hw: Hardware, slots: int) -> dict:
+def _figure(arms: list[dict], t0: C.TrainSection, hw: Hardware, slots: int) -> dict:
     """The whole figure: every arm's job on the figure's GPUs, `slots` at once, longest first."""
     return {
         "arms": len(arms), "jobs": len(arms), "seeds": sum(a["seeds"] for a in arms), "steps": t0.steps,
@@ -398,7 +400,7 @@ def _figure(arms: list[dict], t0: C.TrainConfig, hw: Hardware, slots: int) -> di
     }
 
 
-def _measured_on(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hardware, plan: Plan,
+def _measured_on(cfg: C.Config, config_path: str | Path, t0: C.TrainSection, hw: Hardware, plan: Plan,
                  probe: MemoryProbe, options: Options) -> dict:
     """preflight.json's head: what was measured, where and how."""
     return {
@@ -416,15 +418,15 @@ def _measured_on(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hard
         "threads": torch.get_num_threads(),
         "peak_tflops": hw.peak,
         "memory_kind": probe.kind,
-        "crop_frames": C.crop_frames(cfg),
+        "crop_frames": cfg.crop_frames,
         "batch_size": t0.batch_size,
         "accum_steps": t0.accum_steps,
         "global_batch": t0.batch_size * t0.accum_steps,
         "preset_micro_batch": t0.batch_size // t0.world,
         "micro_batch": plan.micro_batch,
-        "measured_frames": plan.frames or C.crop_frames(cfg),
+        "measured_frames": plan.frames or cfg.crop_frames,
         "measured_layers": (None if plan.cut_layers is None else
-                            min(C.model_config(cfg, next(iter(cfg["runs"]))).layers, plan.cut_layers)),
+                            min(cfg.model_for(next(iter(cfg.runs))).layers, plan.cut_layers)),
         "measurement": _what_was_measured(cfg, t0, hw, plan),
         "micro_batches_measured": plan.micro_batches,
         "optimizer_steps_measured": plan.optimizer_steps,
@@ -435,13 +437,13 @@ def _measured_on(cfg: dict, config_path: str | Path, t0: C.TrainConfig, hw: Hard
     }
 
 
-def _what_was_measured(cfg: dict, t0: C.TrainConfig, hw: Hardware, plan: Plan) -> str:
+def _what_was_measured(cfg: C.Config, t0: C.TrainSection, hw: Hardware, plan: Plan) -> str:
     """One sentence: what this preflight measured, and what it projected."""
-    frames, preset = plan.frames or C.crop_frames(cfg), C.crop_frames(cfg)
+    frames, preset = plan.frames or cfg.crop_frames, cfg.crop_frames
     if not hw.substitute:
         return (f"measured on {hw.label}: the preset's step ({hw.precision}) at micro-batch {plan.micro_batch} of "
                 f"{frames} frames; the update, arm and figure times projected from it")
-    layers = C.model_config(cfg, next(iter(cfg["runs"]))).layers
+    layers = cfg.model_for(next(iter(cfg.runs))).layers
     return (f"measured on this CPU, a bounded check, not the preset's step: float32 (the preset: {hw.precision}), the "
             f"model cut to {min(layers, plan.cut_layers)} of its {layers} blocks, micro-batch {plan.micro_batch} of "
             f"{frames} of the preset's {preset} frames, {plan.micro_batches} micro-batch(es) and "

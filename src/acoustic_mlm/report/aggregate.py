@@ -56,16 +56,17 @@ def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     return long[DIAGNOSTIC_COLUMNS]
 
 
-def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None = None,
+def run(cfg: C.Config | dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None = None,
         finals_path: Path | None = None) -> pd.DataFrame:
     """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path);
     with finals_path, also each arm's final codebook-0 loss under a short name (final_losses)."""
+    cfg = C.typed(cfg)
     frames, diag = [], []
-    for name in cfg["runs"]:
+    for name in cfg.runs:
         path = Path(runs_dir) / name / "metrics.csv"
         if not path.is_file():
             raise UserError(f"{path}: metrics of run '{name}' not found; train it first")
-        metrics, rc = readers.read_metrics(path), C.run_config(cfg, name)
+        metrics, rc = readers.read_metrics(path), cfg.run(name)
         frames.append(tidy(metrics, rc))
         diag.append(tidy_diagnostics(metrics, rc))
     curves = pd.concat(frames, ignore_index=True)
@@ -76,7 +77,7 @@ def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None
     with atomic_path(diagnostics_path) as tmp:
         diagnostics.to_csv(tmp, index=False)
     if finals_path is not None:
-        write_json(finals_path, final_losses(cfg, curves))
+        write_json(finals_path, final_losses(cfg.runs, curves))
     with atomic_path(out_path) as tmp:  # last: the stage's declared first output
         curves.to_csv(tmp, index=False)
     log.info("aggregate: %d rows from %d runs -> %s, %d diagnostics rows -> %s", len(curves), len(frames), out_path,
@@ -84,13 +85,13 @@ def run(cfg: dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None
     return curves
 
 
-def final_losses(cfg: dict, curves: pd.DataFrame) -> dict[str, float]:
+def final_losses(runs: dict[str, C.RunConfig], curves: pd.DataFrame) -> dict[str, float]:
     """Each arm's final codebook-0 training loss in bits (curves.final_loss of its finite rows, mean
     over seeds, as summary.json), keyed by its role (a short name: clip10, clip1, deepnorm, ...), or
-    by its run name where it has no role or shares it: `dvc exp show`'s columns."""
-    roles = [cfg["runs"][name].get("role") for name in cfg["runs"]]
+    by its run name where it has no role or shares it: `dvc exp show`'s columns. `runs`: the config's arms."""
+    roles = [r.role for r in runs.values()]
     out = {}
-    for name, role in zip(cfg["runs"], roles):
+    for name, role in zip(runs, roles):
         g = curves[(curves["run"] == name) & (curves["split"] == "train") & (curves["codebook"] == 0)]
         g = g[g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))]
         finals = [curves_mod.final_loss(s["step"], s["loss_bits"]) for _, s in g.groupby("seed") if len(s)]
@@ -99,8 +100,8 @@ def final_losses(cfg: dict, curves: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _run_order(cfg: dict):
-    order = {name: i for i, name in enumerate(cfg["runs"])}
+def _run_order(cfg: C.Config):
+    order = {name: i for i, name in enumerate(cfg.runs)}
 
     def key(col: pd.Series) -> pd.Series:
         return col.map(order) if col.name == "run" else col

@@ -142,7 +142,7 @@ def evaluate(curves: pd.DataFrame, thresholds: ClaimThresholds | None, by_role: 
 
     Each dict: id, claim (text), paper (what the paper shows), measured (numbers), verdict,
     note. `by_role` maps roles (clip10, clip1, deepnorm, attn_relax) to run names
-    (config.runs_by_role).
+    (Config.runs_by_role).
     """
     th = thresholds or ClaimThresholds()
     roles = role_map(by_role)
@@ -347,7 +347,7 @@ class _Context:
 # ----------------------------------------------------------------------------- the stage
 
 
-def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True,
+def run(cfg: C.Config | dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True,
         diagnostics_path=None) -> list[dict]:
     """Evaluate the claims on `curves_path`; write `out_json` and `out_md` atomically.
 
@@ -357,18 +357,19 @@ def run(cfg: dict, curves_path, out_json, out_md, *, reference_path=None, check_
     line if absent). With `diagnostics_path` (diagnostics.csv), every spike is explained by the
     diagnostics.
     """
-    th = ClaimThresholds.from_dict(cfg["claims"])
-    split = cfg["figure"]["split"]
+    cfg = C.typed(cfg)
+    th = cfg.claims
+    split = cfg.figure.split
     curves_path = Path(curves_path)
     if not curves_path.is_file():
         raise UserError(f"{curves_path}: loss curves not found; run the aggregate stage first")
     curves = readers.read_curves(curves_path)
     have = set(curves.loc[(curves["split"] == split) & (curves["codebook"] == 0), "run"])
-    missing = [name for name in cfg["runs"] if name not in have]
+    missing = [name for name in cfg.runs if name not in have]
     if missing:  # an arm left out would turn its claims inconclusive without a word
         raise UserError(f"{curves_path}: no {split} codebook-0 rows for run(s) {', '.join(missing)} of the "
                         "configuration; rerun the aggregate stage")
-    roles = role_map(C.runs_by_role(cfg))
+    roles = role_map(cfg.runs_by_role())
     claims = evaluate(curves, th, roles, split=split)
     explained = None
     if diagnostics_path is not None:

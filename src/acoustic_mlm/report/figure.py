@@ -26,6 +26,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from acoustic_mlm import config as C  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
 from acoustic_mlm.report.reference import load_reference  # noqa: E402
 from acoustic_mlm.utils import atomic_path, log  # noqa: E402
@@ -80,24 +81,23 @@ def log_step_axis(ax, first: float, last: float) -> None:
     ax.set_xlim(max(1.0, first) / X_PAD, last * X_PAD)
 
 
-def arm_styles(runs: dict) -> dict[str, ArmStyle]:
-    """label -> style for the config's `runs:` mapping, by role; extra arms in config order."""
+def arm_styles(runs: dict[str, C.RunConfig]) -> dict[str, ArmStyle]:
+    """label -> style for the config's arms (`cfg.runs`), by role; extra arms in config order."""
     extra = iter(EXTRA_STYLES)
     styles = {}
     for name, r in runs.items():
-        role = r.get("role")
-        if role is not None:
-            styles[r["label"]] = ROLE_STYLES[role]
+        if r.role is not None:
+            styles[r.label] = ROLE_STYLES[r.role]
             continue
         try:
-            styles[r["label"]] = next(extra)
+            styles[r.label] = next(extra)
         except StopIteration:
             raise UserError(f"runs.{name}: the figure can style {len(EXTRA_STYLES)} arms without a role") from None
     return styles
 
 
-def labels_of(runs: dict) -> list[str]:
-    return [r["label"] for r in runs.values()]
+def labels_of(runs: dict[str, C.RunConfig]) -> list[str]:
+    return [r.label for r in runs.values()]
 
 
 def coinciding(data: pd.DataFrame, labels: list[str]) -> list[tuple[str, str, float]]:
@@ -172,15 +172,15 @@ def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], a
             line.set_markeredgecolor(styles[label].color)
 
 
-def _selected(curves: pd.DataFrame, runs: dict, split: str, codebook: int) -> pd.DataFrame:
+def _selected(curves: pd.DataFrame, runs: dict[str, C.RunConfig], split: str, codebook: int) -> pd.DataFrame:
     """The curves of the config's arms, labelled by the config (whatever the CSV says)."""
     data = curves[(curves["split"] == split) & (curves["codebook"] == codebook) & curves["run"].isin(list(runs))]
-    return data.assign(label=data["run"].map({name: r["label"] for name, r in runs.items()}))
+    return data.assign(label=data["run"].map({name: r.label for name, r in runs.items()}))
 
 
-def draw(curves: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
+def draw(curves: pd.DataFrame, runs: dict[str, C.RunConfig], fig_cfg: C.FigureConfig, codebook: int = 0):
     """The chart on a new matplotlib figure; returns (fig, ax)."""
-    split = fig_cfg.get("split", "train")
+    split = fig_cfg.split
     labels, styles = labels_of(runs), arm_styles(runs)
     selected = _selected(curves, runs, split, codebook)
     data = selected.dropna(subset=["loss_bits"])
@@ -192,8 +192,8 @@ def draw(curves: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
     _lines(data, labels, styles, ax, markersize=6)
     mark_divergence(ax, selected, styles)
     mark_nonfinite(ax, selected, styles)
-    log_step_axis(ax, float(data["step"].min()), fig_cfg.get("x_max") or float(data["step"].max()))
-    y_min, y_max = fig_cfg.get("y_min"), fig_cfg.get("y_max")
+    log_step_axis(ax, float(data["step"].min()), fig_cfg.x_max or float(data["step"].max()))
+    y_min, y_max = fig_cfg.y_min, fig_cfg.y_max
     if y_min is not None or y_max is not None:
         ax.set_ylim(y_min, y_max)
     ax.set_title(TITLE)
@@ -243,7 +243,7 @@ def make_room_for_legend(ax) -> None:
     ax.set_ylim(lo, lo + (highest - lo) / floor)
 
 
-def overlay(ax, reference: pd.DataFrame, runs: dict, legend: bool = True) -> list[Line2D]:
+def overlay(ax, reference: pd.DataFrame, runs: dict[str, C.RunConfig], legend: bool = True) -> list[Line2D]:
     """Draw the paper's curves dashed onto `ax`, each in the style of the arm with the same role.
 
     The lines stay out of the legend; with `legend`, an existing legend gains one entry saying
@@ -252,13 +252,13 @@ def overlay(ax, reference: pd.DataFrame, runs: dict, legend: bool = True) -> lis
     styles = arm_styles(runs)
     lines = []
     for r in runs.values():
-        rows = reference[reference["role"] == r.get("role")].sort_values("step")
-        if r.get("role") is None or rows.empty:
+        rows = reference[reference["role"] == r.role].sort_values("step")
+        if r.role is None or rows.empty:
             continue
-        st = styles[r["label"]]
+        st = styles[r.label]
         (line,) = ax.plot(rows["step"], rows["loss_bits"], linestyle="--", linewidth=1.2, color=st.color,
                           marker=st.marker, markersize=5, markerfacecolor="none",
-                          label=f"_paper {r['label']}")  # "_": not in the legend
+                          label=f"_paper {r.label}")  # "_": not in the legend
         lines.append(line)
     if legend and ax.get_legend() is not None:
         handles, texts = ax.get_legend_handles_labels()
@@ -268,9 +268,10 @@ def overlay(ax, reference: pd.DataFrame, runs: dict, legend: bool = True) -> lis
     return lines
 
 
-def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict, fig_cfg: dict, codebook: int = 0):
+def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict[str, C.RunConfig],
+                 fig_cfg: C.FigureConfig, codebook: int = 0):
     """Left: the paper's curves (dashed); right: the reproduction. Returns (fig, (ax_paper, ax_repro))."""
-    split = fig_cfg.get("split", "train")
+    split = fig_cfg.split
     labels, styles = labels_of(runs), arm_styles(runs)
     data = _selected(curves, runs, split, codebook).dropna(subset=["loss_bits"])
     if data.empty:
@@ -283,12 +284,12 @@ def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict, fig_
     _lines(data, labels, styles, ax_r, markersize=5)
     ax_r.set_title(f"Reproduction ({split})")
     log_step_axis(ax_p, float(reference["step"].min()), float(reference["step"].max()))
-    log_step_axis(ax_r, float(data["step"].min()), fig_cfg.get("x_max") or float(data["step"].max()))
+    log_step_axis(ax_r, float(data["step"].min()), fig_cfg.x_max or float(data["step"].max()))
     for ax in (ax_p, ax_r):
         ax.set_xlabel(XLABEL)
     ax_p.set_ylabel(YLABEL)
     ax_r.set_ylabel("")
-    y_min, y_max = fig_cfg.get("y_min"), fig_cfg.get("y_max")
+    y_min, y_max = fig_cfg.y_min, fig_cfg.y_max
     if y_min is not None or y_max is not None:
         ax_p.set_ylim(y_min, y_max)
     # one legend for both panels, below them: the arms as the right panel draws them (the paper's are dashed)
@@ -325,21 +326,23 @@ def save_formats(fig, out_dir: Path, stem: str, png_dpi: int = 300) -> list[Path
     return [_save(fig, Path(out_dir) / f"{stem}.{fmt}", fmt, png_dpi if fmt == "png" else None) for fmt in FORMATS]
 
 
-def run(cfg: dict, curves_path: Path, out_dir: Path, reference_path: Path | None = None) -> list[Path]:
+def run(cfg: C.Config | dict, curves_path: Path, out_dir: Path, reference_path: Path | None = None) -> list[Path]:
     """The figure stage: the chart as PNG, PDF and SVG in out_dir (the paper's curves overlaid
     when figure.overlay_paper)."""
-    fig, ax = draw(_read_curves(curves_path), cfg["runs"], cfg["figure"])
-    if cfg["figure"].get("overlay_paper"):
-        overlay(ax, load_reference(reference_path), cfg["runs"])
+    cfg = C.typed(cfg)
+    fig, ax = draw(_read_curves(curves_path), cfg.runs, cfg.figure)
+    if cfg.figure.overlay_paper:
+        overlay(ax, load_reference(reference_path), cfg.runs)
     written = save_formats(fig, out_dir, STEM)
     plt.close(fig)
     log.info("figure: wrote %s", ", ".join(str(p) for p in written))
     return written
 
 
-def compare(cfg: dict, curves_path: Path, out_path: Path, reference_path: Path | None = None) -> Path:
+def compare(cfg: C.Config | dict, curves_path: Path, out_path: Path, reference_path: Path | None = None) -> Path:
     """The compare stage: the paper's curves beside the reproduction, one PNG (200 dpi)."""
-    fig, _ = side_by_side(_read_curves(curves_path), load_reference(reference_path), cfg["runs"], cfg["figure"])
+    cfg = C.typed(cfg)
+    fig, _ = side_by_side(_read_curves(curves_path), load_reference(reference_path), cfg.runs, cfg.figure)
     out = _save(fig, Path(out_path), "png", 200)
     plt.close(fig)
     log.info("compare: wrote %s", out)

@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from acoustic_mlm import config as C  # noqa: E402
 from acoustic_mlm import curves as K  # noqa: E402
 from acoustic_mlm import readers  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
@@ -76,17 +77,17 @@ def _lines(ax, data: pd.DataFrame, labels: list[str], styles: dict, band: bool, 
             line.set_markeredgecolor(styles[label].color)
 
 
-def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, dict], fig_cfg: dict,
-         spike_threshold: float, recovery_margin: float):
+def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, C.RunConfig],
+         fig_cfg: C.FigureConfig, spike_threshold: float, recovery_margin: float):
     """The panels on a new figure; returns (fig, {panel key: ax}, spikes).
 
-    `runs`: run name -> its config entry (label, clip), in legend order. `loss_curves` and
+    `runs`: run name -> its arm (label, clip), in legend order. `loss_curves` and
     `diagnostics` are the aggregate stage's tidy tables.
     """
     names = list(runs)
     labels, styles = figure.labels_of(runs), figure.arm_styles(runs)
-    label_of = {n: runs[n]["label"] for n in names}  # the config's labels, whatever the files say
-    split = fig_cfg.get("split", "train")
+    label_of = {n: runs[n].label for n in names}  # the config's labels, whatever the files say
+    split = fig_cfg.split
     loss = loss_curves[(loss_curves["split"] == split) & (loss_curves["codebook"] == 0)
                        & loss_curves["run"].isin(names)]
     loss = loss.assign(label=loss["run"].map(label_of))
@@ -118,7 +119,7 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
             ax.set_yscale("log")
         ax.set_ylabel(ylabel)
     # thresholds
-    for clip in sorted({float(r["clip"]) for r in runs.values() if float(r.get("clip", 0)) > 0}):
+    for clip in sorted({float(r.clip) for r in runs.values() if float(r.clip) > 0}):
         line = axes["grad_norm"].axhline(clip, color="0.3", linestyle=":", linewidth=1.0)
         line.set_gid(CLIP_GID.format(clip))
         axes["grad_norm"].annotate(f"clip {clip:g}", (0.005, clip), xycoords=("axes fraction", "data"),
@@ -143,7 +144,7 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
                               color=colour[k["run"]])
     steps = pd.concat([loss["step"], diag["step"]])
     last = axes[panels[-1][0]]
-    figure.log_step_axis(last, float(steps.min()), fig_cfg.get("x_max") or float(steps.max()))
+    figure.log_step_axis(last, float(steps.min()), fig_cfg.x_max or float(steps.max()))
     last.set_xlabel(figure.XLABEL)
     for ax in axes.values():
         if ax is not last:
@@ -154,7 +155,8 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, d
     return fig, axes, found
 
 
-def run(cfg: dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> list[Path]:
+def run(cfg: C.Config | dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> list[Path]:
+    cfg = C.typed(cfg)
     for path, what in ((Path(curves_path), "loss curves"), (Path(diagnostics_path), "diagnostics")):
         if not path.is_file():
             raise UserError(f"{path}: {what} not found; run the aggregate stage first")
@@ -162,8 +164,8 @@ def run(cfg: dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> 
     need = {"run", "seed", "step", "diagnostic", "value"}
     if not need <= set(diagnostics.columns):
         raise UserError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")
-    fig, _, found = draw(loss_curves, diagnostics, cfg["runs"], cfg["figure"], cfg["claims"]["spike_threshold"],
-                         cfg["claims"]["recovery_margin"])
+    fig, _, found = draw(loss_curves, diagnostics, cfg.runs, cfg.figure, cfg.claims.spike_threshold,
+                         cfg.claims.recovery_margin)
     written = figure.save_formats(fig, out_dir, STEM)
     plt.close(fig)
     log.info("stability: %d spike(s) marked; wrote %s", len(found), ", ".join(str(p) for p in written))

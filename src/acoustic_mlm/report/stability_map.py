@@ -33,7 +33,6 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves, readers
-from acoustic_mlm.config.sweep import point_config, points
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
@@ -83,14 +82,14 @@ def relax_reach(relax_alpha: float) -> float:
 # ----------------------------------------------------------------------------- the table
 
 
-def check_trained_as_point(cfg: dict, run_dir: Path, name: str, seeds) -> None:
+def check_trained_as_point(cfg: C.Config, run_dir: Path, name: str, seeds) -> None:
     """Each seed's summary.json in `run_dir` says it was trained with the settings of sweep point `name`
     (train.state.fingerprint, as train decides a seed is complete); else one UserError line naming the
     run, the first setting that differs and the stage to rerun."""
     from acoustic_mlm.train.state import fingerprint
 
-    want = fingerprint(point_config(cfg, name), name, 1)["settings"]
-    swept = dict(points(cfg)[name].values)  # a differing swept value is named first
+    want = fingerprint(cfg.point(name), name, 1)["settings"]
+    swept = dict(cfg.points[name].values)  # a differing swept value is named first
     for seed in seeds:
         path = Path(run_dir) / "seeds" / f"seed{seed}" / "summary.json"
         got = C.renamed_settings(readers.read_seed_summary(path)["fingerprint"].get("settings", {}))
@@ -122,9 +121,10 @@ def _late_share(rows: pd.DataFrame) -> float:
     return float(curves.late_change(steps, loss) / fall) if fall > 0 else math.nan
 
 
-def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
+def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
     """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name)."""
-    pts = points(cfg)
+    cfg = C.typed(cfg)
+    pts = cfg.points
     if not pts:
         raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
     extra = sorted({k for p in pts.values() for k, _ in p.values} - {"train.lr", "model.layers", "train.precision"})
@@ -132,7 +132,7 @@ def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
         check_trained_as_point(cfg, Path(runs_dir) / name, name, p.seeds)
     rows = []
     for name, p in pts.items():
-        pc = point_config(cfg, name)
+        pc = cfg.point(name)
         m, s = _read_run(Path(runs_dir) / name, name)
         for seed in p.seeds:
             one = s["per_seed"].get(str(seed))
@@ -147,8 +147,8 @@ def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
             final, first = float(one["final_train_loss_cb0"]), float(one["first_train_loss_cb0"])
             final = math.nan if diverged else final
             rows.append({
-                "run": name, "arm": p.arm, "role": pc["runs"][name].get("role"),
-                "lr": pc["train"]["lr"], "layers": pc["model"]["layers"], "precision": pc["train"]["precision"],
+                "run": name, "arm": p.arm, "role": pc.runs[name].role,
+                "lr": pc.train.lr, "layers": pc.model.layers, "precision": pc.train.precision,
                 "seed": seed, "status": one["status"], "diverged_at_step": one.get("diverged_at_step"),
                 "steps": one["steps"], "first_train_loss_cb0": first, "final_train_loss_cb0": final,
                 "final_valid_loss_cb0": math.nan if diverged else float(one["final_valid_loss_cb0"]),
@@ -160,12 +160,13 @@ def table(cfg: dict, runs_dir: Path) -> pd.DataFrame:
                 "attn_logit_fp16_frac": logit / FP16_MAX, "clipped_frac": one["clipped_frac"],
                 "overflow_skips": int(one["overflow_skips"]), "nonfinite_steps": int(one["nonfinite_steps"]),
                 "wall_time_s": float(one["wall_time_s"]),
-                **{k: dict(p.values).get(k, C.get(pc, k)) for k in extra},
+                **{k: dict(p.values).get(k, pc.value(k)) for k in extra},
             })
     return pd.DataFrame(rows, columns=COLUMNS + extra)
 
 
-def run_table(cfg: dict, runs_dir: Path, out: Path) -> Path:
+def run_table(cfg: C.Config | dict, runs_dir: Path, out: Path) -> Path:
+    cfg = C.typed(cfg)
     t = table(cfg, runs_dir)
     with atomic_path(Path(out)) as tmp:
         t.to_csv(tmp, index=False)
@@ -417,20 +418,21 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
             "measured": _numbers(*arms)}
 
 
-def control_arm(cfg: dict) -> str | None:
+def control_arm(cfg: C.Config) -> str | None:
     """The plain Post-Norm control: an arm with norm post, softmax attention and no role."""
-    for name, r in cfg["runs"].items():
-        if r["norm"] == "post" and r["attention"] == "softmax" and r.get("role") is None:
+    for name, r in cfg.runs.items():
+        if r.norm == "post" and r.attention == "softmax" and r.role is None:
             return name
     return None
 
 
-def verdicts(cfg: dict, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    th = C.ClaimThresholds.from_dict(cfg["claims"])
+def verdicts(cfg: C.Config | dict, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    cfg = C.typed(cfg)
+    th = cfg.claims
     stats = arm_stats(t, th.seed_spread)
     floor = th.min_final_gap
     return stats, [verdict_clipping(stats, floor), verdict_deepnorm(stats, floor, control_arm(cfg)),
-                   verdict_pb_relax(stats, floor, relax_reach(cfg["model"]["relax_alpha"]))]
+                   verdict_pb_relax(stats, floor, relax_reach(cfg.model.relax_alpha))]
 
 
 def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
@@ -452,7 +454,8 @@ def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_claims(cfg: dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
+def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
+    cfg = C.typed(cfg)
     t = read_map(map_path)
     stats, vs = verdicts(cfg, t)
     result = {"kind": "stability_map", "runs": len(t), "points": int(t["run"].nunique()),
@@ -468,7 +471,7 @@ def run_claims(cfg: dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
 # ----------------------------------------------------------------------------- the figure
 
 
-def draw(cfg: dict, t: pd.DataFrame):
+def draw(cfg: C.Config, t: pd.DataFrame):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -476,28 +479,28 @@ def draw(cfg: dict, t: pd.DataFrame):
 
     from acoustic_mlm.report.figure import arm_styles
 
-    styles = arm_styles(cfg["runs"])
+    styles = arm_styles(cfg.runs)
     ps = panels(t)
     fig, axes = plt.subplots(2, len(ps), figsize=(4.2 * len(ps) + 1.5, 7.2), squeeze=False, sharex=True)
-    reach = relax_reach(cfg["model"]["relax_alpha"])
+    reach = relax_reach(cfg.model.relax_alpha)
     handles = {}
     for j, p in enumerate(ps):
         top, bottom = axes[0, j], axes[1, j]
         panel = t[_in_panel(t, p)]
-        for arm, run in cfg["runs"].items():
+        for arm, run in cfg.runs.items():
             g = panel[panel["arm"] == arm]
             if g.empty:
                 continue
-            st = styles[run["label"]]
+            st = styles[run.label]
             by = g.groupby("lr")
             lr = np.array(sorted(g["lr"].unique()), dtype=float)
             mean, lo, hi = (by["capped_loss"].agg(f).reindex(lr).to_numpy() for f in ("mean", "min", "max"))
             dashes = st.dashes if st.dashes else (None, None)
             (line,) = top.plot(lr, mean, color=st.color, marker=st.marker, markersize=5, linewidth=1.4,
-                               markerfacecolor="none" if st.hollow else st.color, label=run["label"])
+                               markerfacecolor="none" if st.hollow else st.color, label=run.label)
             if st.dashes:
                 line.set_dashes(st.dashes)
-            handles.setdefault(run["label"], line)
+            handles.setdefault(run.label, line)
             if g["seed"].nunique() > 1:
                 top.fill_between(lr, lo, hi, color=st.color, alpha=0.18, linewidth=0)
             div = g[g["status"] == "diverged"]
@@ -525,7 +528,7 @@ def draw(cfg: dict, t: pd.DataFrame):
     axes[1, 0].set_ylabel("Largest attention logit")
     axes[1, 0].text(0.02, FP16_MAX, " float16 limit", transform=axes[1, 0].get_yaxis_transform(), va="bottom",
                     fontsize=8)
-    axes[1, 0].text(0.02, reach, f" limit / {cfg['model']['relax_alpha']:g} (PB-Relax)",
+    axes[1, 0].text(0.02, reach, f" limit / {cfg.model.relax_alpha:g} (PB-Relax)",
                     transform=axes[1, 0].get_yaxis_transform(), va="bottom", fontsize=8, color="grey")
     fig.suptitle("LR sensitivity: final codebook-0 loss vs peak learning rate")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(3, len(handles)), fontsize=8,
@@ -534,11 +537,12 @@ def draw(cfg: dict, t: pd.DataFrame):
     return fig
 
 
-def run_figure(cfg: dict, map_path: Path, out_dir: Path) -> list[Path]:
+def run_figure(cfg: C.Config | dict, map_path: Path, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     from acoustic_mlm.report.figure import save_formats
 
+    cfg = C.typed(cfg)
     t = read_map(map_path)
     fig = draw(cfg, t)
     written = save_formats(fig, out_dir, FIGURE_STEM, png_dpi=200)

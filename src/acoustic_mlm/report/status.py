@@ -25,7 +25,6 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import readers
-from acoustic_mlm.config.sweep import points
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train.state import STATE_DIR
 from acoustic_mlm.train.summary import PARTIAL
@@ -116,14 +115,14 @@ def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | Non
     return SeedStatus(run, seed, step, total, _last_cb0(rows), rate, left, scale, skips, status, idle)
 
 
-def runs_of(cfg: dict) -> list[tuple[str, tuple[int, ...], int]]:
+def runs_of(cfg: C.Config) -> list[tuple[str, tuple[int, ...], int]]:
     """(run, its seeds, its train.steps) for every run the configuration trains, in order: the sweep's
     points (each with its own seeds and, when swept, its own train.steps), else the arms."""
-    pts = points(cfg)
+    pts = cfg.points
     if not pts:
-        total = int(cfg["train"]["steps"])
-        return [(run, tuple(C.run_config(cfg, run).seeds), total) for run in cfg["runs"]]
-    return [(name, p.seeds, int(p.settings.get("train.steps", cfg["train"]["steps"]))) for name, p in pts.items()]
+        total = int(cfg.train.steps)
+        return [(run, tuple(r.seeds), total) for run, r in cfg.runs.items()]
+    return [(name, p.seeds, int(p.settings.get("train.steps", cfg.train.steps))) for name, p in pts.items()]
 
 
 def check_runs_dir(runs_dir: Path) -> None:
@@ -139,9 +138,10 @@ def check_runs_dir(runs_dir: Path) -> None:
                     "its runs into (default results/runs), or start training first")
 
 
-def collect(cfg: dict, runs_dir: Path, now: float | None = None,
+def collect(cfg: C.Config | dict, runs_dir: Path, now: float | None = None,
             stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
     """Every run (a sweep's points, else the arms) and seed of the config, in config order."""
+    cfg = C.typed(cfg)
     return [seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
             for run, seeds, total in runs_of(cfg) for seed in seeds]
 
@@ -182,7 +182,8 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str
     return "\n".join(lines)
 
 
-def run(cfg: dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+def run(cfg: C.Config | dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+    cfg = C.typed(cfg)
     check_runs_dir(runs_dir)
     statuses = collect(cfg, runs_dir, stale_after=stale_after)
     print(table(statuses, runs_dir, stale_after), flush=True)

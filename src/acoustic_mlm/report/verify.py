@@ -55,11 +55,11 @@ DATA_OUTPUTS = (("fetch", "raw/**/*.flac"), ("prepare", "prepared/shard-*/audio.
 MAX_STATISTIC, MEDIAN_STATISTIC = "largest", "median"
 
 
-def fingerprints(cfg: dict) -> dict:
+def fingerprints(cfg: C.Config) -> dict:
     """Each arm's settings that shape its numbers, as training fingerprints a seed (one process)."""
     from acoustic_mlm.train.state import fingerprint
 
-    return {run: fingerprint(cfg, run, 1)["settings"] for run in cfg["runs"]}
+    return {run: fingerprint(cfg, run, 1)["settings"] for run in cfg.runs}
 
 
 def _git_commit(where: Path) -> str | None:
@@ -123,12 +123,12 @@ def compare_data(mine: dict, theirs: dict) -> dict:
     return {"stages": stages, "first_differing_stage": first}
 
 
-def run_kernels(cfg: dict, runs_dir: Path) -> str:
+def run_kernels(cfg: C.Config, runs_dir: Path) -> str:
     """'pinned' when the config asks for avx2 and every arm's summary says its process ran pinned
     (a summary without the record counts as the config says); else 'native'."""
-    if cfg.get("cpu_kernels") != "avx2":
+    if cfg.cpu_kernels != "avx2":
         return "native"
-    for run in cfg["runs"]:
+    for run in cfg.runs:
         path = Path(runs_dir) / run / "summary.json"
         if path.is_file():
             summary = readers.read_json(path, f"the summary of {run}", "train")
@@ -138,18 +138,19 @@ def run_kernels(cfg: dict, runs_dir: Path) -> str:
     return "pinned"
 
 
-def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command: str,
+def record(cfg: C.Config | dict, config_path: Path, runs_dir: Path, out_dir: Path, command: str,
            tolerance_bits: float = DEFAULT_TOLERANCE_BITS, measurement: dict | None = None,
            until_step: int | None = None, late_tolerance_bits: float | None = None,
            native_tolerance_bits: float | None = None, data_dir: Path | None = Path("data")) -> Path:
     """Write a reference: every arm's metrics (one CSV) and reference.json; with `until_step`, the
     rows after it are held to `late_tolerance_bits` (see the module's docstring)."""
+    cfg = C.typed(cfg)
     if (until_step is None) != (late_tolerance_bits is None):
         raise UserError("--until-step and --late-tolerance go together: the rows after the step need their own "
                         "tolerance")
     import torch
 
-    frames = [_arm_metrics(runs_dir, run).assign(run=run) for run in cfg["runs"]]
+    frames = [_arm_metrics(runs_dir, run).assign(run=run) for run in cfg.runs]
     metrics = pd.concat(frames, ignore_index=True)
     metrics = metrics[["run"] + [c for c in metrics.columns if c != "run"]]
     out_dir = Path(out_dir)
@@ -167,19 +168,19 @@ def record(cfg: dict, config_path: Path, runs_dir: Path, out_dir: Path, command:
         "config_sha256": hashlib.sha256(Path(config_path).read_bytes()).hexdigest(),
         "machine": {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_threads": int(cfg["train"]["threads"]), "device": cfg["train"]["device"]},
+                    "torch_threads": int(cfg.train.threads), "device": cfg.train.device},
         "tolerance_bits": float(tolerance_bits),
         "tolerance_until_step": until_step,
         "late_tolerance_bits": late_tolerance_bits,
         "native_tolerance_bits": native_tolerance_bits,
         "tolerance_measurement": measurement,
-        "cpu_kernels": cfg.get("cpu_kernels"),
+        "cpu_kernels": cfg.cpu_kernels,
         "kernels_used": run_kernels(cfg, runs_dir),
         "data_hashes": data_hashes(Path(data_dir)) if data_dir is not None and Path(data_dir).is_dir() else None,
         "arms": fingerprints(cfg),
     }
     write_json(out_dir / META, meta)
-    log.info("reference of %d arms written to %s", len(cfg["runs"]), out_dir)
+    log.info("reference of %d arms written to %s", len(cfg.runs), out_dir)
     return out_dir
 
 
@@ -269,10 +270,11 @@ def windows(meta: dict, tolerance_bits: float | None = None, kernels: str = "pin
     return [early, late]
 
 
-def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | None = None,
+def compare(cfg: C.Config | dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | None = None,
             data_dir: Path | None = Path("data")) -> dict:
     """The data stages' hashes, then per arm and window of steps: the difference in bits by the
     window's statistic, where it is, and whether it is within that window's tolerance."""
+    cfg = C.typed(cfg)
     ref, meta = load_reference(ref_dir)
     kernels = run_kernels(cfg, runs_dir)
     wins = windows(meta, tolerance_bits, kernels)
@@ -284,7 +286,7 @@ def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | No
                              and data["first_differing_stage"] is not None)
     mine_settings = fingerprints(cfg)
     arms = {}
-    for run in cfg["runs"]:
+    for run in cfg.runs:
         if run not in meta["arms"]:
             raise UserError(f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
                             f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
@@ -308,7 +310,7 @@ def compare(cfg: dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | No
             "reference_machine": meta.get("machine"), "reference_version": meta.get("version")}
 
 
-def draw(cfg: dict, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> Path:
+def draw(cfg: C.Config, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> Path:
     """One panel per arm: codebook-0 training loss of the reference (dashed) and of this run."""
     import matplotlib
 
@@ -318,7 +320,7 @@ def draw(cfg: dict, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> P
     from acoustic_mlm.report.figure import log_step_axis
 
     ref, _ = load_reference(ref_dir)
-    runs = list(cfg["runs"])
+    runs = list(cfg.runs)
     cols = min(2, len(runs))
     rows = math.ceil(len(runs) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
@@ -333,7 +335,7 @@ def draw(cfg: dict, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> P
         log_step_axis(ax, float(steps.min()), float(steps.max()))
         arm = result["arms"][run]
         verdict = "within" if arm["within"] else "OUTSIDE"
-        ax.set_title(f"{cfg['runs'][run].get('label', run)}\nlargest difference {arm['bits']:.3g} bits "
+        ax.set_title(f"{cfg.runs[run].label}\nlargest difference {arm['bits']:.3g} bits "
                      f"({verdict} {arm['tolerance_bits']:g} at {arm['window']})", fontsize=9)
         ax.set_ylabel("codebook-0 loss (bits)")
         ax.set_xlabel("training step")
@@ -383,8 +385,9 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: dict, runs_dir: Path, ref_dir: Path, out: Path | None, tolerance_bits: float | None = None,
+def run(cfg: C.Config | dict, runs_dir: Path, ref_dir: Path, out: Path | None, tolerance_bits: float | None = None,
         data_dir: Path | None = Path("data")) -> int:
+    cfg = C.typed(cfg)
     result = compare(cfg, runs_dir, ref_dir, tolerance_bits, data_dir)
     print(report(result), flush=True)
     if out is not None:
