@@ -356,14 +356,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
     elif args.command == "preflight":
         from acoustic_mlm.preflight import run as preflight
 
-        projection = {k: getattr(args, k) for k in ("utilisation", "intra_node_gb_s", "inter_node_gb_s")
-                      if getattr(args, k) is not None}  # not given: preflight.Options' defaults
-        options = preflight.Options(
-            micro_batch=args.micro_batch, micro_batches=args.micro_batches, optimizer_steps=args.optimizer_steps,
-            warmup=args.warmup, full_update=args.full_update, device=args.device, precision=args.precision,
-            peak_tflops=args.peak_tflops, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-            corpus_hours=args.corpus_hours, threads=threads, every_model=args.every_model, **projection)
-        preflight.run(cfg, args.config, args.out, options)
+        preflight.run(cfg, args.config, args.out, preflight.Options.from_namespace(args, threads))
     elif args.command == "status":
         from acoustic_mlm.report import status
 
@@ -383,8 +376,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
                           until_step=args.until_step, late_tolerance_bits=args.late_tolerance,
                           native_tolerance_bits=args.native_tolerance, data_dir=args.data)
             return 0
-        ref = args.reference or Path("data/reference") / ("smoke_run" if Path(args.config).stem == "smoke"
-                                                          else "default_run")
+        ref = args.reference or verify.default_reference(args.config)
         return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance, args.data)
     elif args.command == "compare":
         from acoustic_mlm.report import figure

@@ -255,3 +255,15 @@ def test_bad_options_are_one_line_errors(root, tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert not (tmp_path / "preflight.json").exists()
+
+
+def test_options_come_from_the_command_line_and_left_out_ones_keep_their_defaults():
+    import argparse
+
+    from acoustic_mlm.preflight.run import Options
+
+    args = argparse.Namespace(micro_batch=2, micro_batches=None, device="cpu", utilisation=None, every_model=True,
+                              command="preflight", config="config/paper.yaml")
+    options = Options.from_namespace(args, threads=3)
+    assert (options.micro_batch, options.device, options.every_model, options.threads) == (2, "cpu", True, 3)
+    assert options.micro_batches is None and options.utilisation == Options().utilisation

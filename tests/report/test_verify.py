@@ -4,6 +4,7 @@ import copy
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -305,3 +306,11 @@ def _as_runs(frames: dict, source, out):
         frame.to_csv(out / run / "metrics.csv", index=False)
         shutil.copy(source / run / "summary.json", out / run / "summary.json")
     return out
+
+
+def test_a_preset_is_checked_against_its_own_shipped_reference(root):
+    assert verify.default_reference("config/smoke.yaml") == Path("data/reference/smoke_run")
+    assert verify.default_reference(root / "config" / "config.yaml") == Path("data/reference/default_run")
+    assert verify.default_reference("my_ablation.yaml") == Path("data/reference/default_run")
+    for name in ("smoke_run", "default_run"):
+        assert (root / "data" / "reference" / name / "reference.json").is_file()

@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers import RUN_NAMES
 
+from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, run_status
@@ -99,7 +100,8 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     for other in ["prenorm_clip10", "prenorm_clip1", "prenorm_attnrelax_clip1"]:
         train.run(tiny_cfg, other, prepared, codes, tmp_path / "runs" / other, threads=1)
     curves = aggregate.run(tiny_cfg, tmp_path / "runs", tmp_path / "curves.csv")
-    fig, ax = figure.draw(curves, tiny_cfg["runs"], tiny_cfg["figure"])
+    typed = C.from_mapping(tiny_cfg)
+    fig, ax = figure.draw(curves, typed.runs, typed.figure)
     assert any(t.get_text() == "diverged (seed 1)" for t in ax.texts)
     assert any(line.get_marker() == "X" for line in ax.get_lines())
 

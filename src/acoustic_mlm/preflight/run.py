@@ -99,6 +99,14 @@ class Options:
     frames: int | None = None  # frames per measured crop (the preset's; a CUDA preset on CPU: what fits cpu_budget_s)
     cpu_budget_s: float = CPU_BUDGET_S  # a CUDA preset on CPU: seconds one measured micro-batch may take
 
+    @classmethod
+    def from_namespace(cls, args, threads: int | None) -> "Options":
+        """The options of a parsed `amlm preflight` command line: each field from the argument of its
+        name; an argument left out (None) keeps the field's default."""
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                 if getattr(args, f.name, None) is not None}
+        return cls(**{**given, "threads": threads})
+
 
 @dataclass(frozen=True)
 class Hardware:

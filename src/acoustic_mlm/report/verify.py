@@ -55,6 +55,16 @@ DATA_OUTPUTS = (("fetch", "raw/**/*.flac"), ("prepare", "prepared/shard-*/audio.
 MAX_STATISTIC, MEDIAN_STATISTIC = "largest", "median"
 
 
+REFERENCES = Path("data/reference")  # the shipped references, relative to the repository
+PRESET_REFERENCE = {"smoke": "smoke_run"}  # a preset's file stem -> its reference; any other: default_run
+
+
+def default_reference(config_path: str | Path) -> Path:
+    """The shipped reference a configuration file is checked against: the smoke preset's for
+    config/smoke.yaml, the default preset's for any other file."""
+    return REFERENCES / PRESET_REFERENCE.get(Path(config_path).stem, "default_run")
+
+
 def fingerprints(cfg: C.Config) -> dict:
     """Each arm's settings that shape its numbers, as training fingerprints a seed (one process)."""
     from acoustic_mlm.train.state import fingerprint
