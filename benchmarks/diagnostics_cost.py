@@ -63,21 +63,24 @@ def _median_time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def whole_runs(cfg: dict, steps: int, reps: int, threads: int, work: Path) -> dict:
-    prepared, codes = _forced_spike().write_corpus(work / "data", clips=16, frames=max(300, 2 * C.crop_frames(cfg)))
+def whole_runs(settings: dict, steps: int, reps: int, threads: int, work: Path, source: str = "config") -> dict:
+    """`settings`: the configuration file's mapping (C.read_yaml), edited per run as a user edits the file."""
+    cfg = C.from_mapping(settings, source)
+    prepared, codes = _forced_spike().write_corpus(work / "data", clips=16, frames=max(300, 2 * cfg.crop_frames))
     walls, cpus = {True: [], False: []}, {True: [], False: []}
     for rep in range(reps):
         for on in (False, True):
-            c = copy.deepcopy(cfg)
-            c["train"].update(steps=steps, diagnostics=on, checkpoint_interval=0,
-                              warmup_steps=min(cfg["train"]["warmup_steps"], steps - 1))
+            edited = copy.deepcopy(settings)
+            edited["train"].update(steps=steps, diagnostics=on, checkpoint_interval=0,
+                                   warmup_steps=min(cfg.train.warmup_steps, steps - 1))
+            c = C.from_mapping(edited, f"{source} with {steps} steps, diagnostics {on}")
             out = work / f"run-{rep}-{int(on)}"
             t0, w0 = time.process_time(), time.perf_counter()
             loop.run(c, RUN, prepared, codes, out, threads=threads)
             cpus[on].append(time.process_time() - t0)
             walls[on].append(time.perf_counter() - w0)
             shutil.rmtree(out)
-    interval, total = cfg["train"]["log_interval"], cfg["train"]["steps"]
+    interval, total = cfg.train.log_interval, cfg.train.steps
     rows, preset_rows = len(log_steps(steps, interval)), len(log_steps(total, interval))
     per_row = statistics.median([(a - b) / rows for a, b in zip(cpus[True], cpus[False])])
     per_step = statistics.median(cpus[False]) / steps
@@ -89,12 +92,12 @@ def whole_runs(cfg: dict, steps: int, reps: int, threads: int, work: Path) -> di
             "preset_ratio": 1 + per_row * preset_rows / (per_step * total)}
 
 
-def per_diagnostic(cfg: dict, reps: int) -> dict:
+def per_diagnostic(cfg: C.Config, reps: int) -> dict:
     """Each diagnostic's time per row against log_interval training steps, on one model and batch."""
-    m, t = C.model_config(cfg, RUN), C.train_config(cfg, RUN)
+    m, t = cfg.model_for(RUN), cfg.train_for(RUN)
     tr = U.build_trainer(m, dataclasses.replace(t, seed=0), torch.device("cpu"))  # what amlm train steps
     model, opt = tr.model, tr.opt
-    T = C.crop_frames(cfg)
+    T = cfg.crop_frames
     rng = np.random.default_rng(0)
 
     def batch(n):
@@ -157,7 +160,7 @@ def per_diagnostic(cfg: dict, reps: int) -> dict:
     }
     plain, hooked = _median_time(evaluate(False), reps), _median_time(evaluate(True), reps)
     per_row["validation pass with ValidProbe hooks (attention + accuracy), minus without"] = hooked - plain
-    interval = cfg["train"]["log_interval"]
+    interval = cfg.train.log_interval
     return {"step_s": t_step, "log_interval": interval, "validation_pass_s": plain,
             "per_row_s": per_row, "share_of_training": {k: v / (interval * t_step) for k, v in per_row.items()}}
 
@@ -170,12 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
-    cfg = C.load(args.config)
+    settings = C.read_yaml(args.config)
+    cfg = C.from_mapping(settings, args.config)
     set_threads(args.threads)
     result = {"config": args.config, "machine": machine_info(torch.device("cpu")), "threads": args.threads}
     result["per_diagnostic"] = per_diagnostic(cfg, 10 * args.reps)
     with tempfile.TemporaryDirectory() as tmp:
-        result["whole_run"] = whole_runs(cfg, args.steps, args.reps, args.threads, Path(tmp))
+        result["whole_run"] = whole_runs(settings, args.steps, args.reps, args.threads, Path(tmp), args.config)
     pd_ = result["per_diagnostic"]
     print(f"one training step: {1000 * pd_['step_s']:.1f} ms; a row every {pd_['log_interval']} steps; "
           f"validation pass {1000 * pd_['validation_pass_s']:.1f} ms")

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
@@ -80,30 +79,33 @@ def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -
                   "gain_db": 0.0}).to_csv(codes_dir / shard_name(0) / LOUDNESS_TABLE, index=False)
     pd.DataFrame(rows)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
-    merge({"tokenizer": {"batch_size": 1}}, prepared, codes_dir)  # tokenizer.json, as the stage writes it
+    smoke = C.read_yaml(ROOT / "config" / "smoke.yaml")
+    smoke["tokenizer"]["batch_size"] = 1
+    merge(C.from_mapping(smoke, "smoke.yaml"), prepared, codes_dir)  # tokenizer.json, as the stage writes it
     return prepared, codes_dir
 
 
 def forced_config(base: dict | None = None) -> dict:
-    """config/smoke.yaml (or `base`) with the experiment's arms and training settings, validated."""
-    cfg = copy.deepcopy(base if base is not None else yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text()))
-    cfg["train"].update(FORCED_TRAIN)
-    cfg["claims"].update(FORCED_CLAIMS)
-    cfg["runs"] = copy.deepcopy(ARMS)
-    return C.validate(cfg, "forced_spike")
+    """config/smoke.yaml's mapping (or `base`) with the experiment's arms and training settings, validated:
+    the file's settings, for a caller to edit further before `run` types them."""
+    settings = copy.deepcopy(base if base is not None else C.read_yaml(ROOT / "config" / "smoke.yaml"))
+    settings["train"].update(FORCED_TRAIN)
+    settings["claims"].update(FORCED_CLAIMS)
+    settings["runs"] = copy.deepcopy(ARMS)
+    return C.validate(settings, "forced_spike")
 
 
-def run(out: Path, threads: int = 1, cfg: dict | None = None) -> dict:
-    """The whole experiment into `out`: corpus, both arms, tidy files, spike explanations, figure."""
+def run(out: Path, threads: int = 1, cfg: C.Config | dict | None = None) -> dict:
+    """The whole experiment into `out`: corpus, both arms, tidy files, spike explanations, figure.
+    `cfg`: forced_config()'s settings (edited or not), or their typed Config."""
     out = Path(out)
-    cfg = cfg or forced_config()
+    cfg = C.typed(cfg if cfg is not None else forced_config(), "forced_spike")
     prepared, codes = write_corpus(out / "data")
-    for name in cfg["runs"]:
+    for name in cfg.runs:
         train.run(cfg, name, prepared, codes, out / "runs" / name, threads=threads)
     curves = out / "loss_curves.csv"
     aggregate.run(cfg, out / "runs", curves)
-    th = claims.ClaimThresholds.from_dict(cfg["claims"])
-    stats = claims.collect(pd.read_csv(curves), list(cfg["runs"]), th, split=cfg["figure"]["split"])
+    stats = claims.collect(pd.read_csv(curves), list(cfg.runs), cfg.claims, split=cfg.figure.split)
     explained = claims.explain_spikes(stats, pd.read_csv(out / aggregate.DIAGNOSTICS))
     figures = stability.run(cfg, curves, out / aggregate.DIAGNOSTICS, out / "figures")
     (out / "spikes.md").write_text(claims.spikes_markdown(explained))

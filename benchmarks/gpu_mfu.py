@@ -41,13 +41,14 @@ from acoustic_mlm.utils import machine_info, set_threads, write_json
 VARIANTS = {"before": ("nnaudio", False), "cqt_fft": ("fft", False), "after": ("fft", None)}  # (cqt_impl, as_matmul)
 
 
-def measure(cfg: dict, precision: str, variant: str, device: torch.device, args) -> dict:
-    run = next(iter(cfg["runs"]))
+def measure(cfg: C.Config, path: str, precision: str, variant: str, device: torch.device, args) -> dict:
+    """One variant of the first arm's model of the preset `path` (`cfg`: its settings, with any overrides)."""
+    run = next(iter(cfg.runs))
     impl, as_matmul = VARIANTS[variant]
-    m = dataclasses.replace(C.model_config(cfg, run), cqt_impl=impl)
-    t = C.train_config(cfg, run)
+    m = dataclasses.replace(cfg.model_for(run), cqt_impl=impl)
+    t = cfg.train_for(run)
     mb = args.batch_size or t.batch_size // t.world
-    frames = C.crop_frames(cfg)
+    frames = cfg.crop_frames
     n_micro = micro_batches_per_update(t.batch_size, t.accum_steps, t.world, mb)
     plan = Plan(mb, args.micro_batches, 1, args.warmup, full_update=False)
     before = ConvFeatureExtractor.as_matmul
@@ -64,7 +65,7 @@ def measure(cfg: dict, precision: str, variant: str, device: torch.device, args)
     update_ms = n_micro * micro_ms + res["ms_optimizer_step"]
     tflops = flops / (micro_ms / 1000) / 1e12
     return {
-        "config": cfg["_path"], "run": run, "precision": precision, "variant": variant, "cqt_impl": impl,
+        "config": path, "run": run, "precision": precision, "variant": variant, "cqt_impl": impl,
         "front_end": "matmul" if (as_matmul is None and device.type == "cuda") or as_matmul else "conv",
         "micro_batch": mb, "frames": frames, "ms_per_micro_batch": micro_ms,
         "ms_per_micro_batch_all": res["ms_per_micro_batch_all"], "ms_optimizer_step": res["ms_optimizer_step"],
@@ -76,14 +77,14 @@ def measure(cfg: dict, precision: str, variant: str, device: torch.device, args)
     }
 
 
-def cqt_agreement(cfg: dict, device: torch.device, crops: int = 4) -> dict:
+def cqt_agreement(cfg: C.Config, path: str, device: torch.device, crops: int = 4) -> dict:
     """The two CQT paths on this device, on crops of the preset's length (tones over noise, a click train):
     max abs error over the largest magnitude (CPU, librosa's recordings: 6.8e-6; BENCHMARKS.md)."""
     from acoustic_mlm import encodec
     from acoustic_mlm.model.cqt import CQTTarget
 
-    m = C.model_config(cfg)
-    n = C.crop_frames(cfg) * encodec.HOP
+    m = cfg.model  # the CQT's settings: the `model:` section's, the same for every arm
+    n = cfg.crop_frames * encodec.HOP
     g = torch.Generator().manual_seed(0)
     t = torch.arange(n, dtype=torch.float64) / encodec.SAMPLE_RATE
     wav = torch.stack([sum(torch.rand(1, generator=g).item() * torch.sin(2 * torch.pi * (40 + 4000 * torch.rand(
@@ -96,7 +97,7 @@ def cqt_agreement(cfg: dict, device: torch.device, crops: int = 4) -> dict:
     new = CQTTarget(m.cqt_bins, m.cqt_bins_per_octave, m.cqt_fmin, impl="fft")(wav)
     err = (new - ref).abs()
     large = ref > 1e-3 * ref.max()
-    return {"config": cfg["_path"], "crops": crops, "frames": C.crop_frames(cfg), "largest": float(ref.max()),
+    return {"config": path, "crops": crops, "frames": cfg.crop_frames, "largest": float(ref.max()),
             "max_abs": float(err.max()), "max_abs_over_max": float(err.max() / ref.max()),
             "rel_max_large": float((err[large] / ref[large]).max())}
 
@@ -151,22 +152,21 @@ def main(argv=None) -> dict:
     device = pick_device(args.device)
     rows, agreements = [], []
     for path in args.presets.split(","):
-        cfg = C.load(path)
+        settings = C.read_yaml(path)  # the file's mapping: the overrides edit it as a user edits the file
         if args.crop_seconds is not None:
-            cfg["train"]["crop_seconds"] = args.crop_seconds
+            settings["train"]["crop_seconds"] = args.crop_seconds
         if args.cqt_loss_weight is not None:
-            cfg["model"]["cqt_loss_weight"] = args.cqt_loss_weight
-        C.validate(cfg, source=f"{path} with overrides")
-        cfg["_path"] = path
-        set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
-        agree = cqt_agreement(cfg, device)
+            settings["model"]["cqt_loss_weight"] = args.cqt_loss_weight
+        cfg = C.from_mapping(settings, source=f"{path} with overrides")
+        set_threads(args.threads if args.threads is not None else cfg.train.threads)
+        agree = cqt_agreement(cfg, path, device)
         agreements.append(agree)
         print(f"  {Path(path).stem} CQT on {device.type}: fft vs nnaudio max abs {agree['max_abs']:.3g} "
               f"({agree['max_abs_over_max']:.3g} of the largest), relative on large magnitudes "
               f"{agree['rel_max_large']:.3g}", file=sys.stderr, flush=True)
         for prec in args.precisions.split(","):
             for variant in args.variants.split(","):
-                row = measure(cfg, prec, variant, device, args)
+                row = measure(cfg, path, prec, variant, device, args)
                 rows.append(row)
                 mfu = "n/a" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
                 print(f"  {Path(path).stem} {prec} {variant}: {row['ms_per_micro_batch']:.1f} ms per micro-batch of "

@@ -28,13 +28,16 @@ MODES = ("avx2", "native")
 
 
 def _config(base: Path, mode: str, steps: int, folder: Path) -> Path:
-    cfg = yaml.safe_load(base.read_text())
-    cfg["cpu_kernels"] = mode
-    cfg["train"]["total_updates"] = cfg["train"]["total_updates"] or cfg["train"]["steps"]
-    cfg["train"].update(steps=steps, checkpoint_interval=0)
-    cfg.pop("sweep", None)
+    """The preset's file with cpu_kernels set and a shorter run of the same schedule, written to `folder`
+    (the YAML mapping edited as a user edits the file; the trial's process validates it)."""
+    settings = yaml.safe_load(base.read_text())
+    settings["cpu_kernels"] = mode
+    train = settings["train"]
+    train["total_updates"] = train.get("total_updates") or train["steps"]  # an optional key
+    train.update(steps=steps, checkpoint_interval=0)
+    settings.pop("sweep", None)
     path = folder / f"{base.stem}-{mode}.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    path.write_text(yaml.safe_dump(settings, sort_keys=False))
     return path
 
 

@@ -35,7 +35,7 @@ def fingerprint(config: Path) -> dict:
 
     torch.set_num_threads(1)
     cfg = C.load(config)
-    m = C.model_config(cfg, "prenorm_clip1")
+    m = cfg.model_for("prenorm_clip1")
     torch.manual_seed(1)
     model = AcousticMLM(m)
     g = torch.Generator().manual_seed(0)

@@ -36,12 +36,13 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    cfg = C.load(args.config)
-    one = copy.deepcopy(cfg)
-    one["runs"] = {args.run: cfg["runs"][args.run]}
+    settings = C.read_yaml(args.config)  # the file's mapping, edited to one arm and seed as a user edits the file
+    C.load(args.config).run(args.run)  # the preset itself is valid and has the arm (one line if not)
+    one = copy.deepcopy(settings)
+    one["runs"] = {args.run: settings["runs"][args.run]}
     one["runs"][args.run]["seeds"] = one["runs"][args.run]["seeds"][:1]
     one["train"].update(steps=args.steps, checkpoint_interval=0, log_interval=max(1, args.steps // 4))
-    one = C.validate(one, source=f"{args.config} with one arm, {args.steps} steps")
+    one = C.from_mapping(one, source=f"{args.config} with one arm, {args.steps} steps")
     with tempfile.TemporaryDirectory() as tmp:
         pf = preflight.run(one, args.config, Path(tmp) / "preflight", preflight.Options(threads=args.threads))
         train.run(one, args.run, args.prepared, args.codes, Path(tmp) / "run", threads=args.threads)

@@ -47,8 +47,9 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return name, overrides
 
 
-def apply(cfg: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(cfg)
+def apply(settings: dict, overrides: dict) -> C.Config:
+    """The configuration file's mapping (C.read_yaml) with `overrides` in place, validated and typed."""
+    out = copy.deepcopy(settings)
     for dotted, value in overrides.items():
         node = out
         *parents, last = dotted.split(".")
@@ -57,10 +58,10 @@ def apply(cfg: dict, overrides: dict) -> dict:
         if last not in node:
             raise SystemExit(f"no key {dotted!r} in the configuration")
         node[last] = value
-    return C.validate(out, source=f"variant {overrides}")
+    return C.from_mapping(out, source=f"variant {overrides}")
 
 
-def one(cfg: dict, run: str, prepared: str, codes: str, threads: int, entropy: float, margin: float) -> dict:
+def one(cfg: C.Config, run: str, prepared: str, codes: str, threads: int, entropy: float, margin: float) -> dict:
     from acoustic_mlm.train import loop as train
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,7 +78,7 @@ def one(cfg: dict, run: str, prepared: str, codes: str, threads: int, entropy: f
         "valid_final": round(curves.final_loss(m["step"], m["valid_loss_cb0"]), 3),
         "flattened": curves.flattened(m["step"], loss),
         "max_grad_norm": round(float(m["grad_norm_max"].max()), 2),
-        "s_per_update": round(wall / cfg["train"]["steps"], 4),
+        "s_per_update": round(wall / cfg.train.steps, 4),
         "curve": [round(x, 3) for x in loss.tolist()],
         "steps": m["step"].tolist(),
     }
@@ -96,14 +97,15 @@ def main(argv=None) -> int:
     p.add_argument("--margin", type=float, default=0.5, help="bits below the unigram entropy that end the plateau")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     a = p.parse_args(argv)
-    base = C.load(a.config)
+    base = C.read_yaml(a.config)  # the file's mapping: each variant edits it as a user edits the file
+    typed = C.from_mapping(base, a.config)
     entropy = json.loads((Path(a.codes) / "tokenizer.json").read_text())["unigram_entropy_bits"][0]
     variants = [parse_variant(v) for v in (a.variant or ["base:"])]
     cfgs = {}
     for name, overrides in variants:
         overrides = {"train.steps": a.steps, **overrides}
         if "train.warmup_steps" not in overrides:
-            overrides["train.warmup_steps"] = min(base["train"]["warmup_steps"], a.steps // 4)
+            overrides["train.warmup_steps"] = min(typed.train.warmup_steps, a.steps // 4)
         cfgs[name] = apply(base, overrides)
     print(f"codebook-0 unigram entropy {entropy:.3f} bits; plateau ends {a.margin} bits below it", flush=True)
     results = {}

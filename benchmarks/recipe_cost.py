@@ -34,14 +34,14 @@ def masked_share(m: C.ModelConfig, crops: int, frames: int, draws: int = 64, see
     return float(np.mean(shares))
 
 
-def cost(cfg: dict, utils: list[float], peak_tflops: float) -> dict:
-    run = next(iter(cfg["runs"]))
-    m, t = C.model_config(cfg, run), C.train_config(cfg, run)
-    frames = C.crop_frames(cfg)
+def cost(cfg: C.Config, utils: list[float], peak_tflops: float) -> dict:
+    run = next(iter(cfg.runs))
+    m, t = cfg.model_for(run), cfg.train_for(run)
+    frames = cfg.crop_frames
     share = masked_share(m, max(1, t.batch_size // t.world), frames)
     per_crop = step_flops(m, 1, frames)  # on a GPU the heads score every frame (static shapes)
     arm = per_crop * t.crops_per_update * t.steps
-    arms = len(cfg["runs"]) * max(len(r["seeds"]) for r in cfg["runs"].values())
+    arms = len(cfg.runs) * max(len(r.seeds) for r in cfg.runs.values())
     gpu_days = {f"{u:.0%}": arm / (peak_tflops * 1e12 * u) / 86400 for u in utils}
     return {
         "crop_frames": frames, "masked_share": share, "tflop_per_crop": per_crop / 1e12,

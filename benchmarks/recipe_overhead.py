@@ -42,8 +42,8 @@ RUN = "prenorm_clip1"
 SEED = 0
 
 
-def variants(cfg: dict, args) -> dict[str, C.ModelConfig]:
-    m = C.model_config(cfg, RUN)
+def variants(cfg: C.Config, args) -> dict[str, C.ModelConfig]:
+    m = cfg.model_for(RUN)
     cqt = dict(cqt_loss_weight=1.0, cqt_bins=args.cqt_bins, cqt_bins_per_octave=args.cqt_bins_per_octave,
                cqt_fmin=args.cqt_fmin)
     off = dataclasses.replace(m, activation_dropout=m.dropout, encoder_layerdrop=0.0, dropout_input=0.0,
@@ -75,13 +75,13 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     set_threads(args.threads)
     cfg = C.load(args.config)
-    t = C.train_config(cfg, RUN)
+    t = cfg.train_for(RUN)
     device = pick_device(args.device)
-    T = C.crop_frames(cfg)
+    T = cfg.crop_frames
     L = T * encodec.HOP
     B = t.batch_size // t.processes  # one process's micro-batch
     rng = np.random.default_rng(SEED)
-    m0 = C.model_config(cfg, RUN)
+    m0 = cfg.model_for(RUN)
     torch.manual_seed(SEED)
     wav = (0.1 * torch.randn(B, L)).to(device)
     codes = torch.randint(0, m0.codebook_size, (B, m0.codebooks, T)).to(device)

@@ -43,11 +43,11 @@ def copy_sources(dest: Path) -> Path:
 
 
 def device_config(repo: Path, device: str) -> Path:
-    cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
-    cfg["train"]["device"] = device
-    cfg["tokenizer"]["device"] = device
+    settings = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())  # the file's mapping, edited
+    settings["train"]["device"] = device
+    settings["tokenizer"]["device"] = device
     path = repo / "config" / f"smoke-{device}.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    path.write_text(yaml.safe_dump(settings, sort_keys=False))
     return path
 
 

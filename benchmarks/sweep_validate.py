@@ -29,14 +29,15 @@ LAYERS = [2, 4, 6, 8, 12]
 
 
 def sweep_config(points: int) -> dict:
-    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    cfg.pop("sweep", None)
-    per = len(cfg["runs"]) * len(LAYERS)
+    """config/smoke.yaml's mapping with a sweep of `points` points (written to a file, validated by the CLI)."""
+    settings = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    settings.pop("sweep", None)
+    per = len(settings["runs"]) * len(LAYERS)
     if points % per:
         raise SystemExit(f"--points must be a multiple of {per} (arms x depths)")
     rates = [round(1e-4 * (1 + i / 10), 8) for i in range(points // per)]  # distinct in the 6 digits a name keeps
-    cfg["sweep"] = [{"grid": {"train.lr": rates, "model.layers": LAYERS}}]
-    return cfg
+    settings["sweep"] = [{"grid": {"train.lr": rates, "model.layers": LAYERS}}]
+    return settings
 
 
 def time_validate(path: Path, repeat: int) -> float:
@@ -63,9 +64,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base.yaml"
-        cfg = sweep_config(args.points[0])
-        cfg.pop("sweep")
-        base.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        settings = sweep_config(args.points[0])
+        settings.pop("sweep")
+        base.write_text(yaml.safe_dump(settings, sort_keys=False))
         floor = time_validate(base, args.repeat)  # the same file without a sweep: start-up and one validation
         print(f"no sweep: {floor:.2f} s (interpreter start-up, imports, one validation)", flush=True)
         for n in args.points:

@@ -15,12 +15,16 @@ codebooks or the signal. Whether segments change the codes is tested in tests/to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dict:
@@ -28,6 +32,7 @@ def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dic
     import numpy as np
     import pandas as pd
 
+    from acoustic_mlm import config as C
     from acoustic_mlm import encodec
     from acoustic_mlm.tokenizer.codec import build_encodec
     from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
@@ -39,8 +44,10 @@ def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dic
     audio = (0.1 * np.random.default_rng(0).standard_normal(n)).astype(np.float32)
     clips = pd.DataFrame({"offset": [0], "num_samples": [n]})
     t0 = time.perf_counter()
-    settings = {"batch_size": 1, "segment_seconds": segment_s, "context_seconds": context_s}  # as tokenizer: reads them
-    encode_clips(model, audio, clips, EncodeSettings.from_config(settings, "cpu"))
+    # the `tokenizer:` section with these settings, read as the tokenize stage reads it
+    tc = dataclasses.replace(C.load(ROOT / "config" / "smoke.yaml").tokenizer, batch_size=1, segment_seconds=segment_s,
+                             context_seconds=context_s)
+    encode_clips(model, audio, clips, EncodeSettings.from_config(tc, "cpu"))
     return {"segment_seconds": segment_s, "seconds": time.perf_counter() - t0,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 

@@ -45,19 +45,20 @@ def main() -> None:
                          "value by default)")
     args = ap.parse_args()
     loudness.LOUDNESS_WINDOW_FRAMES, loudness.WINDOW_SILENCE_DB = args.window_frames, args.silence_db
-    base = config.load(args.config)
+    base = config.read_yaml(args.config)  # the file's mapping: each variant edits it as a user edits the file
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared"
-        prepare.run(base, Path(args.folder), prepared)
+        prepare.run(config.from_mapping(base, args.config), Path(args.folder), prepared)
         for variant in args.variants.split(","):
             method, frames, *target = variant.split(":")
-            cfg = copy.deepcopy(base)
-            cfg["tokenizer"].update(loudness=method, calibration_frames=int(frames),
-                                    loudness_target=float(target[0]) if target else -23.0)
+            settings = copy.deepcopy(base)
+            settings["tokenizer"].update(loudness=method, calibration_frames=int(frames),
+                                         loudness_target=float(target[0]) if target else -23.0)
             out = Path(tmp) / f"codes-{method}-{frames}"
             t0 = time.perf_counter()
-            stage.run(cfg, prepared, out, threads=args.threads)
+            stage.run(config.from_mapping(settings, f"{args.config} with loudness {variant}"), prepared, out,
+                      threads=args.threads)
             meta = json.loads((out / "tokenizer.json").read_text())
             files = pd.read_csv(out / stage.FILES)
             rho = files["rms_dbfs"].corr(files["cb0_entropy_bits"], method="spearman")

@@ -51,7 +51,7 @@ def time_csv(rows: list[dict], folder: Path) -> list[float]:
     return times
 
 
-def time_tracker(name: str, cfg: dict, rows: list[dict], folder: Path) -> tuple[list[float], float]:
+def time_tracker(name: str, cfg: C.Config, rows: list[dict], folder: Path) -> tuple[list[float], float]:
     """(seconds per row, seconds to open and close) of one tracker."""
     t0 = time.perf_counter()
     tracker = trackers._BACKENDS[name](folder, "prenorm_clip1", 1, cfg)

@@ -62,13 +62,18 @@ BENCH_SEED = 0  # weights, audio, codes and mask are identical on every run of t
 # ----------------------------------------------------------------------------- models
 
 
-def build_arm(cfg: dict, run: str) -> AcousticMLM:
+def build_arm(cfg: C.Config, run: str) -> AcousticMLM:
     """One arm exactly as `acoustic_mlm.train.update.build_trainer` builds it."""
     torch.manual_seed(BENCH_SEED)
-    return AcousticMLM(C.model_config(cfg, run))
+    return AcousticMLM(cfg.model_for(run))
 
 
-def build_baseline(cfg: dict) -> AcousticMLM:
+def baseline_model_config(cfg: C.Config) -> C.ModelConfig:
+    """The model without an arm: norm "pre", no DeepNorm, plain attention."""
+    return cfg.model.with_arm("pre", "softmax")
+
+
+def build_baseline(cfg: C.Config) -> AcousticMLM:
     """The Pre-Norm model with its blocks replaced by one `nn.TransformerEncoder` of the same size.
 
     `TransformerEncoder.forward` (the package's) still adds the conv positional embedding first
@@ -76,7 +81,7 @@ def build_baseline(cfg: dict) -> AcousticMLM:
     PyTorch's layer has a single dropout for attention probabilities and residuals: it takes
     `model.dropout` (every preset sets attention_dropout equal to it).
     """
-    m = C.model_config(cfg)  # no arm: norm "pre", no DeepNorm, plain attention
+    m = baseline_model_config(cfg)
     torch.manual_seed(BENCH_SEED)
     model = AcousticMLM(m)
     layer = nn.TransformerEncoderLayer(
@@ -127,41 +132,41 @@ class Trainee:
         return update(self.tr, [batch] * self.accum_steps, self.lr).outs[-1].loss.detach()
 
 
-def trainee_builders(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list:
+def trainee_builders(cfg: C.Config, device: torch.device, precision: str = "fp32", scope: str = "step") -> list:
     """[(name, build)]: the baseline first, then the arms in the configuration's order; build() makes the
     Trainee with `build_trainer` for `precision` (the transformer scope is never compiled).
 
     The baseline clips at 1; the clip value costs nothing: clip_grad_norm_ always computes the
     total norm and rescales every gradient by min(1, clip / norm).
     """
-    t = dataclasses.replace(C.train_config(cfg), precision=precision, clip=1.0,
-                            compile=C.train_config(cfg).compile and scope == "step")
+    t = dataclasses.replace(cfg.train_for(next(iter(cfg.runs))), precision=precision, clip=1.0, seed=BENCH_SEED,
+                            compile=cfg.train.compile and scope == "step")
     wrap = TransformerOnly if scope == "transformer" else (lambda model: model)
 
     def baseline() -> Trainee:
         return Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)",
-                       build_trainer(C.model_config(cfg), t, device, model=wrap(build_baseline(cfg))), t.lr,
+                       build_trainer(baseline_model_config(cfg), t, device, model=wrap(build_baseline(cfg))), t.lr,
                        t.accum_steps)
 
     def arm(run: str) -> Trainee:
-        rc = C.run_config(cfg, run)
-        tr = build_trainer(C.model_config(cfg, run), dataclasses.replace(t, clip=rc.clip), device,
+        rc = cfg.run(run)
+        tr = build_trainer(cfg.model_for(run), dataclasses.replace(t, clip=rc.clip), device,
                            model=wrap(build_arm(cfg, run)))
         return Trainee(run, rc.label, tr, t.lr, t.accum_steps)
 
-    return [(BASELINE, baseline)] + [(run, lambda run=run: arm(run)) for run in cfg["runs"]]
+    return [(BASELINE, baseline)] + [(run, lambda run=run: arm(run)) for run in cfg.runs]
 
 
-def trainees(cfg: dict, device: torch.device, precision: str = "fp32", scope: str = "step") -> list[Trainee]:
+def trainees(cfg: C.Config, device: torch.device, precision: str = "fp32", scope: str = "step") -> list[Trainee]:
     """Every model of `trainee_builders`, built at once (interleaved timing)."""
     return [build() for _, build in trainee_builders(cfg, device, precision, scope)]
 
 
-def fixed_batch(cfg: dict, device: torch.device, scope: str = "step"):
+def fixed_batch(cfg: C.Config, device: torch.device, scope: str = "step"):
     """Random audio (B, 320 T), random codes (B, K, T) and one fairseq span mask (B, T);
     scope "transformer": random states (B, T, D) only."""
-    m, t = C.model_config(cfg), C.train_config(cfg)
-    frames = C.crop_frames(cfg)
+    m, t = cfg.model, cfg.train  # the sections: the batch is the same for every arm
+    frames = cfg.crop_frames
     g = torch.Generator().manual_seed(BENCH_SEED)
     if scope == "transformer":
         return (torch.randn(t.batch_size, frames, m.dim, generator=g).to(device),)
@@ -266,14 +271,14 @@ def summarize(models, times: dict, precision: str, frames_per_step: int, flops: 
     return rows
 
 
-def relax_twins(cfg: dict) -> dict[str, str]:
+def relax_twins(cfg: C.Config) -> dict[str, str]:
     """{attn-relax arm: the arm identical to it but for plain (fused) attention}, where one exists."""
-    runs = cfg["runs"]
+    runs = cfg.runs
     twins = {}
     for name, r in runs.items():
-        if r["attention"] == "pb_relax":
-            same = [o for o, x in runs.items() if x["attention"] == "softmax" and x["norm"] == r["norm"]]
-            same.sort(key=lambda o: runs[o]["clip"] != r["clip"])  # same clip first (it costs nothing anyway)
+        if r.attention == "pb_relax":
+            same = [o for o, x in runs.items() if x.attention == "softmax" and x.norm == r.norm]
+            same.sort(key=lambda o: runs[o].clip != r.clip)  # same clip first (it costs nothing anyway)
             if same:
                 twins[name] = same[0]
     return twins
@@ -353,14 +358,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    cfg = C.load(args.config)
-    world = C.world_size(cfg["train"])  # one process's share of the global micro-batch, on one device
-    cfg["train"].update(batch_size=args.batch_size or cfg["train"]["batch_size"] // world, processes=1, nodes=1)
+    preset = C.load(args.config)
+    settings = C.read_yaml(args.config)  # the file's mapping: the overrides edit it as a user edits the file
+    # one process's share of the global micro-batch, on one device
+    settings["train"].update(batch_size=args.batch_size or preset.train.batch_size // preset.train.world,
+                             processes=1, nodes=1)
     for key in ("crop_seconds", "accum_steps"):
         if getattr(args, key) is not None:
-            cfg["train"][key] = getattr(args, key)
-    C.validate(cfg, source=f"{args.config} with overrides")
-    set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
+            settings["train"][key] = getattr(args, key)
+    cfg = C.from_mapping(settings, source=f"{args.config} with overrides")
+    set_threads(args.threads if args.threads is not None else cfg.train.threads)
     device = pick_device(args.device)
     precisions = (args.precision or ("fp32,bf16" if device.type == "cuda" else "fp32")).split(",")
     sequential = device.type == "cuda" if args.sequential is None else args.sequential
@@ -372,13 +379,13 @@ def main(argv=None) -> dict:
 
         return peak_tflops(torch.cuda.get_device_name(device), prec)
 
-    m, t = C.model_config(cfg), C.train_config(cfg)
-    frames = C.crop_frames(cfg)
+    m, t = baseline_model_config(cfg), cfg.train
+    frames = cfg.crop_frames
     n_masked = int(fixed_batch(cfg, torch.device("cpu"))[2].sum())
     batch = fixed_batch(cfg, device, args.scope)
     frames_per_step = t.accum_steps * t.batch_size * frames
     flops = t.accum_steps * step_flops(m, t.batch_size, frames, args.scope)
-    params = sum(p.numel() for p in project_params(C.model_config(cfg, next(iter(cfg["runs"])))))
+    params = sum(p.numel() for p in project_params(cfg.model_for(next(iter(cfg.runs)))))
     info = machine_info(device)
     print(
         f"# {args.config}, scope {args.scope}: {t.accum_steps} x batch {t.batch_size} x {frames} frames = "

@@ -48,13 +48,20 @@ NARROW_CONV = ((8, 10, 5), (8, 8, 4), (8, 4, 4), (8, 2, 2), (8, 2, 2))  # stride
 
 
 def tiny_config(**overrides):
-    """A tiny ModelConfig for unit tests of the model and the objective."""
-    from acoustic_mlm.config import ModelConfig
+    """A tiny ModelConfig for unit tests of the model and the objective: every field given (the
+    dataclass has no defaults but cqt_impl), norm "pre" and attention "softmax" unless overridden;
+    the recipe switches off (no CQT loss, no noise mixing, no special symbols, the FFN hidden
+    dropout equal to the residual dropout)."""
+    from acoustic_mlm.model.config import ModelConfig
 
     base = dict(
         conv_layers=NARROW_CONV, dim=32, layers=2, heads=4, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
-        pos_conv_kernel=4, pos_conv_groups=4, final_dim=16, logit_temp=0.1, relax_alpha=32.0,
-        feature_penalty=10.0, mask_prob=0.8, mask_length=5, mask_min_masks=2, codebooks=2, codebook_size=32,
+        activation_dropout=overrides.get("dropout", 0.0), encoder_layerdrop=0.0, dropout_input=0.0,
+        feature_grad_mult=1.0, pos_conv_kernel=4, pos_conv_groups=4, final_dim=16, logit_temp=0.1, fp16_logits=False,
+        relax_alpha=32.0, qk_gain=1.0, feature_penalty=10.0, mask_prob=0.8, mask_length=5, mask_min_masks=2,
+        codebooks=2, codebook_size=32, special_symbols=0, cqt_loss_weight=0.0, cqt_bins=336, cqt_bins_per_octave=48,
+        cqt_fmin=32.7, mixture_prob=0.0, mixture_segments=(1, 3), mixture_samples=(12000, 36000), mixture_volume=1.0,
+        norm="pre", attention="softmax",
     )  # fmt: skip
     base.update(overrides)
     return ModelConfig(**base)

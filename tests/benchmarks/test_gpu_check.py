@@ -35,7 +35,7 @@ def test_dry_run_prints_and_checks_every_command(root):
     assert lines[0].startswith("[smoke_cuda,") and "smoke_cuda.py" in lines[0]  # first of all: the pipeline on CUDA
     assert lines[1].startswith("[gpu_mfu,") and "--variants before,cqt_fft,after" in lines[1]
     for preset in ("gpu-small", "paper"):
-        assert C.load(f"{root}/config/{preset}.yaml")["train"]["precision"] == "fp16_fairseq"  # the presets' own
+        assert C.load(f"{root}/config/{preset}.yaml").train.precision == "fp16_fairseq"  # the presets' own
         assert any(f"preflight --config config/{preset}.yaml --device cuda --precision fp16_fairseq" in line
                    for line in lines), preset
         assert f"config/{preset}.yaml" in lines[1] and "fp16_fairseq,bf16" in lines[1]  # MFU in both precisions
@@ -84,7 +84,7 @@ def test_loader_benchmark_on_a_small_corpus(root, tmp_path):
                           "--warmup", "1", "--repeats", "1", "--json", str(tmp_path / "loader.json")])
     (row,) = result["rows"]
     assert row["batch"] == 7 and row["workers"] == 0 and row["ms_per_micro_batch"] > 0
-    assert result["crop_frames"] == C.crop_frames(C.load(root / "config/paper.yaml")) == 384
+    assert result["crop_frames"] == C.load(root / "config/paper.yaml").crop_frames == 384
     assert row["loader_over_gpu"] == pytest.approx(row["ms_per_micro_batch"] / row["gpu_ms_per_micro_batch_projected"])
     assert (tmp_path / "loader.json").is_file()
 
@@ -121,6 +121,6 @@ def test_smoke_cuda_copies_the_sources_and_sets_the_device(root, tmp_path, monke
     assert (repo / "Snakefile").is_file() and (repo / "src" / "acoustic_mlm" / "cli.py").is_file()
     assert not (repo / ".git").exists() and not (repo / ".venv").exists() and not (repo / "results").exists()
     cfg = C.load(smoke.device_config(repo, "cuda"))
-    assert cfg["train"]["device"] == cfg["tokenizer"]["device"] == "cuda"
+    assert cfg.train.device == cfg.tokenizer.device == "cuda"
     assert smoke.parse_args(["--timeout", "140"]).timeout == 140
 

@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from acoustic_mlm import config as C
 
@@ -14,14 +13,16 @@ PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "paper-1node.yaml", "gpu-s
 @pytest.mark.parametrize("name", PRESETS)
 def test_presets_are_complete_and_valid(root, name):
     cfg = C.load(root / "config" / name)
-    assert [r["role"] for r in cfg["runs"].values()] == list(C.ROLES)
+    assert isinstance(cfg, C.Config) and cfg.source == str(root / "config" / name)
+    assert [r.role for r in cfg.runs.values()] == list(C.ROLES)
     # a complete file: the same keys as the default, section by section
-    default = yaml.safe_load((root / "config" / "config.yaml").read_text())
-    assert set(cfg) >= set(default) - {"sweep"}
+    default = C.read_yaml(root / "config" / "config.yaml")
+    mapping = C.read_yaml(root / "config" / name)
+    assert set(mapping) >= set(default) - {"sweep"}
     for section, values in default.items():
         if section != "runs" and isinstance(values, dict):
-            assert set(cfg[section]) == set(values), section
-    assert cfg["cpu_kernels"] == ("native" if name.startswith(("paper", "gpu")) else "avx2")  # GPU presets: not pinned
+            assert set(mapping[section]) == set(values), section
+    assert cfg.cpu_kernels == ("native" if name.startswith(("paper", "gpu")) else "avx2")  # GPU presets: not pinned
 
 
 def test_cli_missing_config_file(tmp_path):

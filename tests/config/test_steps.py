@@ -10,9 +10,9 @@ from acoustic_mlm import config as C
 from acoustic_mlm.config.steps import DVC_STAGES, STEP_KEYS, UPSTREAM, result_keys, settings
 
 
-def _has(cfg: dict, key: str) -> bool:
+def _has(cfg: C.Config, key: str) -> bool:
     try:
-        C.get(cfg, key)
+        cfg.value(key)
     except (KeyError, TypeError):
         return False
     return True

@@ -52,8 +52,10 @@ def test_a_point_is_the_file_with_its_values_in_place(swept):
     assert swept["train"]["lr"] == 0.006 and swept["model"]["layers"] == 2  # the file's values are untouched
     keys = C.settings(pc, C.result_keys("train", pc, name))
     assert keys["train.lr"] == 0.0015 and keys["model.layers"] == 16 and keys[f"runs.{name}.norm"] == "deepnorm"
-    # the model and training settings a point trains with
-    assert C.model_config(pc, name).layers == 16 and C.train_config(pc, name, 2).lr == 0.0015
+    # the model and training settings a point trains with, typed
+    typed = C.from_mapping(swept).point(name)
+    assert typed.model_for(name).layers == 16 and typed.train_for(name, 2).lr == 0.0015
+    assert typed.model_for(name).norm == "deepnorm" and typed.train_for(name, 2).clip == 1.0
 
 
 def test_without_a_sweep_the_runs_are_the_arms(smoke_cfg):
@@ -137,7 +139,7 @@ def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
 
     sweep = json.loads((tmp_path / "preflight.json").read_text())["sweep_projection"]
     cfg = C.load(root / "config/proxy-gpu.yaml")
-    assert sweep["points"] == len(S.points(cfg)) and sweep["runs"] == sum(len(p.seeds) for p in S.points(cfg).values())
+    assert sweep["points"] == len(cfg.points) and sweep["runs"] == sum(len(p.seeds) for p in cfg.points.values())
     h200 = sweep["gpus"][0]
     assert h200["gpu"].startswith("H100 / H200") and 0.2 < h200["gpu_hours"] <= 2.0
     assert set(h200["panels"]) == {"4 layers, bf16", "16 layers, bf16", "4 layers, fp16_fairseq",
@@ -203,7 +205,7 @@ def test_the_linear_check_refuses_a_point_exactly_when_its_configuration_would_b
 
 
 def test_every_point_of_the_shipped_sweep_is_valid_as_a_file(root):
-    cfg = C.load(root / "config" / "proxy.yaml")
+    cfg = C.read_yaml(root / "config" / "proxy.yaml")
     for name in S.points(cfg):
         C.validate(S.point_config(cfg, name), f"proxy.yaml ({name})")
 

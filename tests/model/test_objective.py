@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from acoustic_mlm.config import ModelConfig
+from acoustic_mlm.model.config import ModelConfig
 from acoustic_mlm.model.objective import (
     LN2,
     AcousticMLM,

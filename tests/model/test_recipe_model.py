@@ -441,7 +441,7 @@ def test_validation_crops_are_never_mixed():
 
 
 def _cfg(root, **changes):
-    cfg = C.load(root / "config" / "smoke.yaml")
+    cfg = C.read_yaml(root / "config" / "smoke.yaml")
     for key, value in changes.items():
         section, name = key.split("__")
         cfg[section][name] = value
@@ -471,7 +471,7 @@ def test_config_rejects_cqt_above_nyquist(root):
 def test_presets_set_merts_dropouts_feature_grad_mult_and_mixture(root):
     paper = C.load(root / "config" / "paper.yaml")
     small = C.load(root / "config" / "gpu-small.yaml")
-    m330, m95 = C.model_config(paper), C.model_config(small)
+    m330, m95 = paper.model, small.model  # the `model:` sections (the same for every arm)
     # MERT_RVQ-VAE_CQT_330M.yaml
     assert (m330.dropout, m330.attention_dropout, m330.activation_dropout, m330.encoder_layerdrop,
             m330.dropout_input, m330.feature_grad_mult, m330.final_dim) == (0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 128)
@@ -484,11 +484,11 @@ def test_presets_set_merts_dropouts_feature_grad_mult_and_mixture(root):
     for m in (m330, m95):  # audio_cqt_loss_m, audio_cqt_bins 336, loss_weights [10, 1]; 4 dictionary specials
         assert (m.cqt_loss_weight, m.cqt_bins, m.cqt_bins_per_octave, m.cqt_fmin, m.feature_penalty,
                 m.special_symbols) == (1.0, 336, 48, 32.7, 10.0, 4)
-    assert (paper["train"]["crop_unit"], paper["train"]["mask_group"]) == ("sample", 7)
-    assert (small["train"]["crop_unit"], small["train"]["mask_group"]) == ("sample", 16)
+    assert (paper.train.crop_unit, paper.train.mask_group) == ("sample", 7)
+    assert (small.train.crop_unit, small.train.mask_group) == ("sample", 16)
     for name in ("config", "smoke"):  # the CPU presets keep their meaning: every switch off
         cpu = C.load(root / "config" / f"{name}.yaml")
-        m = C.model_config(cpu)
+        m = cpu.model
         assert (m.activation_dropout, m.encoder_layerdrop, m.dropout_input, m.feature_grad_mult, m.special_symbols,
                 m.cqt_loss_weight, m.mixture_prob) == (m.dropout, 0.0, 0.0, 1.0, 0, 0.0, 0.0)
-        assert (cpu["train"]["crop_unit"], cpu["train"]["mask_group"]) == ("frame", 0)
+        assert (cpu.train.crop_unit, cpu.train.mask_group) == ("frame", 0)

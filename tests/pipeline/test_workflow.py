@@ -230,6 +230,7 @@ def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
     from acoustic_mlm import config as C
 
     cfg = C.load(root / "config" / preset)
+    settings = C.read_yaml(root / "config" / preset)  # the file as DVC reads its params
     stages = _dvc(root)["stages"]
     check = stages.pop("check_config")  # the first stage: every key, so an invalid file stops DVC first
     assert check["params"] == [{"config/config.yaml": None}] and check["cmd"].startswith("amlm validate")
@@ -241,7 +242,7 @@ def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
             stage = stage.get("do", stage)
             entries = [k.replace("${key}", run)
                        for block in stage.get("params", []) for k in block["config/config.yaml"]]
-            declared = {leaf for entry in entries for leaf in _leaves_of(C.get(cfg, entry), entry)}
+            declared = {leaf for entry in entries for leaf in _leaves_of(_get(settings, entry), entry)}
             expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg, run)}
             assert declared == expected, (f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, "
                                           f"missing {sorted(expected - declared)}")
@@ -255,15 +256,16 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
 
     stages = _sweep_dvc(root, tmp_path)["stages"]
     cfg = C.load(tmp_path / "config" / "sweep.yaml")
-    points = sweep.points(cfg)
-    assert len(points) == 9
+    settings = C.read_yaml(tmp_path / "config" / "sweep.yaml")  # the file as DVC reads its params
+    points = cfg.points
+    assert points == sweep.points(settings) and len(points) == 9
     assert {s for s in stages if s.startswith("train-")} == {f"train-{p}" for p in points}
     assert {_kind(s) for s in stages} == {"check_config", "fetch", "prepare", "tokenize", "train"} | MAP_STAGES
     for name, p in points.items():
         stage = stages[f"train-{name}"]
         assert f"--run {name} " in stage["cmd"] and f"--out results/runs/{name}" in stage["cmd"]
         declared = {}
-        for key, value in _declared(cfg, stage, "config/sweep.yaml").items():
+        for key, value in _declared(settings, stage, "config/sweep.yaml").items():
             if key.startswith(f"runs.{p.arm}."):
                 key = f"runs.{name}." + key.removeprefix(f"runs.{p.arm}.")
             elif re.fullmatch(r"sweep\.\d+\.grid\.seeds", key):
@@ -272,7 +274,7 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
             declared[key] = value
         assert not set(declared) & set(p.settings), f"{name}: a swept key is also a param"
         declared.update(p.settings)  # what its name states
-        pc = sweep.point_config(cfg, name)
+        pc = cfg.point(name)
         expected = C.settings(pc, C.result_keys("train", pc, name))
         others = sorted(k for k in expected if declared.get(k, expected[k]) != expected[k])
         assert declared == expected, f"{name}: extra {sorted(set(declared) - set(expected))}, " \
@@ -281,7 +283,7 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
     for name, stage in stages.items():
         if name in C.DVC_STAGES:
             expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg)}
-            assert set(_declared(cfg, stage, "config/sweep.yaml")) == expected, name
+            assert set(_declared(settings, stage, "config/sweep.yaml")) == expected, name
 
 
 def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
