@@ -39,6 +39,7 @@ def smoke_cfg() -> dict:
 @pytest.fixture(scope="session")
 def data_dirs(tmp_path_factory):
     """A tiny prepared corpus (6 clips of 2 s in two shards) with skewed, learnable codes."""
+    from acoustic_mlm import config as C
     from acoustic_mlm.data.corpus import shard_name
     from acoustic_mlm.tokenizer.stage import MODEL_DIR, merge
 
@@ -69,5 +70,7 @@ def data_dirs(tmp_path_factory):
     pd.DataFrame(clips)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR).mkdir()
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
-    merge({"tokenizer": {"batch_size": 1}}, prepared, codes_dir)  # tokenizer.json, as the stage writes it
+    cfg = C.read_yaml(ROOT / "config" / "smoke.yaml")
+    cfg["tokenizer"]["batch_size"] = 1
+    merge(C.from_mapping(cfg), prepared, codes_dir)  # tokenizer.json, as the stage writes it
     return prepared, codes_dir

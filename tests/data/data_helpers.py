@@ -1,17 +1,21 @@
 """The data tests' data: tones in audio formats, a small corpus of them to pack in archives, the
-config of a url source, and the files a folder holds; the config of a small synthetic corpus
-(`make_cfg`), a sine, and a folder of good files of many shapes next to bad files of every kind
-(`make_messy_folder`)."""
+config of a url source, and the files a folder holds; the smoke preset with other data settings
+(`preset`), the config of a small synthetic corpus (`make_cfg`), a sine, and a folder of good files
+of many shapes next to bad files of every kind (`make_messy_folder`)."""
 
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
+from acoustic_mlm import config as C
+
 SR = 24000
+SMOKE = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
 
 
 def tone_bytes(fmt: str, seconds: float = 1.0, hz: float = 440.0, sr: int = SR, channels: int = 1) -> bytes:
@@ -33,8 +37,24 @@ def corpus() -> dict[str, bytes]:
     }
 
 
+def preset(**data_keys) -> dict:
+    """The smoke preset's mapping (`C.read_yaml`, to edit as a user edits the file; the stages' entry
+    functions type it) with these `data:` keys, in tokenizer mode pretrained: the data tests' corpora
+    are too small to calibrate a tokenizer on, which prepare would refuse in calibrated mode."""
+    cfg = C.read_yaml(SMOKE)
+    cfg["data"].update(data_keys)
+    cfg["tokenizer"]["mode"] = "pretrained"
+    return cfg
+
+
+def data_section(**keys) -> C.DataConfig:
+    """The smoke preset's typed `data:` section with these values (not validated: for the functions
+    that take the section and check it themselves)."""
+    return replace(C.load(SMOKE).data, **keys)
+
+
 def url_cfg(url: str, known_hash: str) -> dict:
-    return {"data": {"source": "url", "url": url, "known_hash": known_hash, "folder": None, "sample_rate": SR}}
+    return preset(source="url", url=url, known_hash=known_hash, folder=None, sample_rate=SR)
 
 
 def files_under(folder: Path) -> list[str]:
@@ -43,14 +63,12 @@ def files_under(folder: Path) -> list[str]:
 
 def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0,
              crop_seconds: float = 0.1, shard_files: int = 3) -> dict:
-    return {
-        "data": {
-            "source": "synthetic", "sample_rate": SR, "valid_fraction": valid_fraction, "split_seed": split_seed,
-            "shard_files": shard_files,
-            "synthetic": {"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
-        },
-        "train": {"crop_seconds": crop_seconds},  # clips shorter than one crop are rejected
-    }
+    cfg = preset(source="synthetic", sample_rate=SR, valid_fraction=valid_fraction, split_seed=split_seed,
+                 shard_files=shard_files,
+                 synthetic={"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0})
+    cfg["train"]["crop_seconds"] = crop_seconds  # clips shorter than one crop are rejected
+    cfg["model"]["mask_length"] = 2  # a crop holds two spans (the config's rule): 0.1 s is 7 frames
+    return cfg
 
 
 def sine(hz: float, seconds: float, sr: int, amp: float = 0.5) -> np.ndarray:

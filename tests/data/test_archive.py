@@ -7,6 +7,7 @@ import io
 import zipfile
 
 import pytest
+from data_helpers import data_section
 from helpers import make_tar, make_zip
 
 from acoustic_mlm.data import archive
@@ -70,6 +71,8 @@ def test_small_members_are_not_held_to_the_compression_ratio(tmp_path):
     assert done.files == ["quiet.wav", "loud.wav"]
 
 
-def test_limits_from_a_partial_data_section_take_the_defaults():
-    assert archive.ExtractLimits.from_config({}) == archive.ExtractLimits(max_bytes=256 * 10**9, max_ratio=100.0)
-    assert archive.ExtractLimits.from_config({"max_extract_gb": 0.5}) == archive.ExtractLimits(500_000_000, 100.0)
+def test_limits_from_the_data_section():
+    smoke = data_section()  # max_extract_gb: 256, max_compression_ratio: 100, as the defaults
+    assert archive.ExtractLimits.from_config(smoke) == archive.ExtractLimits(max_bytes=256 * 10**9, max_ratio=100.0)
+    half = archive.ExtractLimits.from_config(data_section(max_extract_gb=0.5))
+    assert half == archive.ExtractLimits(500_000_000, 100.0)

@@ -40,7 +40,7 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     for i in range(4):  # 4 clips of 3 s (225 frames): the train split holds under 1024 frames (13.65 s)
         sf.write(raw / f"c{i}.wav", sine(300 + 50 * i, 3.0, SR), SR)
     cfg = make_cfg(valid_fraction=0.25)
-    cfg["tokenizer"] = {"mode": "calibrated", "calibration_frames": 4096}
+    cfg["tokenizer"].update(mode="calibrated", calibration_frames=4096)
     with pytest.raises(UserError) as err:
         prepare.run(cfg, raw, tmp_path / "prepared")
     msg = str(err.value)
@@ -57,7 +57,7 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     assert len(load_prepared(tmp_path / "prepared").manifest) == 4
     # Back to calibrated: prepare does not rerun on the mode alone, so the fit refuses the same way
     smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
-    cfg["tokenizer"] = {**C.load(smoke)["tokenizer"], "mode": "calibrated"}
+    cfg["tokenizer"] = {**C.read_yaml(smoke)["tokenizer"], "mode": "calibrated"}
     with pytest.raises(UserError) as again:
         tokenizer.fit(cfg, tmp_path / "prepared", tmp_path / "codes")
     assert str(again.value) == msg.replace("prepare: ", f"{tmp_path / 'prepared' / 'manifest.csv'}: ", 1)

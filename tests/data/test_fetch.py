@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
-from data_helpers import SR, corpus, files_under, tone_bytes, url_cfg
+from data_helpers import SR, corpus, data_section, files_under, make_cfg, preset, tone_bytes, url_cfg
 from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
 from acoustic_mlm.config import SCHEMA_PATH
@@ -192,14 +192,14 @@ def test_librispeech_checksums_match_torchaudio():
 
 
 def test_url_source_resolution():
-    s = sources.archive_for({"source": "url", "url": "https://example.org/path/My%20Corpus.tar.gz?x=1",
-                             "known_hash": "SHA256:" + "AB" * 32})
+    s = sources.archive_for(data_section(source="url", url="https://example.org/path/My%20Corpus.tar.gz?x=1",
+                                         known_hash="SHA256:" + "AB" * 32))
     assert s.filename == "My_Corpus.tar.gz" and s.known_hash == "sha256:" + "ab" * 32 and s.layout is None
     assert sources.filename_from_url("https://example.org/") == "download"
     with pytest.raises(UserError, match="has 64 hex digits"):
-        sources.archive_for({"source": "url", "url": "https://e.org/a.zip", "known_hash": "sha256:abc"})
+        sources.archive_for(data_section(source="url", url="https://e.org/a.zip", known_hash="sha256:abc"))
     with pytest.raises(UserError, match="not an http"):
-        sources.archive_for({"source": "url", "url": "file:///tmp/a.zip", "known_hash": "md5:" + "0" * 32})
+        sources.archive_for(data_section(source="url", url="file:///tmp/a.zip", known_hash="md5:" + "0" * 32))
 
 
 def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeypatch):
@@ -211,7 +211,7 @@ def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeyp
     monkeypatch.setitem(sources.ARCHIVES, "fma_small",
                         replace(real, url=url, known_hash="sha1:" + hashlib.sha1(blob).hexdigest()))
     data = tmp_path / "data"
-    cfg = {"data": {"source": "fma_small", "url": None, "known_hash": None, "folder": None, "sample_rate": SR}}
+    cfg = preset(source="fma_small", url=None, known_hash=None, folder=None, sample_rate=SR)
     fetch.run(cfg, data / "raw", retries=0, timeout=10)
     assert files_under(data / "raw") == ["SOURCE.json", "fma_small/000/000002.mp3"]
     info = json.loads((data / "raw" / "SOURCE.json").read_text())
@@ -226,7 +226,7 @@ def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypa
     url = server.serve("/fma/wrong.zip", blob)
     monkeypatch.setitem(sources.ARCHIVES, "fma_medium", replace(sources.ARCHIVES["fma_medium"], url=url,
                                                                 known_hash=sha256(blob)))
-    cfg = {"data": {"source": "fma_medium", "url": None, "known_hash": None, "folder": None, "sample_rate": SR}}
+    cfg = preset(source="fma_medium", url=None, known_hash=None, folder=None, sample_rate=SR)
     with pytest.raises(UserError, match=r"does not look like fma_medium.*'music/song.mp3'"):
         fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
 
@@ -240,8 +240,7 @@ def test_librispeech_like_tar_gz(server, tmp_path, monkeypatch):
     url = server.serve("/openslr/dev-clean.tar.gz", blob)
     monkeypatch.setitem(sources.ARCHIVES, "librispeech-dev-clean",
                         replace(sources.ARCHIVES["librispeech-dev-clean"], url=url, known_hash=sha256(blob)))
-    cfg = {"data": {"source": "librispeech-dev-clean", "url": None, "known_hash": None, "folder": None,
-                    "sample_rate": SR}}
+    cfg = preset(source="librispeech-dev-clean", url=None, known_hash=None, folder=None, sample_rate=SR)
     fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
     assert files_under(tmp_path / "data" / "raw") == [
         "LibriSpeech/dev-clean/84/121123/84-121123-0000.flac", "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac",
@@ -261,7 +260,7 @@ def test_folder_source_links_or_copies_audio_keeping_paths(tmp_path):
     (src / "album" / "02.MP3").write_bytes(tone_bytes("mp3"))
     (src / "cover.jpg").write_bytes(b"\xff\xd8 not audio")
     (src / ".cache" / "x.wav").write_bytes(tone_bytes("wav"))
-    cfg = {"data": {"source": "folder", "folder": str(src), "url": None, "known_hash": None, "sample_rate": SR}}
+    cfg = preset(source="folder", folder=str(src), url=None, known_hash=None, sample_rate=SR)
     out = tmp_path / "data" / "raw"
     fetch.run(cfg, out)
     assert files_under(out) == ["SOURCE.json", "album/02.MP3", "album/disc1/01.flac"]
@@ -282,7 +281,7 @@ def test_folder_source_copies_across_filesystems(tmp_path, monkeypatch):
         raise OSError(18, "Invalid cross-device link")
 
     monkeypatch.setattr(fetch.os, "link", no_link)
-    cfg = {"data": {"source": "folder", "folder": str(src), "url": None, "known_hash": None, "sample_rate": SR}}
+    cfg = preset(source="folder", folder=str(src), url=None, known_hash=None, sample_rate=SR)
     fetch.run(cfg, tmp_path / "raw")
     info = json.loads((tmp_path / "raw" / "SOURCE.json").read_text())
     assert (info["copied"], info["hard_linked"]) == (1, 0)
@@ -291,7 +290,7 @@ def test_folder_source_copies_across_filesystems(tmp_path, monkeypatch):
 
 def test_folder_source_errors(tmp_path):
     def cfg(folder):
-        return {"data": {"source": "folder", "folder": str(folder), "url": None, "known_hash": None}}
+        return preset(source="folder", folder=str(folder), url=None, known_hash=None)
 
     with pytest.raises(UserError, match="is not a folder"):
         fetch.run(cfg(tmp_path / "missing"), tmp_path / "data" / "raw")
@@ -361,7 +360,7 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
     assert len(sources.LIBROSA_SHA256) == 28  # 14 recordings, each with its licence
     for name, _digest in sources.LIBROSA_SHA256.items():
         server.serve(f"/librosa-data/{quote(name)}", shared_copy(name).read_bytes())
-    cfg = {"data": {"source": "librosa", "base_url": server.url("/librosa-data/"), "sample_rate": SR}}
+    cfg = preset(source="librosa", base_url=server.url("/librosa-data/"), sample_rate=SR)
     out = tmp_path / "data" / "raw"
     fetch.run(cfg, out)
     got = sorted(p.name for p in out.iterdir())
@@ -384,9 +383,10 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
 
 def test_librosa_source_needs_an_http_base_url():
     with pytest.raises(UserError, match="^data.base_url: 'file:///x' is not an http"):
-        sources.file_set_for({"source": "librosa", "base_url": "file:///x"})
-    assert sources.file_set_for({"source": "librosa", "base_url": None}).base_url == "https://librosa.org/data/audio/"
-    member = {m.filename: m for m in sources.file_set_for({"source": "librosa", "base_url": None}).members()}
+        sources.file_set_for(data_section(source="librosa", base_url="file:///x"))
+    librosa = data_section(source="librosa", base_url=None)
+    assert sources.file_set_for(librosa).base_url == "https://librosa.org/data/audio/"
+    member = {m.filename: m for m in sources.file_set_for(librosa).members()}
     assert member["Karissa_Hobbs_-_Let's_Go_Fishin'.ogg"].url.endswith("Karissa_Hobbs_-_Let%27s_Go_Fishin%27.ogg")
 
 
@@ -412,9 +412,8 @@ def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_pa
         info.size = len(notes)
         tf.addfile(info, io.BytesIO(notes))
     data = buf.getvalue()
-    cfg = {"data": {"source": "url", "url": server.serve("/special.tar.gz", data), "known_hash": sha256(data),
-                    "sample_rate": SR, "valid_fraction": 0.5, "split_seed": 0, "shard_files": 4},
-           "train": {"crop_seconds": 0.1}}
+    cfg = make_cfg(valid_fraction=0.5, split_seed=0, crop_seconds=0.1, shard_files=4)
+    cfg["data"].update(source="url", url=server.serve("/special.tar.gz", data), known_hash=sha256(data))
     fetch.run(cfg, tmp_path / "raw")
     info = json.loads((tmp_path / "raw" / "SOURCE.json").read_text())
     assert (info["files"], info["special_skipped"], info["other_files_skipped"]) == (2, 2, 1)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ import pytest
 import soundfile as sf
 from data_helpers import SR, make_cfg, make_messy_folder, sine
 
+from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.data import fetch, prepare
 from acoustic_mlm.data.corpus import load_prepared
@@ -33,8 +35,14 @@ def test_fetch_writes_flac_and_source_json(prepared):
 def test_fetch_rejects_an_unknown_source(tmp_path):
     cfg = make_cfg()
     cfg["data"]["source"] = "cassette"
-    with pytest.raises(UserError, match=r"^data\.source: unknown source 'cassette'") as err:
+    with pytest.raises(C.ConfigError, match=r"'data\.source'") as err:  # the mapping: the schema refuses it
         fetch.run(cfg, tmp_path / "raw")
+    assert "\n" not in str(err.value)
+    cfg["data"]["source"] = "synthetic"
+    typed = C.from_mapping(cfg)  # a Config made otherwise: the stage refuses the source itself
+    typed = replace(typed, data=replace(typed.data, source="cassette"))
+    with pytest.raises(UserError, match=r"^data\.source: unknown source 'cassette'") as err:
+        fetch.run(typed, tmp_path / "raw")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "raw").exists()
 

@@ -5,6 +5,7 @@ and `archive_for` on a URL are in test_fetch.py."""
 import os
 
 import pytest
+from data_helpers import data_section
 
 from acoustic_mlm.data import sources
 from acoustic_mlm.errors import UserError
@@ -76,11 +77,11 @@ def test_the_download_file_name_comes_from_the_url_made_safe(url, name):
 
 
 def test_a_file_set_downloads_each_file_from_its_base_url_quoted():
-    fs = sources.file_set_for({"source": "librosa", "base_url": "http://127.0.0.1:8000/audio"})
+    fs = sources.file_set_for(data_section(source="librosa", base_url="http://127.0.0.1:8000/audio"))
     members = fs.members()
     assert fs.base_url == "http://127.0.0.1:8000/audio/" and len(members) == len(sources.LIBROSA_SHA256) == 28
     fishing = next(m for m in members if m.filename == "Karissa_Hobbs_-_Let's_Go_Fishin'.ogg")
     assert fishing.url == "http://127.0.0.1:8000/audio/Karissa_Hobbs_-_Let%27s_Go_Fishin%27.ogg"
     assert fishing.known_hash == "sha256:" + sources.LIBROSA_SHA256[fishing.filename]
     assert [m.filename for m in members] == sorted(sources.LIBROSA_SHA256)
-    assert sources.file_set_for({"source": "librosa", "base_url": None}).base_url == sources.LIBROSA_URL
+    assert sources.file_set_for(data_section(source="librosa", base_url=None)).base_url == sources.LIBROSA_URL

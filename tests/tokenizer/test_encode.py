@@ -3,6 +3,8 @@ and columns without a clip set to -1."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import torch
@@ -25,7 +27,7 @@ def test_padded_batches_are_longest_first():
 
 
 def test_encode_settings_from_config_round_seconds_to_frames():
-    tc = {"batch_size": 2, "segment_seconds": 60.0, "context_seconds": 0.11}  # 0.11 s: 8.25 frames
+    tc = replace(tok_cfg().tokenizer, batch_size=2, segment_seconds=60.0, context_seconds=0.11)  # 8.25 frames
     assert EncodeSettings.from_config(tc, "cpu") == EncodeSettings(batch_size=2, segment_frames=4500,
                                                                    context_frames=8, device="cpu")
 
@@ -74,7 +76,8 @@ def test_clipless_columns_are_minus_one(calibrated, prepared):
     manifest = pd.read_csv(prepared / "manifest.csv")
     clips = manifest[manifest["shard"] == 0]
     model = codec.load_calibrated(calibrated / "model" / "tokenizer.pt")
-    _, gain = loudness.clip_loudness(audio, clips, loudness.loudness_of(tok_cfg()))  # as the stage normalised them
+    normalised = loudness.loudness_of(tok_cfg().tokenizer)  # as the stage normalised them
+    _, gain = loudness.clip_loudness(audio, clips, normalised)
     codes = encode_clips(model, audio, clips.drop(index=2).iloc[::-1], frame_gain=gain)  # any order
     gap = slice(manifest.offset[2] // HOP, manifest.offset[2] // HOP + manifest.num_frames[2])
     assert (codes[:, gap] == -1).all()

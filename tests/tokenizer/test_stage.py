@@ -182,7 +182,7 @@ def test_merge_reports_each_files_loudness_and_warns_once_about_a_crowded_code(d
     out = tmp_path / "codes"
     shutil.copytree(codes_dir, out)
     with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
-        meta = stage.merge({"tokenizer": {"batch_size": 1}}, prepared, out)
+        meta = stage.merge(tok_cfg(), prepared, out)  # batch_size 1
     every = np.concatenate([np.load(out / f"shard-{k:05d}" / "codes.npy") for k in range(2)], axis=1)
     shares = [np.bincount(c, minlength=1024).max() / len(c) for c in every]
     assert meta["top_code_share"] == pytest.approx(shares, abs=1e-5) and min(shares) > 0.10  # code 0: 16/136

@@ -30,7 +30,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import zipfile_deflate64  # noqa: F401  (import before zipfile: patches it to read Deflate64, as FMA's zips need)
 
@@ -38,6 +38,9 @@ import zipfile  # isort: skip
 
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.utils import OutOfSpaceError, is_out_of_space
+
+if TYPE_CHECKING:
+    from acoustic_mlm.config import DataConfig
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 # What reading a damaged archive raises (zip: bad CRC, unsupported method; gzip/xz: bad stream).
@@ -64,11 +67,9 @@ class ExtractLimits:
     max_ratio: float = 100.0
 
     @classmethod
-    def from_config(cls, data: dict) -> "ExtractLimits":
-        """From the `data:` section (a validated config has both keys; a partial dict gets the defaults)."""
-        default = cls()
-        return cls(max_bytes=int(float(data.get("max_extract_gb", default.max_bytes / 1e9)) * 1e9),
-                   max_ratio=float(data.get("max_compression_ratio", default.max_ratio)))
+    def from_config(cls, data: DataConfig) -> "ExtractLimits":
+        """From the typed `data:` section (`Config.data`)."""
+        return cls(max_bytes=int(float(data.max_extract_gb) * 1e9), max_ratio=float(data.max_compression_ratio))
 
 
 class UnsafeArchiveError(UserError, ValueError):

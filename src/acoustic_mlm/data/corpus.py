@@ -10,6 +10,7 @@ A prepared folder holds `shards.csv` (the plan), one `shard-<k>/` per shard (`au
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,9 @@ import pandas as pd
 from acoustic_mlm import encodec, readers
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import recover_replaced
+
+if TYPE_CHECKING:
+    from acoustic_mlm.config import Config
 
 MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
                     "orig_sample_rate", "orig_channels", "duration_s")
@@ -46,7 +50,7 @@ def read_plan(out_dir: Path) -> pd.DataFrame:
     return frame
 
 
-def check_calibration_data(cfg: dict, manifest: pd.DataFrame, where: str = "prepare") -> None:
+def check_calibration_data(cfg: Config, manifest: pd.DataFrame, where: str = "prepare") -> None:
     """Refuse, before tokenize, a corpus whose train split cannot fit the calibrated tokenizer.
 
     k-means needs at least one frame per code (1024 per level); `tokenizer.calibration_frames`
@@ -55,18 +59,17 @@ def check_calibration_data(cfg: dict, manifest: pd.DataFrame, where: str = "prep
     Prepare's merge calls it; so does the tokenizer's fit (`where`), for a corpus prepared while
     tokenizer.mode was pretrained (prepare does not rerun when only the mode changes).
     """
-    tc = cfg.get("tokenizer") or {}
-    if tc.get("mode") != "calibrated":
+    if cfg.tokenizer.mode != "calibrated":
         return
     CODEBOOK_SIZE, FRAME_RATE = encodec.CODEBOOK_SIZE, encodec.FRAME_RATE  # noqa: N806
     have = int(manifest.loc[manifest["split"] == "train", "num_frames"].sum())
     if have < CODEBOOK_SIZE:
-        share = 1 - float(cfg["data"]["valid_fraction"])
+        share = 1 - float(cfg.data.valid_fraction)
         raise UserError(
             f"{where}: the train split holds {have} EnCodec frames ({have / FRAME_RATE / 60:.2f} min); the calibrated "
             f"tokenizer needs at least {CODEBOOK_SIZE} ({CODEBOOK_SIZE / FRAME_RATE / 60:.2f} min of train audio, "
             f"about {CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
-            f"{cfg['data']['valid_fraction']}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} "
+            f"{cfg.data.valid_fraction}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} "
             "min of audio, or set tokenizer.mode: pretrained")
 
 

@@ -44,6 +44,7 @@ from typing import Callable
 import soundfile as sf
 
 from acoustic_mlm import __version__
+from acoustic_mlm import config as C
 from acoustic_mlm.data import archive, sources, synth
 from acoustic_mlm.data.download import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, download
 from acoustic_mlm.data.sources import AUDIO_SUFFIXES
@@ -65,14 +66,14 @@ class Context:
 # Sources
 
 
-def _fetch_synthetic(cfg: dict, out: Path, ctx: Context) -> dict:
+def _fetch_synthetic(cfg: C.Config, out: Path, ctx: Context) -> dict:
     """Procedural music (acoustic_mlm.data.synth): offline, identical for a seed."""
-    p = cfg["data"]["synthetic"]
+    p = cfg.data.synthetic
     log.info("fetch: generating %d synthetic clips of %.1f s at %d Hz (seed %d)",
-             p["n_clips"], p["clip_seconds"], p["sample_rate"], p["seed"])
-    paths = synth.generate_corpus(out, p["n_clips"], p["clip_seconds"], p["sample_rate"], p["seed"])
+             p.n_clips, p.clip_seconds, p.sample_rate, p.seed)
+    paths = synth.generate_corpus(out, p.n_clips, p.clip_seconds, p.sample_rate, p.seed)
     return {
-        "params": {k: p[k] for k in ("n_clips", "clip_seconds", "sample_rate", "seed")},
+        "params": {k: getattr(p, k) for k in ("n_clips", "clip_seconds", "sample_rate", "seed")},
         "format": "FLAC PCM_16",
         "generator": f"acoustic_mlm.data.synth {__version__}",
         "files": len(paths),
@@ -106,13 +107,13 @@ def _archive_skipped(path: Path, done: archive.Extracted, src: sources.ArchiveSo
     return sorted(skipped, key=lambda d: d["path"])
 
 
-def _fetch_archive(cfg: dict, out: Path, ctx: Context) -> dict:
+def _fetch_archive(cfg: C.Config, out: Path, ctx: Context) -> dict:
     """fma_*, librispeech-*, url: download (or reuse) the archive, extract its audio files."""
-    src = sources.archive_for(cfg["data"])
+    src = sources.archive_for(cfg.data)
     path = download(src, ctx.downloads_dir, ctx.retries, ctx.timeout)
     log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
     done = archive.extract(path, out, keep=lambda rel: sources.is_audio_name(rel) and not src.excluded(rel),
-                           limits=archive.ExtractLimits.from_config(cfg["data"]))
+                           limits=archive.ExtractLimits.from_config(cfg.data))
     excluded = sorted(r for r in done.not_kept if sources.is_audio_name(r))
     if not done.files:
         raise UserError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
@@ -160,10 +161,10 @@ def _libsndfile_reads(path: Path) -> bool:
     return True
 
 
-def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
+def _fetch_folder(cfg: C.Config, out: Path, ctx: Context) -> dict:
     """A local folder: its audio files hard-linked (same filesystem) or copied, paths kept; every
     other path listed with the reason it is left out."""
-    folder = Path(cfg["data"]["folder"]).expanduser()
+    folder = Path(cfg.data.folder).expanduser()
     if not folder.is_dir():
         raise UserError(f"data.folder: {folder} is not a folder")
     folder, final = folder.resolve(), ctx.out_dir.resolve()
@@ -203,11 +204,11 @@ def _fetch_folder(cfg: dict, out: Path, ctx: Context) -> dict:
             "skipped": skipped}  # every other path under the folder: prepare lists them in rejects.csv
 
 
-def _fetch_file_set(cfg: dict, out: Path, ctx: Context) -> dict:
+def _fetch_file_set(cfg: C.Config, out: Path, ctx: Context) -> dict:
     """librosa: each file downloaded (or reused) into downloads/<source>/, hash-checked, then linked
     (or copied) into the raw folder. Its licence files travel with the audio; prepare lists them
     in rejects.csv as not audio."""
-    fs = sources.file_set_for(cfg["data"])
+    fs = sources.file_set_for(cfg.data)
     store = ctx.downloads_dir / fs.name
     store.mkdir(parents=True, exist_ok=True)
     size = linked = 0
@@ -228,7 +229,7 @@ def _fetch_file_set(cfg: dict, out: Path, ctx: Context) -> dict:
 
 
 # data.source -> function(cfg, temporary out folder, context) -> description for SOURCE.json
-SOURCES: dict[str, Callable[[dict, Path, Context], dict]] = {
+SOURCES: dict[str, Callable[[C.Config, Path, Context], dict]] = {
     "synthetic": _fetch_synthetic,
     "folder": _fetch_folder,
     "url": _fetch_archive,
@@ -237,14 +238,16 @@ SOURCES: dict[str, Callable[[dict, Path, Context], dict]] = {
 }
 
 
-def run(cfg: dict, out_dir: Path, downloads_dir: Path | None = None, *, retries: int = DEFAULT_RETRIES,
+def run(cfg: C.Config | dict, out_dir: Path, downloads_dir: Path | None = None, *, retries: int = DEFAULT_RETRIES,
         timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """Fill `out_dir` with the raw audio of `data.source`, plus `SOURCE.json` describing it.
 
     Archives are downloaded into and kept in `downloads_dir` (default: `out_dir.parent /
-    "downloads"`, i.e. data/downloads), which exists after every successful fetch.
+    "downloads"`, i.e. data/downloads), which exists after every successful fetch. `cfg`: a `Config`
+    (or a configuration mapping, validated and typed here).
     """
-    source = cfg["data"]["source"]
+    cfg = C.typed(cfg)
+    source = cfg.data.source
     if source not in SOURCES:
         raise UserError(f"data.source: unknown source '{source}' (known: {', '.join(SOURCES)})")
     out_dir = Path(out_dir)

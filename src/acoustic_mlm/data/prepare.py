@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from acoustic_mlm import config as C
 from acoustic_mlm import encodec, readers
-from acoustic_mlm.config import crop_frames
 from acoustic_mlm.data.corpus import (
     MANIFEST_COLUMNS,
     MANIFEST_DTYPES,
@@ -207,17 +207,18 @@ class NpyWriter:
             self.f.close()
 
 
-def _min_samples(cfg: dict) -> int:
-    return max(1, crop_frames(cfg)) * encodec.HOP
+def _min_samples(cfg: C.Config) -> int:
+    return max(1, cfg.crop_frames) * encodec.HOP
 
 
-def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
+def plan(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     """Write out_dir/shards.csv: every audio-named path under raw_dir with its clip id and shard.
 
     Paths are sorted and cut into shards of `data.shard_files` paths. Clip ids are decided here,
     over the whole corpus, so that they are unique across shards. Paths `scan` leaves out
     (hidden, not regular files) carry their reason in `skip` and go straight to the rejects.
     """
+    cfg = C.typed(cfg)
     raw_dir = Path(raw_dir)
     recover_replaced(raw_dir)  # a fetch killed while it replaced the folder: the previous one back, said in the log
     if not raw_dir.is_dir():
@@ -228,16 +229,16 @@ def plan(cfg: dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     rel = [p.relative_to(raw_dir).as_posix() for p in files]
     rows = [(r, i, "") for r, i in zip(rel, plan_clip_ids(rel))] + [(r, "", why) for r, why in left_out]
     frame = pd.DataFrame(sorted(rows), columns=["path", "clip_id", "skip"])
-    frame.insert(2, "shard", np.arange(len(frame)) // int(cfg["data"]["shard_files"]))
+    frame.insert(2, "shard", np.arange(len(frame)) // int(cfg.data.shard_files))
     frame = frame[list(PLAN_COLUMNS)]
     with atomic_path(Path(out_dir) / PLAN) as tmp:
         frame.to_csv(tmp, index=False)
     log.info("prepare: %d files (%d to decode) in %d shard(s) of up to %d files", len(frame), len(files),
-             frame["shard"].nunique(), cfg["data"]["shard_files"])
+             frame["shard"].nunique(), cfg.data.shard_files)
     return frame
 
 
-def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
+def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     """Decode the files of one shard of out_dir/shards.csv into out_dir/shard-<k>/ (atomically).
 
     shard-<k>/: audio.npy (the shard's clips concatenated), clips.csv (the manifest's columns
@@ -245,9 +246,10 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     by the largest file: clips are decoded one at a time and appended to audio.npy. A shard whose
     files are all unusable is complete (its clips.csv is empty): only the whole corpus must hold audio.
     """
+    cfg = C.typed(cfg)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     recover_replaced(raw_dir)
-    sample_rate, min_samples = int(cfg["data"]["sample_rate"]), _min_samples(cfg)
+    sample_rate, min_samples = int(cfg.data.sample_rate), _min_samples(cfg)
     todo = read_plan(out_dir)
     todo = todo[todo["shard"] == int(shard)]
     if todo.empty:
@@ -287,15 +289,16 @@ def prepare_shard(cfg: dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     return summary
 
 
-def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
+def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
     """Join the shards of out_dir into the corpus: manifest.csv, rejects.csv, prepare.json.
 
     The train/valid split is decided here, over every usable clip of every shard. Every path of
     the plan must be in exactly one shard's clips or rejects. Fails with one line when no file
     of the corpus is usable.
     """
+    cfg = C.typed(cfg)
     out_dir = Path(out_dir)
-    sample_rate, min_samples = int(cfg["data"]["sample_rate"]), _min_samples(cfg)
+    sample_rate, min_samples = int(cfg.data.sample_rate), _min_samples(cfg)
     todo = read_plan(out_dir)
     kept, rejected = [], []
     for shard in sorted(todo["shard"].unique()):
@@ -324,8 +327,7 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
              f" ({kinds}); see rejects.csv" if len(rejects) else "")
     if manifest.empty:
         raise UserError(f"prepare: no usable audio: all {len(rejects)} files rejected ({kinds})")
-    manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg["data"]["valid_fraction"],
-                                      cfg["data"]["split_seed"])
+    manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg.data.valid_fraction, cfg.data.split_seed)
     check_calibration_data(cfg, manifest)
     manifest = manifest[list(MANIFEST_COLUMNS)]
     with atomic_path(out_dir / "rejects.csv") as tmp:
@@ -336,12 +338,12 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
         "sample_rate": sample_rate,
         "hop": encodec.HOP,
         "shards": int(todo["shard"].nunique()),
-        "shard_files": int(cfg["data"]["shard_files"]),
+        "shard_files": int(cfg.data.shard_files),
         "clips": {s: int(by_split.size().get(s, 0)) for s in ("train", "valid")},
         "seconds": {s: round(float(by_split["duration_s"].sum().get(s, 0.0)), 3) for s in ("train", "valid")},
         "total_samples": total,
-        "valid_fraction": cfg["data"]["valid_fraction"],
-        "split_seed": cfg["data"]["split_seed"],
+        "valid_fraction": cfg.data.valid_fraction,
+        "split_seed": cfg.data.split_seed,
         "min_seconds": min_samples / sample_rate,
         "kept": len(manifest),
         "rejected": len(rejects),
@@ -355,11 +357,13 @@ def merge(cfg: dict, out_dir: Path) -> pd.DataFrame:
     return manifest
 
 
-def run(cfg: dict, raw_dir: Path, out_dir: Path) -> None:
+def run(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> None:
     """The whole stage in one process: plan, every shard in turn, merge; out_dir appears complete or not at all.
 
-    Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this.
+    Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this. `cfg`: a
+    `Config` (or a configuration mapping, validated and typed here, as by `plan`, `prepare_shard`, `merge`).
     """
+    cfg = C.typed(cfg)
     with atomic_dir(out_dir) as tmp:
         todo = plan(cfg, raw_dir, tmp)
         for shard in sorted(todo["shard"].unique()):

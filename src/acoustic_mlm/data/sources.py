@@ -26,9 +26,13 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from acoustic_mlm.errors import UserError
+
+if TYPE_CHECKING:
+    from acoustic_mlm.config import DataConfig
 
 FMA_URL = "https://os.unil.cloud.switch.ch/fma/{name}.zip"
 FMA_SHA1 = {  # github.com/mdeff/fma README, "Data"
@@ -273,10 +277,11 @@ FILE_SETS: dict[str, dict[str, str]] = {  # data.source -> {file: known_hash}; t
 FILE_SET_URLS = {"librosa": LIBROSA_URL}
 
 
-def file_set_for(data: dict) -> FileSetSource:
-    """The file set behind data.source, served from data.base_url (null: its published location)."""
-    source = data["source"]
-    base = data.get("base_url") or FILE_SET_URLS[source]
+def file_set_for(data: DataConfig) -> FileSetSource:
+    """The file set behind data.source, served from data.base_url (null: its published location);
+    `data` is the typed `data:` section (`Config.data`)."""
+    source = data.source
+    base = data.base_url or FILE_SET_URLS[source]
     if urlsplit(base).scheme.lower() not in ("http", "https", "ftp"):
         raise UserError(f"data.base_url: '{base}' is not an http(s):// or ftp:// URL")
     return FileSetSource(name=source, base_url=base if base.endswith("/") else base + "/", files=FILE_SETS[source])
@@ -302,18 +307,18 @@ def filename_from_url(url: str) -> str:
     return name or "download"
 
 
-def archive_for(data: dict) -> ArchiveSource:
-    """The archive behind a download source (`data` is the config's data section)."""
-    source = data["source"]
+def archive_for(data: DataConfig) -> ArchiveSource:
+    """The archive behind a download source (`data` is the typed `data:` section, `Config.data`)."""
+    source = data.source
     if source in ARCHIVES:
         return ARCHIVES[source]
     if source != "url":
         raise UserError(f"data.source: '{source}' is not a download source")
-    url = data.get("url") or ""
+    url = data.url or ""
     scheme = urlsplit(url).scheme.lower()
     if scheme not in ("http", "https", "ftp"):
         raise UserError(f"data.url: '{url}' is not an http(s):// or ftp:// URL")
-    if not data.get("known_hash"):
+    if not data.known_hash:
         raise UserError("data.known_hash: required for data.source url (sha256:<hex>, sha1:<hex> or md5:<hex>)")
-    return ArchiveSource(name="url", url=url, known_hash=normalise_hash(data["known_hash"]),
+    return ArchiveSource(name="url", url=url, known_hash=normalise_hash(data.known_hash),
                          filename=filename_from_url(url))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from acoustic_mlm import encodec
 from acoustic_mlm.tokenizer.codec import n_codebooks
 from acoustic_mlm.tokenizer.loudness import scaled_frames
 from acoustic_mlm.utils import Progress
+
+if TYPE_CHECKING:
+    from acoustic_mlm.config import TokenizerConfig
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,12 @@ class EncodeSettings:
     device: torch.device | str = "cpu"  # where EnCodec encodes
 
     @classmethod
-    def from_config(cls, tc: dict, device: torch.device | str) -> "EncodeSettings":
-        """From a `tokenizer:` section (its seconds rounded to whole frames) and the device picked for it."""
-        return cls(batch_size=int(tc["batch_size"]),
-                   segment_frames=int(round(tc["segment_seconds"] * encodec.FRAME_RATE)),
-                   context_frames=int(round(tc["context_seconds"] * encodec.FRAME_RATE)), device=device)
+    def from_config(cls, tc: TokenizerConfig, device: torch.device | str) -> "EncodeSettings":
+        """From the typed `tokenizer:` section (`Config.tokenizer`; its seconds rounded to whole frames)
+        and the device picked for it."""
+        return cls(batch_size=int(tc.batch_size),
+                   segment_frames=int(round(tc.segment_seconds * encodec.FRAME_RATE)),
+                   context_frames=int(round(tc.context_seconds * encodec.FRAME_RATE)), device=device)
 
 
 def padded_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -8,20 +8,24 @@ loud it was recorded; silence stays silence, and the model still trains on the r
 (encodec/model.py: `audio_normalize=False` for the 24 kHz model).
 
 The meters (`rms_dbfs`, `loudness_lufs`, `window_loudness`), the gain of every EnCodec frame
-(`frame_gains`), what a configuration normalises to (`loudness_of`), and each clip's measurement
-for the stage's `loudness.csv` (`clip_loudness`).
+(`frame_gains`), what a configuration normalises to (`loudness_of`; `loudness_record` describes a
+method and target), and each clip's measurement for the stage's `loudness.csv` (`clip_loudness`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from acoustic_mlm import encodec
 from acoustic_mlm.tokenizer.codec import TokenizerError
+
+if TYPE_CHECKING:
+    from acoustic_mlm.config import TokenizerConfig
 
 LOUDNESS_METHODS = ("kweighted", "lufs", "rms", "none")
 LUFS_GATE_DB = -70.0  # ITU-R BS.1770's absolute gate: a clip quieter than this is silence, left as is
@@ -126,17 +130,22 @@ def scaled_frames(audio: np.ndarray, gains: np.ndarray | None, first: int, end: 
     return x * np.repeat(gains[first:end], encodec.HOP)
 
 
-def loudness_of(cfg: dict) -> dict:
-    """What the tokenizer's input is normalised to (recorded in fit.json and tokenizer.json).
+def loudness_of(tc: TokenizerConfig) -> dict:
+    """What the tokenizer's input is normalised to (recorded in fit.json and tokenizer.json), from the
+    typed `tokenizer:` section (`Config.tokenizer`).
 
     Pretrained mode: EnCodec 24 kHz as released, which does not normalise its input
     (`audio_normalize=False` in encodec/model.py; only the 48 kHz model does): always none.
     """
-    tc = cfg["tokenizer"]
-    method = tc.get("loudness", "none") if tc["mode"] == "calibrated" else "none"
+    method = tc.loudness if tc.mode == "calibrated" else "none"
+    return loudness_record(method, float(tc.loudness_target) if method != "none" else None)
+
+
+def loudness_record(method: str, target: float | None = None) -> dict:
+    """The description of a normalisation `loudness_of` returns, for `method` (one of LOUDNESS_METHODS)
+    at `target` (None for method none): `loudness_record("none")` is what pretrained mode records."""
     if method not in LOUDNESS_METHODS:
         raise _unknown_method(method)
-    target = float(tc.get("loudness_target", -23.0)) if method != "none" else None
     window = f"window of {LOUDNESS_WINDOW_FRAMES} frames"
     unit = {"lufs": "LUFS", "kweighted": "LUFS", "rms": "dBFS RMS"}.get(method)
     return {"method": method, "target": target, "unit": unit,

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from acoustic_mlm import config as C
 from acoustic_mlm import encodec, readers
 from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.devices import pick_device
@@ -53,7 +54,7 @@ from acoustic_mlm.tokenizer.codec import (
     n_codebooks,
 )  # fmt: skip
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
-from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of
+from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of, loudness_record
 from acoustic_mlm.utils import atomic_dir, atomic_path, file_sha256, keep_freed_memory, log, set_threads, write_json
 
 MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated mode)
@@ -69,28 +70,30 @@ def read_prepared(prepared_dir: str | Path):
         raise TokenizerError(str(exc)) from None
 
 
-def _check_config(cfg: dict) -> None:
-    sr = cfg.get("data", {}).get("sample_rate", encodec.SAMPLE_RATE)
+def _check_config(cfg: C.Config) -> None:
+    sr = cfg.data.sample_rate
     if sr != encodec.SAMPLE_RATE:
         raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {encodec.SAMPLE_RATE}")
-    if cfg["tokenizer"]["mode"] not in ("calibrated", "pretrained"):
+    if cfg.tokenizer.mode not in ("calibrated", "pretrained"):
         raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got "
-                             f"{cfg['tokenizer']['mode']!r}")
-    loudness_of(cfg)  # a known loudness method
+                             f"{cfg.tokenizer.mode!r}")
+    loudness_of(cfg.tokenizer)  # a known loudness method
 
 
-def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
+def fit(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
     """The tokenizer for the corpus, into out_dir/model/ (atomically): fit.json, and tokenizer.pt
     in calibrated mode (codebooks fitted on the train split of every shard).
 
     In pretrained mode it checks the checkpoint (downloading it if needed) and records its sha256.
+    `cfg`: a `Config` (or a configuration mapping, validated and typed here; so for every step).
     """
+    cfg = C.typed(cfg)
     set_threads(threads)
     keep_freed_memory()
     _check_config(cfg)
-    tc = cfg["tokenizer"]
-    mode, bandwidth, seed = tc["mode"], float(tc["bandwidth"]), int(tc["seed"])
-    loudness = loudness_of(cfg)
+    tc = cfg.tokenizer
+    mode, bandwidth, seed = tc.mode, float(tc.bandwidth), int(tc.seed)
+    loudness = loudness_of(tc)
     info: dict = {"mode": mode, "bandwidth": bandwidth, "seed": seed, "checkpoint": None, "loudness": loudness,
                   "calibration_frames_requested": None, "calibration_iters": None}
     with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
@@ -102,39 +105,39 @@ def fit(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
             check_calibration_data(cfg, corpus.manifest, where=str(Path(prepared_dir) / "manifest.csv"))
             model = build_encodec(bandwidth, seed)
             chunks = [corpus.clip(int(i)) for i in train]
-            info.update(calibrate(model, chunks, int(tc["calibration_frames"]), int(tc["calibration_iters"]), seed,
+            info.update(calibrate(model, chunks, int(tc.calibration_frames), int(tc.calibration_iters), seed,
                                   loudness=(loudness["method"], loudness["target"] or 0.0)))
-            info.update(calibration_frames_requested=int(tc["calibration_frames"]),
+            info.update(calibration_frames_requested=int(tc.calibration_frames),
                         calibration_frames_per_code=round(info["calibration_frames"] / encodec.CODEBOOK_SIZE, 2),
-                        calibration_iters=int(tc["calibration_iters"]))
+                        calibration_iters=int(tc.calibration_iters))
             torch.save(model.state_dict(), tmp / "tokenizer.pt")
         else:
-            load_pretrained(tc["checkpoint"], bandwidth)
-            path = Path(tc["checkpoint"]).expanduser() if tc["checkpoint"] else hub_checkpoint_path()
+            load_pretrained(tc.checkpoint, bandwidth)
+            path = Path(tc.checkpoint).expanduser() if tc.checkpoint else hub_checkpoint_path()
             info["checkpoint"] = {"path": str(path), "sha256": file_sha256(path)}
         write_json(tmp / "fit.json", info)
     return info
 
 
-def load_tokenizer(cfg: dict, out_dir: Path):
+def load_tokenizer(cfg: C.Config, out_dir: Path):
     """The model `fit` made for this corpus (calibrated: out_dir/model/tokenizer.pt; pretrained: the checkpoint)."""
-    tc = cfg["tokenizer"]
+    tc = cfg.tokenizer
     folder = Path(out_dir) / MODEL_DIR
     if not (folder / "fit.json").is_file():
         raise UserError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
     fitted = readers.read_json(folder / "fit.json", "the tokenizer's fit", "tokenize").get(
-        "loudness", loudness_of({"tokenizer": {"mode": "pretrained"}}))
-    wanted = loudness_of(cfg)
+        "loudness", loudness_record("none"))  # a fit.json without a loudness record: none
+    wanted = loudness_of(tc)
     if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
         raise TokenizerError(f"{folder / 'fit.json'}: fitted with loudness {fitted['method']} {fitted['target']}, the "
                              f"config asks for {wanted['method']} {wanted['target']} (tokenizer.loudness); rerun "
                              "`amlm tokenize --fit`")
-    if tc["mode"] == "calibrated":
-        return load_calibrated(folder / "tokenizer.pt", float(tc["bandwidth"]))
-    return load_pretrained(tc["checkpoint"], float(tc["bandwidth"]))
+    if tc.mode == "calibrated":
+        return load_calibrated(folder / "tokenizer.pt", float(tc.bandwidth))
+    return load_pretrained(tc.checkpoint, float(tc.bandwidth))
 
 
-def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threads: int = 1) -> dict:
+def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard: int, threads: int = 1) -> dict:
     """One shard's codes into out_dir/shard-<k>/ (atomically): codes.npy aligned with the shard's
     audio.npy (int16 (K, frames), -1 where no clip is), encode.json (clips, seconds, speed).
 
@@ -142,10 +145,11 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     """
     from acoustic_mlm.data.corpus import shard_name
 
+    cfg = C.typed(cfg)
     set_threads(threads)
     keep_freed_memory()  # faster encoding on CPU (BENCHMARKS.md, glibc's allocator)
     _check_config(cfg)
-    tc = cfg["tokenizer"]
+    tc = cfg.tokenizer
     corpus = read_prepared(prepared_dir)
     if int(shard) not in corpus.shards and int(shard) not in _planned_shards(prepared_dir):
         raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no clips in shard {shard}")
@@ -154,11 +158,11 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
     clips = corpus.manifest[corpus.manifest["shard"] == int(shard)]
     audio = corpus.audio(int(shard))
     try:
-        device = pick_device(tc["device"], "tokenizer.device")
+        device = pick_device(tc.device, "tokenizer.device")
     except ValueError as exc:
         raise TokenizerError(f"config: {exc}") from None
     model = load_tokenizer(cfg, out_dir).to(device)
-    measured, frame_gain = clip_loudness(audio, clips, loudness_of(cfg))
+    measured, frame_gain = clip_loudness(audio, clips, loudness_of(tc))
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
         measured.to_csv(tmp / LOUDNESS_TABLE, index=False)
         shape = (n_codebooks(model), len(audio) // encodec.HOP)  # (K, frames of the shard)
@@ -172,8 +176,8 @@ def encode_shard(cfg: dict, prepared_dir: Path, out_dir: Path, shard: int, threa
         audio_s = float(clips["num_samples"].sum()) / encodec.SAMPLE_RATE
         info = {"shard": int(shard), "clips": len(clips), "audio_seconds": round(audio_s, 3),
                 "encode_seconds": round(seconds, 3), "x_real_time": round(audio_s / max(seconds, 1e-9), 2),
-                "batch_size": int(tc["batch_size"]), "segment_seconds": tc["segment_seconds"],
-                "context_seconds": tc["context_seconds"], "device": str(device), "threads": int(threads)}
+                "batch_size": int(tc.batch_size), "segment_seconds": tc.segment_seconds,
+                "context_seconds": tc.context_seconds, "device": str(device), "threads": int(threads)}
         write_json(tmp / "encode.json", info)
     log.info("tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)", shard_name(shard),
              info["clips"], audio_s, seconds, info["x_real_time"])
@@ -205,11 +209,12 @@ def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
         raise UserError(f"{path}: not a readable .npy array ({exc})") from None
 
 
-def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
+def merge(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path) -> dict:
     """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
     every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
     from acoustic_mlm.data.corpus import shard_name
 
+    cfg = C.typed(cfg)
     out_dir = Path(out_dir)
     corpus = read_prepared(prepared_dir)
     fit_path = out_dir / MODEL_DIR / "fit.json"
@@ -249,7 +254,7 @@ def merge(cfg: dict, prepared_dir: Path, out_dir: Path) -> dict:
         "encode_seconds": round(encode_s, 3),
         "real_time_factor": round(encode_s / max(audio_s, 1e-9), 5),  # encode seconds per audio second
         "x_real_time": round(audio_s / max(encode_s, 1e-9), 2),  # audio seconds per encode second
-        "batch_size": int(cfg["tokenizer"]["batch_size"]),
+        "batch_size": int(cfg.tokenizer.batch_size),
         "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
     }
     files = pd.concat(tables, ignore_index=True).sort_values("path", kind="stable")
@@ -308,11 +313,12 @@ def _entropy_bits(counts: np.ndarray) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-def run(cfg: dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
+def run(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
     """The whole stage in one process: fit, every shard in turn, merge; out_dir appears complete or not at all.
 
     Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this.
     """
+    cfg = C.typed(cfg)
     _check_config(cfg)
     corpus = read_prepared(prepared_dir)
     with atomic_dir(out_dir) as tmp:
