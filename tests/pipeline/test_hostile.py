@@ -7,6 +7,7 @@ resource faults and archive bombs, then own arms and the files stages read. Ever
 at test time.
 """
 
+import dataclasses
 import io
 import json
 import os
@@ -421,7 +422,9 @@ def test_archive_bombs_conflicts_and_long_names_are_refused_by_name(server, tmp_
 
     # The limits are the config's: a ratio limit above the bomb's lets the header check pass,
     # the total-size limit stops it.
-    limits = archive.ExtractLimits.from_config({"max_extract_gb": 0.5, "max_compression_ratio": 5000})
+    data = dataclasses.replace(C.load(ROOT / "config" / "smoke.yaml").data, max_extract_gb=0.5,
+                               max_compression_ratio=5000)
+    limits = archive.ExtractLimits.from_config(data)
     with pytest.raises(archive.UnsafeArchiveError, match="expand to 1073741868 bytes, over the limit of 500000000"):
         archive.extract(bomb, tmp_path / "x", limits=limits)
     assert not (tmp_path / "x").exists()
