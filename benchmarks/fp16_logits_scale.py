@@ -33,15 +33,14 @@ from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import set_threads, write_json
 
 
-def trace(cfg: dict, fp16_logits: bool, accum: int, updates: int, window: int, run: str) -> dict:
+def trace(cfg: C.Config, fp16_logits: bool, accum: int, updates: int, window: int, run: str) -> dict:
     """The loss scale after each update of one fp16_fairseq run (the first of `run`'s seeds)."""
-    cfg = {**cfg, "model": {**cfg["model"], "fp16_logits": fp16_logits}}
-    m = C.model_config(cfg, run)
-    t = dataclasses.replace(C.train_config(cfg, run), precision="fp16_fairseq", accum_steps=accum, compile=False)
+    m = dataclasses.replace(cfg.model_for(run), fp16_logits=fp16_logits)
+    t = dataclasses.replace(cfg.train_for(run), precision="fp16_fairseq", accum_steps=accum, compile=False)
     device = torch.device("cpu")
     tr = build_trainer(m, t, device)
-    tr.fp16.scaler.window = window  # stated: a short window, so the scale reaches its ceiling in a CPU run
-    frames = C.crop_frames(cfg)
+    tr.precision.scaler.window = window  # stated: a short window, so the scale reaches its ceiling in a CPU run
+    frames = cfg.crop_frames
     scales, overflows, losses, step, i = [], [], [], 0, 0
     for _ in range(updates):
         micro = [synthetic_batch(m, t.batch_size, frames, device, seed=i + j) for j in range(accum)]

@@ -26,7 +26,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.measure import synthetic_batch
-from acoustic_mlm.train.update import autocast
+from acoustic_mlm.train.precision import autocast
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 
@@ -74,12 +74,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     cfg = C.load(args.config)
-    set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
+    set_threads(args.threads if args.threads is not None else cfg.train.threads)
     device = pick_device(args.device)
-    m, t = C.model_config(cfg, args.run), C.train_config(cfg, args.run)
+    m, t = cfg.model_for(args.run), cfg.train_for(args.run)
     torch.manual_seed(0)
     model = AcousticMLM(m).to(device)
-    batch = synthetic_batch(m, t.batch_size, C.crop_frames(cfg), device)
+    batch = synthetic_batch(m, t.batch_size, cfg.crop_frames, device)
     model.eval()  # no dropout: both variants compute the same loss
     with torch.no_grad():
         losses = {name: float(fn(model, *batch)) for name, fn in VARIANTS.items()}
@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
     result = {
         "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
         "config": str(args.config), "machine": machine_info(device), "precision": args.precision,
-        "batch_size": t.batch_size, "crop_frames": C.crop_frames(cfg), "masked_frames": int(batch[2].sum()),
+        "batch_size": t.batch_size, "crop_frames": cfg.crop_frames, "masked_frames": int(batch[2].sum()),
         "loss": losses, "ms_per_step": {k: statistics.median(v) for k, v in times.items()},
         "ms_per_step_all": times, "ratio_static_to_selection": statistics.median(ratios),
         "ratio_min": min(ratios), "ratio_max": max(ratios),

@@ -29,16 +29,16 @@ from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.encoder import MultiheadSelfAttention
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.measure import synthetic_batch
-from acoustic_mlm.train.update import autocast
+from acoustic_mlm.train.precision import autocast
 from acoustic_mlm.utils import machine_info, set_threads, write_json
 
 VARIANTS = {"plain": "prenorm_clip1", "relax": "prenorm_attnrelax_clip1"}
 SEED = 0
 
 
-def build(cfg: dict, run: str, qk_scale: float, device: torch.device) -> AcousticMLM:
+def build(cfg: C.Config, run: str, qk_scale: float, device: torch.device) -> AcousticMLM:
     torch.manual_seed(SEED)
-    model = AcousticMLM(C.model_config(cfg, run))
+    model = AcousticMLM(cfg.model_for(run))
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, MultiheadSelfAttention):
@@ -86,13 +86,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    cfg = C.load(args.config)
-    if args.crop_seconds is not None:
-        cfg["train"]["crop_seconds"] = args.crop_seconds
-        C.validate(cfg, source=f"{args.config} with --crop-seconds")
-    set_threads(args.threads if args.threads is not None else cfg["train"]["threads"])
+    if args.crop_seconds is None:
+        cfg = C.load(args.config)
+    else:  # the file's mapping with the crop edited, as a user edits the file
+        settings = C.read_yaml(args.config)
+        settings["train"]["crop_seconds"] = args.crop_seconds
+        cfg = C.from_mapping(settings, source=f"{args.config} with --crop-seconds")
+    set_threads(args.threads if args.threads is not None else cfg.train.threads)
     device = pick_device(args.device)
-    m, frames = C.model_config(cfg), C.crop_frames(cfg)
+    m, frames = cfg.model.with_arm("pre", "softmax"), cfg.crop_frames  # the batch: no arm's norm matters
     batch = synthetic_batch(m, args.batch_size, frames, device, seed=SEED)
     rows = []
     for scale in args.qk_scales:

@@ -34,8 +34,8 @@ bench = _load_benchmark()
 
 
 @pytest.fixture()
-def tiny_cfg(smoke_cfg) -> dict:
-    """The smoke preset shrunk to a few thousand parameters and 2 x 15 frames."""
+def tiny_settings(smoke_cfg) -> dict:
+    """The smoke preset's mapping shrunk to a few thousand parameters and 2 x 15 frames (validated)."""
     smoke_cfg["model"].update(
         conv_layers=[[8, 10, 5], [8, 8, 4], [8, 4, 4], [8, 2, 2], [8, 2, 2]],  # stride 320
         dim=32, layers=2, heads=2, ffn_dim=64, pos_conv_kernel=4, pos_conv_groups=1,
@@ -43,6 +43,12 @@ def tiny_cfg(smoke_cfg) -> dict:
     )  # fmt: skip
     smoke_cfg["train"].update(batch_size=2, crop_seconds=0.2, threads=1)  # 15 frames
     return C.validate(smoke_cfg, source="tiny")
+
+
+@pytest.fixture()
+def tiny_cfg(tiny_settings) -> C.Config:
+    """tiny_settings, typed."""
+    return C.from_mapping(tiny_settings, source="tiny")
 
 
 def _outside_blocks(model: nn.Module) -> dict[str, tuple]:
@@ -70,7 +76,7 @@ def test_baseline_has_the_arms_front_end_heads_and_size(tiny_cfg, run):
 def test_baseline_blocks_are_torch_prenorm_layers(tiny_cfg):
     baseline = bench.build_baseline(tiny_cfg)
     (stack,) = baseline.encoder.transformer.blocks
-    assert isinstance(stack, nn.TransformerEncoder) and len(stack.layers) == tiny_cfg["model"]["layers"]
+    assert isinstance(stack, nn.TransformerEncoder) and len(stack.layers) == tiny_cfg.model.layers
     layer = stack.layers[0]
     assert layer.norm_first and layer.self_attn.batch_first and layer.activation_relu_or_gelu == 2  # gelu
     assert baseline.encoder.transformer.norm == "pre"  # the package's final LayerNorm closes the stack
@@ -101,14 +107,14 @@ def test_model_flops_match_torch_flop_counter(tiny_cfg):
     model.static_shapes = True  # the heads score every frame, as on a GPU (step_flops counts that)
     with FlopCounterMode(display=False) as counter:
         model(wav, codes, mask).loss.backward()
-    m = C.model_config(tiny_cfg)
+    m = tiny_cfg.model_for("prenorm_attnrelax_clip1")
     assert step_flops(m, wav.shape[0], codes.shape[-1]) == counter.get_total_flops()
 
 
-def test_main_reports_one_row_per_arm_and_the_baseline(tiny_cfg, tmp_path, capsys):
-    tiny_cfg["train"]["accum_steps"] = 2  # an update is two micro-batches, as in train.run
+def test_main_reports_one_row_per_arm_and_the_baseline(tiny_settings, tmp_path, capsys):
+    tiny_settings["train"]["accum_steps"] = 2  # an update is two micro-batches, as in train.run
     cfg_path, out = tmp_path / "tiny.yaml", tmp_path / "bench.json"
-    cfg_path.write_text(yaml.safe_dump(tiny_cfg, sort_keys=False))
+    cfg_path.write_text(yaml.safe_dump(tiny_settings, sort_keys=False))
     result = bench.main(
         ["--config", str(cfg_path), "--device", "cpu", "--steps", "2", "--repeats", "1", "--warmup", "0",
          "--threads", "1", "--json", str(out)]
@@ -134,19 +140,20 @@ def test_fp16_fairseq_steps_half_models_with_master_weights(tiny_cfg, scope):
     device = torch.device("cpu")
     baseline = [t for t in bench.trainees(tiny_cfg, device, "fp16_fairseq", scope) if t.name == bench.BASELINE][0]
     assert {p.dtype for p in baseline.model.parameters()} == {torch.float16}
-    assert {m.dtype for m in baseline.tr.fp16.master} == {torch.float32}
-    before = [m.detach().clone() for m in baseline.tr.fp16.master]
+    assert {m.dtype for m in baseline.tr.precision.master} == {torch.float32}
+    before = [m.detach().clone() for m in baseline.tr.precision.master]
     loss = baseline.step(bench.fixed_batch(tiny_cfg, device, scope))
-    assert math.isfinite(float(loss)) and baseline.tr.fp16.scaler.iter == 1
-    assert any(not torch.equal(a, b) for a, b in zip(before, baseline.tr.fp16.master))
+    assert math.isfinite(float(loss)) and baseline.tr.precision.scaler.iter == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, baseline.tr.precision.master))
 
 
-def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the_batch(tiny_cfg, tmp_path, monkeypatch):
+def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the_batch(tiny_settings, tmp_path,
+                                                                                        monkeypatch):
     """On CUDA the default: each model built, timed and freed before the next (issue 34: all five paper-size
     models at once ran out of 139 GiB); the micro-batch is one process's share of the preset's."""
-    tiny_cfg["train"].update(processes=2, batch_size=4)  # two processes: 2 crops each
+    tiny_settings["train"].update(processes=2, batch_size=4)  # two processes: 2 crops each
     cfg_path = tmp_path / "tiny.yaml"
-    cfg_path.write_text(yaml.safe_dump(tiny_cfg, sort_keys=False))
+    cfg_path.write_text(yaml.safe_dump(tiny_settings, sort_keys=False))
     import gc
     import weakref
 
