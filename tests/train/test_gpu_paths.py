@@ -22,7 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from acoustic_mlm import config as C
 from acoustic_mlm.model.objective import LN2, AcousticMLM, compute_mask_indices, nats_to_bits
 from acoustic_mlm.train import loop as train
-from acoustic_mlm.train.update import autocast, evaluate, optimizer_step
+from acoustic_mlm.train.precision import autocast, make_precision
+from acoustic_mlm.train.update import evaluate
 
 ARMS = {
     "pre": dict(norm="pre"),
@@ -64,19 +65,19 @@ def test_paper_size_model_does_one_training_update_on_cpu(root):
     torch.manual_seed(0)
     model = AcousticMLM(m)
     assert 300e6 < sum(p.numel() for p in model.parameters()) < 340e6
-    opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    precision = make_precision("fp32", torch.device("cpu"))
+    opt = precision.build_optimizer(model, lambda ps: torch.optim.AdamW(ps, lr=t.lr, betas=t.betas, eps=t.eps,
+                                                                        weight_decay=t.weight_decay))
     wav, codes, mask = batch(m, B=1, T=frames)
     before = model.encoder.transformer.blocks[23].ffn.fc2.weight.detach().clone()
-    device = torch.device("cpu")
-    with autocast(device, "fp32"):
+    with precision.autocast():
         out = model(wav, codes, mask)
     assert math.isfinite(out.loss.item()) and out.bits.shape == (8,)
     out.loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None]
     assert not missing, missing  # every parameter takes part in the update
-    grad_norm, _, skipped = optimizer_step(model, opt, scaler, t.clip)
-    assert math.isfinite(grad_norm) and not skipped
+    grad_norm, _, overflow = precision.unscale_and_clip(t.clip, float(out.n_masked), 1)
+    assert math.isfinite(grad_norm) and not overflow and not precision.step()
     assert not torch.equal(before, model.encoder.transformer.blocks[23].ffn.fc2.weight)
     assert len(opt.state) == len(list(model.parameters()))  # Adam state for every parameter
 
@@ -147,7 +148,7 @@ def test_new_masks_do_not_recompile():
 
 def test_compiled_training_trains():
     """train.compile's path: torch.compile (inductor, C++ kernels on CPU) of the model, then updates
-    through train.autocast and train.optimizer_step; the losses follow eager mode to rounding."""
+    through the precision's autocast, clip and step; the losses follow eager mode to rounding."""
     _compiler_or_skip()
     m = tiny_config()
     losses = {}
@@ -155,15 +156,17 @@ def test_compiled_training_trains():
         torch.manual_seed(0)
         model = AcousticMLM(m)
         step_model = torch.compile(model) if mode == "compiled" else model
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        scaler = torch.amp.GradScaler("cpu", enabled=False)
+        precision = make_precision("fp32", torch.device("cpu"))
+        precision.build_optimizer(model, lambda ps: torch.optim.AdamW(ps, lr=1e-3))
         wav, codes, mask = batch(m)
         losses[mode] = []
         for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            out = step_model(wav, codes, mask)
-            out.loss.backward()
-            optimizer_step(model, opt, scaler, 1.0)
+            precision.zero_grad()
+            with precision.autocast():
+                out = step_model(wav, codes, mask)
+            precision.backward(out.loss, out.n_masked, 1)
+            precision.unscale_and_clip(1.0, float(out.n_masked), 1)
+            precision.step()
             losses[mode].append(out.loss.item())
     assert all(math.isfinite(x) for x in losses["compiled"])
     assert losses["compiled"][-1] < losses["compiled"][0]

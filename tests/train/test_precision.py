@@ -1,4 +1,5 @@
-"""fairseq-style fp16 (precision.py): the loss scaler's rule, the master weights, the half model."""
+"""precision.py: one object per trainer for each train.precision (its kind, scale and resumable state);
+fairseq-style fp16: the loss scaler's rule, the master weights, the half model."""
 
 import math
 
@@ -7,13 +8,45 @@ import torch
 from torch import nn
 
 from acoustic_mlm.train.precision import (
-    FP16Optimizer,
+    AutocastPrecision,
+    FairseqPrecision,
     Fp32GroupNorm,
     LossScaler,
     MinLossScaleError,
     half_model,
+    make_precision,
     scale_window,
 )
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("name, kind, scale, retries", [
+    ("fp32", AutocastPrecision, math.nan, False),
+    ("bf16", AutocastPrecision, math.nan, False),
+    ("fp16", AutocastPrecision, 2.0**16, False),  # torch's GradScaler
+    ("fp16_fairseq", FairseqPrecision, 2.0**7, True),  # fairseq's fp16_init_scale
+])
+def test_one_precision_object_per_setting_with_one_scale_and_a_state_of_the_same_format(name, kind, scale, retries):
+    """The resumable state keeps 'scaler' (torch's GradScaler, {} when disabled) and 'fp16' (the fairseq
+    masters and scaler, None otherwise), as states written before the precision was one object."""
+    model = _model()
+    precision = make_precision(name, CPU, world=2, accum_steps=4)
+    assert type(precision) is kind and precision.name == name and precision.retries_overflows is retries
+    precision.build_optimizer(precision.prepare(model), _adam)
+    assert precision.loss_scale == scale or math.isnan(scale) and math.isnan(precision.loss_scale)
+    state = precision.state_dict()
+    assert set(state) == {"scaler", "fp16"}
+    assert (state["scaler"] != {}) is (name == "fp16")
+    assert (state["fp16"] is not None) is (name == "fp16_fairseq")
+    if name == "fp16_fairseq":
+        assert precision.scaler.window == scale_window(2, 4)
+    assert precision.state_problem({"fp16": None}) == (None if name != "fp16_fairseq" else
+                                                       "lacks 'fp16' (the fp16_fairseq optimizer's state)")
+    again = make_precision(name, CPU, world=2, accum_steps=4)
+    again.build_optimizer(again.prepare(_model()), _adam)
+    again.load_state_dict(state)
+    assert str(again.state_dict()) == str(state)
 
 
 def test_scale_window_is_fairseqs_default_rule():
@@ -98,39 +131,46 @@ def _adam(params):
     return torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
 
 
+def _fairseq(half, make_optimizer, window):
+    """fp16_fairseq's precision over a model already half, its optimizer built."""
+    precision = FairseqPrecision(CPU, LossScaler(window=window))
+    precision.build_optimizer(half, make_optimizer)
+    return precision
+
+
 def test_master_weights_follow_an_fp32_optimizer_and_are_copied_back():
     ref, half = _model(), _model()
     ref_opt = _adam(ref.parameters())
     half.half()
-    opt = FP16Optimizer(half.named_parameters(), _adam, LossScaler(window=1000))
+    opt = _fairseq(half, _adam, window=1000)
     x = torch.randn(16, 4)
     for _ in range(3):
         ref_opt.zero_grad()
         ref(x).pow(2).mean().backward()
         ref_opt.step()
         opt.zero_grad()
-        opt.scale(half(x.half()).float().pow(2).mean()).backward()
-        outcome = opt.step(clip=0.0)
-        assert not outcome.overflow and not outcome.clipped
+        opt.backward(half(x.half()).float().pow(2).mean(), 1, 1)
+        outcome = opt.unscale_and_clip(0.0, 1.0, 1)
+        assert not outcome.overflow and not outcome.clipped and not opt.step()
     for p_ref, m, p in zip(ref.parameters(), opt.master, half.parameters()):
         assert m.dtype == torch.float32 and p.dtype == torch.float16
         assert torch.allclose(m, p_ref, atol=2e-3)  # fp16 forward/backward, fp32 update
         assert torch.equal(p, m.half())  # the model holds the rounded master weights
-    state = opt.fp32_state_dict(half)
+    state = opt.fp32_state_dict()
     assert all(v.dtype == torch.float32 for v in state.values())
     assert torch.equal(state["0.weight"], opt.master[0].detach())
 
 
 def test_gradients_are_unscaled_and_clipped_to_the_norm():
     model = _model().half()
-    opt = FP16Optimizer(model.named_parameters(), lambda ps: torch.optim.SGD(ps, lr=1.0), LossScaler(window=1000))
+    opt = _fairseq(model, lambda ps: torch.optim.SGD(ps, lr=1.0), window=1000)
     before = [m.detach().clone() for m in opt.master]
     opt.zero_grad()
-    opt.scale(model(torch.randn(8, 4).half()).float().sum() * 10).backward()
+    opt.backward(model(torch.randn(8, 4).half()).float().sum(), 10, 1)  # summed over 10 masked frames
     grads = [p.grad.float() / opt.loss_scale for p in model.parameters()]
     expected = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
-    outcome = opt.step(clip=0.5, multiplier=0.25)  # fairseq's multiply_grads(world / sample_size)
-    assert outcome.clipped and not outcome.overflow
+    outcome = opt.unscale_and_clip(0.5, 8.0, 2)  # fairseq's multiply_grads(world / sample_size): 2 / 8
+    assert outcome.clipped and not outcome.overflow and not opt.step()
     assert outcome.grad_norm == pytest.approx(0.25 * expected, rel=1e-5)
     step = torch.cat([(b - m.detach()).flatten() for b, m in zip(before, opt.master)])  # SGD lr 1: the gradient
     assert float(step.norm()) == pytest.approx(0.5, rel=1e-4)
@@ -138,12 +178,12 @@ def test_gradients_are_unscaled_and_clipped_to_the_norm():
 
 def test_an_overflow_takes_no_step_and_halves_the_scale():
     model = _model().half()
-    opt = FP16Optimizer(model.named_parameters(), _adam, LossScaler(window=1000))
+    opt = _fairseq(model, _adam, window=1000)
     before = [p.detach().clone() for p in model.parameters()]
     opt.zero_grad()
     out = model(torch.randn(4, 4).half()).float().sum()
-    opt.scale(out * float("inf")).backward()
-    outcome = opt.step(clip=1.0)
+    opt.backward(out * float("inf"), 1, 1)
+    outcome = opt.unscale_and_clip(1.0, 1.0, 1)
     assert outcome.overflow and not math.isfinite(outcome.grad_norm)
     assert opt.loss_scale == 64.0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -153,13 +193,14 @@ def test_an_overflow_takes_no_step_and_halves_the_scale():
 
 def test_master_state_restores_weights_and_scale():
     model = _model().half()
-    opt = FP16Optimizer(model.named_parameters(), _adam, LossScaler(window=7))
+    opt = _fairseq(model, _adam, window=7)
     opt.zero_grad()
-    opt.scale(model(torch.randn(4, 4).half()).float().sum()).backward()
-    opt.step(clip=0.0)
+    opt.backward(model(torch.randn(4, 4).half()).float().sum(), 1, 1)
+    opt.unscale_and_clip(0.0, 1.0, 1)
+    opt.step()
     state = opt.state_dict()
     other = _model().half()
-    restored = FP16Optimizer(other.named_parameters(), _adam, LossScaler(window=7))
+    restored = _fairseq(other, _adam, window=7)
     restored.load_state_dict(state)
     assert all(torch.equal(a, b) for a, b in zip(opt.master, restored.master))
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters()))

@@ -1,12 +1,12 @@
-"""The clip-and-step of an update: the gradient norm logged before clipping, clipping bounds the
-update, and an overflowing fp16 step is skipped."""
+"""The clip-and-step of an update (precision.py's `AutocastPrecision`, as `train.update` calls it): the gradient
+norm logged before clipping, clipping bounds the update, and an overflowing fp16 step is skipped."""
 
 import math
 
 import pytest
 import torch
 
-from acoustic_mlm.train.update import optimizer_step
+from acoustic_mlm.train.precision import AutocastPrecision
 
 
 def _model_with_grads(seed=0):
@@ -17,13 +17,22 @@ def _model_with_grads(seed=0):
     return model
 
 
+def _sgd(model, name="fp32"):
+    precision = AutocastPrecision(name, torch.device("cpu"))
+    precision.build_optimizer(model, lambda ps: torch.optim.SGD(ps, lr=1.0))  # update = -grad
+    return precision
+
+
+def _clip_and_step(precision, clip):
+    norm, clipped, overflow = precision.unscale_and_clip(clip, 1.0, 1)
+    return norm, clipped, overflow or precision.step()
+
+
 @pytest.mark.parametrize("clip, expect_clipped", [(1.0, True), (100.0, False), (0.0, False)])
 def test_clipping_logs_the_norm_before_clipping_and_bounds_the_update(clip, expect_clipped):
     model = _model_with_grads()
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)  # update = -grad, so its norm is the clipped norm
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    norm, clipped, skipped = optimizer_step(model, opt, scaler, clip)
+    norm, clipped, skipped = _clip_and_step(_sgd(model), clip)  # SGD lr 1: the update's norm is the clipped norm
     full = 2.0 * math.sqrt(15)
     assert norm == pytest.approx(full)  # logged before clipping
     assert clipped is expect_clipped and skipped is False
@@ -35,12 +44,13 @@ def test_clipping_logs_the_norm_before_clipping_and_bounds_the_update(clip, expe
 def test_fp16_scaler_skips_overflowing_steps():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
-    scaler = torch.amp.GradScaler("cpu", enabled=True, init_scale=1.0)
-    scaler.scale(model(torch.ones(2, 4)).sum()).backward()
+    precision = _sgd(model, "fp16")
+    precision.scaler = torch.amp.GradScaler("cpu", enabled=True, init_scale=1.0)
+    precision.backward(model(torch.ones(2, 4)).sum(), torch.tensor(2.0), 1)
     for p in model.parameters():
         p.grad[0] = float("inf")  # as an fp16 overflow leaves them
     before = [p.detach().clone() for p in model.parameters()]
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    norm, clipped, skipped = optimizer_step(model, opt, scaler, 1.0)
+    norm, clipped, skipped = _clip_and_step(precision, 1.0)
     assert skipped and not clipped and not math.isfinite(norm)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update
+    assert precision.loss_scale == 0.5  # halved, and it stays one scaler's

@@ -22,6 +22,7 @@ from acoustic_mlm import encodec
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.preflight.project import GB, projected_update_ms, steady_bytes_per_param, suggest_micro_batch
+from acoustic_mlm.train.precision import FairseqPrecision
 from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import Progress, log
 
@@ -353,11 +354,12 @@ def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precis
         full_ms = 1000 * (phases._mark() - t0)
         micro_peak = max(micro_peak, probe.peak())
     first = next(tr.model.parameters())
+    fairseq = tr.precision if isinstance(tr.precision, FairseqPrecision) else None  # fp32 master weights, its scaler
     precision_state = {
         "param_dtype": str(first.dtype).removeprefix("torch."),
-        "master_dtype": str(tr.fp16.master[0].dtype).removeprefix("torch.") if tr.fp16 is not None else None,
+        "master_dtype": str(fairseq.master[0].dtype).removeprefix("torch.") if fairseq is not None else None,
         "loss_scale": tr.loss_scale if math.isfinite(tr.loss_scale) else None,
-        "scaler_updates": tr.fp16.scaler.iter if tr.fp16 is not None else None,
+        "scaler_updates": fairseq.scaler.iter if fairseq is not None else None,
         "updates_run": updates,
         "overflow_updates": overflows,
         "grad_bytes": tr.grad_bytes(),

@@ -142,22 +142,19 @@ def codebook_correct(logits: torch.Tensor, targets: torch.Tensor, codebook: int 
 
 class UpdateProbe:
     """Per-block gradient norms and a weight snapshot before an update; update ratios after it.
-    (The loss scale is in every row already: train/loop.py's `loss_scale`, NaN without fp16.)
+    (The loss scale is in every row already: train/loop.py's `loss_scale`, NaN without a scaler.)
 
-        probe = UpdateProbe(model, scaler)   # gradients in place, not yet unscaled or clipped
+        probe = UpdateProbe(model, scale)   # gradients in place, not yet unscaled or clipped
         ...optimizer step...
         row = probe.finish()
     """
 
-    def __init__(self, model: nn.Module, scaler: torch.amp.GradScaler | None = None, *, scale: float | None = None,
-                 weights: dict[str, list[torch.Tensor]] | None = None):
-        """`scale`: what the gradients are divided by (default: the GradScaler's scale, or 1);
+    def __init__(self, model: nn.Module, scale: float = 1.0, weights: dict[str, list[torch.Tensor]] | None = None):
+        """`scale`: what the gradients are divided by (the precision's `grad_scale`: the loss scale, or 1);
         `weights`: the tensors whose update is measured, by block (default: the model's parameters;
         precision fp16_fairseq passes its fp32 master weights, which fp16 would round)."""
         self.blocks = param_blocks(model)
-        if scale is None:
-            scale = scaler.get_scale() if scaler is not None and scaler.is_enabled() else 1.0
-        self.grads = grad_norms(self.blocks, scale)  # scaled fp16 gradients / scale = unscaled
+        self.grads = grad_norms(self.blocks, scale)  # scaled gradients / scale = unscaled
         self.weights = weights if weights is not None else self.blocks
         self.before = snapshot(self.weights)
 

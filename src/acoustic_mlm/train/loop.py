@@ -17,10 +17,10 @@ updates since the previous row, which makes them fairseq's interval means when o
   clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
   clip_frac (since previous row), clipped_steps (cumulative clipped updates), feature_penalty,
   nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite
-  non-finite steps in a row stopped the run), overflow_skips (cumulative fp16 steps skipped by the loss scaler),
-  loss_scale (fp16 loss scale now; NaN without one), wall_time (s since start).
-With `train.precision: fp16_fairseq` a step is an update: steps whose gradients overflowed are
-not counted (see precision.py).
+  non-finite steps in a row stopped the run), overflow_skips (cumulative updates skipped by the loss scaler),
+  loss_scale (the loss scale now; NaN without one), wall_time (s since start).
+Under a precision that retries overflows (fairseq's, precision.py) a step is an update: steps whose
+gradients overflowed are not counted.
 With train.diagnostics, each row also holds the stability diagnostics of `diagnostics.py`
 (per-block gradient norms and update ratios, attention logit maxima, masked share, codebook-0
 accuracy), measured at the row steps only.
@@ -48,7 +48,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import diagnostics
 from acoustic_mlm.train.crops import CropData, batches, check_codes
 from acoustic_mlm.train.distributed import init_distributed
-from acoustic_mlm.train.precision import FP16Optimizer, MinLossScaleError
+from acoustic_mlm.train.precision import MinLossScaleError, Precision
 from acoustic_mlm.train.schedule import log_steps, lr_at
 from acoustic_mlm.train.state import (
     STATE_DIR,
@@ -139,7 +139,7 @@ class Setup:
     t: C.TrainConfig
     device: torch.device
     fingerprint: dict
-    tr: Trainer  # model, optimizer, loss scaler: what `update` steps
+    tr: Trainer  # model, optimizer, precision (its loss scaler): what `update` steps
     train_data: CropData
     valid: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # fixed held-out (wav, codes, mask)
     rows_at: set[int]  # steps that get a metrics row
@@ -157,12 +157,8 @@ class Setup:
         return self.tr.opt
 
     @property
-    def scaler(self) -> torch.amp.GradScaler:
-        return self.tr.scaler
-
-    @property
-    def fp16(self) -> FP16Optimizer | None:  # precision fp16_fairseq: fp32 master weights; opt steps them
-        return self.tr.fp16
+    def precision(self) -> Precision:  # autocast, loss scaler, master weights (precision.py)
+        return self.tr.precision
 
 
 @dataclass
@@ -170,12 +166,12 @@ class Loop:
     """What changes as the seed trains; all of it is in the resumable state."""
 
     acc: Accumulator
-    step: int = 0  # the last completed step (fp16_fairseq: the last update; overflowing steps are not counted)
+    step: int = 0  # the last completed step (retried overflows, precision.py, are not counted)
     batches: int = 0  # micro-batches drawn so far (each step draws accum_steps, counted or not)
     rows: list = field(default_factory=list)
     nonfinite: int = 0  # updates skipped for a non-finite loss
     streak: int = 0  # ... in a row
-    overflow: int = 0  # fp16 updates skipped by the loss scaler
+    overflow: int = 0  # updates skipped by the loss scaler
     clipped: int = 0  # updates whose gradient norm was clipped
     elapsed: float = 0.0  # seconds of training before this process started
     diverged_at: int | None = None
@@ -192,7 +188,7 @@ class StepResult(NamedTuple):
     lr: float
     grad_norm: float  # total norm before clipping (NaN when the update was skipped)
     clipped: bool
-    counted: bool = True  # a step of train.steps (fp16_fairseq: False for an overflow, as fairseq)
+    counted: bool = True  # a step of train.steps (False for an overflow the precision retries, as fairseq)
     diagnostics: dict | None = None  # at row steps with train.diagnostics: diagnostics.UpdateProbe's row
 
 
@@ -208,8 +204,8 @@ def train_seed(job: SeedJob, threads: int | None = None) -> dict:
     loop = restore(s)
     t = s.t
     t0 = time.monotonic() - loop.elapsed
-    # fp16_fairseq: overflowing steps draw micro-batches without counting, so the loader is open-ended
-    last = 2**62 if s.fp16 is not None else t.steps * t.accum_steps
+    # retried overflows draw micro-batches without counting, so the loader is open-ended
+    last = 2**62 if s.precision.retries_overflows else t.steps * t.accum_steps
     loader = iter(batches(s.train_data, loop.batches, last, t.workers, pin=s.device.type == "cuda"))
     with (Progress(t.steps, f"train {job.run_name}", unit="step",
                    stream=None if s.writer else open(os.devnull, "w")) as bar,
@@ -260,7 +256,7 @@ def build(job: SeedJob) -> Setup:
 
 
 def restore(s: Setup) -> Loop:
-    """A fresh loop, or the newest resumable state of this seed (model, optimizer, scaler, RNG, rows)."""
+    """A fresh loop, or the newest resumable state of this seed (model, optimizer, precision, RNG, rows)."""
     loop = Loop(acc=Accumulator(s.m.codebooks))
     state = (load_latest_state(s.job.state_dir, s.fingerprint, STATE_KEYS, _resumable_by(s))
              if s.t.checkpoint_interval else None)
@@ -268,9 +264,7 @@ def restore(s: Setup) -> Loop:
         return loop
     s.model.load_state_dict(state["model"])
     s.opt.load_state_dict(state["optimizer"])
-    s.scaler.load_state_dict(state["scaler"])
-    if s.fp16 is not None:
-        s.fp16.load_state_dict(state["fp16"])
+    s.precision.load_state_dict(state)  # the entries its state_dict gave
     set_rng_state(state["rng"], s.device)
     loop.acc.load(state["accumulator"], s.device)
     loop.step, loop.rows, loop.elapsed = state["step"], list(state["rows"]), state["elapsed"]
@@ -283,8 +277,9 @@ def restore(s: Setup) -> Loop:
 
 def _resumable_by(s: Setup):
     """load_latest_state's check of a state's content against this seed's setup: its model tensors are
-    this model's (names and shapes), its optimizer has this optimizer's groups, its accumulator and
-    RNG state are whole, its step lies within train.steps. A reason for the first mismatch, or None."""
+    this model's (names and shapes), its optimizer has this optimizer's groups, its accumulator, RNG
+    state and the precision's part are whole, its step lies within train.steps. A reason for the first
+    mismatch, or None."""
     own = s.model.state_dict()
 
     def check(state: dict) -> str | None:
@@ -304,8 +299,9 @@ def _resumable_by(s: Setup):
             return "lacks part of 'accumulator'"
         if not isinstance(state["rng"].get("cpu"), torch.Tensor):
             return "lacks 'rng.cpu'"
-        if s.fp16 is not None and not isinstance(state["fp16"], dict):
-            return "lacks 'fp16' (the fp16_fairseq optimizer's state)"
+        problem = s.precision.state_problem(state)
+        if problem:
+            return problem
         if not 0 < state["step"] <= s.t.steps:
             return f"is at step {state['step']}, outside 1-{s.t.steps}"
         return None
@@ -317,15 +313,16 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     """One update (`update`): the schedule's lr, accum_steps micro-batches from the loader, clip, step.
 
     A non-finite loss on any micro-batch (in any process) skips the update, whose micro-batches are
-    drawn all the same (micro-batch n is the same after a skip as after a resume); under fp32, bf16
-    and fp16, train.max_nonfinite of them in a row end the seed as diverged. fp16_fairseq, as
-    fairseq/trainer.py: an overflow (a non-finite loss, whose gradients would overflow, included) is
-    not an update: the step counter, the schedule and the metrics' means skip it, the loss scale
-    halves, and when it would reach min_loss_scale the seed stops as diverged (stop_reason
-    min_loss_scale); train.max_nonfinite does not apply.
+    drawn all the same (micro-batch n is the same after a skip as after a resume); train.max_nonfinite
+    of them in a row end the seed as diverged. Under a precision that retries overflows (fairseq's,
+    as fairseq/trainer.py; precision.py): an overflow (a non-finite loss, whose gradients would
+    overflow, included) is not an update: the step counter, the schedule and the metrics' means skip
+    it, the loss scale halves, and when it would reach min_loss_scale the seed stops as diverged
+    (stop_reason min_loss_scale); train.max_nonfinite does not apply.
 
     With train.diagnostics, at a metrics row: the per-block gradient norms as the update sees them
-    (before clipping; fp16_fairseq: the update ratios on the fp32 master weights) and the masked share.
+    (before clipping) and the update ratios of the weights the optimizer steps (precision.py's
+    `named_weights`), and the masked share.
     """
     t = s.t
     lr = lr_at(step, t)
@@ -342,23 +339,20 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
         loop.diverged_at, loop.stop_reason = step, "min_loss_scale"
         log.warning("train %s seed %d: %s (update %d); stopped as diverged", s.job.run_name, s.job.seed, exc, step)
         return StepResult(lr, nan, False, counted=False)
-    if s.fp16 is not None:
-        if u.overflow:
-            loop.overflow += 1
-            return StepResult(lr, u.grad_norm, False, counted=False)
-    else:
-        loop.step = step
-        if not u.finite:
-            loop.nonfinite += 1  # skipped: no update from a non-finite loss
-            loop.streak += 1
-            if t.max_nonfinite and loop.streak >= t.max_nonfinite:
-                loop.diverged_at, loop.stop_reason = step, "nonfinite"  # divergence is a result: record it, stop
-                log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
-                            s.job.run_name, s.job.seed, loop.streak, step)
-            return StepResult(lr, nan, False)
-        loop.streak = 0
-        loop.overflow += u.overflow
+    if u.overflow and s.precision.retries_overflows:  # not an update: drawn again
+        loop.overflow += 1
+        return StepResult(lr, u.grad_norm, False, counted=False)
     loop.step = step
+    if not u.finite:
+        loop.nonfinite += 1  # skipped: no update from a non-finite loss
+        loop.streak += 1
+        if t.max_nonfinite and loop.streak >= t.max_nonfinite:
+            loop.diverged_at, loop.stop_reason = step, "nonfinite"  # divergence is a result: record it, stop
+            log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
+                        s.job.run_name, s.job.seed, loop.streak, step)
+        return StepResult(lr, nan, False)
+    loop.streak = 0
+    loop.overflow += u.overflow
     loop.clipped += int(u.clipped)
     loop.acc.add(u.means, u.grad_norm, u.clipped)
     if u.probe is None:
@@ -392,15 +386,15 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
 
 
 def _loss_scale(s: Setup) -> float:
-    """The fp16 loss scale now (NaN without one), as fairseq logs `loss_scale`."""
+    """The loss scale now (NaN without one), as fairseq logs `loss_scale`."""
     return s.tr.loss_scale
 
 
 def checkpoint(s: Setup, loop: Loop, step: int) -> None:
-    """The resumable state after `step`: the loop, model, optimizer, loss scaler and RNG (state.py)."""
+    """The resumable state after `step`: the loop, model, optimizer, precision (loss scaler, master
+    weights) and RNG (state.py)."""
     save_state(s.job.state_dir, step, {"fingerprint": s.fingerprint, **loop.state(), "model": s.model.state_dict(),
-                                       "optimizer": s.opt.state_dict(), "scaler": s.scaler.state_dict(),
-                                       "fp16": s.fp16.state_dict() if s.fp16 else None,
+                                       "optimizer": s.opt.state_dict(), **s.precision.state_dict(),
                                        "rng": rng_state(s.device)})
 
 
@@ -412,7 +406,7 @@ def finish(s: Setup, loop: Loop) -> dict:
         return {"seed": s.job.seed}
     metrics = pd.DataFrame(loop.rows)
     with atomic_path(s.job.out_dir / "checkpoint.pt") as tmp:
-        weights = s.fp16.fp32_state_dict(s.model) if s.fp16 is not None else s.model.state_dict()  # fp32 masters
+        weights = s.precision.fp32_state_dict()  # in fp32 (fairseq's precision: its fp32 master weights)
         torch.save({"model": weights, "model_config": C.to_dict(s.m), "train_config": C.to_dict(s.t),
                     "run": C.to_dict(s.rc), "step": loop.diverged_at or s.t.steps}, tmp)
     summary = {**summarize(metrics, s.rc, s.t), "stop_reason": loop.stop_reason, "fingerprint": s.fingerprint}

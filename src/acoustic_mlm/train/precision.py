@@ -1,6 +1,12 @@
-"""fairseq-style fp16 training (`train.precision: fp16_fairseq`): an fp16 model, fp32 master weights
-and a dynamic loss scaler, as MERT trained (`common.fp16: true` in
-yizhilll/MERT mert_fairseq/config/pretrain/MERT_RVQ-VAE_CQT_330M.yaml).
+"""Precision as one object: `make_precision` gives the trainer its policy for `train.precision`, and
+the update calls it without knowing which it is (the calls: `Precision`'s docstring).
+
+- `AutocastPrecision`: fp32 (as it is), bf16 (autocast), fp16 (autocast and torch's GradScaler,
+  which skips an update whose gradients overflowed; that update still counts as a step).
+- `FairseqPrecision`: fairseq-style fp16 training (`train.precision: fp16_fairseq`): an fp16 model,
+  fp32 master weights and a dynamic loss scaler, as MERT trained (`common.fp16: true` in
+  yizhilll/MERT mert_fairseq/config/pretrain/MERT_RVQ-VAE_CQT_330M.yaml); an overflow is not an
+  update (`retries_overflows`).
 
 What fairseq (facebookresearch/fairseq, 2022-2023) does, and this module reproduces:
 
@@ -30,6 +36,7 @@ What fairseq (facebookresearch/fairseq, 2022-2023) does, and this module reprodu
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Iterable, NamedTuple
 
@@ -129,35 +136,208 @@ def half_model(model: nn.Module) -> nn.Module:
     return model
 
 
+def autocast(device: torch.device, precision: str):
+    """Autocast for bf16 and fp16; fp32 and fp16_fairseq (a half model, `half_model`) run as they are."""
+    if precision in ("fp32", "fp16_fairseq"):
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
 class StepOutcome(NamedTuple):
     grad_norm: float  # total norm of the unscaled gradients before clipping (inf or nan on overflow)
     clipped: bool  # the norm was above the clip and the gradients were scaled down
-    overflow: bool  # the gradients overflowed: no update was taken
+    overflow: bool  # the gradients overflowed: no step may be taken
 
 
-class FP16Optimizer:
-    """fp32 master weights for an fp16 model (fairseq/optim/fp16_optimizer.py, FP16Optimizer).
+Optimizer = torch.optim.Optimizer
+MakeOptimizer = Callable[[Iterable[nn.Parameter]], Optimizer]
 
-    `make_optimizer` builds the fp32 optimizer over the master copies; `backward` scales the loss;
-    `step(clip)` unscales, clips and steps, or, on overflow, drops the gradients and lets the
-    scaler halve the scale (MinLossScaleError when that reaches the minimum).
+
+class Precision:
+    """One trainer's floating-point policy, built by `make_precision`. An update calls, in order:
+
+        precision.zero_grad()
+        with precision.autocast():                          # each micro-batch, then
+            out = model(...)
+        precision.backward(out.loss, out.n_masked, n)       # of n micro-batches
+        # all losses finite:
+        outcome = precision.unscale_and_clip(max_norm, masked, world)  # masked frames of all processes
+        skipped = outcome.overflow or precision.step()      # step: whether the loss scaler skipped it
+        # a loss not finite:
+        overflow = precision.skip_nonfinite()
+
+    While the trainer is built: `prepare(model)` (the model as the precision computes) and
+    `build_optimizer(model, make_optimizer)` (the optimizer over what it updates). Read by the
+    loop: `loss_scale` (NaN without a scaler), `retries_overflows`, `state_dict()` /
+    `load_state_dict()` (the resumable state's 'scaler' and 'fp16' entries), `state_problem(state)`
+    and `fp32_state_dict()` (the final checkpoint's weights). Read by the update's probe
+    (diagnostics.UpdateProbe): `grad_scale(masked, world)` and `named_weights()`.
     """
 
-    def __init__(self, named_params: Iterable[tuple[str, nn.Parameter]],
-                 make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer], scaler: LossScaler):
-        named = [(n, p) for n, p in named_params if p.requires_grad]
+    name: str  # the train.precision value
+    device: torch.device
+    # an overflowing update is not an update: the step counter, the schedule and the means skip it and the
+    # loop draws new micro-batches (fairseq); False: it counts as a step the loss scaler skipped
+    retries_overflows: bool = False
+
+    def autocast(self):
+        """The context every forward runs in (training and validation)."""
+        return autocast(self.device, self.name)
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The model as this precision computes: as it is."""
+        return model
+
+    def build_optimizer(self, model: nn.Module, make_optimizer: MakeOptimizer) -> Optimizer:
+        raise NotImplementedError
+
+    @property
+    def loss_scale(self) -> float:
+        """The loss scale now (NaN without one), as fairseq logs `loss_scale`."""
+        raise NotImplementedError
+
+    def zero_grad(self) -> None:
+        raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor, n_masked: torch.Tensor, micro_batches: int) -> None:
+        """Backward of one micro-batch's loss (its `n_masked` frames; one of `micro_batches`), scaled."""
+        raise NotImplementedError
+
+    def grad_scale(self, masked: float, world: int) -> float:
+        """What the gradients in place divide by to become the update's (before clipping)."""
+        raise NotImplementedError
+
+    def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """(name, tensor) of the weights the optimizer updates, named as the model's parameters."""
+        raise NotImplementedError
+
+    def unscale_and_clip(self, max_norm: float, masked: float, world: int) -> StepOutcome:
+        """Unscale the gradients and clip their total norm to `max_norm` (0: no clipping; the norm is
+        measured all the same); `masked`: the update's masked frames over its `world` processes."""
+        raise NotImplementedError
+
+    def step(self) -> bool:
+        """The optimizer step after `unscale_and_clip`; True when the loss scaler skipped it."""
+        raise NotImplementedError
+
+    def skip_nonfinite(self) -> bool:
+        """No step: a micro-batch's loss (or, under fairseq's, the gradients) was not finite. True when
+        that is an overflow: the scale halves (MinLossScaleError when that reaches the minimum)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """{'scaler': torch's GradScaler's state ({} when disabled), 'fp16': fairseq's masters and
+        scaler (None otherwise)}: the resumable state's entries, as before precision was one object."""
+        raise NotImplementedError
+
+    def load_state_dict(self, st: dict) -> None:
+        """Restore from a mapping holding `state_dict`'s entries (a whole resumable state will do)."""
+        raise NotImplementedError
+
+    def state_problem(self, state: dict) -> str | None:
+        """Why a resumable state lacks this precision's part, or None."""
+        return None
+
+    def fp32_state_dict(self) -> dict:
+        """The model's weights as a checkpoint keeps them."""
+        raise NotImplementedError
+
+
+class AutocastPrecision(Precision):
+    """fp32, bf16 and fp16: the model in fp32, forwards under autocast (bf16, fp16), one torch
+    GradScaler (enabled under fp16 only: disabled, each of its calls passes through). The loss is the
+    mean over micro-batches; an fp16 overflow skips the optimizer step and halves the scale."""
+
+    def __init__(self, name: str, device: torch.device):
+        self.name, self.device = name, device
+        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+        self.model: nn.Module | None = None
+        self.optimizer: Optimizer | None = None
+
+    def build_optimizer(self, model: nn.Module, make_optimizer: MakeOptimizer) -> Optimizer:
+        self.model, self.optimizer = model, make_optimizer(model.parameters())
+        return self.optimizer
+
+    @property
+    def loss_scale(self) -> float:
+        return float(self.scaler.get_scale()) if self.scaler.is_enabled() else float("nan")
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor, n_masked: torch.Tensor, micro_batches: int) -> None:
+        self.scaler.scale(loss / micro_batches).backward()
+
+    def grad_scale(self, masked: float, world: int) -> float:
+        return self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+
+    def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        return self.model.named_parameters()
+
+    def unscale_and_clip(self, max_norm: float, masked: float, world: int) -> StepOutcome:
+        """The overflow, if any, is the GradScaler's to find in `step`."""
+        max_norm = max_norm if max_norm > 0 else math.inf
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        return StepOutcome(grad_norm, math.isfinite(grad_norm) and grad_norm > max_norm, False)
+
+    def step(self) -> bool:
+        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        self.scaler.step(self.optimizer)  # skips the update itself when fp16 gradients overflowed
+        self.scaler.update()
+        return self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+
+    def skip_nonfinite(self) -> bool:
+        return False  # the update is skipped (the loop counts it as non-finite); the scale stays
+
+    def state_dict(self) -> dict:
+        return {"scaler": self.scaler.state_dict(), "fp16": None}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.scaler.load_state_dict(st["scaler"])
+
+    def fp32_state_dict(self) -> dict:
+        return self.model.state_dict()
+
+
+class FairseqPrecision(Precision):
+    """fp16_fairseq: a half model (`half_model`) whose fp32 master weights the optimizer updates
+    (fairseq/optim/fp16_optimizer.py, FP16Optimizer), with fairseq's dynamic loss scaler.
+
+    The loss is summed over masked frames (fairseq's criterion) and `unscale_and_clip` multiplies the
+    gradients by processes / masked frames of all processes (fairseq/trainer.py), unscales them into
+    the fp32 copies and clips them; on overflow (a non-finite norm, or a non-finite loss) it drops
+    them and the scaler halves the scale (MinLossScaleError when that reaches the minimum). `step`
+    steps the masters and copies them back into the fp16 model.
+    """
+
+    retries_overflows = True
+
+    def __init__(self, device: torch.device, scaler: LossScaler):
+        self.name, self.device = "fp16_fairseq", device
+        self.scaler = scaler
+        self.model: nn.Module | None = None
+        self.names: list[str] = []
+        self.params: list[nn.Parameter] = []  # the fp16 model's, those that train
+        self.master: list[nn.Parameter] = []  # their fp32 copies
+        self.optimizer: Optimizer | None = None
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        return half_model(model)  # as fairseq's trainer under common.fp16
+
+    def build_optimizer(self, model: nn.Module, make_optimizer: MakeOptimizer) -> Optimizer:
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.model = model
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.master = [nn.Parameter(p.detach().float().clone()) for p in self.params]
         self.optimizer = make_optimizer(self.master)
-        self.scaler = scaler
+        return self.optimizer
 
     @property
     def loss_scale(self) -> float:
         return self.scaler.scale
-
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self.scaler.scale
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -165,45 +345,70 @@ class FP16Optimizer:
         for m in self.master:
             m.grad = None
 
-    def step(self, clip: float, multiplier: float = 1.0) -> StepOutcome:
-        """Unscale the fp16 gradients into the fp32 copies and multiply them by `multiplier` (fairseq's
-        trainer: data-parallel size / sample size, turning summed losses into a mean), clip to `clip`
-        (0: no clipping), step, copy back; or, when they overflowed, drop them and halve the scale."""
+    def backward(self, loss: torch.Tensor, n_masked: torch.Tensor, micro_batches: int) -> None:
+        # fairseq's criterion sums over masked frames; unscale_and_clip divides by their count
+        (loss * n_masked * self.scaler.scale).backward()
+
+    def grad_scale(self, masked: float, world: int) -> float:
+        return self.scaler.scale * masked / world
+
+    def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        return zip(self.names, self.master)  # the fp32 masters, which fp16 would round
+
+    def unscale_and_clip(self, max_norm: float, masked: float, world: int) -> StepOutcome:
         for p, m in zip(self.params, self.master):
             m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
-        factor = multiplier / self.scaler.scale
+        factor = world / masked / self.scaler.scale
         norm = float(torch.nn.utils.get_total_norm([m.grad for m in self.master])) * factor
         if not math.isfinite(norm):
-            self.zero_grad()
-            self.scaler.overflow()  # may raise MinLossScaleError
-            return StepOutcome(norm, False, True)
-        clipped = clip > 0 and norm > clip
+            return StepOutcome(norm, False, self.skip_nonfinite())
+        clipped = max_norm > 0 and norm > max_norm
         if clipped:
-            factor *= clip / norm
+            factor *= max_norm / norm
         torch._foreach_mul_([m.grad for m in self.master], factor)
+        return StepOutcome(norm, clipped, False)
+
+    def step(self) -> bool:
         self.optimizer.step()
         self.scaler.clean()
         with torch.no_grad():
             for p, m in zip(self.params, self.master):
                 p.copy_(m)
-        return StepOutcome(norm, clipped, False)
+        return False
 
-    def fp32_state_dict(self, model: nn.Module) -> dict:
-        """The model's state_dict with the fp32 master weights in place of the fp16 parameters and
-        every other floating-point tensor in fp32: what a checkpoint keeps."""
-        state = {k: (v.float() if v.is_floating_point() else v) for k, v in model.state_dict().items()}
-        for name, m in zip(self.names, self.master):
-            state[name] = m.detach().clone()
-        return state
+    def skip_nonfinite(self) -> bool:
+        self.zero_grad()
+        self.scaler.overflow()  # may raise MinLossScaleError
+        return True
 
     def state_dict(self) -> dict:
-        return {"master": [m.detach().cpu() for m in self.master], "scaler": self.scaler.state_dict()}
+        return {"scaler": {}, "fp16": {"master": [m.detach().cpu() for m in self.master],
+                                       "scaler": self.scaler.state_dict()}}
 
     def load_state_dict(self, st: dict) -> None:
         """Restore the master weights and the scaler (the fp32 optimizer's own state is loaded
         separately) and copy the masters into the fp16 model."""
         with torch.no_grad():
-            for p, m, saved in zip(self.params, self.master, st["master"]):
+            for p, m, saved in zip(self.params, self.master, st["fp16"]["master"]):
                 m.copy_(saved)
                 p.copy_(m)
-        self.scaler.load_state_dict(st["scaler"])
+        self.scaler.load_state_dict(st["fp16"]["scaler"])
+
+    def state_problem(self, state: dict) -> str | None:
+        return None if isinstance(state["fp16"], dict) else "lacks 'fp16' (the fp16_fairseq optimizer's state)"
+
+    def fp32_state_dict(self) -> dict:
+        """The model's state_dict with the fp32 master weights in place of the fp16 parameters and
+        every other floating-point tensor in fp32: what a checkpoint keeps."""
+        state = {k: (v.float() if v.is_floating_point() else v) for k, v in self.model.state_dict().items()}
+        for name, m in zip(self.names, self.master):
+            state[name] = m.detach().clone()
+        return state
+
+
+def make_precision(name: str, device: torch.device, world: int = 1, accum_steps: int = 1) -> Precision:
+    """The policy of `train.precision` `name` on `device`; fp16_fairseq's loss-scale window from the
+    processes and the micro-batches per update (`scale_window`)."""
+    if name == "fp16_fairseq":
+        return FairseqPrecision(device, LossScaler(scale_window(world, accum_steps)))
+    return AutocastPrecision(name, device)
