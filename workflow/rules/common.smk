@@ -44,7 +44,7 @@ CONFIGFILE = (
 # The CLI's own validation (schema, cross-field and cross-stage rules), at parse time: an invalid
 # file stops Snakemake before any job runs, so no output is deleted for a job that would fail.
 try:
-    _whole = amlm_config.load(CONFIGFILE)
+    _whole = amlm_config.load(CONFIGFILE).mapping  # the validated file: Snakemake's config is the file's keys
 except amlm_config.ConfigError as _exc:
     print(f"snakemake: invalid configuration: {_exc}", file=sys.stderr)
     sys.exit(2)  # as the CLI: exit status 2 for a problem with the user's input
