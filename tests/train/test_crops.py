@@ -14,7 +14,7 @@ from acoustic_mlm.train.crops import CropData, batches
 
 def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
     prepared, codes = data_dirs
-    m = C.model_config(tiny_cfg, "prenorm_clip1")
+    m = C.typed(tiny_cfg).model_for("prenorm_clip1")
     corpus = load_prepared(prepared)
     data = CropData(corpus, codes, "train", 30, 2, m, seed=3)
     in_process = [tuple(x.clone() for x in b) for b in batches(data, 4, 8, workers=0, pin=False)]

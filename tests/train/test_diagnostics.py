@@ -27,7 +27,7 @@ def tiny_cfg(smoke_cfg):
 
 def _model_and_batch(cfg, run="prenorm_clip1", T=15, B=2, seed=0):
     torch.manual_seed(seed)
-    m = C.model_config(cfg, run)
+    m = C.typed(cfg).model_for(run)
     model = AcousticMLM(m)
     wav = torch.randn(B, T * encodec.HOP)
     codes = torch.randint(0, 16, (B, m.codebooks, T))

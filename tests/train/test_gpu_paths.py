@@ -57,10 +57,10 @@ def test_paper_size_model_does_one_training_update_on_cpu(root):
     Measured on 2 shared cores: about 30 s (first forward 18 s, backward 9 s, AdamW 5 s) and 8 GB peak RSS.
     """
     cfg = C.load(root / "config" / "paper.yaml")
-    m, t = C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1")
+    m, t = cfg.model_for("prenorm_clip1"), cfg.train_for("prenorm_clip1")
     assert (m.dim, m.layers, m.heads, m.ffn_dim) == (1024, 24, 16, 4096)
     assert m.conv_layers == ((512, 10, 5),) + ((512, 3, 2),) * 4 + ((512, 2, 2),) * 2
-    frames = C.crop_frames(cfg)
+    frames = cfg.crop_frames
     assert frames == 384
     torch.manual_seed(0)
     model = AcousticMLM(m)

@@ -111,7 +111,7 @@ def test_fp16_fairseq_overflow_is_not_an_update(data_dirs, tiny_cfg, tmp_path, m
     assert m["step"].tolist() == list(range(1, 9))
     assert m["overflow_skips"].tolist() == [0, 0, 2, 2, 2, 2, 2, 2]
     assert m["loss_scale"].tolist() == [128.0, 128.0, 32.0, 32.0, 32.0, 32.0, 32.0, 32.0]
-    t = C.train_config(tiny_cfg, "prenorm_clip1")
+    t = C.typed(tiny_cfg).train_for("prenorm_clip1")
     assert m["lr"].tolist() == pytest.approx([lr_at(s, t) for s in range(1, 9)])
     assert m["train_loss_cb0"].notna().all()  # no row holds an overflowed step
 

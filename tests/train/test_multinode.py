@@ -16,9 +16,9 @@ TOLERANCE_BITS = 2e-3  # float reduction order differs between 1 and 2 processes
 
 
 def test_launcher_for_one_process_one_node_and_several_nodes(root):
-    paper = C.load(root / "config" / "paper.yaml")["train"]
-    one_node = C.load(root / "config" / "paper-1node.yaml")["train"]
-    smoke = C.load(root / "config" / "smoke.yaml")["train"]
+    paper = C.read_yaml(root / "config" / "paper.yaml")["train"]
+    one_node = C.read_yaml(root / "config" / "paper-1node.yaml")["train"]
+    smoke = C.read_yaml(root / "config" / "smoke.yaml")["train"]
     assert train_launcher(smoke, "src") == 'PYTHONPATH="src" python -m acoustic_mlm'
     assert train_launcher(one_node, "src") == ('PYTHONPATH="src" python -m torch.distributed.run --standalone '
                                                "--nproc_per_node 8 -m acoustic_mlm")

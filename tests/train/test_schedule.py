@@ -10,7 +10,7 @@ from acoustic_mlm.train.schedule import log_steps, lr_at
 
 
 def test_lr_schedule_warmup_then_polynomial_decay(smoke_cfg):
-    t = C.train_config(smoke_cfg, "prenorm_clip1")
+    t = C.typed(smoke_cfg).train_for("prenorm_clip1")
     t = type(t)(**{**t.__dict__, "steps": 100, "warmup_steps": 10, "lr": 1e-3, "end_lr": 1e-4, "lr_power": 2.0})
     assert lr_at(1, t) == pytest.approx(1e-4)
     assert lr_at(5, t) == pytest.approx(5e-4)
@@ -27,13 +27,13 @@ def test_log_steps_are_powers_of_two_every_interval_and_the_last():
 def _t(cfg, **train_keys):
     cfg = copy.deepcopy(cfg)
     cfg["train"].update(train_keys)
-    return C.train_config(C.validate(cfg), "prenorm_clip1")
+    return C.typed(C.validate(cfg)).train_for("prenorm_clip1")
 
 
 def test_mert_330m_schedule_numbers(root):
     # MERT_RVQ-VAE_CQT_330M.yaml: lr 0.0015, warmup_updates 32,000, max_update 400,000, polynomial_decay
     # (power 1, end_learning_rate 0); the figure runs 100K of the 400K updates.
-    t = C.train_config(C.load(root / "config" / "paper.yaml"), "prenorm_clip1")
+    t = C.load(root / "config" / "paper.yaml").train_for("prenorm_clip1")
     assert (t.steps, t.schedule_updates) == (100_000, 400_000)
     assert lr_at(16_000, t) == pytest.approx(7.5e-4)
     assert lr_at(32_000, t) == pytest.approx(1.5e-3)

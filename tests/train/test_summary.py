@@ -52,7 +52,7 @@ def _metrics(nonfinite: list[int], diverged_last: bool = False) -> pd.DataFrame:
 
 
 def test_a_seed_summary_counts_updates_taken_and_names_its_status(smoke_cfg):
-    rc, t = C.run_config(smoke_cfg, "prenorm_clip1"), C.train_config(smoke_cfg, "prenorm_clip1")
+    rc, t = C.typed(smoke_cfg).run("prenorm_clip1"), C.typed(smoke_cfg).train_for("prenorm_clip1")
     clean = summarize(_metrics([0, 0, 0, 0]), rc, t)
     assert (clean["run"], clean["seed"], clean["steps"], clean["status"]) == ("prenorm_clip1", t.seed, 8, "completed")
     assert clean["diverged_at_step"] is None and clean["max_grad_norm"] == 5.0 and clean["first_train_loss_cb0"] == 9.0
@@ -66,7 +66,7 @@ def test_a_seed_summary_counts_updates_taken_and_names_its_status(smoke_cfg):
 
 
 def test_an_arm_summary_averages_its_seeds_and_keeps_each_without_its_fingerprint(smoke_cfg):
-    rc = C.run_config(smoke_cfg, "prenorm_clip1")
+    rc = C.typed(smoke_cfg).run("prenorm_clip1")
     seeds = [{"seed": s, "status": st, "nonfinite_steps": n, "final_train_loss_cb0": tr, "final_valid_loss_cb0": va,
               "fingerprint": {"x": 1}}
              for s, st, n, tr, va in [(1, "completed", 0, 2.0, 3.0), (2, COMPLETED_WITH_NONFINITE, 3, 2.5, 4.0)]]

@@ -73,7 +73,7 @@ class SeedJob:
     """One seed of one arm as this process trains it: the settings, the folders it reads and writes,
     and the process's place among the DDP processes."""
 
-    cfg: dict
+    cfg: C.Config  # the run's configuration (a sweep point's own)
     run_name: str
     seed: int
     prepared_dir: Path  # the prepare stage's output
@@ -88,7 +88,7 @@ class SeedJob:
         return self.rank == 0
 
 
-def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path,
+def run(cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path,
         threads: int | None = None) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
@@ -96,16 +96,17 @@ def run(cfg: dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: 
     resumable state in out_dir/state/seed<S>/. A seed already completed with the same settings
     is not trained again.
     """
-    rc = C.run_config(cfg, run_name)
+    cfg = C.typed(cfg).point(run_name)  # a sweep point's own settings; an unknown run is refused here
+    rc = cfg.run(run_name)
     out_dir = Path(out_dir)
-    check_available(cfg["train"].get("loggers", ["csv"]))  # in every process, before any work
-    rank, world = init_distributed(cfg["train"]["device"])
-    planned = cfg["train"]["processes"] * cfg["train"].get("nodes", 1)
+    check_available(cfg.train.loggers)  # in every process, before any work
+    rank, world = init_distributed(cfg.train.device)
+    planned = cfg.train.world
     if world != planned and rank == 0:  # the same global batch either way; only memory and speed differ
         log.warning("train %s: %d processes, where train.nodes x train.processes is %d (launch it with the "
                     "workflow or torchrun); the global batch is the same", run_name, world, planned)
-    if cfg["train"]["batch_size"] % world:
-        raise UserError(f"'train.batch_size' ({cfg['train']['batch_size']}) must be divisible by the {world} processes")
+    if cfg.train.batch_size % world:
+        raise UserError(f"'train.batch_size' ({cfg.train.batch_size}) must be divisible by the {world} processes")
     jobs = [SeedJob(cfg=cfg, run_name=run_name, seed=seed, prepared_dir=Path(prepared_dir), codes_dir=Path(codes_dir),
                     out_dir=out_dir / "seeds" / f"seed{seed}", state_dir=out_dir / STATE_DIR / f"seed{seed}",
                     rank=rank, world=world)
@@ -195,7 +196,7 @@ class StepResult(NamedTuple):
 def train_seed(job: SeedJob, threads: int | None = None) -> dict:
     """Train one arm with one seed; write metrics.csv, checkpoint.pt and summary.json into job.out_dir."""
     cfg = job.cfg
-    set_threads(threads if threads is not None else cfg["train"]["threads"])
+    set_threads(threads if threads is not None else cfg.train.threads)
     done = completed_summary(job.out_dir, fingerprint(cfg, job.run_name, job.world))
     if done is not None:
         log.info("train %s seed %d: already complete in %s", job.run_name, job.seed, job.out_dir)
@@ -233,11 +234,11 @@ def train_seed(job: SeedJob, threads: int | None = None) -> dict:
 def build(job: SeedJob) -> Setup:
     """Settings, data (training crops and the fixed validation set), model, optimizer and scaler."""
     cfg, run_name = job.cfg, job.run_name
-    rc, m, t = C.run_config(cfg, run_name), C.model_config(cfg, run_name), C.train_config(cfg, run_name, job.seed)
+    rc, m, t = cfg.run(run_name), cfg.model_for(run_name), cfg.train_for(run_name, job.seed)
     device = pick_device(t.device)
     corpus = load_prepared(job.prepared_dir)
     check_codes(job.codes_dir, corpus, m)
-    crop_frames = C.crop_frames(cfg)
+    crop_frames = cfg.crop_frames
     train_data = CropData(corpus, job.codes_dir, "train", crop_frames, t.batch_size, m, t.seed, job.rank, job.world,
                           t.crop_unit, t.mask_group, mixture=True)
     # The validation set is fixed (crops and masks) and shared by every arm.

@@ -19,7 +19,7 @@ STATE_DIR = "state"  # <run>/state/seed<S>/: not a pipeline output, so no engine
 KEEP_STATES = 2  # the latest and the one before it, in case the latest is damaged
 
 
-def fingerprint(cfg: dict, run_name: str, world: int) -> dict:
+def fingerprint(cfg: C.Config, run_name: str, world: int) -> dict:
     """Everything that shapes one arm's numbers: the settings the train stage and every stage before
     it depend on (config.result_keys), and the process count. A resumable state or a completed
     seed (its folder names the seed) made under another fingerprint is not reused."""
