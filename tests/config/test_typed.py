@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from acoustic_mlm import config as C
+from acoustic_mlm.config import checks
 from acoustic_mlm.config.sections import SyntheticConfig
 from acoustic_mlm.config.sweep import Point
 from acoustic_mlm.model import config as MC
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
-SCHEMA = json.loads(C.SCHEMA_PATH.read_text())
+SCHEMA = checks.schema()  # the file with the model's enums filled in
 # The sections typed from a mapping of the same name, with the dataclass that holds each.
 SECTIONS = {"data": C.DataConfig, "tokenizer": C.TokenizerConfig, "model": C.ModelSection, "train": C.TrainSection,
             "figure": C.FigureConfig, "claims": C.ClaimThresholds}
@@ -240,8 +241,15 @@ def test_train_config_requires_every_key_but_the_optional_ones():
     assert {"clip", "seed"} <= {f.name for f in fields(C.TrainConfig)} - _defaulted(C.TrainConfig)
 
 
-def test_the_schemas_enums_are_the_models():
+def test_the_schemas_enums_are_the_models_and_the_file_does_not_repeat_them():
     arm = SCHEMA["properties"]["runs"]["additionalProperties"]["properties"]
+    on_disk = json.loads(C.SCHEMA_PATH.read_text())
+    assert "enum" not in on_disk["properties"]["runs"]["additionalProperties"]["properties"]["norm"]
+    assert "enum" not in on_disk["properties"]["model"]["properties"]["cqt_impl"]
+    bad = C.read_yaml(Path(__file__).resolve().parents[2] / "config" / "smoke.yaml")
+    bad["runs"]["prenorm_clip1"]["norm"] = "sandwich"
+    with pytest.raises(C.ConfigError, match="runs.prenorm_clip1.norm"):
+        C.validate(bad)
     assert tuple(arm["norm"]["enum"]) == MC.NORMS == C.NORMS
     assert tuple(arm["attention"]["enum"]) == MC.ATTENTIONS == C.ATTENTIONS
     assert tuple(SCHEMA["properties"]["model"]["properties"]["cqt_impl"]["enum"]) == MC.CQT_IMPLS == C.CQT_IMPLS

@@ -18,7 +18,7 @@ from acoustic_mlm import encodec
 from acoustic_mlm.config.sections import SCHEMA_PATH, ClaimThresholds, world_size
 from acoustic_mlm.config.steps import result_keys
 from acoustic_mlm.errors import ConfigError
-from acoustic_mlm.model.config import cqt_top_frequency, mask_groups, total_stride
+from acoustic_mlm.model.config import ATTENTIONS, CQT_IMPLS, NORMS, cqt_top_frequency, mask_groups, total_stride
 
 # Keys of earlier versions, with what replaced them (a config still using one gets this sentence).
 RENAMED_RUN_KEYS = {
@@ -64,9 +64,25 @@ def validate(cfg: Any, source: str = "config") -> dict:
 # ----------------------------------------------------------------------------- the schema
 
 
+# The values of the model's and the arms' axes have one home, the model (model/config.py): the schema
+# file leaves their enums out and they are filled in here.
+MODEL_ENUMS = {("model", "cqt_impl"): CQT_IMPLS, ("runs", "norm"): NORMS, ("runs", "attention"): ATTENTIONS}
+
+
 @lru_cache(maxsize=1)
 def _schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+    """The schema file with the model's enums (MODEL_ENUMS) in place."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    for (section, key), values in MODEL_ENUMS.items():
+        node = schema["properties"][section]
+        node = node["additionalProperties"] if section == "runs" else node
+        node["properties"][key]["enum"] = list(values)
+    return schema
+
+
+def schema() -> dict:
+    """The JSON schema every configuration is checked against (a copy)."""
+    return json.loads(json.dumps(_schema()))
 
 
 def _key_path(error) -> str:
