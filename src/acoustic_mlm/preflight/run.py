@@ -2,9 +2,9 @@
 
 For each arm, the model is built at the preset's size on the preset's device and precision and
 trained for a few real micro-batches (forward, finite-loss check, backward through the loss
-scaler) and optimizer steps (`train.optimizer_step`: clipping, AdamW), on synthetic audio,
-codes and span masks of the right shape, as `train.train_seed` runs them; no data stage is
-needed. From the medians it projects one update,
+scaler) and optimizer steps (the precision's `unscale_and_clip` and `step`, train/precision.py:
+clipping, AdamW), on synthetic audio, codes and span masks of the right shape, as
+`train.train_seed` runs them; no data stage is needed. From the medians it projects one update,
 
     ms/update = micro-batches per update and process x ms/micro-batch + ms/optimizer step,
 
