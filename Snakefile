@@ -51,8 +51,8 @@ if SWEEP:
             "results/stability_map.csv",
             "results/decisive/decisive.json",
             expand("results/figures/lr_sensitivity.{ext}", ext=FIGURE_FORMATS),
-            "results/claims.json",
-            "results/claims.md",
+            "results/map_claims.json",
+            "results/map_claims.md",
         default_target: True
 
 else:

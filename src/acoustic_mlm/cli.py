@@ -11,7 +11,7 @@
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
     amlm map        a sweep's runs as one table                -> results/stability_map.csv
     amlm map-figure final loss vs learning rate, per arm       -> results/figures/lr_sensitivity.{png,pdf,svg}
-    amlm map-claims LR sensitivity and the settings' promises  -> results/claims.{json,md}
+    amlm map-claims LR sensitivity and the settings' promises  -> results/map_claims.{json,md}
     amlm decide     the decisive experiments' pre-registered verdicts -> results/decisive/
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
     amlm status     one line per arm and seed while runs train (reads results/runs/)
@@ -168,8 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "rate, and one verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in "
                       "fp16 (rules: docs/stability.md).")
     p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
-    p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
-    p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as markdown")
+    p.add_argument("--out-json", type=Path, default=Path("results/map_claims.json"), help="verdicts as JSON")
+    p.add_argument("--out-md", type=Path, default=Path("results/map_claims.md"), help="verdicts as markdown")
 
     p = _stage_parser(sub, "decide", "judge the decisive experiments by their pre-registered rules",
                       "Every run folder of a sweep, its settings read from its summary.json: a table of runs "

@@ -332,7 +332,7 @@ def sweep_up_to_date(both_up_to_date, tmp_path_factory):
     cfg["sweep"] = copy.deepcopy(SWEEP)
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     dvcgen.write(C.load(path), path, repo / "dvc.yaml")
-    stand_ins = ["results/stability_map.csv", "results/claims.json", "results/claims.md"]
+    stand_ins = ["results/stability_map.csv", "results/map_claims.json", "results/map_claims.md"]
     stand_ins += [f"results/figures/lr_sensitivity.{e}" for e in ("png", "pdf", "svg")]
     stand_ins += [f"results/decisive/{f}" for f in ("runs.csv", "cells.csv", "decisive.json", "decisive.md")]
     for run in sweep.points(cfg):

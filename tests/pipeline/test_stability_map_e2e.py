@@ -39,13 +39,13 @@ def test_snakemake_makes_the_map(root, tmp_path):
     assert table["first_train_loss_cb0"].between(9.0, 11.0).all()
     for fmt in ("png", "pdf", "svg"):
         assert (repo / "results" / "figures" / f"lr_sensitivity.{fmt}").stat().st_size > 1000
-    claims = json.loads((repo / "results" / "claims.json").read_text())
+    claims = json.loads((repo / "results" / "map_claims.json").read_text())
     assert claims["kind"] == "stability_map" and [v["id"] for v in claims["verdicts"]] == ["clipping", "deepnorm",
                                                                                           "pb_relax"]
     assert {a["arm"] for a in claims["arms"]} == set(ARMS)
     # no DeepNorm arm, control or fp16 panel in this map: those promises cannot be judged
     assert claims["verdicts"][1]["verdict"] == "inconclusive" and claims["verdicts"][2]["verdict"] == "inconclusive"
-    assert "LR sensitivity" in (repo / "results" / "claims.md").read_text()
+    assert "LR sensitivity" in (repo / "results" / "map_claims.md").read_text()
 
     # nothing to do on a second run; changing one rate retrains exactly that rate's points
     again = _run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "config/map.yaml"], repo)

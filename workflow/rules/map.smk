@@ -49,8 +49,8 @@ rule map_claims:
     input:
         "results/stability_map.csv",
     output:
-        json="results/claims.json",
-        md=report("results/claims.md", caption="../report/claims.rst", category="2. Findings"),
+        json="results/map_claims.json",
+        md=report("results/map_claims.md", caption="../report/map_claims.rst", category="2. Findings"),
     params:
         cli=AMLM,
         config=CONFIGFILE,
