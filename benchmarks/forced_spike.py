@@ -32,9 +32,10 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
-from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, shard_name
+from acoustic_mlm.artifacts.codes import LOUDNESS_TABLE, MODEL_DIR
+from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS, shard_name
 from acoustic_mlm.report import aggregate, claims, stability
-from acoustic_mlm.tokenizer.stage import LOUDNESS_TABLE, MODEL_DIR, merge
+from acoustic_mlm.tokenizer.stage import merge
 from acoustic_mlm.train import loop as train
 
 ROOT = Path(__file__).resolve().parents[1]

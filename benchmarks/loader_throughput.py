@@ -31,7 +31,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
-from acoustic_mlm.data.corpus import MANIFEST_COLUMNS, load_prepared, shard_name
+from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS, load_prepared, shard_name
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import update_ms_at
 from acoustic_mlm.train.crops import CropData, batches

@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config
+from acoustic_mlm.artifacts.codes import FILES
 from acoustic_mlm.data import prepare
 from acoustic_mlm.tokenizer import loudness, stage
 
@@ -60,7 +61,7 @@ def main() -> None:
             stage.run(config.from_mapping(settings, f"{args.config} with loudness {variant}"), prepared, out,
                       threads=args.threads)
             meta = json.loads((out / "tokenizer.json").read_text())
-            files = pd.read_csv(out / stage.FILES)
+            files = pd.read_csv(out / FILES)
             rho = files["rms_dbfs"].corr(files["cb0_entropy_bits"], method="spearman")
             rows.append({"variant": variant, "window_frames": args.window_frames, "silence_db": args.silence_db,
                          "cb0_top_share": meta["top_code_share"][0],

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from acoustic_mlm.data.corpus import MANIFEST_COLUMNS
+from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,8 +40,9 @@ def smoke_cfg() -> dict:
 def data_dirs(tmp_path_factory):
     """A tiny prepared corpus (6 clips of 2 s in two shards) with skewed, learnable codes."""
     from acoustic_mlm import config as C
-    from acoustic_mlm.data.corpus import shard_name
-    from acoustic_mlm.tokenizer.stage import MODEL_DIR, merge
+    from acoustic_mlm.artifacts.codes import MODEL_DIR
+    from acoustic_mlm.artifacts.prepared import shard_name
+    from acoustic_mlm.tokenizer.stage import merge
 
     root = tmp_path_factory.mktemp("data")
     prepared, codes_dir = root / "prepared", root / "codes"

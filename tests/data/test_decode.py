@@ -13,8 +13,8 @@ import soundfile as sf
 from data_helpers import SR, make_cfg, make_messy_folder, sine
 
 from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.data import decode, fetch, prepare
-from acoustic_mlm.data.corpus import load_prepared
 
 
 def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):

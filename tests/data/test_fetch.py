@@ -23,9 +23,9 @@ import yaml
 from data_helpers import SR, corpus, data_section, files_under, make_cfg, preset, tone_bytes, url_cfg
 from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
+from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.config import SCHEMA_PATH
 from acoustic_mlm.data import archive, download, fetch, prepare, sources
-from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.errors import UserError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

@@ -16,8 +16,8 @@ from data_helpers import SR, make_cfg, make_messy_folder, sine
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS, load_prepared
 from acoustic_mlm.data import fetch, prepare
-from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.errors import UserError
 
 
@@ -51,7 +51,7 @@ def test_prepared_audio_is_24khz_mono_in_whole_frames(prepared):
     _, root = prepared
     corpus = load_prepared(root / "prepared")
     manifest = corpus.manifest
-    assert list(manifest.columns) == list(prepare.MANIFEST_COLUMNS)
+    assert list(manifest.columns) == list(MANIFEST_COLUMNS)
     assert manifest["clip_id"].tolist() == [f"synth_{i:05d}" for i in range(4)]
     assert manifest["path"].tolist() == [f"synth_{i:05d}.flac" for i in range(4)]
     assert manifest["shard"].tolist() == [0, 0, 0, 1]  # shards of 3 files, in path order
@@ -287,15 +287,6 @@ def test_one_usable_file_cannot_be_split(tmp_path):
     (raw / "b.wav").write_bytes(b"")
     with pytest.raises(UserError, match="1 usable clip"):
         prepare.run(make_cfg(), raw, tmp_path / "prepared")
-
-
-def test_npy_writer_matches_np_save(tmp_path):
-    clips = [np.random.default_rng(i).standard_normal(n).astype(np.float32) for i, n in enumerate((5, 0, 1000, 17))]
-    with prepare.NpyWriter(tmp_path / "w.npy") as w:
-        offsets = [w.append(c) for c in clips]
-    np.save(tmp_path / "s.npy", np.concatenate(clips))
-    assert (tmp_path / "w.npy").read_bytes() == (tmp_path / "s.npy").read_bytes()
-    assert offsets == [0, 5, 5, 1005]
 
 
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):

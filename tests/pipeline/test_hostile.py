@@ -32,8 +32,8 @@ from helpers import copy_repo, make_tar, sha256
 
 from acoustic_mlm import cli, encodec
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.data import archive, download, prepare
-from acoustic_mlm.data.corpus import load_prepared
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import completed_summary
 

@@ -12,10 +12,12 @@ import yaml
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts.metrics import PARTIAL
+from acoustic_mlm.artifacts.run_summary import COMPLETED_WITH_NONFINITE
 from acoustic_mlm.report import status
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.state import STATE_DIR
-from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, PARTIAL, summarize
+from acoustic_mlm.train.summary import summarize
 
 
 def _rows(steps, wall, cb0, diverged_at=None, fp16=False):

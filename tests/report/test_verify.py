@@ -12,6 +12,8 @@ import yaml
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts.metrics import LOSS_COLUMN
+from acoustic_mlm.artifacts.reference_run import META, METRICS
 from acoustic_mlm.report import verify
 from acoustic_mlm.train import loop as train
 
@@ -41,7 +43,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     data = data_dirs[0].parent
     assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "first"), "--record", str(ref),
                      "--tolerance", "0.01", "--data", str(data)]) == 0
-    meta = json.loads((ref / verify.META).read_text())
+    meta = json.loads((ref / META).read_text())
     assert meta["version"] and meta["machine"]["torch"] and meta["tolerance_bits"] == 0.01
     assert "--record" in meta["command"] and set(meta["arms"]) == set(ARMS)
     _train(cfg, data_dirs, tmp_path / "fresh")  # a second, independent run on this machine
@@ -94,11 +96,11 @@ def test_a_reference_recorded_under_renamed_keys_is_read_under_the_new_names(roo
     unchanged) is read under its new name, so the reference still matches its preset."""
     cfg = C.load(root / "config" / "smoke.yaml")
     ref = shutil.copytree(root / "data" / "reference" / "smoke_run", tmp_path / "ref")
-    meta = json.loads((ref / verify.META).read_text())
+    meta = json.loads((ref / META).read_text())
     old_name = {new: old for old, new in C.RENAMED_KEYS.items()}
     meta["arms"] = {run: {old_name.get(k, k): v for k, v in settings.items()}
                     for run, settings in verify.fingerprints(cfg).items()}
-    (ref / verify.META).write_text(json.dumps(meta))
+    (ref / META).write_text(json.dumps(meta))
     assert all("tokenizer.level" in s and "tokenizer.loudness" not in s for s in meta["arms"].values())
     _, read = verify.load_reference(ref)
     assert read["arms"] == verify.fingerprints(cfg)
@@ -191,13 +193,13 @@ def _reference(tmp_path, cfg, data):
     """A reference recorded from `data` under pinned kernels, with the package's tolerances."""
     ref = tmp_path / "ref"
     ref.mkdir()
-    pd.concat([_curve().assign(run=run) for run in cfg["runs"]]).to_csv(ref / verify.METRICS, index=False)
+    pd.concat([_curve().assign(run=run) for run in cfg["runs"]]).to_csv(ref / METRICS, index=False)
     meta = {"package": "acoustic-mlm", "version": "0", "config": "config/smoke.yaml", "cpu_kernels": "avx2",
             "tolerance_bits": 1e-4, "tolerance_until_step": 200, "late_tolerance_bits": 1.0,
             "native_tolerance_bits": 0.2, "data_hashes": verify.data_hashes(data),
             "arms": verify.fingerprints(C.from_mapping(cfg)),
             "machine": {"cpu": "test"}}
-    (ref / verify.META).write_text(json.dumps(meta))
+    (ref / META).write_text(json.dumps(meta))
     return ref
 
 
@@ -294,7 +296,7 @@ def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(roo
     # the same runs with one arm's late rows moved by 1.5 bits (a wrong target) fail
     broken = {run: pd.read_csv(runs / run / "metrics.csv") for run in cfg.runs}
     late = broken["prenorm_clip10"]["step"] > 300
-    for column in [c for c in broken["prenorm_clip10"].columns if verify.LOSS.match(c)]:
+    for column in [c for c in broken["prenorm_clip10"].columns if LOSS_COLUMN.match(c)]:
         broken["prenorm_clip10"].loc[late, column] += 1.5
     assert not verify.compare(cfg, _as_runs(broken, runs, tmp_path), root / "data" / "reference" / "default_run",
                               data_dir=None)["passed"]

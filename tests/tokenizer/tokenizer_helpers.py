@@ -42,7 +42,7 @@ def synth_clip(rng: np.random.Generator, seconds: float) -> np.ndarray:
 
 def make_prepared(folder: Path, seconds=CLIP_SECONDS, seed: int = 0, shard_clips: int = 5) -> Path:
     """A prepared folder as the prepare stage writes it: shard-<k>/audio.npy + manifest.csv."""
-    from acoustic_mlm.data.corpus import shard_name
+    from acoustic_mlm.artifacts.prepared import shard_name
 
     rng = np.random.default_rng(seed)
     clips = [synth_clip(rng, s) for s in seconds]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm.data.corpus import load_prepared
+from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.crops import CropData, batches

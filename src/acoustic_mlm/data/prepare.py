@@ -31,14 +31,13 @@ The split is a pure function of (split_seed, clip_id): adding, removing or reord
 files never moves a clip between train and valid (except the guarantee that neither split
 is empty, which moves the clip nearest the threshold). It does not depend on the shard size.
 
-The later stages read the prepared folder through acoustic_mlm.data.corpus (`load_prepared`), which
-also holds the files' columns.
+The files' names and columns, their writers and the later stages' reader (`load_prepared`) are
+acoustic_mlm.artifacts.prepared's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -46,32 +45,29 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import encodec, readers
-from acoustic_mlm.data.corpus import (
+from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.checked import ReadError, read_json
+from acoustic_mlm.artifacts.prepared import (
+    AUDIO,
     MANIFEST_COLUMNS,
-    MANIFEST_DTYPES,
     PLAN,
     PLAN_COLUMNS,
-    REJECTS_COLUMNS,
-    SHARD_COLUMNS,
-    check_calibration_data,
+    RECORD,
+    SHARD_RECORD,
+    AudioWriter,
     read_plan,
+    read_shard_tables,
     shard_name,
+    write_manifest,
+    write_plan,
+    write_rejects,
+    write_shard_tables,
 )
+from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.data.decode import Unusable, decode
 from acoustic_mlm.data.sources import SOURCE_RECORD, is_audio_name, not_audio_reason, walk
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import (
-    OutOfSpaceError,
-    Progress,
-    atomic_dir,
-    atomic_path,
-    file_sha256,
-    is_out_of_space,
-    log,
-    recover_replaced,
-    write_json,
-)
+from acoustic_mlm.utils import Progress, atomic_dir, file_sha256, log, recover_replaced, write_json
 
 
 def clip_ids(rel_paths: list[str]) -> list[str]:
@@ -136,12 +132,12 @@ def _fetch_record(raw_dir: Path) -> dict | None:
     path = raw_dir / SOURCE_RECORD
     if not path.is_file():
         return None
-    record = readers.read_json(path, "fetch's record", "fetch")
+    record = read_json(path, "fetch's record", "fetch")
     if "source" not in record:  # a JSON object of the user's own: not fetch's record
         return None
     hashes = record.get("sha256", {})
     if not (isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values())):
-        raise readers.ReadError(f"{path}: 'sha256' must map each file to its hash; rerun the fetch stage")
+        raise ReadError(f"{path}: 'sha256' must map each file to its hash; rerun the fetch stage")
     return record
 
 
@@ -158,53 +154,6 @@ def check_snapshot(raw_dir: Path, rel_path: str, record: dict | None) -> None:
 def reason_kind(reason: str) -> str:
     """'digital silence (peak 0)' -> 'digital silence': the part of a reason that names its kind."""
     return reason.split(":")[0].split(" (")[0]
-
-
-class NpyWriter:
-    """A 1-D float32 .npy file written clip by clip, so the corpus never sits in memory.
-
-    numpy pads a 1-D header with room for any length (GROWTH_AXIS_MAX_DIGITS), so the header is
-    written for length 0 first and rewritten in place with the final length: the file is then
-    byte for byte what np.save would write.
-    """
-
-    def __init__(self, path: Path):
-        self.path, self.n = Path(path), 0
-        self.f = open(self.path, "wb")
-        self.header_bytes = self._header()
-
-    def _header(self) -> int:
-        self.f.seek(0)
-        np.lib.format.write_array_header_1_0(self.f, {"descr": "<f4", "fortran_order": False, "shape": (self.n,)})
-        return self.f.tell()
-
-    def append(self, x: np.ndarray) -> int:
-        """Write x; return its offset (in samples)."""
-        offset = self.n
-        try:
-            np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
-        except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
-            if not is_out_of_space(exc):
-                raise
-            raise OutOfSpaceError(self.path, os.fstat(self.f.fileno()).st_size,
-                                  self.header_bytes + 4 * (self.n + len(x))) from None
-        self.n += len(x)
-        return offset
-
-    def close(self) -> None:
-        """Write the final length into the header."""
-        with self.f:
-            if self._header() != self.header_bytes:  # cannot happen with numpy's padded headers
-                raise RuntimeError(f"{self.path}: the .npy header changed length")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            self.close()
-        else:
-            self.f.close()
 
 
 def _min_samples(cfg: C.Config) -> int:
@@ -231,8 +180,7 @@ def plan(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     frame = pd.DataFrame(sorted(rows), columns=["path", "clip_id", "skip"])
     frame.insert(2, "shard", np.arange(len(frame)) // int(cfg.data.shard_files))
     frame = frame[list(PLAN_COLUMNS)]
-    with atomic_path(Path(out_dir) / PLAN) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_plan(out_dir, frame)
     log.info("prepare: %d files (%d to decode) in %d shard(s) of up to %d files", len(frame), len(files),
              frame["shard"].nunique(), cfg.data.shard_files)
     return frame
@@ -261,7 +209,7 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
         if not skip and (raw_dir / rel_path).is_file():
             check_snapshot(raw_dir, rel_path, record)
     with atomic_dir(out_dir / shard_name(shard)) as tmp:
-        with NpyWriter(tmp / "audio.npy") as writer, \
+        with AudioWriter(tmp / AUDIO) as writer, \
                 Progress(len(todo), f"prepare {shard_name(shard)}", unit="file") as bar:
             for rel_path, clip_id, skip in zip(todo["path"], todo["clip_id"], todo["skip"]):
                 try:
@@ -280,11 +228,10 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
                                      num_frames=n // encodec.HOP, orig_sample_rate=orig_sr, orig_channels=orig_ch,
                                      duration_s=n / sample_rate))
                 bar.update(1, kept=len(rows), rejected=len(rejects))
-        pd.DataFrame(rows, columns=list(SHARD_COLUMNS)).to_csv(tmp / "clips.csv", index=False)
-        pd.DataFrame(rejects, columns=list(REJECTS_COLUMNS)).to_csv(tmp / "rejects.csv", index=False)
+        write_shard_tables(tmp, rows, rejects)
         summary = {"shard": int(shard), "files": len(todo), "kept": len(rows), "rejected": len(rejects),
                    "samples": int(sum(r["num_samples"] for r in rows))}
-        write_json(tmp / "shard.json", summary)
+        write_json(tmp / SHARD_RECORD, summary)
     log.info("prepare %s: kept %d files, rejected %d", shard_name(shard), len(rows), len(rejects))
     return summary
 
@@ -302,18 +249,10 @@ def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
     todo = read_plan(out_dir)
     kept, rejected = [], []
     for shard in sorted(todo["shard"].unique()):
-        folder = out_dir / shard_name(shard)
-        for name in ("clips.csv", "rejects.csv", "audio.npy"):
-            if not (folder / name).is_file():
-                raise UserError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
-        rerun = f"prepare --shard {shard}"
-        clips = readers.read_csv_table(folder / "clips.csv", "a shard's clips", rerun, SHARD_COLUMNS, empty_ok=True,
-                                       ints=[c for c in SHARD_COLUMNS if MANIFEST_DTYPES[c] is np.int64],
-                                       numbers=["duration_s"])
+        clips, shard_rejects = read_shard_tables(out_dir / shard_name(shard), shard)
         clips.insert(2, "shard", int(shard))
         kept.append(clips)
-        rejected.append(readers.read_csv_table(folder / "rejects.csv", "a shard's rejects", rerun, REJECTS_COLUMNS,
-                                               empty_ok=True))
+        rejected.append(shard_rejects)
     manifest = pd.concat(kept, ignore_index=True)
     rejects = pd.concat(rejected, ignore_index=True).sort_values("path", kind="stable")
     accounted = sorted(manifest["path"].tolist() + rejects["path"].tolist())
@@ -330,11 +269,10 @@ def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
     manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg.data.valid_fraction, cfg.data.split_seed)
     check_calibration_data(cfg, manifest)
     manifest = manifest[list(MANIFEST_COLUMNS)]
-    with atomic_path(out_dir / "rejects.csv") as tmp:
-        rejects.to_csv(tmp, index=False)
+    write_rejects(out_dir, rejects)
     by_split = manifest.groupby("split")
     total = int(manifest["num_samples"].sum())
-    write_json(out_dir / "prepare.json", {
+    write_json(out_dir / RECORD, {
         "sample_rate": sample_rate,
         "hop": encodec.HOP,
         "shards": int(todo["shard"].nunique()),
@@ -349,8 +287,7 @@ def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
         "rejected": len(rejects),
         "rejected_by_reason": by_kind,
     })
-    with atomic_path(out_dir / "manifest.csv") as tmp:  # last: the manifest marks the corpus complete
-        manifest.to_csv(tmp, index=False)
+    write_manifest(out_dir, manifest)  # last: the manifest marks the corpus complete
     log.info("prepare: %d clips (%d train, %d valid), %.1f s at %d Hz in %d shard(s)", len(manifest),
              (manifest["split"] == "train").sum(), (manifest["split"] == "valid").sum(),
              total / sample_rate, sample_rate, todo["shard"].nunique())

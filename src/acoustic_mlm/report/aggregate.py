@@ -15,11 +15,10 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves as curves_mod
-from acoustic_mlm import readers
+from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, METRICS, loss_columns, read_metrics
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import atomic_path, log, write_json
 
-LOSS_COLUMN = readers.LOSS_COLUMN  # the metrics file's loss columns, as its reader defines them
 COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
 # and `nonfinite`: updates skipped for a non-finite loss so far (cumulative), so the figure can say so
 DIAGNOSTICS = "diagnostics.csv"  # written beside loss_curves.csv
@@ -29,7 +28,7 @@ NOT_DIAGNOSTICS = {"seed", "step", "train_loss", "wall_time"}  # and every per-c
 
 def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's wide metrics table as tidy rows, one per (step, split, codebook)."""
-    loss_cols = readers.loss_columns(metrics)
+    loss_cols = loss_columns(metrics)
     if "step" not in metrics.columns or not loss_cols:
         raise UserError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
     if "seed" not in metrics.columns:  # a single seed's own metrics file
@@ -63,10 +62,10 @@ def run(cfg: C.Config | dict, runs_dir: Path, out_path: Path, diagnostics_path: 
     cfg = C.typed(cfg)
     frames, diag = [], []
     for name in cfg.runs:
-        path = Path(runs_dir) / name / "metrics.csv"
+        path = Path(runs_dir) / name / METRICS
         if not path.is_file():
             raise UserError(f"{path}: metrics of run '{name}' not found; train it first")
-        metrics, rc = readers.read_metrics(path), cfg.run(name)
+        metrics, rc = read_metrics(path), cfg.run(name)
         frames.append(tidy(metrics, rc))
         diag.append(tidy_diagnostics(metrics, rc))
     curves = pd.concat(frames, ignore_index=True)

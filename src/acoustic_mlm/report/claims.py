@@ -38,6 +38,7 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import readers
+from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.config import ClaimThresholds
 from acoustic_mlm.curves import _EPS
 from acoustic_mlm.errors import UserError
@@ -387,7 +388,7 @@ def run(cfg: C.Config | dict, curves_path, out_json, out_md, *, reference_path=N
             by_role = {r["role"]: name for name, r in reference.runs_of(ref).items()}
             paper_verdicts = {c["id"]: c["verdict"] for c in evaluate(reference.as_curves(ref), th, by_role)}
         except UserError as exc:
-            if isinstance(exc, readers.ReadError) and Path(reference_path or reference.REFERENCE_PATH).is_file():
+            if isinstance(exc, ReadError) and Path(reference_path or reference.REFERENCE_PATH).is_file():
                 raise  # a damaged or edited file is refused, never skipped
             log.warning("claims: %s; skipping the check on the paper's curves", exc)
 

@@ -25,7 +25,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm import curves, readers
+from acoustic_mlm import curves
+from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.codes import SUMMARY as CODES_SUMMARY
+from acoustic_mlm.artifacts.codes import read_tokenizer_summary
+from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
+from acoustic_mlm.artifacts.run_summary import SUMMARY, arm_settings, read_arm_summary
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: an unfused logit beyond it is inf
 
@@ -114,15 +119,11 @@ def _setting(settings: dict, key: str, default=None):
 def read_run(run_dir: Path, plateau: float) -> list[dict]:
     """One row per seed of a run folder, every setting read from its summary.json."""
     run_dir = Path(run_dir)
-    summary = readers.read_json(run_dir / "summary.json", f"the summary of {run_dir.name}", "train",
-                                {"per_seed": dict, "run": str})
-    settings = summary.get("settings")
-    if not isinstance(settings, dict):
-        raise UserError(f"{run_dir / 'summary.json'}: no 'settings' (written by an older version); "
-                        f"rerun the train stage for {run_dir.name}")
-    metrics = readers.read_metrics(run_dir / "metrics.csv")
+    summary = read_arm_summary(run_dir / SUMMARY)
+    settings = arm_settings(summary, run_dir / SUMMARY)
+    metrics = read_metrics(run_dir / METRICS)
     if "seed" not in metrics.columns:
-        raise UserError(f"{run_dir / 'metrics.csv'}: no column 'seed'; rerun the train stage for {run_dir.name}")
+        raise UserError(f"{run_dir / METRICS}: no column 'seed'; rerun the train stage for {run_dir.name}")
     norm, attention = _setting(settings, "runs.*.norm"), _setting(settings, "runs.*.attention")
     clip = float(_setting(settings, "runs.*.clip"))
     rows = []
@@ -130,7 +131,7 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
         seed = int(seed_key)
         m = metrics[metrics["seed"] == seed]
         if m.empty:
-            raise UserError(f"{run_dir / 'metrics.csv'}: no rows of seed {seed}; rerun the train stage for "
+            raise UserError(f"{run_dir / METRICS}: no rows of seed {seed}; rerun the train stage for "
                             f"{run_dir.name}")
         out = run_outcomes(m["step"], m["train_loss_cb0"], plateau)
         logit = float(m["attn_logit_max"].max()) if "attn_logit_max" in m and m["attn_logit_max"].notna().any() \
@@ -156,8 +157,8 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
 
 def plateau_bits(codes_dir: Path) -> float:
     """U: the codebook-0 unigram entropy of the training codes (tokenizer.json), in bits."""
-    path = Path(codes_dir) / "tokenizer.json"
-    entropy = readers.read_tokenizer_summary(path).get("unigram_entropy_bits")
+    path = Path(codes_dir) / CODES_SUMMARY
+    entropy = read_tokenizer_summary(path).get("unigram_entropy_bits")
     if not (isinstance(entropy, list) and entropy and isinstance(entropy[0], (int, float))
             and math.isfinite(entropy[0]) and entropy[0] > 0):
         raise UserError(f"{path}: 'unigram_entropy_bits' must list a positive number per codebook; rerun the "
@@ -471,7 +472,7 @@ def run(runs_dir: Path, codes_dir: Path, out_dir: Path, numerics: Path | None = 
     runs = run_table(Path(runs_dir), Path(codes_dir))
     table = None
     if numerics is not None:
-        table = readers.read_csv_table(Path(numerics), "attention numerics table", "benchmarks/attention_fp16.py",
+        table = read_csv_table(Path(numerics), "attention numerics table", "benchmarks/attention_fp16.py",
                                        ["path", "logit_max", "finite", "rel_error"], numbers=["logit_max", "rel_error"],
                                        choices={"finite": ("True", "False")})
         table["finite"] = table["finite"] == "True"

@@ -32,7 +32,10 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import curves, readers
+from acoustic_mlm import curves
+from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
+from acoustic_mlm.artifacts.run_summary import SUMMARY, read_arm_summary, read_seed_summary
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
@@ -91,8 +94,8 @@ def check_trained_as_point(cfg: C.Config, run_dir: Path, name: str, seeds) -> No
     want = fingerprint(cfg.point(name), name, 1)["settings"]
     swept = dict(cfg.points[name].values)  # a differing swept value is named first
     for seed in seeds:
-        path = Path(run_dir) / "seeds" / f"seed{seed}" / "summary.json"
-        got = C.renamed_settings(readers.read_seed_summary(path)["fingerprint"].get("settings", {}))
+        path = Path(run_dir) / "seeds" / f"seed{seed}" / SUMMARY
+        got = C.renamed_settings(read_seed_summary(path)["fingerprint"].get("settings", {}))
         differ = sorted((k for k in set(want) | set(got) if want.get(k) != got.get(k)),
                         key=lambda k: (k not in swept, k))
         if differ:
@@ -104,11 +107,11 @@ def check_trained_as_point(cfg: C.Config, run_dir: Path, name: str, seeds) -> No
 
 
 def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict]:
-    """A point's metrics.csv and summary.json, through the readers every stage uses (acoustic_mlm.readers)."""
-    m = readers.read_metrics(run_dir / "metrics.csv")
-    s = readers.read_json(run_dir / "summary.json", f"the summary of {name}", "train", {"per_seed": dict})
+    """A point's metrics.csv and summary.json (artifacts.metrics, artifacts.run_summary)."""
+    m = read_metrics(run_dir / METRICS)
+    s = read_arm_summary(run_dir / SUMMARY, {"per_seed": dict})
     if "seed" not in m.columns:
-        raise UserError(f"{run_dir / 'metrics.csv'}: no column 'seed'; rerun the train stage for {name}")
+        raise UserError(f"{run_dir / METRICS}: no column 'seed'; rerun the train stage for {name}")
     return m, s
 
 
@@ -137,7 +140,7 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
         for seed in p.seeds:
             one = s["per_seed"].get(str(seed))
             if one is None:
-                raise UserError(f"{Path(runs_dir) / name / 'summary.json'}: no seed {seed}; rerun the train stage "
+                raise UserError(f"{Path(runs_dir) / name / SUMMARY}: no seed {seed}; rerun the train stage "
                                 f"for {name}")
             rm = m[m["seed"] == seed]
             finite = rm[np.isfinite(rm["train_loss_cb0"])]
@@ -177,13 +180,13 @@ def run_table(cfg: C.Config | dict, runs_dir: Path, out: Path) -> Path:
 def read_map(path: Path) -> pd.DataFrame:
     """results/stability_map.csv through the shared CSV reader: the columns, numbers where numbers
     belong, a rate and an initial loss in every row."""
-    t = readers.read_csv_table(Path(path), "stability map", "map", COLUMNS, ints=["layers", "seed", "steps"],
-                               numbers=["lr", "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0",
-                                        "capped_loss", "late_change_share", "max_grad_norm", "attn_logit_max",
-                                        "attn_logit_fp16_frac", "clipped_frac", "wall_time_s", "diverged_at_step",
-                                        "overflow_skips", "nonfinite_steps"],
-                               finite=["lr", "first_train_loss_cb0", "capped_loss"],
-                               choices={"flattened": ("True", "False")})
+    t = read_csv_table(Path(path), "stability map", "map", COLUMNS, ints=["layers", "seed", "steps"],
+                       numbers=["lr", "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0",
+                                "capped_loss", "late_change_share", "max_grad_norm", "attn_logit_max",
+                                "attn_logit_fp16_frac", "clipped_frac", "wall_time_s", "diverged_at_step",
+                                "overflow_skips", "nonfinite_steps"],
+                       finite=["lr", "first_train_loss_cb0", "capped_loss"],
+                       choices={"flattened": ("True", "False")})
     t["flattened"] = t["flattened"] == "True"
     t["role"] = t["role"].where(t["role"] != "", None)
     return t

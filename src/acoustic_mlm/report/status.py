@@ -1,7 +1,8 @@
 """`amlm status`: where every arm and seed of a run stands, read from results/runs/ while it trains.
 
-It reads only files that training writes atomically (train/loop.py and train/summary.py: a temporary name, then
-a rename), so it is safe beside running jobs, locally or under SLURM on a shared file system:
+It reads only files that training writes atomically (through artifacts/metrics.py and artifacts/run_summary.py:
+a temporary name, then a rename), so it is safe beside running jobs, locally or under SLURM on a shared file
+system:
 
     <run>/seeds/seed<S>/summary.json         written last when a seed ends: completed, completed_with_nonfinite,
                                              diverged
@@ -24,10 +25,11 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import readers
+from acoustic_mlm.artifacts.checked import ReadError
+from acoustic_mlm.artifacts.metrics import METRICS, PARTIAL, read_metrics, read_partial_metrics
+from acoustic_mlm.artifacts.run_summary import SUMMARY, read_seed_status
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train.state import STATE_DIR
-from acoustic_mlm.train.summary import PARTIAL
 
 STALE_AFTER_S = 1800.0  # a running seed without a new metrics row or state for this long is "stopped"
 
@@ -47,14 +49,14 @@ class SeedStatus:
     idle_s: float = math.nan  # seconds since the last sign of progress (running and stopped seeds)
 
 
-def _rows(path: Path, reader=readers.read_partial_metrics) -> pd.DataFrame | None:
+def _rows(path: Path, reader=read_partial_metrics) -> pd.DataFrame | None:
     """A seed's rows through its checked reader (a damaged file is one ReadError line naming it);
     None when the file is gone between listing and reading (the seed just finished)."""
     if not path.is_file():
         return None
     try:
         return reader(path)
-    except readers.ReadError:
+    except ReadError:
         if not path.exists():
             return None
         raise
@@ -88,10 +90,10 @@ def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | Non
     """One seed's line, from its files alone."""
     now = time.time() if now is None else now
     seed_dir = Path(run_dir) / "seeds" / f"seed{seed}"
-    summary_path = seed_dir / "summary.json"
+    summary_path = seed_dir / SUMMARY
     if summary_path.is_file():
-        summary = readers.read_seed_status(summary_path)  # cut, a control character, a key missing: one line
-        rows = _rows(seed_dir / "metrics.csv", readers.read_metrics)
+        summary = read_seed_status(summary_path)  # cut, a control character, a key missing: one line
+        rows = _rows(seed_dir / METRICS, read_metrics)
         steps = int(summary["steps"])
         scale, skips = _scaler(rows) if rows is not None else (math.nan, None)
         wall = float(summary.get("wall_time_s", math.nan))

@@ -25,28 +25,28 @@ every codebook, every metrics row of every seed), in two windows of steps:
   model or a wrong target moves every row.
 
 A reference without `cpu_kernels` (recorded before the mode) holds every row to its tolerances as
-the largest difference. `amlm verify --record DIR` writes a reference.
+the largest difference. `amlm verify --record DIR` writes a reference; its files are
+acoustic_mlm.artifacts.reference_run's, the metrics' columns acoustic_mlm.artifacts.metrics's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import re
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm import __version__, readers
+from acoustic_mlm import __version__
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, METRICS, read_metrics
+from acoustic_mlm.artifacts.reference_run import META, read_reference_run, write_reference_run
+from acoustic_mlm.artifacts.run_summary import SUMMARY, read_arm_summary
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import atomic_path, log, write_json
+from acoustic_mlm.utils import atomic_path, log
 
-METRICS = "metrics.csv"  # every arm's rows, with a `run` column
-META = "reference.json"
-LOSS = re.compile(r"^(train|valid)_loss_cb\d+$")  # the columns compared, all in bits
 DEFAULT_TOLERANCE_BITS = 0.05  # a reference written without a measurement of its own (see reference.json)
 # The data stages' outputs a reference hashes, in the pipeline's order: (stage, glob under the data folder).
 # Only the arrays: the stages' reports beside them hold timings.
@@ -93,10 +93,10 @@ def _cpu_model() -> str | None:
 
 
 def _arm_metrics(runs_dir: Path, run: str) -> pd.DataFrame:
-    path = Path(runs_dir) / run / "metrics.csv"
+    path = Path(runs_dir) / run / METRICS
     if not path.is_file():
         raise UserError(f"{path}: not found; train the arm first (snakemake --cores all, or amlm train {run})")
-    return readers.read_metrics(path)
+    return read_metrics(path)
 
 
 def _sha256(path: Path) -> str:
@@ -139,9 +139,9 @@ def run_kernels(cfg: C.Config, runs_dir: Path) -> str:
     if cfg.cpu_kernels != "avx2":
         return "native"
     for run in cfg.runs:
-        path = Path(runs_dir) / run / "summary.json"
+        path = Path(runs_dir) / run / SUMMARY
         if path.is_file():
-            summary = readers.read_json(path, f"the summary of {run}", "train")
+            summary = read_arm_summary(path, required={})
             record = summary.get("cpu_kernels")
             if isinstance(record, dict) and record.get("pinned") is False:
                 return "native"
@@ -160,13 +160,7 @@ def record(cfg: C.Config | dict, config_path: Path, runs_dir: Path, out_dir: Pat
                         "tolerance")
     import torch
 
-    frames = [_arm_metrics(runs_dir, run).assign(run=run) for run in cfg.runs]
-    metrics = pd.concat(frames, ignore_index=True)
-    metrics = metrics[["run"] + [c for c in metrics.columns if c != "run"]]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / METRICS) as tmp:
-        metrics.to_csv(tmp, index=False)  # full precision: a deterministic rerun matches to the bit
+    arm_metrics = {run: _arm_metrics(runs_dir, run) for run in cfg.runs}
     import os
     import platform
 
@@ -189,16 +183,16 @@ def record(cfg: C.Config | dict, config_path: Path, runs_dir: Path, out_dir: Pat
         "data_hashes": data_hashes(Path(data_dir)) if data_dir is not None and Path(data_dir).is_dir() else None,
         "arms": fingerprints(cfg),
     }
-    write_json(out_dir / META, meta)
+    out_dir = write_reference_run(out_dir, arm_metrics, meta)
     log.info("reference of %d arms written to %s", len(cfg.runs), out_dir)
     return out_dir
 
 
 def load_reference(ref_dir: Path) -> tuple[pd.DataFrame, dict]:
-    """A reference's metrics and reference.json, checked (readers.read_reference_run: a damaged
+    """A reference's metrics and reference.json, checked (artifacts.reference_run: a damaged
     reference is named as the reference's damage), each arm's settings under today's key names (a
     reference recorded before a key was renamed holds the same values under the old name)."""
-    metrics, meta = readers.read_reference_run(Path(ref_dir))
+    metrics, meta = read_reference_run(Path(ref_dir))
     meta["arms"] = {run: C.renamed_settings(settings) for run, settings in meta.get("arms", {}).items()}
     return metrics, meta
 
@@ -229,7 +223,7 @@ def difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float]
     if ref.empty and mine.empty:
         return {"bits": 0.0, "column": None, "step": None, "why": "no rows in this window"}
     key = [c for c in ("seed", "step") if c in ref.columns and c in mine.columns]
-    columns = sorted(c for c in ref.columns if LOSS.match(c))
+    columns = sorted(c for c in ref.columns if LOSS_COLUMN.match(c))  # the columns compared, all in bits
     missing = [c for c in columns if c not in mine.columns]
     if missing:
         return {"bits": math.inf, "column": missing[0], "step": None, "why": f"column {missing[0]} missing"}

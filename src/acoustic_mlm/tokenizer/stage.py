@@ -26,6 +26,9 @@ process for DVC and by hand), each written atomically into the stage's output fo
    and speed; one warning line when a code holds more than 10% of a level's frames. Written last:
    it marks the codes complete.
 
+The files' names, writers and readers are acoustic_mlm.artifacts.codes's (training reads the
+codes through it); the prepared corpus is read through acoustic_mlm.artifacts.prepared.
+
 Tensor axes: K codebooks (RVQ levels), T frames.
 """
 
@@ -40,7 +43,25 @@ import pandas as pd
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import encodec, readers
+from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.codes import (
+    CODES,
+    ENCODE_RECORD,
+    FILES,
+    FIT,
+    LOUDNESS_TABLE,
+    MODEL_DIR,
+    codes_path,
+    create_codes,
+    read_codes,
+    read_encode_record,
+    read_fit,
+    write_encode_record,
+    write_fit,
+    write_tokenizer_summary,
+)
+from acoustic_mlm.artifacts.prepared import MANIFEST, PLAN, load_prepared, read_plan, shard_name
 from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
@@ -55,15 +76,11 @@ from acoustic_mlm.tokenizer.codec import (
 )  # fmt: skip
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of, loudness_record
-from acoustic_mlm.utils import atomic_dir, atomic_path, file_sha256, keep_freed_memory, log, set_threads, write_json
-
-MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated mode)
+from acoustic_mlm.utils import atomic_dir, atomic_path, file_sha256, keep_freed_memory, log, set_threads
 
 
 def read_prepared(prepared_dir: str | Path):
-    """The prepared corpus through `corpus.load_prepared`, its errors as TokenizerError."""
-    from acoustic_mlm.data.corpus import load_prepared
-
+    """The prepared corpus through `artifacts.prepared.load_prepared`, its errors as TokenizerError."""
     try:
         return load_prepared(prepared_dir)
     except UserError as exc:
@@ -101,8 +118,8 @@ def fit(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 
             corpus = read_prepared(prepared_dir)
             train = np.flatnonzero((corpus.manifest["split"] == "train").to_numpy())
             if not len(train):
-                raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no train clips to calibrate on")
-            check_calibration_data(cfg, corpus.manifest, where=str(Path(prepared_dir) / "manifest.csv"))
+                raise TokenizerError(f"{Path(prepared_dir) / MANIFEST}: no train clips to calibrate on")
+            check_calibration_data(cfg, corpus.manifest, where=str(Path(prepared_dir) / MANIFEST))
             model = build_encodec(bandwidth, seed)
             chunks = [corpus.clip(int(i)) for i in train]
             info.update(calibrate(model, chunks, int(tc.calibration_frames), int(tc.calibration_iters), seed,
@@ -115,7 +132,7 @@ def fit(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 
             load_pretrained(tc.checkpoint, bandwidth)
             path = Path(tc.checkpoint).expanduser() if tc.checkpoint else hub_checkpoint_path()
             info["checkpoint"] = {"path": str(path), "sha256": file_sha256(path)}
-        write_json(tmp / "fit.json", info)
+        write_fit(tmp, info)
     return info
 
 
@@ -123,13 +140,12 @@ def load_tokenizer(cfg: C.Config, out_dir: Path):
     """The model `fit` made for this corpus (calibrated: out_dir/model/tokenizer.pt; pretrained: the checkpoint)."""
     tc = cfg.tokenizer
     folder = Path(out_dir) / MODEL_DIR
-    if not (folder / "fit.json").is_file():
-        raise UserError(f"{folder / 'fit.json'}: not found (run `amlm tokenize --fit` first)")
-    fitted = readers.read_json(folder / "fit.json", "the tokenizer's fit", "tokenize").get(
-        "loudness", loudness_record("none"))  # a fit.json without a loudness record: none
+    if not (folder / FIT).is_file():
+        raise UserError(f"{folder / FIT}: not found (run `amlm tokenize --fit` first)")
+    fitted = read_fit(folder / FIT).get("loudness", loudness_record("none"))  # no loudness record in fit.json: none
     wanted = loudness_of(tc)
     if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
-        raise TokenizerError(f"{folder / 'fit.json'}: fitted with loudness {fitted['method']} {fitted['target']}, the "
+        raise TokenizerError(f"{folder / FIT}: fitted with loudness {fitted['method']} {fitted['target']}, the "
                              f"config asks for {wanted['method']} {wanted['target']} (tokenizer.loudness); rerun "
                              "`amlm tokenize --fit`")
     if tc.mode == "calibrated":
@@ -143,8 +159,6 @@ def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard:
 
     Memory: one padded batch and a memory map of the shard's codes.
     """
-    from acoustic_mlm.data.corpus import shard_name
-
     cfg = C.typed(cfg)
     set_threads(threads)
     keep_freed_memory()  # faster encoding on CPU (BENCHMARKS.md, glibc's allocator)
@@ -152,7 +166,7 @@ def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard:
     tc = cfg.tokenizer
     corpus = read_prepared(prepared_dir)
     if int(shard) not in corpus.shards and int(shard) not in _planned_shards(prepared_dir):
-        raise TokenizerError(f"{Path(prepared_dir) / 'manifest.csv'}: no clips in shard {shard}")
+        raise TokenizerError(f"{Path(prepared_dir) / MANIFEST}: no clips in shard {shard}")
     # A planned shard whose files were all rejected gets its (empty) codes too: every shard of
     # the plan is encoded, so that Snakemake can ask for all of them before the manifest exists.
     clips = corpus.manifest[corpus.manifest["shard"] == int(shard)]
@@ -165,8 +179,7 @@ def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard:
     measured, frame_gain = clip_loudness(audio, clips, loudness_of(tc))
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
         measured.to_csv(tmp / LOUDNESS_TABLE, index=False)
-        shape = (n_codebooks(model), len(audio) // encodec.HOP)  # (K, frames of the shard)
-        codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=np.int16, shape=shape)
+        codes = create_codes(tmp / CODES, n_codebooks(model), len(audio) // encodec.HOP)  # (K, frames of the shard)
         t0 = time.perf_counter()
         encode_clips(model, audio, clips, EncodeSettings.from_config(tc, device), frame_gain=frame_gain, out=codes,
                      label=f"tokenize {shard_name(shard)}")
@@ -178,59 +191,37 @@ def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard:
                 "encode_seconds": round(seconds, 3), "x_real_time": round(audio_s / max(seconds, 1e-9), 2),
                 "batch_size": int(tc.batch_size), "segment_seconds": tc.segment_seconds,
                 "context_seconds": tc.context_seconds, "device": str(device), "threads": int(threads)}
-        write_json(tmp / "encode.json", info)
+        write_encode_record(tmp, info)
     log.info("tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)", shard_name(shard),
              info["clips"], audio_s, seconds, info["x_real_time"])
     return info
 
 
-LOUDNESS_TABLE = "loudness.csv"  # shard-<k>/loudness.csv: each clip's measured loudness and the gain applied to it
-
-
 def _planned_shards(prepared_dir: Path) -> set[int]:
     """The shards prepare's plan (shards.csv) lists; empty when there is no plan."""
-    from acoustic_mlm.data.corpus import PLAN, read_plan
-
     if not (Path(prepared_dir) / PLAN).is_file():
         return set()
     return {int(k) for k in read_plan(prepared_dir)["shard"]}
 
 
-def shard_codes(codes_dir: Path, shard: int) -> np.ndarray:
-    """A shard's codes.npy, memory-mapped read-only."""
-    from acoustic_mlm.data.corpus import shard_name
-
-    path = Path(codes_dir) / shard_name(shard) / "codes.npy"
-    if not path.is_file():
-        raise UserError(f"{path}: codes not found; run the tokenize stage first")
-    try:
-        return np.load(path, mmap_mode="r")
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{path}: not a readable .npy array ({exc})") from None
-
-
 def merge(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path) -> dict:
     """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
     every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
-    from acoustic_mlm.data.corpus import shard_name
-
     cfg = C.typed(cfg)
     out_dir = Path(out_dir)
     corpus = read_prepared(prepared_dir)
-    fit_path = out_dir / MODEL_DIR / "fit.json"
+    fit_path = out_dir / MODEL_DIR / FIT
     if not fit_path.is_file():
         raise TokenizerError(f"{fit_path}: not found (run `amlm tokenize --fit` first)")
-    info = readers.read_json(fit_path, "the tokenizer's fit", "tokenize")
+    info = read_fit(fit_path)
     counts = None  # (K, codebook size) code counts over every shard
     shards, tables = [], []
     for k in corpus.shards:
-        enc_path = out_dir / shard_name(k) / "encode.json"
+        enc_path = out_dir / shard_name(k) / ENCODE_RECORD
         if not enc_path.is_file():
             raise TokenizerError(f"{enc_path}: not found (run `amlm tokenize --shard {k}` first)")
-        shards.append(readers.read_json(enc_path, "a shard's encoding record", "tokenize",
-                                        {"clips": int, "audio_seconds": (int, float), "encode_seconds": (int, float)}))
-        codes = readers.read_codes(out_dir / shard_name(k) / "codes.npy", len(corpus.audio(k)) // encodec.HOP, None,
-                                   encodec.CODEBOOK_SIZE)
+        shards.append(read_encode_record(enc_path))
+        codes = read_codes(codes_path(out_dir, k), len(corpus.audio(k)) // encodec.HOP, None, encodec.CODEBOOK_SIZE)
         part = np.stack([code_counts(np.asarray(row)) for row in codes])
         counts = part if counts is None else counts + part
         tables.append(_file_table(corpus.manifest[corpus.manifest["shard"] == k], codes, out_dir / shard_name(k)))
@@ -266,13 +257,12 @@ def merge(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path) -> dict:
     if crowded:
         log.warning("tokenize: one code holds more than %d%% of a level's frames: %s; see %s for each file's loudness "
                     "and codebook-0 entropy", round(100 * TOP_CODE_WARNING), ", ".join(crowded), out_dir / FILES)
-    write_json(out_dir / "tokenizer.json", meta)
+    write_tokenizer_summary(out_dir, meta)
     log.info("tokenize: %d clips in %d shard(s), %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
              meta["clips"], meta["shards"], audio_s, encode_s, meta["x_real_time"], meta["distinct_codes"])
     return meta
 
 
-FILES = "files.csv"  # data/codes/files.csv: one row per clip, its loudness and its codebook-0 statistics
 TOP_CODE_WARNING = 0.10  # tokenize warns when one code holds more than this share of a level's frames
 
 
@@ -282,7 +272,7 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
     path = shard_dir / LOUDNESS_TABLE
     if not path.is_file():
         raise TokenizerError(f"{path}: not found (rerun `amlm tokenize --shard {int(clips['shard'].iloc[0])}`)")
-    measured = readers.read_csv_table(path, "a shard's loudness", "tokenize", ["clip_id", "gain_db"],
+    measured = read_csv_table(path, "a shard's loudness", "tokenize", ["clip_id", "gain_db"],
                                       numbers=["rms_dbfs", "lufs"], finite=["gain_db"])
     rows = []
     for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):

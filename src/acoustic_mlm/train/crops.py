@@ -9,11 +9,10 @@ import numpy as np
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import encodec, readers
-from acoustic_mlm.data.corpus import shard_name
+from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.codes import SUMMARY, codes_path, open_codes, read_codes, read_tokenizer_summary
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_group_masks, mask_groups
-from acoustic_mlm.tokenizer.stage import shard_codes
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
 from acoustic_mlm.utils import recover_replaced
 
@@ -85,7 +84,7 @@ class CropData(torch.utils.data.Dataset):
 
     def codes(self, shard: int) -> np.ndarray:
         if shard not in self._codes:
-            self._codes[shard] = shard_codes(self.codes_dir, shard)
+            self._codes[shard] = open_codes(self.codes_dir, shard)
         return self._codes[shard]
 
     def gather(self, shards: np.ndarray, first_samples: np.ndarray,
@@ -118,13 +117,12 @@ def batches(data: CropData, first: int, last: int, workers: int, pin: bool):
 def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     """The codes suit the model and cover every shard of the corpus (headers only: no scan of the codes)."""
     recover_replaced(Path(codes_dir))  # a tokenize killed while it replaced the folder: the previous one back
-    summary = Path(codes_dir) / "tokenizer.json"
-    meta = readers.read_tokenizer_summary(summary)
+    summary = Path(codes_dir) / SUMMARY
+    meta = read_tokenizer_summary(summary)
     if meta.get("n_codebooks", 0) < m.codebooks:
         raise UserError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
     if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
         raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
                          f"'model.codebook_size' ({m.codebook_size})")
     for k in corpus.shards:  # every code in range: an edited or damaged shard is refused, not trained on
-        readers.read_codes(Path(codes_dir) / shard_name(k) / "codes.npy", len(corpus.audio(k)) // encodec.HOP,
-                           m.codebooks, m.codebook_size)
+        read_codes(codes_path(codes_dir, k), len(corpus.audio(k)) // encodec.HOP, m.codebooks, m.codebook_size)

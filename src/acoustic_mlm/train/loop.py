@@ -9,16 +9,8 @@ the same crops and the same masks: arms then differ only in their stability sett
 The validation set (crops and masks) is fixed and shared by all arms.
 
 Metrics rows (`metrics.csv`) are written every `log_interval` steps, at the last step, and (unless
-`train.log_powers_of_two` is false) at steps 1, 2, 4, 8, ...; the training means of a row cover the
-updates since the previous row, which makes them fairseq's interval means when only multiples of
-`log_interval` get rows:
-  step, train_loss_cb{k} (bits, mean since the previous row), train_loss (objective, mean),
-  valid_loss_cb{k} (bits, fixed held-out crops and masks), lr, grad_norm (total norm before
-  clipping, this step), grad_norm_max (since previous row), clipped (this step 0/1),
-  clip_frac (since previous row), clipped_steps (cumulative clipped updates), feature_penalty,
-  nonfinite (cumulative count of skipped non-finite steps), diverged (1 on the row where train.max_nonfinite
-  non-finite steps in a row stopped the run), overflow_skips (cumulative updates skipped by the loss scaler),
-  loss_scale (the loss scale now; NaN without one), wall_time (s since start).
+`train.log_powers_of_two` is false) at steps 1, 2, 4, 8, ...; their columns, files, writers and
+readers are acoustic_mlm.artifacts.metrics's, the summaries' keys acoustic_mlm.artifacts.run_summary's.
 Under a precision that retries overflows (fairseq's, precision.py) a step is an update: steps whose
 gradients overflowed are not counted.
 With train.diagnostics, each row also holds the stability diagnostics of `diagnostics.py`
@@ -41,8 +33,9 @@ import torch
 import torch.distributed as dist
 
 from acoustic_mlm import config as C
-from acoustic_mlm import readers
-from acoustic_mlm.data.corpus import load_prepared
+from acoustic_mlm.artifacts.metrics import METRICS, join_seed_metrics, remove_partial, write_metrics, write_partial
+from acoustic_mlm.artifacts.prepared import load_prepared
+from acoustic_mlm.artifacts.run_summary import SUMMARY, write_summary
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import diagnostics
@@ -60,10 +53,10 @@ from acoustic_mlm.train.state import (
     save_state,
     set_rng_state,
 )
-from acoustic_mlm.train.summary import PARTIAL, Accumulator, summarize, summarize_arm
+from acoustic_mlm.train.summary import Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
-from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
+from acoustic_mlm.utils import Progress, atomic_path, log, set_threads
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -115,13 +108,10 @@ def run(cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path
     if rank != 0:  # only the first process writes
         return summaries[0]
     shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
-    frames = [readers.read_metrics(job.out_dir / "metrics.csv").assign(seed=job.seed) for job in jobs]
-    metrics = pd.concat(frames, ignore_index=True)
-    metrics = metrics[["seed"] + [c for c in metrics.columns if c != "seed"]]
+    metrics = join_seed_metrics({job.seed: job.out_dir / METRICS for job in jobs})
     summary = summarize_arm(rc, summaries)
-    write_json(out_dir / "summary.json", summary)
-    with atomic_path(out_dir / "metrics.csv") as tmp:
-        metrics.to_csv(tmp, index=False)
+    write_summary(out_dir / SUMMARY, summary)
+    write_metrics(out_dir / METRICS, metrics)
     return summary
 
 
@@ -381,8 +371,7 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
                loss_scale=_loss_scale(s), diverged=int(loop.diverged_at is not None), wall_time=wall_time)
     loop.rows.append(row)
-    with atomic_path(s.job.out_dir / PARTIAL) as tmp:  # visible progress, never the final name; a full disk: one line
-        pd.DataFrame(loop.rows).to_csv(tmp, index=False)
+    write_partial(s.job.out_dir, loop.rows)  # visible progress, never the final name; a full disk: one line
     return row
 
 
@@ -411,10 +400,9 @@ def finish(s: Setup, loop: Loop) -> dict:
         torch.save({"model": weights, "model_config": C.to_dict(s.m), "train_config": C.to_dict(s.t),
                     "run": C.to_dict(s.rc), "step": loop.diverged_at or s.t.steps}, tmp)
     summary = {**summarize(metrics, s.rc, s.t), "stop_reason": loop.stop_reason, "fingerprint": s.fingerprint}
-    with atomic_path(s.job.out_dir / "metrics.csv") as tmp:
-        metrics.to_csv(tmp, index=False)
-    write_json(s.job.out_dir / "summary.json", summary)
-    (s.job.out_dir / PARTIAL).unlink(missing_ok=True)
+    write_metrics(s.job.out_dir / METRICS, metrics)
+    write_summary(s.job.out_dir / SUMMARY, summary)
+    remove_partial(s.job.out_dir)
     shutil.rmtree(s.job.state_dir, ignore_errors=True)  # the seed is complete: nothing to resume
     log.info("train %s: done in %.0f s, final codebook-0 loss %.3f bits", s.job.run_name, summary["wall_time_s"],
              summary["final_train_loss_cb0"])

@@ -11,7 +11,9 @@ from pathlib import Path
 import torch
 
 from acoustic_mlm import config as C
-from acoustic_mlm import readers
+from acoustic_mlm.artifacts.checked import ReadError
+from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
+from acoustic_mlm.artifacts.run_summary import SUMMARY, read_seed_summary
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import atomic_path, file_sha256, log
 
@@ -30,12 +32,12 @@ def fingerprint(cfg: C.Config, run_name: str, world: int) -> dict:
 
 def completed_summary(out_dir: Path, fp: dict) -> dict | None:
     """The summary of a seed already completed under the same fingerprint, else None."""
-    done = out_dir / "summary.json"
-    if done.is_file() and (out_dir / "metrics.csv").is_file() and (out_dir / "checkpoint.pt").is_file():
+    done = out_dir / SUMMARY
+    if done.is_file() and (out_dir / METRICS).is_file() and (out_dir / "checkpoint.pt").is_file():
         try:
-            previous = readers.read_seed_summary(done)
-            readers.read_metrics(out_dir / "metrics.csv")
-        except readers.ReadError as exc:  # the stage's own output, damaged: train the seed again
+            previous = read_seed_summary(done)
+            read_metrics(out_dir / METRICS)
+        except ReadError as exc:  # the stage's own output, damaged: train the seed again
             log.warning("train: %s; training this seed again", exc)
             return None
         if previous.get("fingerprint") == fp:

@@ -1,6 +1,7 @@
-"""What a run reports: the metrics rows' training means (accumulated on the device between rows),
-the partial rows while a seed trains, and the summaries of a seed and of an arm (status, final
-losses as curves.py defines them, clipping)."""
+"""What a run reports: the metrics rows' training means (accumulated on the device between rows)
+and the summaries of a seed and of an arm (status, final losses as curves.py defines them,
+clipping). The files they go to, their columns and keys are acoustic_mlm.artifacts.metrics's and
+acoustic_mlm.artifacts.run_summary's."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves, kernels
-
-PARTIAL = "metrics.partial.csv"  # the rows so far, while a seed trains
+from acoustic_mlm.artifacts.run_summary import COMPLETED_WITH_NONFINITE, SEED_STATUSES
 
 
 class Accumulator:
@@ -57,13 +57,9 @@ class Accumulator:
         return row
 
 
-COMPLETED_WITH_NONFINITE = "completed_with_nonfinite"  # every step ran, some updates skipped as non-finite
-
-
 def run_status(statuses: list[str]) -> str:
     """An arm's status from its seeds': the worst of completed < completed_with_nonfinite < diverged."""
-    order = ["completed", COMPLETED_WITH_NONFINITE, "diverged"]
-    return max(statuses, key=order.index)
+    return max(statuses, key=SEED_STATUSES.index)
 
 
 def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:

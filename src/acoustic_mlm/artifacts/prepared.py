@@ -1,0 +1,249 @@
+"""The prepared corpus (data/prepared/), the prepare stage's output: its files, their columns, their
+writers and their checked readers. Tokenization and training read the corpus through `load_prepared`
+(-> `Corpus`); the prepare stage (acoustic_mlm.data.prepare) writes it through the writers here.
+
+    shards.csv           the plan: every path under the raw folder, its clip id, its shard, why it is
+                         skipped (if it is): PLAN_COLUMNS (write_plan, read_plan)
+    shard-<k>/           one folder per shard (shard_name):
+      audio.npy          ONE 1-D float32 array, the shard's clips concatenated (AudioWriter, written clip
+                         by clip; read_audio: memory-mapped read-only)
+      clips.csv          the manifest's columns but shard and split: SHARD_COLUMNS
+      rejects.csv        path, reason: REJECTS_COLUMNS (write_shard_tables, read_shard_tables)
+      shard.json         counts
+    manifest.csv         written last, it marks the corpus complete (write_manifest, load_prepared): one
+                         row per clip, MANIFEST_COLUMNS: clip_id, path (relative to the raw folder), shard,
+                         split (train | valid), offset (first sample in its shard's audio.npy), num_samples
+                         (a multiple of 320), num_frames (num_samples // 320, EnCodec frames),
+                         orig_sample_rate, orig_channels, duration_s
+    rejects.csv          path, reason for every file that is not in the manifest (write_rejects)
+    prepare.json         clips and seconds per split, sample rate, shards, kept and rejected counts
+
+Clip i is `audio(shard_i)[offset_i : offset_i + num_samples_i]`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.utils import OutOfSpaceError, atomic_path, is_out_of_space, recover_replaced
+
+MANIFEST = "manifest.csv"  # written last: it marks the corpus complete
+MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
+                    "orig_sample_rate", "orig_channels", "duration_s")
+REJECTS = "rejects.csv"  # the corpus's and each shard's: audio-named files left out, and why
+REJECTS_COLUMNS = ("path", "reason")
+REQUIRED_COLUMNS = ("clip_id", "shard", "split", "offset", "num_samples", "num_frames")  # what readers need
+CLIPS = "clips.csv"  # shard-<k>/clips.csv: the shard's rows of the manifest
+SHARD_COLUMNS = tuple(c for c in MANIFEST_COLUMNS if c not in ("shard", "split"))
+AUDIO = "audio.npy"  # shard-<k>/audio.npy
+SHARD_RECORD = "shard.json"  # shard-<k>/shard.json: the shard's counts
+RECORD = "prepare.json"  # the corpus's counts
+PLAN = "shards.csv"  # the plan: every audio-named path, its clip id, its shard, why it is skipped (if it is)
+PLAN_COLUMNS = ("path", "clip_id", "shard", "skip")
+MANIFEST_DTYPES = {"clip_id": str, "path": str, "shard": np.int64, "split": str, "offset": np.int64,
+                   "num_samples": np.int64, "num_frames": np.int64, "orig_sample_rate": np.int64,
+                   "orig_channels": np.int64, "duration_s": np.float64}
+
+
+def shard_name(shard: int) -> str:
+    """The folder of shard k: shard-00000, shard-00001, ... (the codes' shard folders have the same names)."""
+    return f"shard-{int(shard):05d}"
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def write_plan(out_dir: Path, frame: pd.DataFrame) -> None:
+    """out_dir/shards.csv, atomically: the plan's rows in PLAN_COLUMNS."""
+    with atomic_path(Path(out_dir) / PLAN) as tmp:
+        frame[list(PLAN_COLUMNS)].to_csv(tmp, index=False)
+
+
+def read_plan(out_dir: Path) -> pd.DataFrame:
+    path = Path(out_dir) / PLAN
+    if not path.is_file():
+        raise UserError(f"{path}: not found (run `amlm prepare --plan` first)")
+    frame = read_csv_table(path, "the shard plan", "prepare --plan", PLAN_COLUMNS, ints=["shard"],
+                                   empty_ok=True)
+    if (frame["shard"] < 0).any():
+        raise UserError(f"{path}: a negative shard; rerun the prepare --plan stage")
+    return frame
+
+
+# ----------------------------------------------------------------------------- a shard
+
+
+class AudioWriter:
+    """A shard's audio.npy (a 1-D float32 .npy file) written clip by clip, so the corpus never sits in memory.
+
+    numpy pads a 1-D header with room for any length (GROWTH_AXIS_MAX_DIGITS), so the header is
+    written for length 0 first and rewritten in place with the final length: the file is then
+    byte for byte what np.save would write.
+    """
+
+    def __init__(self, path: Path):
+        self.path, self.n = Path(path), 0
+        self.f = open(self.path, "wb")
+        self.header_bytes = self._header()
+
+    def _header(self) -> int:
+        self.f.seek(0)
+        np.lib.format.write_array_header_1_0(self.f, {"descr": "<f4", "fortran_order": False, "shape": (self.n,)})
+        return self.f.tell()
+
+    def append(self, x: np.ndarray) -> int:
+        """Write x; return its offset (in samples)."""
+        offset = self.n
+        try:
+            np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
+        except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
+            if not is_out_of_space(exc):
+                raise
+            raise OutOfSpaceError(self.path, os.fstat(self.f.fileno()).st_size,
+                                  self.header_bytes + 4 * (self.n + len(x))) from None
+        self.n += len(x)
+        return offset
+
+    def close(self) -> None:
+        """Write the final length into the header."""
+        with self.f:
+            if self._header() != self.header_bytes:  # cannot happen with numpy's padded headers
+                raise RuntimeError(f"{self.path}: the .npy header changed length")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.close()
+        else:
+            self.f.close()
+
+
+def read_audio(path: Path) -> np.ndarray:
+    """A shard's audio.npy, memory-mapped read-only: a 1-D float32 array."""
+    if not path.is_file():
+        raise UserError(f"{path}: not found (run the prepare stage first)")
+    try:
+        audio = np.load(path, mmap_mode="r")
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line error
+        raise UserError(f"{path}: not a readable .npy array ({exc})") from None
+    if audio.ndim != 1 or audio.dtype != np.float32:
+        raise UserError(f"{path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+    return audio
+
+
+def write_shard_tables(folder: Path, rows: list[dict], rejects: list[tuple[str, str]]) -> None:
+    """A shard's clips.csv (SHARD_COLUMNS) and rejects.csv (REJECTS_COLUMNS), into its (temporary) folder."""
+    pd.DataFrame(rows, columns=list(SHARD_COLUMNS)).to_csv(Path(folder) / CLIPS, index=False)
+    pd.DataFrame(rejects, columns=list(REJECTS_COLUMNS)).to_csv(Path(folder) / REJECTS, index=False)
+
+
+def read_shard_tables(folder: Path, shard: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A shard's clips.csv and rejects.csv, checked (its audio.npy must be there too)."""
+    folder = Path(folder)
+    for name in (CLIPS, REJECTS, AUDIO):
+        if not (folder / name).is_file():
+            raise UserError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
+    rerun = f"prepare --shard {shard}"
+    clips = read_csv_table(folder / CLIPS, "a shard's clips", rerun, SHARD_COLUMNS, empty_ok=True,
+                                   ints=[c for c in SHARD_COLUMNS if MANIFEST_DTYPES[c] is np.int64],
+                                   numbers=["duration_s"])
+    rejects = read_csv_table(folder / REJECTS, "a shard's rejects", rerun, REJECTS_COLUMNS, empty_ok=True)
+    return clips, rejects
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+
+def write_rejects(out_dir: Path, rejects: pd.DataFrame) -> None:
+    """out_dir/rejects.csv, atomically: every file of the plan that is not in the manifest, and why."""
+    with atomic_path(Path(out_dir) / REJECTS) as tmp:
+        rejects.to_csv(tmp, index=False)
+
+
+def write_manifest(out_dir: Path, manifest: pd.DataFrame) -> None:
+    """out_dir/manifest.csv, atomically (MANIFEST_COLUMNS); written last: it marks the corpus complete."""
+    with atomic_path(Path(out_dir) / MANIFEST) as tmp:
+        manifest[list(MANIFEST_COLUMNS)].to_csv(tmp, index=False)
+
+
+class Corpus:
+    """The prepared corpus: the manifest (one row per clip) and each shard's audio, memory-mapped on demand.
+
+    Clip i is `audio(shard_i)[offset_i : offset_i + num_samples_i]`. Pickles without its memory
+    maps (data-loader workers reopen them).
+    """
+
+    def __init__(self, root: Path, manifest: pd.DataFrame):
+        self.root, self.manifest = Path(root), manifest
+        self._audio: dict[int, np.ndarray] = {}
+
+    @property
+    def shards(self) -> list[int]:
+        return sorted(int(s) for s in self.manifest["shard"].unique())
+
+    def audio_path(self, shard: int) -> Path:
+        return self.root / shard_name(shard) / AUDIO
+
+    def audio(self, shard: int) -> np.ndarray:
+        if shard not in self._audio:
+            self._audio[shard] = read_audio(self.audio_path(shard))
+        return self._audio[shard]
+
+    def clip(self, i: int) -> np.ndarray:
+        row = self.manifest.iloc[i]
+        o = int(row["offset"])
+        return self.audio(int(row["shard"]))[o : o + int(row["num_samples"])]
+
+    def __getstate__(self):
+        return {"root": self.root, "manifest": self.manifest, "_audio": {}}
+
+
+def load_prepared(prepared_dir: Path) -> Corpus:
+    """The prepared corpus (manifest with typed columns, shards' audio memory-mapped read-only),
+    checked against each other; every problem is one line naming the file (and the clip).
+
+    Tokenization and training both read the corpus through here.
+    """
+    prepared_dir = Path(prepared_dir)
+    recover_replaced(prepared_dir)  # a prepare killed while it replaced the folder: the previous one back
+    manifest_path = prepared_dir / MANIFEST
+    if not manifest_path.is_file():
+        raise UserError(f"{manifest_path}: not found (run the prepare stage first)")
+    # every field of every row, whole numbers where they must be; a clip called "NA" stays a string
+    ints = [c for c, kind in MANIFEST_DTYPES.items() if kind is np.int64]
+    manifest = read_csv_table(manifest_path, "the manifest", "prepare", REQUIRED_COLUMNS, ints=ints,
+                                      numbers=["duration_s"], empty_ok=True)
+    if manifest.empty:
+        raise UserError(f"{manifest_path}: no clips")
+    bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
+    if bad_split:
+        raise UserError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")
+    corpus = Corpus(prepared_dir, manifest)
+    sh, o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("shard", "offset", "num_samples", "num_frames"))
+    length = {k: len(corpus.audio(k)) for k in corpus.shards}  # also checks every shard's audio.npy
+    checks = [
+        ((s <= 0) | (s % encodec.HOP != 0), f"num_samples is not a positive multiple of {encodec.HOP}"),
+        (nf != s // encodec.HOP, f"num_frames != num_samples // {encodec.HOP}"),
+        ((o < 0) | (o % encodec.HOP != 0), f"offset is not a non-negative multiple of {encodec.HOP}"),
+        (o + s > np.array([length[k] for k in sh]), "offset + num_samples exceeds its shard's audio.npy "
+                                                    "(the manifest does not match the audio; rerun prepare)"),
+    ]
+    for bad, what in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): {what}")
+    order = np.lexsort((o, sh))
+    overlap = (sh[order][1:] == sh[order][:-1]) & (o[order][1:] < (o + s)[order][:-1])
+    if overlap.any():
+        i = int(order[1:][overlap][0])
+        raise UserError(f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}) overlaps another clip")
+    return corpus

@@ -1,0 +1,96 @@
+"""The codes' files: codes.npy created, opened and read checked (every value once), tokenizer.json's
+codebooks, the fit and a shard's encoding record written and read back; damage is one ReadError line
+naming the file and the stage to rerun."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from acoustic_mlm.artifacts.checked import ReadError
+from acoustic_mlm.artifacts.codes import (
+    ENCODE_RECORD,
+    FIT,
+    SUMMARY,
+    codes_path,
+    create_codes,
+    open_codes,
+    read_codes,
+    read_encode_record,
+    read_fit,
+    read_tokenizer_summary,
+    write_encode_record,
+    write_fit,
+    write_tokenizer_summary,
+)
+from acoustic_mlm.errors import UserError
+
+
+def _refused(call, path, *needles):
+    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
+    with pytest.raises(ReadError) as err:
+        call()
+    msg = str(err.value)
+    assert isinstance(err.value, UserError) and "\n" not in msg, msg
+    assert msg.startswith(f"{path}: "), msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+    return msg
+
+
+def test_the_tokenizer_summary(tmp_path):
+    path = tmp_path / SUMMARY
+    write_tokenizer_summary(tmp_path, {"n_codebooks": 2, "max_code": [1023, -1], "codebook_size": 1024})
+    assert read_tokenizer_summary(path)["max_code"] == [1023, -1]
+    path.write_text(json.dumps({"n_codebooks": 2, "max_code": [1024, 3], "codebook_size": 1024}))
+    _refused(lambda: read_tokenizer_summary(path), path, "'max_code' holds 1024, outside 0-1023")
+    path.write_text(json.dumps({"n_codebooks": 3, "max_code": [1, 2], "codebook_size": 1024}))
+    _refused(lambda: read_tokenizer_summary(path), path, "'n_codebooks' is 3 but 'max_code' lists 2")
+    path.write_text(json.dumps({"n_codebooks": 2, "max_code": [1, True], "codebook_size": 1024}))
+    _refused(lambda: read_tokenizer_summary(path), path, "'max_code' must list whole numbers")
+
+
+def test_the_fit_and_a_shards_encoding_record(tmp_path):
+    write_fit(tmp_path, {"mode": "calibrated", "seed": 0})
+    assert read_fit(tmp_path / FIT) == {"mode": "calibrated", "seed": 0}
+    _refused(lambda: read_fit(tmp_path / "none.json"), tmp_path / "none.json",
+             "the tokenizer's fit not found; run the tokenize stage first")
+    record = {"clips": 3, "audio_seconds": 6.0, "encode_seconds": 1}
+    write_encode_record(tmp_path, record)
+    assert read_encode_record(tmp_path / ENCODE_RECORD) == record
+    (tmp_path / ENCODE_RECORD).write_text(json.dumps({**record, "clips": 2.5}))
+    _refused(lambda: read_encode_record(tmp_path / ENCODE_RECORD), tmp_path / ENCODE_RECORD, "'clips' is 2.5, not int")
+
+
+def test_codes_created_are_read_back_and_opened_by_shard(tmp_path):
+    path = codes_path(tmp_path, 2)
+    assert path == tmp_path / "shard-00002" / "codes.npy"
+    path.parent.mkdir()
+    codes = create_codes(path, 3, 5)
+    codes[:] = np.arange(15).reshape(3, 5)
+    codes.flush()
+    del codes
+    assert read_codes(path, 5, None, 1024).dtype == np.int16
+    assert np.array_equal(open_codes(tmp_path, 2), np.arange(15).reshape(3, 5))
+    with pytest.raises(UserError, match=r"shard-00001/codes\.npy: codes not found; run the tokenize stage first"):
+        open_codes(tmp_path, 1)
+    path.write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(UserError, match=r"codes\.npy: not a readable \.npy array"):
+        open_codes(tmp_path, 2)
+
+
+def test_read_codes_reads_codes_and_refuses_wrong_shapes_types_and_values(tmp_path):
+    path = tmp_path / "codes.npy"
+    codes = np.array([[0, 5, -1, 1023], [1, 2, -1, 0], [9, 9, 9, 9]], dtype=np.int16)
+    np.save(path, codes)
+    assert np.array_equal(read_codes(path, 4, 2, 1024), codes)  # the rows beyond 2 are not checked
+    assert read_codes(path, 4, None, 1024).shape == (3, 4)
+    _refused(lambda: read_codes(path, 5, 2, 1024), path, "shape (3, 4), expected (2+, 5)")
+    _refused(lambda: read_codes(path, 4, 2, 512), path,
+             "code 1023 at codebook 0, frame 3 lies outside the codebook (0-511); rerun the tokenize stage")
+    np.save(path, codes.astype(np.float32))
+    _refused(lambda: read_codes(path, 4, 2, 1024), path, "float32 values; codes are whole numbers")
+    path.write_bytes(b"\x93NUMPY garbage")
+    _refused(lambda: read_codes(path, 4, 2, 1024), path, "not a readable .npy array")

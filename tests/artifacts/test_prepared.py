@@ -1,0 +1,116 @@
+"""The prepared corpus's files: shard folders' names, the plan, a shard's audio written clip by clip
+and its tables, the manifest written and read back with load_prepared's checks (a manifest that does
+not match the audio, a shard's audio missing: one line naming the file)."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.prepared import (
+    AUDIO,
+    CLIPS,
+    MANIFEST,
+    MANIFEST_COLUMNS,
+    PLAN,
+    PLAN_COLUMNS,
+    REJECTS,
+    AudioWriter,
+    load_prepared,
+    read_audio,
+    read_plan,
+    read_shard_tables,
+    shard_name,
+    write_manifest,
+    write_plan,
+    write_shard_tables,
+)
+from acoustic_mlm.errors import UserError
+
+
+def test_shard_name_is_five_digits():
+    assert [shard_name(k) for k in (0, 1, 12345)] == ["shard-00000", "shard-00001", "shard-12345"]
+    assert shard_name(3.0) == shard_name(3)  # a shard read from a frame may be a float
+
+
+def test_the_plan_written_reads_back_and_a_bad_plan_is_named(tmp_path):
+    plan = pd.DataFrame({"path": ["a.wav", "b.txt", "c.wav"], "clip_id": ["a", "b.txt", "c"], "shard": [0, 0, 1],
+                         "skip": ["", "not audio", ""]})
+    write_plan(tmp_path, plan[["shard", "path", "skip", "clip_id"]])  # written in the plan's own column order
+    assert (tmp_path / PLAN).read_text().splitlines()[0] == ",".join(PLAN_COLUMNS)
+    back = read_plan(tmp_path)
+    assert list(back.columns) == list(PLAN_COLUMNS) and back["shard"].tolist() == [0, 0, 1]
+    assert back["skip"].tolist() == ["", "not audio", ""]
+    with pytest.raises(UserError, match=r"shards\.csv: not found \(run `amlm prepare --plan` first\)"):
+        read_plan(tmp_path / "none")
+    write_plan(tmp_path, plan.assign(shard=[0, -1, 1]))
+    with pytest.raises(UserError, match=r"shards\.csv: a negative shard; rerun the prepare --plan stage") as err:
+        read_plan(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_the_audio_writer_matches_np_save(tmp_path):
+    clips = [np.random.default_rng(i).standard_normal(n).astype(np.float32) for i, n in enumerate((5, 0, 1000, 17))]
+    with AudioWriter(tmp_path / "w.npy") as w:
+        offsets = [w.append(c) for c in clips]
+    np.save(tmp_path / "s.npy", np.concatenate(clips))
+    assert (tmp_path / "w.npy").read_bytes() == (tmp_path / "s.npy").read_bytes()
+    assert offsets == [0, 5, 5, 1005]
+    assert np.array_equal(read_audio(tmp_path / "w.npy"), np.concatenate(clips))
+    np.save(tmp_path / "two.npy", np.zeros((2, 3), dtype=np.float32))
+    with pytest.raises(UserError, match=r"two\.npy: expected a 1-D float32 array, got float32 \(2, 3\)"):
+        read_audio(tmp_path / "two.npy")
+
+
+def test_a_shards_tables_read_back_and_a_missing_file_names_the_shard_to_rerun(tmp_path):
+    rows = [dict(clip_id="a", path="a.wav", offset=0, num_samples=640, num_frames=2, orig_sample_rate=44100,
+                 orig_channels=2, duration_s=640 / 24000)]
+    write_shard_tables(tmp_path, rows, [("b.wav", "empty")])
+    with pytest.raises(UserError, match=r"audio\.npy: not found \(run `amlm prepare --shard 3` first\)"):
+        read_shard_tables(tmp_path, 3)
+    np.save(tmp_path / AUDIO, np.zeros(640, dtype=np.float32))
+    clips, rejects = read_shard_tables(tmp_path, 3)
+    assert clips["num_samples"].tolist() == [640] and clips["orig_channels"].dtype == np.int64
+    assert rejects.values.tolist() == [["b.wav", "empty"]]
+    (tmp_path / REJECTS).write_text("path,reason\nb.wav")
+    with pytest.raises(UserError, match="cut short.*rerun the prepare --shard 3 stage"):
+        read_shard_tables(tmp_path, 3)
+    (tmp_path / CLIPS).unlink()
+    with pytest.raises(UserError, match=r"clips\.csv: not found"):
+        read_shard_tables(tmp_path, 3)
+
+
+def test_the_manifest_written_loads_with_its_audio(data_dirs, tmp_path):
+    prepared, _ = data_dirs
+    copy = tmp_path / "prepared"
+    shutil.copytree(prepared, copy)
+    manifest = pd.read_csv(prepared / MANIFEST, keep_default_na=False)
+    write_manifest(copy, manifest[list(reversed(MANIFEST_COLUMNS))])  # written in MANIFEST_COLUMNS' order
+    assert (copy / MANIFEST).read_bytes() == (prepared / MANIFEST).read_bytes()
+    corpus = load_prepared(copy)
+    assert corpus.shards == [0, 1] and corpus.audio_path(1) == copy / shard_name(1) / AUDIO
+    row = corpus.manifest.iloc[4]
+    assert np.array_equal(corpus.clip(4), corpus.audio(1)[row["offset"] : row["offset"] + row["num_samples"]])
+    again = pickle.loads(pickle.dumps(corpus))  # data-loader workers: no memory map is pickled
+    assert again._audio == {} and np.array_equal(again.clip(4), corpus.clip(4))
+
+
+def test_load_prepared_detects_a_mismatch(data_dirs, tmp_path):
+    prepared, _ = data_dirs
+    bad = tmp_path / "bad"
+    shutil.copytree(prepared, bad)
+    audio = np.load(bad / "shard-00001" / "audio.npy")
+    np.save(bad / "shard-00001" / "audio.npy", audio[:-encodec.HOP])
+    with pytest.raises(UserError, match=r"clip 'c5' \(row 7\): offset \+ num_samples exceeds its shard's audio"):
+        load_prepared(bad)
+    shutil.rmtree(bad / "shard-00001")
+    with pytest.raises(UserError, match=r"shard-00001/audio\.npy: not found"):
+        load_prepared(bad)
+    (bad / MANIFEST).unlink()
+    with pytest.raises(UserError, match=r"manifest\.csv: not found \(run the prepare stage first\)"):
+        load_prepared(bad)
