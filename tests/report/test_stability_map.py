@@ -188,6 +188,50 @@ def test_runs_trained_as_their_points_pass_the_check(map_cfg, tmp_path):
         M.check_trained_as_point(cfg, tmp_path / name, name, p.seeds)
 
 
+def _finished_runs(cfg, runs_dir):
+    """Every point trained: its seeds' summaries (_trained_points), its metrics.csv and its summary.json
+    as training writes them (the settings it was trained with under `settings`)."""
+    import json
+
+    from acoustic_mlm.train.state import fingerprint
+
+    cfg = C.typed(cfg)
+    _trained_points(cfg, runs_dir)
+    for name, p in cfg.points.items():
+        seed_summary = {"status": "completed", "steps": 4, "diverged_at_step": None, "first_train_loss_cb0": 10.0,
+                        "final_train_loss_cb0": 7.0, "final_valid_loss_cb0": 7.5, "max_grad_norm": 3.0,
+                        "clipped_frac": 0.5, "overflow_skips": 0, "nonfinite_steps": 0, "wall_time_s": 1.0}
+        (runs_dir / name / "summary.json").write_text(json.dumps({
+            "run": name, "per_seed": {str(seed): seed_summary for seed in p.seeds},
+            "settings": fingerprint(cfg.point(name), name, 1)["settings"]}))
+        rows = [{"seed": seed, "step": step, "train_loss_cb0": 10.0 - step / 2}
+                for seed in p.seeds for step in (1, 2, 4)]
+        pd.DataFrame(rows).to_csv(runs_dir / name / "metrics.csv", index=False)
+
+
+def test_the_table_reads_what_each_run_was_from_its_summary(map_cfg, tmp_path):
+    import json
+
+    _finished_runs(map_cfg, tmp_path)
+    t = M.table(map_cfg, tmp_path)
+    assert t["run"].tolist() == ["prenorm_clip1__lr-1e-3__layers-2", "prenorm_clip1__lr-3e-3__layers-2",
+                                 "prenorm_clip10__lr-1e-2", "prenorm_clip10__lr-1e-2"]
+    assert t["lr"].tolist() == [0.001, 0.003, 0.01, 0.01] and t["seed"].tolist() == [1, 1, 1, 2]
+    assert t["layers"].tolist() == [2, 2, 2, 2] and (t["precision"] == "fp32").all()  # unswept: the preset's
+    assert t["role"].tolist() == ["clip1", "clip1", "clip10", "clip10"]
+    # the run's own record is read, not the configuration: a summary without it is refused by name
+    summary = tmp_path / "prenorm_clip10__lr-1e-2" / "summary.json"
+    old = json.loads(summary.read_text())
+    summary.write_text(json.dumps({k: v for k, v in old.items() if k != "settings"}))
+    with pytest.raises(M.UserError) as err:
+        M.table(map_cfg, tmp_path)
+    assert str(err.value) == (f"{summary}: no 'settings' (written by an older version); rerun the train stage for "
+                              "prenorm_clip10__lr-1e-2")
+    summary.write_text(json.dumps({**old, "settings": {k: v for k, v in old["settings"].items() if k != "train.lr"}}))
+    with pytest.raises(M.UserError, match="'settings' lacks train.lr; rerun the train stage for prenorm_clip10"):
+        M.table(map_cfg, tmp_path)
+
+
 @pytest.mark.parametrize("run, seed, key, value, words", [
     ("prenorm_clip1__lr-3e-3__layers-2", 1, "train.lr", 0.001,
      "was trained with train.lr 0.001, but its sweep point sets 0.003"),

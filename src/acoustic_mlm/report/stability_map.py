@@ -35,7 +35,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm import curves
 from acoustic_mlm.artifacts.checked import read_csv_table
 from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
-from acoustic_mlm.artifacts.run_summary import SUMMARY, read_arm_summary, read_seed_summary
+from acoustic_mlm.artifacts.run_summary import SUMMARY, arm_settings, read_arm_summary, read_seed_summary
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
@@ -106,13 +106,15 @@ def check_trained_as_point(cfg: C.Config, run_dir: Path, name: str, seeds) -> No
                             + f"; rerun the train stage for {name} (snakemake --forcerun train, or amlm train {name})")
 
 
-def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict]:
-    """A point's metrics.csv and summary.json (artifacts.metrics, artifacts.run_summary)."""
+def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict, dict]:
+    """A point's metrics.csv and summary.json (artifacts.metrics, artifacts.run_summary), and the
+    settings it was trained with as its summary records them, under today's key names."""
     m = read_metrics(run_dir / METRICS)
     s = read_arm_summary(run_dir / SUMMARY, {"per_seed": dict})
+    settings = C.renamed_settings(arm_settings(s, run_dir / SUMMARY))
     if "seed" not in m.columns:
         raise UserError(f"{run_dir / METRICS}: no column 'seed'; rerun the train stage for {name}")
-    return m, s
+    return m, s, settings
 
 
 def _late_share(rows: pd.DataFrame) -> float:
@@ -125,7 +127,11 @@ def _late_share(rows: pd.DataFrame) -> float:
 
 
 def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
-    """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name)."""
+    """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name).
+
+    What each run was (its rate, depth, precision and other swept settings) is read from its
+    summary.json (`settings`, what it was trained with), after check_trained_as_point has held every
+    seed to its point; the configuration gives the points, their arms and the arms' roles."""
     cfg = C.typed(cfg)
     pts = cfg.points
     if not pts:
@@ -135,8 +141,11 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
         check_trained_as_point(cfg, Path(runs_dir) / name, name, p.seeds)
     rows = []
     for name, p in pts.items():
-        pc = cfg.point(name)
-        m, s = _read_run(Path(runs_dir) / name, name)
+        m, s, settings = _read_run(Path(runs_dir) / name, name)
+        lacking = [k for k in ("train.lr", "model.layers", "train.precision", *extra) if k not in settings]
+        if lacking:
+            raise UserError(f"{Path(runs_dir) / name / SUMMARY}: 'settings' lacks {lacking[0]}; rerun the train "
+                            f"stage for {name}")
         for seed in p.seeds:
             one = s["per_seed"].get(str(seed))
             if one is None:
@@ -150,8 +159,9 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
             final, first = float(one["final_train_loss_cb0"]), float(one["first_train_loss_cb0"])
             final = math.nan if diverged else final
             rows.append({
-                "run": name, "arm": p.arm, "role": pc.runs[name].role,
-                "lr": pc.train.lr, "layers": pc.model.layers, "precision": pc.train.precision,
+                "run": name, "arm": p.arm, "role": cfg.runs[p.arm].role,  # the arm's role in the figure
+                "lr": settings["train.lr"], "layers": settings["model.layers"],
+                "precision": settings["train.precision"],
                 "seed": seed, "status": one["status"], "diverged_at_step": one.get("diverged_at_step"),
                 "steps": one["steps"], "first_train_loss_cb0": first, "final_train_loss_cb0": final,
                 "final_valid_loss_cb0": math.nan if diverged else float(one["final_valid_loss_cb0"]),
@@ -163,7 +173,7 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
                 "attn_logit_fp16_frac": logit / FP16_MAX, "clipped_frac": one["clipped_frac"],
                 "overflow_skips": int(one["overflow_skips"]), "nonfinite_steps": int(one["nonfinite_steps"]),
                 "wall_time_s": float(one["wall_time_s"]),
-                **{k: dict(p.values).get(k, pc.value(k)) for k in extra},
+                **{k: settings[k] for k in extra},
             })
     return pd.DataFrame(rows, columns=COLUMNS + extra)
 
@@ -458,6 +468,10 @@ def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
 
 
 def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
+    """The sweep's verdicts: results/map_claims.json ({"kind": "stability_map", runs, points, arms: one
+    object per arm and panel, verdicts: a list of {id, promise, verdict, notes, measured}}) and
+    results/map_claims.md. Named apart from the figure's claims.{json,md} (report.claims: another
+    schema), docs/stability.md."""
     cfg = C.typed(cfg)
     t = read_map(map_path)
     stats, vs = verdicts(cfg, t)
