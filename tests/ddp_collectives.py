@@ -28,7 +28,7 @@ def main(config: str, out_dir: str) -> None:
     rank, world = init_distributed("cpu")
     torch.set_num_threads(1)
     cfg = C.load(config)
-    m, t = C.model_config(cfg, "prenorm_clip1"), C.train_config(cfg, "prenorm_clip1")
+    m, t = cfg.model_for("prenorm_clip1"), cfg.train_for("prenorm_clip1")
     t = dataclasses.replace(t, compile=False)
     device = torch.device("cpu")
     tr = build_trainer(m, t, device, rank, world)
@@ -51,7 +51,7 @@ def main(config: str, out_dir: str) -> None:
 
     tr.ddp.register_comm_hook(None, hook)
     dist.all_reduce = counting_all_reduce
-    frames = C.crop_frames(cfg)
+    frames = cfg.crop_frames
     for u in range(UPDATES):
         log["grad"].append([])
         log["scalar"].append([])

@@ -87,7 +87,7 @@ def test_fp16_fairseq_gradient_is_the_mean_over_masked_frames(data_dirs, tiny_cf
     """The backward runs on the loss summed over masked frames (fairseq's criterion) and the update
     divides by their count: the first update's gradient norm is the fp32 run's, up to fp16 rounding."""
     prepared, codes = data_dirs
-    tiny_cfg["train"].update(steps=2, log_interval=1)
+    tiny_cfg["train"].update(steps=2, warmup_steps=1, log_interval=1)  # a valid schedule: warm-up below the steps
     norms = {}
     for precision in ("fp32", "fp16_fairseq"):
         cfg = copy.deepcopy(tiny_cfg)

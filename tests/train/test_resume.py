@@ -86,7 +86,7 @@ def test_state_of_other_settings_is_refused(data_dirs, resume_cfg, tmp_path):
 
 def test_a_completed_seed_is_not_trained_again(data_dirs, resume_cfg, tmp_path):
     cfg, _ = resume_cfg
-    cfg["train"].update(steps=8, log_interval=4)
+    cfg["train"].update(steps=8, warmup_steps=2, log_interval=4)
     first = train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
     ckpt = tmp_path / "run" / "seeds" / "seed1" / "checkpoint.pt"
     mtime = ckpt.stat().st_mtime_ns
