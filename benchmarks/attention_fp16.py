@@ -76,11 +76,18 @@ def measure(logits, batch: int, heads: int, frames: int, head_dim: int, seed: in
             out, grads = one(path, q16, k16, v16, g)
             finite_out = bool(torch.isfinite(out).all())
             finite_grad = all(bool(torch.isfinite(x).all()) for x in grads)
-            rows.append({"path": name, "logit_max": target, "logit_max_measured": reached,
-                         "finite": finite_out and finite_grad, "finite_output": finite_out, "finite_grads": finite_grad,
-                         "rel_error": rel(out, ref.detach()),
-                         "grad_rel_error": max(rel(a, b) for a,
-                                               b in zip(grads, ref_grads)) if finite_grad else math.nan})
+            rows.append(
+                {
+                    "path": name,
+                    "logit_max": target,
+                    "logit_max_measured": reached,
+                    "finite": finite_out and finite_grad,
+                    "finite_output": finite_out,
+                    "finite_grads": finite_grad,
+                    "rel_error": rel(out, ref.detach()),
+                    "grad_rel_error": max(rel(a, b) for a, b in zip(grads, ref_grads)) if finite_grad else math.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -42,7 +42,7 @@ def crops(folder: Path, frames: int, per_file: int) -> torch.Tensor:
         x = torchaudio.functional.resample(torch.from_numpy(x.mean(axis=1)), sr, encodec.SAMPLE_RATE)
         starts = np.linspace(0, max(len(x) - n, 0), per_file).astype(int) if len(x) >= n else [0]
         for s in starts:
-            seg = x[s:s + n]
+            seg = x[s : s + n]
             out.append(torch.nn.functional.pad(seg, (0, n - len(seg))))
     if not out:
         raise SystemExit(f"cqt_cost: no audio files ({', '.join(AUDIO)}) in {folder}")
@@ -53,28 +53,44 @@ def agreement(nnaudio: CQTTarget, fft: CQTTarget, wav: torch.Tensor, batch: int)
     """max abs and relative errors of the fft path and of nnAudio's against a float64 evaluation."""
     s = nnaudio.spec
     kernels = torch.complex(s.cqt_kernels_real[:, 0].cpu().double(), -s.cqt_kernels_imag[:, 0].cpu().double())
-    exact_plan = _FFTPlan(kernels, s.lenghts.cpu(), wav.shape[1] - encodec.HOP // 2, encodec.HOP, 0.0,
-                          torch.device("cpu"), torch.complex128)
+    exact_plan = _FFTPlan(
+        kernels,
+        s.lenghts.cpu(),
+        wav.shape[1] - encodec.HOP // 2,
+        encodec.HOP,
+        0.0,
+        torch.device("cpu"),
+        torch.complex128,
+    )
     T = wav.shape[1] // encodec.HOP
     a, b, e = [], [], []
     for i in range(0, len(wav), batch):
-        w = wav[i:i + batch]
+        w = wav[i : i + batch]
         a.append(nnaudio(w).double().cpu())
         b.append(fft(w).double().cpu())
-        e.append(exact_plan(w.double()[:, encodec.HOP // 2:], T))
+        e.append(exact_plan(w.double()[:, encodec.HOP // 2 :], T))
     ref, new, exact = torch.cat(a), torch.cat(b), torch.cat(e)
     large = ref > 1e-3 * ref.max()
 
     def errors(x, y):
         err = (x - y).abs()
         rel = err[large] / y[large]
-        return {"max_abs": float(err.max()), "max_abs_over_max": float(err.max() / y.max()),
-                "rel_p99_large": float(rel.quantile(0.99)), "rel_max_large": float(rel.max()),
-                "mean_abs": float(err.mean())}
+        return {
+            "max_abs": float(err.max()),
+            "max_abs_over_max": float(err.max() / y.max()),
+            "rel_p99_large": float(rel.quantile(0.99)),
+            "rel_max_large": float(rel.max()),
+            "mean_abs": float(err.mean()),
+        }
 
-    return {"crops": len(wav), "largest_magnitude": float(ref.max()),
-            "large": "magnitudes above 1e-3 of the largest", "fft_vs_nnaudio": errors(new, ref),
-            "fft_vs_float64": errors(new, exact), "nnaudio_vs_float64": errors(ref, exact)}
+    return {
+        "crops": len(wav),
+        "largest_magnitude": float(ref.max()),
+        "large": "magnitudes above 1e-3 of the largest",
+        "fft_vs_nnaudio": errors(new, ref),
+        "fft_vs_float64": errors(new, exact),
+        "nnaudio_vs_float64": errors(ref, exact),
+    }
 
 
 def timing(nnaudio: CQTTarget, fft: CQTTarget, wav: torch.Tensor, repeats: int, device: torch.device) -> dict:
@@ -92,12 +108,20 @@ def timing(nnaudio: CQTTarget, fft: CQTTarget, wav: torch.Tensor, repeats: int, 
     for r in range(repeats):
         ms["nnaudio"].append(once(nnaudio))
         ms["fft"].append(once(fft))
-        print(f"  repeat {r + 1}/{repeats}: nnaudio {ms['nnaudio'][-1]:.1f} ms, fft {ms['fft'][-1]:.2f} ms",
-              file=sys.stderr, flush=True)
+        print(
+            f"  repeat {r + 1}/{repeats}: nnaudio {ms['nnaudio'][-1]:.1f} ms, fft {ms['fft'][-1]:.2f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
     ratios = [a / b for a, b in zip(ms["nnaudio"], ms["fft"])]
-    return {"ms_nnaudio": statistics.median(ms["nnaudio"]), "ms_fft": statistics.median(ms["fft"]),
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-            "ms_all": ms}
+    return {
+        "ms_nnaudio": statistics.median(ms["nnaudio"]),
+        "ms_fft": statistics.median(ms["fft"]),
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ms_all": ms,
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -128,8 +152,12 @@ def main(argv=None) -> dict:
     device = pick_device(args.device)
     nnaudio, fft = CQTTarget(impl="nnaudio"), CQTTarget(impl="fft")
     print(f"# {machine_info(device)}; fft block tolerance {FFT_BLOCK_TOL:g}", file=sys.stderr, flush=True)
-    result = {"command": " ".join(["cqt_cost.py"] + (sys.argv[1:] if argv is None else list(argv))),
-              "machine": machine_info(device), "fft_block_tol": FFT_BLOCK_TOL, "cases": []}
+    result = {
+        "command": " ".join(["cqt_cost.py"] + (sys.argv[1:] if argv is None else list(argv))),
+        "machine": machine_info(device),
+        "fft_block_tol": FFT_BLOCK_TOL,
+        "cases": [],
+    }
     for frames, batch in zip(args.frames, args.batch):
         wav = crops(args.folder, frames, args.per_file)
         case = {"frames": frames, "batch": batch}
@@ -142,15 +170,19 @@ def main(argv=None) -> dict:
         case["timing"] = timing(nnaudio, fft, reps, args.repeats, device)
         result["cases"].append(case)
         ag = case.get("agreement")
-        line = f"{frames} frames x {batch} crops: nnaudio {case['timing']['ms_nnaudio']:.1f} ms, fft " \
-               f"{case['timing']['ms_fft']:.2f} ms, ratio {case['timing']['ratio']:.0f}x"
+        line = (
+            f"{frames} frames x {batch} crops: nnaudio {case['timing']['ms_nnaudio']:.1f} ms, fft "
+            f"{case['timing']['ms_fft']:.2f} ms, ratio {case['timing']['ratio']:.0f}x"
+        )
         if ag:
             f = ag["fft_vs_nnaudio"]
-            line += (f"; fft vs nnaudio over {ag['crops']} crops: max abs {f['max_abs']:.3g} "
-                     f"({f['max_abs_over_max']:.3g} of the largest, {ag['largest_magnitude']:.3g}), "
-                     f"rel p99 {f['rel_p99_large']:.3g}, max {f['rel_max_large']:.3g} (large); fft vs float64 "
-                     f"{ag['fft_vs_float64']['max_abs']:.3g}, nnaudio vs float64 "
-                     f"{ag['nnaudio_vs_float64']['max_abs']:.3g}")
+            line += (
+                f"; fft vs nnaudio over {ag['crops']} crops: max abs {f['max_abs']:.3g} "
+                f"({f['max_abs_over_max']:.3g} of the largest, {ag['largest_magnitude']:.3g}), "
+                f"rel p99 {f['rel_p99_large']:.3g}, max {f['rel_max_large']:.3g} (large); fft vs float64 "
+                f"{ag['fft_vs_float64']['max_abs']:.3g}, nnaudio vs float64 "
+                f"{ag['nnaudio_vs_float64']['max_abs']:.3g}"
+            )
         print(line, flush=True)
     if args.json is not None:
         write_json(args.json, result)

@@ -71,8 +71,9 @@ def whole_runs(settings: dict, steps: int, reps: int, threads: int, work: Path, 
     for rep in range(reps):
         for on in (False, True):
             edited = copy.deepcopy(settings)
-            edited["train"].update(steps=steps, diagnostics=on, checkpoint_interval=0,
-                                   warmup_steps=min(cfg.train.warmup_steps, steps - 1))
+            edited["train"].update(
+                steps=steps, diagnostics=on, checkpoint_interval=0, warmup_steps=min(cfg.train.warmup_steps, steps - 1)
+            )
             c = C.from_mapping(edited, f"{source} with {steps} steps, diagnostics {on}")
             out = work / f"run-{rep}-{int(on)}"
             t0, w0 = time.process_time(), time.perf_counter()
@@ -84,12 +85,20 @@ def whole_runs(settings: dict, steps: int, reps: int, threads: int, work: Path, 
     rows, preset_rows = len(log_steps(steps, interval)), len(log_steps(total, interval))
     per_row = statistics.median([(a - b) / rows for a, b in zip(cpus[True], cpus[False])])
     per_step = statistics.median(cpus[False]) / steps
-    return {"steps": steps, "rows": rows, "cpu_on_s": cpus[True], "cpu_off_s": cpus[False],
-            "wall_on_s": walls[True], "wall_off_s": walls[False],
-            "cpu_ratio": statistics.median([a / b for a, b in zip(cpus[True], cpus[False])]),
-            "wall_ratio": statistics.median([a / b for a, b in zip(walls[True], walls[False])]),
-            "added_cpu_per_row_s": per_row, "preset_steps": total, "preset_rows": preset_rows,
-            "preset_ratio": 1 + per_row * preset_rows / (per_step * total)}
+    return {
+        "steps": steps,
+        "rows": rows,
+        "cpu_on_s": cpus[True],
+        "cpu_off_s": cpus[False],
+        "wall_on_s": walls[True],
+        "wall_off_s": walls[False],
+        "cpu_ratio": statistics.median([a / b for a, b in zip(cpus[True], cpus[False])]),
+        "wall_ratio": statistics.median([a / b for a, b in zip(walls[True], walls[False])]),
+        "added_cpu_per_row_s": per_row,
+        "preset_steps": total,
+        "preset_rows": preset_rows,
+        "preset_ratio": 1 + per_row * preset_rows / (per_step * total),
+    }
 
 
 def per_diagnostic(cfg: C.Config, reps: int) -> dict:
@@ -124,8 +133,10 @@ def per_diagnostic(cfg: C.Config, reps: int) -> dict:
 
     vwav, vcodes, vmask = batch(t.valid_crops)  # the validation pass's size
     inputs = []
-    hooks = [b.attn.register_forward_pre_hook(lambda mod, args: inputs.append((mod, args[0])))
-             for b in model.encoder.transformer.blocks]
+    hooks = [
+        b.attn.register_forward_pre_hook(lambda mod, args: inputs.append((mod, args[0])))
+        for b in model.encoder.transformer.blocks
+    ]
     with torch.no_grad():
         h, _ = model.encoder(vwav, vmask)
         logits = model.heads(h[vmask], m.logit_temp)
@@ -149,6 +160,7 @@ def per_diagnostic(cfg: C.Config, reps: int) -> dict:
                 p.values()
             else:
                 U.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
+
         return run
 
     per_row = {
@@ -161,8 +173,13 @@ def per_diagnostic(cfg: C.Config, reps: int) -> dict:
     plain, hooked = _median_time(evaluate(False), reps), _median_time(evaluate(True), reps)
     per_row["validation pass with ValidProbe hooks (attention + accuracy), minus without"] = hooked - plain
     interval = cfg.train.log_interval
-    return {"step_s": t_step, "log_interval": interval, "validation_pass_s": plain,
-            "per_row_s": per_row, "share_of_training": {k: v / (interval * t_step) for k, v in per_row.items()}}
+    return {
+        "step_s": t_step,
+        "log_interval": interval,
+        "validation_pass_s": plain,
+        "per_row_s": per_row,
+        "share_of_training": {k: v / (interval * t_step) for k, v in per_row.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,18 +198,24 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result["whole_run"] = whole_runs(settings, args.steps, args.reps, args.threads, Path(tmp), args.config)
     pd_ = result["per_diagnostic"]
-    print(f"one training step: {1000 * pd_['step_s']:.1f} ms; a row every {pd_['log_interval']} steps; "
-          f"validation pass {1000 * pd_['validation_pass_s']:.1f} ms")
+    print(
+        f"one training step: {1000 * pd_['step_s']:.1f} ms; a row every {pd_['log_interval']} steps; "
+        f"validation pass {1000 * pd_['validation_pass_s']:.1f} ms"
+    )
     print("| diagnostic | time per row (ms) | share of training time |")
     print("| --- | --- | --- |")
     for k, v in pd_["per_row_s"].items():
         print(f"| {k} | {1000 * v:.2f} | {100 * pd_['share_of_training'][k]:.3f} % |")
     w = result["whole_run"]
-    print(f"whole run, {w['steps']} steps, {w['rows']} rows: diagnostics on / off = {w['cpu_ratio']:.4f} in CPU time, "
-          f"{w['wall_ratio']:.4f} in wall time; CPU s on {', '.join(f'{x:.1f}' for x in w['cpu_on_s'])}, "
-          f"off {', '.join(f'{x:.1f}' for x in w['cpu_off_s'])}")
-    print(f"added CPU time per row {1000 * w['added_cpu_per_row_s']:.1f} ms; projected onto the preset's "
-          f"{w['preset_steps']} steps and {w['preset_rows']} rows: on / off = {w['preset_ratio']:.4f}")
+    print(
+        f"whole run, {w['steps']} steps, {w['rows']} rows: diagnostics on / off = {w['cpu_ratio']:.4f} in CPU time, "
+        f"{w['wall_ratio']:.4f} in wall time; CPU s on {', '.join(f'{x:.1f}' for x in w['cpu_on_s'])}, "
+        f"off {', '.join(f'{x:.1f}' for x in w['cpu_off_s'])}"
+    )
+    print(
+        f"added CPU time per row {1000 * w['added_cpu_per_row_s']:.1f} ms; projected onto the preset's "
+        f"{w['preset_steps']} steps and {w['preset_rows']} rows: on / off = {w['preset_ratio']:.4f}"
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0

@@ -42,15 +42,33 @@ ROOT = Path(__file__).resolve().parents[1]
 HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE
 CODES = 16  # distinct codes per codebook in the corpus
 RUN_FRAMES = 12  # mean length of a run of one code
-FORCED_TRAIN = dict(steps=240, warmup_steps=24, lr=0.05, batch_size=4, crop_seconds=0.4, log_interval=5,
-                    valid_crops=4, checkpoint_interval=0)  # lr 25 times the default's 2e-3
+FORCED_TRAIN = dict(
+    steps=240,
+    warmup_steps=24,
+    lr=0.05,
+    batch_size=4,
+    crop_seconds=0.4,
+    log_interval=5,
+    valid_crops=4,
+    checkpoint_interval=0,
+)  # lr 25 times the default's 2e-3
 # Spikes of more than 2 bits (the default 0.5 also counts the row-to-row noise of batches of 4 crops).
 FORCED_CLAIMS = dict(spike_threshold=2.0, recovery_margin=0.5)
 ARMS = {
-    "prenorm_clip1": {"label": "Pre-Norm | Gradient Clip=1 (control)", "norm": "pre", "attention": "softmax",
-                      "clip": 1.0, "seeds": [1]},
-    "postnorm_noclip": {"label": "Post-Norm | no DeepNorm | no clip", "norm": "post", "attention": "softmax",
-                        "clip": 0.0, "seeds": [1]},
+    "prenorm_clip1": {
+        "label": "Pre-Norm | Gradient Clip=1 (control)",
+        "norm": "pre",
+        "attention": "softmax",
+        "clip": 1.0,
+        "seeds": [1],
+    },
+    "postnorm_noclip": {
+        "label": "Post-Norm | no DeepNorm | no clip",
+        "norm": "post",
+        "attention": "softmax",
+        "clip": 0.0,
+        "seeds": [1],
+    },
 }
 
 
@@ -68,16 +86,33 @@ def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -
         tone = np.sin(2 * np.pi * (150.0 + 90.0 * c0[:, None]) * t[None, :])  # (frames, HOP): pitch = code
         audio.append((0.3 * tone + 0.01 * rng.standard_normal(tone.shape)).reshape(-1).astype(np.float32))
         codes.append(np.stack([(c0 * (2 * k + 1) + k) % CODES for k in range(8)]).astype(np.int16))  # (8, frames)
-        rows.append({"clip_id": f"tone{i}", "path": f"tone{i}.wav", "shard": 0,
-                     "split": "valid" if i == clips - 1 else "train", "offset": i * frames * HOP,
-                     "num_samples": frames * HOP, "num_frames": frames, "orig_sample_rate": RATE,
-                     "orig_channels": 1, "duration_s": frames * HOP / RATE})
+        rows.append(
+            {
+                "clip_id": f"tone{i}",
+                "path": f"tone{i}.wav",
+                "shard": 0,
+                "split": "valid" if i == clips - 1 else "train",
+                "offset": i * frames * HOP,
+                "num_samples": frames * HOP,
+                "num_frames": frames,
+                "orig_sample_rate": RATE,
+                "orig_channels": 1,
+                "duration_s": frames * HOP / RATE,
+            }
+        )
     np.save(prepared / shard_name(0) / "audio.npy", np.concatenate(audio))
     np.save(codes_dir / shard_name(0) / "codes.npy", np.concatenate(codes, axis=1))
-    (codes_dir / shard_name(0) / "encode.json").write_text(json.dumps(
-        {"clips": clips, "audio_seconds": clips * frames * HOP / RATE, "encode_seconds": 0.0}))
-    pd.DataFrame({"clip_id": [r["clip_id"] for r in rows], "rms_dbfs": -13.5, "lufs": -13.5,  # tones at 0.3
-                  "gain_db": 0.0}).to_csv(codes_dir / shard_name(0) / LOUDNESS_TABLE, index=False)
+    (codes_dir / shard_name(0) / "encode.json").write_text(
+        json.dumps({"clips": clips, "audio_seconds": clips * frames * HOP / RATE, "encode_seconds": 0.0})
+    )
+    pd.DataFrame(
+        {
+            "clip_id": [r["clip_id"] for r in rows],
+            "rms_dbfs": -13.5,
+            "lufs": -13.5,  # tones at 0.3
+            "gain_db": 0.0,
+        }
+    ).to_csv(codes_dir / shard_name(0) / LOUDNESS_TABLE, index=False)
     pd.DataFrame(rows)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
     smoke = C.read_yaml(ROOT / "config" / "smoke.yaml")

@@ -50,9 +50,18 @@ def trace(cfg: C.Config, fp16_logits: bool, accum: int, updates: int, window: in
         scales.append(tr.loss_scale)
         overflows.append(bool(u.overflow))
         losses.append(float(u.means[m.codebooks]))
-    return {"fp16_logits": fp16_logits, "accum_steps": accum, "window": window, "loss_scale": scales,
-            "overflow": overflows, "loss": losses, "max_scale": max(scales), "overflows": sum(overflows),
-            "updates_taken": step, "final_scale": scales[-1]}
+    return {
+        "fp16_logits": fp16_logits,
+        "accum_steps": accum,
+        "window": window,
+        "loss_scale": scales,
+        "overflow": overflows,
+        "loss": losses,
+        "max_scale": max(scales),
+        "overflows": sum(overflows),
+        "updates_taken": step,
+        "final_scale": scales[-1],
+    }
 
 
 def main(argv=None) -> dict:
@@ -60,11 +69,16 @@ def main(argv=None) -> dict:
     p.add_argument("--config", default="config/smoke.yaml")
     p.add_argument("--run", default="prenorm_clip1", help="the arm whose model trains (default: %(default)s)")
     p.add_argument("--updates", type=int, default=60, help="update attempts per run (default: %(default)s)")
-    p.add_argument("--window", type=int, default=4,
-                   help="clean updates per doubling of the scale (default: %(default)s)")
+    p.add_argument(
+        "--window", type=int, default=4, help="clean updates per doubling of the scale (default: %(default)s)"
+    )
     p.add_argument("--accum", default="1", help="comma-separated accum_steps values (default: %(default)s)")
-    p.add_argument("--fp16-logits", choices=("both", "true", "false"), default="both",
-                   help="which model.fp16_logits settings to trace (default: %(default)s)")
+    p.add_argument(
+        "--fp16-logits",
+        choices=("both", "true", "false"),
+        default="both",
+        help="which model.fp16_logits settings to trace (default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -75,17 +89,25 @@ def main(argv=None) -> dict:
         for fp16_logits in {"both": (False, True), "true": (True,), "false": (False,)}[args.fp16_logits]:
             r = trace(cfg, fp16_logits, accum, args.updates, args.window, args.run)
             rows.append(r)
-            print(f"fp16_logits {str(fp16_logits).lower():5} accum {accum:3}: max scale "
-                  f"2^{np.log2(r['max_scale']):.0f}, "
-                  f"final 2^{np.log2(r['final_scale']):.0f}, {r['overflows']} overflows in {args.updates} attempts",
-                  flush=True)
+            print(
+                f"fp16_logits {str(fp16_logits).lower():5} accum {accum:3}: max scale "
+                f"2^{np.log2(r['max_scale']):.0f}, "
+                f"final 2^{np.log2(r['final_scale']):.0f}, {r['overflows']} overflows in {args.updates} attempts",
+                flush=True,
+            )
     print("| fp16_logits | accum_steps | max loss scale | final loss scale | overflows | updates taken |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {str(r['fp16_logits']).lower()} | {r['accum_steps']} | 2^{np.log2(r['max_scale']):.0f} | "
-              f"2^{np.log2(r['final_scale']):.0f} | {r['overflows']} | {r['updates_taken']} |")
-    result = {"command": " ".join(["fp16_logits_scale.py"] + (sys.argv[1:] if argv is None else list(argv))),
-              "config": args.config, "run": args.run, "rows": rows}
+        print(
+            f"| {str(r['fp16_logits']).lower()} | {r['accum_steps']} | 2^{np.log2(r['max_scale']):.0f} | "
+            f"2^{np.log2(r['final_scale']):.0f} | {r['overflows']} | {r['updates_taken']} |"
+        )
+    result = {
+        "command": " ".join(["fp16_logits_scale.py"] + (sys.argv[1:] if argv is None else list(argv))),
+        "config": args.config,
+        "run": args.run,
+        "rows": rows,
+    }
     if args.json is not None:
         write_json(args.json, result)
     return result

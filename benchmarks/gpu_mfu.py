@@ -58,21 +58,34 @@ def measure(cfg: C.Config, path: str, precision: str, variant: str, device: torc
         res = measure_arm(m, t, device, precision, frames, plan, n_micro, MemoryProbe(device))
     finally:
         ConvFeatureExtractor.as_matmul = before
-    peak = args.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device), precision)
-                                if device.type == "cuda" else None)
+    peak = args.peak_tflops or (
+        peak_tflops(torch.cuda.get_device_name(device), precision) if device.type == "cuda" else None
+    )
     flops = step_flops(m, mb, frames)
     micro_ms = res["ms_per_micro_batch"]
     update_ms = n_micro * micro_ms + res["ms_optimizer_step"]
     tflops = flops / (micro_ms / 1000) / 1e12
     return {
-        "config": path, "run": run, "precision": precision, "variant": variant, "cqt_impl": impl,
+        "config": path,
+        "run": run,
+        "precision": precision,
+        "variant": variant,
+        "cqt_impl": impl,
         "front_end": "matmul" if (as_matmul is None and device.type == "cuda") or as_matmul else "conv",
-        "micro_batch": mb, "frames": frames, "ms_per_micro_batch": micro_ms,
-        "ms_per_micro_batch_all": res["ms_per_micro_batch_all"], "ms_optimizer_step": res["ms_optimizer_step"],
-        "micro_batches_per_update": n_micro, "ms_per_update": update_ms, "model_flops_per_micro_batch": flops,
-        "tflops": tflops, "peak_tflops": peak, "mfu": tflops / peak if peak else None,
+        "micro_batch": mb,
+        "frames": frames,
+        "ms_per_micro_batch": micro_ms,
+        "ms_per_micro_batch_all": res["ms_per_micro_batch_all"],
+        "ms_optimizer_step": res["ms_optimizer_step"],
+        "micro_batches_per_update": n_micro,
+        "ms_per_update": update_ms,
+        "model_flops_per_micro_batch": flops,
+        "tflops": tflops,
+        "peak_tflops": peak,
+        "mfu": tflops / peak if peak else None,
         "mfu_update": n_micro * flops / (update_ms / 1000) / 1e12 / peak if peak else None,
-        "peak_memory_gb": res["peak_memory_gb"], "losses_finite": res["losses_finite"],
+        "peak_memory_gb": res["peak_memory_gb"],
+        "losses_finite": res["losses_finite"],
         "seconds": time.perf_counter() - t0,
     }
 
@@ -87,9 +100,17 @@ def cqt_agreement(cfg: C.Config, path: str, device: torch.device, crops: int = 4
     n = cfg.crop_frames * encodec.HOP
     g = torch.Generator().manual_seed(0)
     t = torch.arange(n, dtype=torch.float64) / encodec.SAMPLE_RATE
-    wav = torch.stack([sum(torch.rand(1, generator=g).item() * torch.sin(2 * torch.pi * (40 + 4000 * torch.rand(
-        1, generator=g).item() ** 2) * t) for _ in range(6)) + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)
-        for _ in range(crops)]).float()
+    wav = torch.stack(
+        [
+            sum(
+                torch.rand(1, generator=g).item()
+                * torch.sin(2 * torch.pi * (40 + 4000 * torch.rand(1, generator=g).item() ** 2) * t)
+                for _ in range(6)
+            )
+            + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)
+            for _ in range(crops)
+        ]
+    ).float()
     wav[-1] = 0.0
     wav[-1, :: 2 * encodec.HOP + 37] = 1.0
     wav = wav.to(device)
@@ -97,14 +118,23 @@ def cqt_agreement(cfg: C.Config, path: str, device: torch.device, crops: int = 4
     new = CQTTarget(m.cqt_bins, m.cqt_bins_per_octave, m.cqt_fmin, impl="fft")(wav)
     err = (new - ref).abs()
     large = ref > 1e-3 * ref.max()
-    return {"config": path, "crops": crops, "frames": cfg.crop_frames, "largest": float(ref.max()),
-            "max_abs": float(err.max()), "max_abs_over_max": float(err.max() / ref.max()),
-            "rel_max_large": float((err[large] / ref[large]).max())}
+    return {
+        "config": path,
+        "crops": crops,
+        "frames": cfg.crop_frames,
+        "largest": float(ref.max()),
+        "max_abs": float(err.max()),
+        "max_abs_over_max": float(err.max() / ref.max()),
+        "rel_max_large": float((err[large] / ref[large]).max()),
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| preset | precision | variant | CQT | front end | ms per micro-batch | vs before | TFLOP/s | MFU | "
-             "MFU of an update | peak GB |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| preset | precision | variant | CQT | front end | ms per micro-batch | vs before | TFLOP/s | MFU | "
+        "MFU of an update | peak GB |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     base = {(r["config"], r["precision"]): r["ms_per_micro_batch"] for r in rows if r["variant"] == "before"}
     for r in rows:
         b = base.get((r["config"], r["precision"]))
@@ -113,24 +143,30 @@ def table(rows: list[dict]) -> str:
             return "n/a" if x is None else f"{100 * x:.1f}%"
 
         speed = "n/a" if b is None else f"{b / r['ms_per_micro_batch']:.2f}x"
-        lines.append(f"| {Path(r['config']).stem} | {r['precision']} | {r['variant']} | {r['cqt_impl']} | "
-                     f"{r['front_end']} | {r['ms_per_micro_batch']:.1f} | {speed} | {r['tflops']:.3g} | "
-                     f"{pct(r['mfu'])} | {pct(r['mfu_update'])} | {r['peak_memory_gb']:.1f} |")
+        lines.append(
+            f"| {Path(r['config']).stem} | {r['precision']} | {r['variant']} | {r['cqt_impl']} | "
+            f"{r['front_end']} | {r['ms_per_micro_batch']:.1f} | {speed} | {r['tflops']:.3g} | "
+            f"{pct(r['mfu'])} | {pct(r['mfu_update'])} | {r['peak_memory_gb']:.1f} |"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", default="config/gpu-small.yaml,config/paper.yaml", help="comma-separated configs")
-    p.add_argument("--precisions", default="fp16_fairseq,bf16",
-                   help="comma-separated (default: %(default)s: the GPU presets' fp16_fairseq and proxy-gpu's bf16)")
+    p.add_argument(
+        "--precisions",
+        default="fp16_fairseq,bf16",
+        help="comma-separated (default: %(default)s: the GPU presets' fp16_fairseq and proxy-gpu's bf16)",
+    )
     p.add_argument("--variants", default="before,cqt_fft,after", help=f"comma-separated of {', '.join(VARIANTS)}")
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=None, help="crops per micro-batch (default: one process's share)")
     p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds (CPU checks)")
     p.add_argument("--cqt-loss-weight", type=float, default=None, help="override model.cqt_loss_weight (CPU checks)")
-    p.add_argument("--micro-batches", type=int, default=6,
-                   help="timed micro-batches per variant (default: %(default)s)")
+    p.add_argument(
+        "--micro-batches", type=int, default=6, help="timed micro-batches per variant (default: %(default)s)"
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed updates first (default: %(default)s)")
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--threads", type=int, default=None)
@@ -161,19 +197,31 @@ def main(argv=None) -> dict:
         set_threads(args.threads if args.threads is not None else cfg.train.threads)
         agree = cqt_agreement(cfg, path, device)
         agreements.append(agree)
-        print(f"  {Path(path).stem} CQT on {device.type}: fft vs nnaudio max abs {agree['max_abs']:.3g} "
-              f"({agree['max_abs_over_max']:.3g} of the largest), relative on large magnitudes "
-              f"{agree['rel_max_large']:.3g}", file=sys.stderr, flush=True)
+        print(
+            f"  {Path(path).stem} CQT on {device.type}: fft vs nnaudio max abs {agree['max_abs']:.3g} "
+            f"({agree['max_abs_over_max']:.3g} of the largest), relative on large magnitudes "
+            f"{agree['rel_max_large']:.3g}",
+            file=sys.stderr,
+            flush=True,
+        )
         for prec in args.precisions.split(","):
             for variant in args.variants.split(","):
                 row = measure(cfg, path, prec, variant, device, args)
                 rows.append(row)
                 mfu = "n/a" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
-                print(f"  {Path(path).stem} {prec} {variant}: {row['ms_per_micro_batch']:.1f} ms per micro-batch of "
-                      f"{row['micro_batch']}, MFU {mfu} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"  {Path(path).stem} {prec} {variant}: {row['ms_per_micro_batch']:.1f} ms per micro-batch of "
+                    f"{row['micro_batch']}, MFU {mfu} ({row['seconds']:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print(table(rows))
-    result = {"command": " ".join(["gpu_mfu.py"] + (sys.argv[1:] if argv is None else list(argv))),
-              "machine": machine_info(device), "cqt_agreement": agreements, "rows": rows}
+    result = {
+        "command": " ".join(["gpu_mfu.py"] + (sys.argv[1:] if argv is None else list(argv))),
+        "machine": machine_info(device),
+        "cqt_agreement": agreements,
+        "rows": rows,
+    }
     if args.json is not None:
         write_json(args.json, result)
     return result

@@ -43,9 +43,27 @@ def _config(base: Path, mode: str, steps: int, folder: Path) -> Path:
 
 def train_trial(config: Path, arm: str, data: Path, out: Path) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "acoustic_mlm", "train", arm, "--config", str(config), "--threads", "1",
-                    "--prepared", str(data / "prepared"), "--codes", str(data / "codes"), "--out", str(out)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "train",
+            arm,
+            "--config",
+            str(config),
+            "--threads",
+            "1",
+            "--prepared",
+            str(data / "prepared"),
+            "--codes",
+            str(data / "codes"),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     m = pd.read_csv(out / "metrics.csv")
     last, first = m.iloc[-1], m.iloc[0]
     return float((last["wall_time"] - first["wall_time"]) / (last["step"] - first["step"]))
@@ -56,9 +74,26 @@ def tokenize_trial(config: Path, data: Path, scratch: Path) -> float:
     scratch.mkdir(parents=True)
     shutil.copytree(data / "codes" / "model", scratch / "model")
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "acoustic_mlm", "tokenize", "--shard", "0", "--config", str(config),
-                    "--threads", "1", "--prepared", str(data / "prepared"), "--out", str(scratch)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "tokenize",
+            "--shard",
+            "0",
+            "--config",
+            str(config),
+            "--threads",
+            "1",
+            "--prepared",
+            str(data / "prepared"),
+            "--out",
+            str(scratch),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - t
 
 
@@ -85,8 +120,9 @@ def main() -> None:
                 for r in range(a.repeat):
                     for mode in MODES:
                         s = tokenize_trial(configs[mode], a.data, tmp / f"codes-{mode}")
-                        rows.append({"preset": base.name, "what": "tokenize shard 0, s", "mode": mode, "trial": r,
-                                     "value": s})
+                        rows.append(
+                            {"preset": base.name, "what": "tokenize shard 0, s", "mode": mode, "trial": r, "value": s}
+                        )
                         print(rows[-1], flush=True)
     t = pd.DataFrame(rows)
     print()
@@ -94,8 +130,10 @@ def main() -> None:
         pinned = g[g["mode"] == "avx2"]["value"].to_numpy()
         native = g[g["mode"] == "native"]["value"].to_numpy()
         ratios = [p / n for p, n in zip(pinned, native)]
-        print(f"| {preset} | {what} | {statistics.median(pinned):.4g} | {statistics.median(native):.4g} | "
-              f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
+        print(
+            f"| {preset} | {what} | {statistics.median(pinned):.4g} | {statistics.median(native):.4g} | "
+            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
 
 
 if __name__ == "__main__":

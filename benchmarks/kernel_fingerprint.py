@@ -52,6 +52,7 @@ def fingerprint(config: Path) -> dict:
             for i, t in enumerate(tensors):
                 if isinstance(t, torch.Tensor) and t.is_floating_point():
                     out[f"forward {name}[{i}]"] = digest(t)
+
         return fn
 
     for name, module in model.named_modules():
@@ -71,9 +72,11 @@ def fingerprint(config: Path) -> dict:
     ops = {
         "op linear (B*T, D) x (F, D)": lambda: F.linear(x, w),
         "op matmul (D x D)": lambda: x[:d] @ x[:d].T,
-        "op conv1d front end layer 0": lambda: F.conv1d(wav[:, None], torch.randn(m.conv_layers[0][0], 1,
-                                                                                      m.conv_layers[0][1], generator=g),
-                                                          stride=m.conv_layers[0][2]),
+        "op conv1d front end layer 0": lambda: F.conv1d(
+            wav[:, None],
+            torch.randn(m.conv_layers[0][0], 1, m.conv_layers[0][1], generator=g),
+            stride=m.conv_layers[0][2],
+        ),
         "op layer_norm": lambda: F.layer_norm(x, (d,)),
         "op gelu": lambda: F.gelu(x),
         "op softmax": lambda: x.softmax(-1),
@@ -113,8 +116,9 @@ def main() -> int:
     tmp = a.out.with_name(a.out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(a.out)
-    print(f"{len(result['fingerprint'])} entries, torch capability {result['kernels']['torch_cpu_capability']} "
-          f"-> {a.out}")
+    print(
+        f"{len(result['fingerprint'])} entries, torch capability {result['kernels']['torch_cpu_capability']} -> {a.out}"
+    )
     return 0
 
 

@@ -24,13 +24,27 @@ def summarise(t, wall_seconds: float | None, cores: int) -> dict:
     for p in M.panels(t):
         g = t[M._in_panel(t, p)]
         mean = float(g["wall_time_s"].mean())
-        panels.append({"panel": p["label"], "runs": len(g), "mean_train_s": round(mean, 1),
-                       "runs_per_core_hour": round(3600 / mean, 1)})
-    out = {"runs": len(t), "points": int(t["run"].nunique()), "train_seconds": round(float(t["wall_time_s"].sum()), 1),
-           "panels": panels}
+        panels.append(
+            {
+                "panel": p["label"],
+                "runs": len(g),
+                "mean_train_s": round(mean, 1),
+                "runs_per_core_hour": round(3600 / mean, 1),
+            }
+        )
+    out = {
+        "runs": len(t),
+        "points": int(t["run"].nunique()),
+        "train_seconds": round(float(t["wall_time_s"].sum()), 1),
+        "panels": panels,
+    }
     if wall_seconds:
-        out.update(wall_seconds=wall_seconds, runs_per_hour=round(len(t) / wall_seconds * 3600, 1),
-                   cores=cores, training_share_of_core_time=round(out["train_seconds"] / (wall_seconds * cores), 3))
+        out.update(
+            wall_seconds=wall_seconds,
+            runs_per_hour=round(len(t) / wall_seconds * 3600, 1),
+            cores=cores,
+            training_share_of_core_time=round(out["train_seconds"] / (wall_seconds * cores), 3),
+        )
     return out
 
 
@@ -42,8 +56,10 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     out = summarise(M.read_map(a.map), a.wall_seconds, a.cores)
     for row in out["panels"]:
-        print(f"{row['panel']:>45}: {row['runs']:3d} runs, {row['mean_train_s']:7.1f} s each, "
-              f"{row['runs_per_core_hour']:5.1f} runs per core-hour")
+        print(
+            f"{row['panel']:>45}: {row['runs']:3d} runs, {row['mean_train_s']:7.1f} s each, "
+            f"{row['runs_per_core_hour']:5.1f} runs per core-hour"
+        )
     print(json.dumps({k: v for k, v in out.items() if k != "panels"}))
     return 0
 

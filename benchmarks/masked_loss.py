@@ -34,6 +34,7 @@ def loss_fn(static: bool):
     def fn(model: AcousticMLM, wav, codes, mask) -> torch.Tensor:
         model.static_shapes = static
         return model(wav, codes, mask).loss
+
     return fn
 
 
@@ -94,15 +95,24 @@ def main(argv=None) -> dict:
     ratios = [s / b for s, b in zip(times["static"], times["selection"])]
     result = {
         "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-        "config": str(args.config), "machine": machine_info(device), "precision": args.precision,
-        "batch_size": t.batch_size, "crop_frames": cfg.crop_frames, "masked_frames": int(batch[2].sum()),
-        "loss": losses, "ms_per_step": {k: statistics.median(v) for k, v in times.items()},
-        "ms_per_step_all": times, "ratio_static_to_selection": statistics.median(ratios),
-        "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "config": str(args.config),
+        "machine": machine_info(device),
+        "precision": args.precision,
+        "batch_size": t.batch_size,
+        "crop_frames": cfg.crop_frames,
+        "masked_frames": int(batch[2].sum()),
+        "loss": losses,
+        "ms_per_step": {k: statistics.median(v) for k, v in times.items()},
+        "ms_per_step_all": times,
+        "ratio_static_to_selection": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
     }
-    print(f"selection {result['ms_per_step']['selection']:.1f} ms/step, static {result['ms_per_step']['static']:.1f} "
-          f"ms/step: static / selection {result['ratio_static_to_selection']:.3f} "
-          f"({result['ratio_min']:.3f}-{result['ratio_max']:.3f}); losses {losses}")
+    print(
+        f"selection {result['ms_per_step']['selection']:.1f} ms/step, static {result['ms_per_step']['static']:.1f} "
+        f"ms/step: static / selection {result['ratio_static_to_selection']:.3f} "
+        f"({result['ratio_min']:.3f}-{result['ratio_max']:.3f}); losses {losses}"
+    )
     if args.json is not None:
         write_json(args.json, result)  # atomic, folders made
     return result

@@ -52,16 +52,23 @@ def main(argv=None) -> dict:
     arm = pf["arms"][0]
     result = {
         "command": " ".join(["preflight_vs_train.py"] + (sys.argv[1:] if argv is None else list(argv))),
-        "config": args.config, "run": args.run, "precision": pf["precision"], "micro_batch": pf["micro_batch"],
-        "accum_steps": pf["accum_steps"], "preflight_ms_per_update": arm["ms_per_update"],
-        "preflight_source": arm["update_source"], "train_ms_per_update": train_ms,
+        "config": args.config,
+        "run": args.run,
+        "precision": pf["precision"],
+        "micro_batch": pf["micro_batch"],
+        "accum_steps": pf["accum_steps"],
+        "preflight_ms_per_update": arm["ms_per_update"],
+        "preflight_source": arm["update_source"],
+        "train_ms_per_update": train_ms,
         "train_updates_timed": int(last["step"] - first["step"]),
         "ratio_train_to_preflight": train_ms / arm["ms_per_update"],
     }
-    print(f"{args.config} {args.run} ({pf['precision']}, micro-batch {pf['micro_batch']} x {pf['accum_steps']}): "
-          f"preflight {arm['ms_per_update']:.1f} ms/update ({arm['update_source']}), amlm train "
-          f"{train_ms:.1f} ms/update over {result['train_updates_timed']} updates: "
-          f"ratio {result['ratio_train_to_preflight']:.2f}")
+    print(
+        f"{args.config} {args.run} ({pf['precision']}, micro-batch {pf['micro_batch']} x {pf['accum_steps']}): "
+        f"preflight {arm['ms_per_update']:.1f} ms/update ({arm['update_source']}), amlm train "
+        f"{train_ms:.1f} ms/update over {result['train_updates_timed']} updates: "
+        f"ratio {result['ratio_train_to_preflight']:.2f}"
+    )
     if args.json is not None:
         write_json(args.json, result)
     return result

@@ -110,14 +110,18 @@ def main(argv=None) -> int:
     print(f"codebook-0 unigram entropy {entropy:.3f} bits; plateau ends {a.margin} bits below it", flush=True)
     results = {}
     with cf.ProcessPoolExecutor(a.jobs) as pool:
-        futures = {pool.submit(one, cfg, a.run, a.prepared, a.codes, a.threads, entropy, a.margin): name
-                   for name, cfg in cfgs.items()}
+        futures = {
+            pool.submit(one, cfg, a.run, a.prepared, a.codes, a.threads, entropy, a.margin): name
+            for name, cfg in cfgs.items()
+        }
         for fut in cf.as_completed(futures):
             name = futures[fut]
             r = results[name] = fut.result()
-            print(f"{name:>16}: exit step {r['exit_step']}, final {r['final']} (valid {r['valid_final']}), "
-                  f"flattened {r['flattened']}, max grad {r['max_grad_norm']}, {r['s_per_update']} s/update",
-                  flush=True)
+            print(
+                f"{name:>16}: exit step {r['exit_step']}, final {r['final']} (valid {r['valid_final']}), "
+                f"flattened {r['flattened']}, max grad {r['max_grad_norm']}, {r['s_per_update']} s/update",
+                flush=True,
+            )
     if a.out:
         Path(a.out).write_text(json.dumps({"entropy": entropy, "args": vars(a), "results": results}, indent=1))
     return 0

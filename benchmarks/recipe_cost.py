@@ -29,8 +29,10 @@ from acoustic_mlm.preflight.flops import step_flops  # noqa: E402
 def masked_share(m: C.ModelConfig, crops: int, frames: int, draws: int = 64, seed: int = 0) -> float:
     """Mean share of frames masked by the preset's masks, over `draws` micro-batches of `crops`."""
     rng = np.random.default_rng(seed)
-    shares = [compute_mask_indices((crops, frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng).mean()
-              for _ in range(draws)]
+    shares = [
+        compute_mask_indices((crops, frames), m.mask_prob, m.mask_length, m.mask_min_masks, rng).mean()
+        for _ in range(draws)
+    ]
     return float(np.mean(shares))
 
 
@@ -44,9 +46,15 @@ def cost(cfg: C.Config, utils: list[float], peak_tflops: float) -> dict:
     arms = len(cfg.runs) * max(len(r.seeds) for r in cfg.runs.values())
     gpu_days = {f"{u:.0%}": arm / (peak_tflops * 1e12 * u) / 86400 for u in utils}
     return {
-        "crop_frames": frames, "masked_share": share, "tflop_per_crop": per_crop / 1e12,
-        "crops_per_update": t.crops_per_update, "pflop_per_update": per_crop * t.crops_per_update / 1e15,
-        "steps": t.steps, "zflop_per_arm": arm / 1e21, "gpus": t.world, "arms": arms,
+        "crop_frames": frames,
+        "masked_share": share,
+        "tflop_per_crop": per_crop / 1e12,
+        "crops_per_update": t.crops_per_update,
+        "pflop_per_update": per_crop * t.crops_per_update / 1e15,
+        "steps": t.steps,
+        "zflop_per_arm": arm / 1e21,
+        "gpus": t.world,
+        "arms": arms,
         "gpu_days_per_arm": gpu_days,
         "gpu_days_per_figure": {k: v * arms for k, v in gpu_days.items()},
         "wall_days_per_arm": {k: v / t.world for k, v in gpu_days.items()},

@@ -44,10 +44,21 @@ SEED = 0
 
 def variants(cfg: C.Config, args) -> dict[str, C.ModelConfig]:
     m = cfg.model_for(RUN)
-    cqt = dict(cqt_loss_weight=1.0, cqt_bins=args.cqt_bins, cqt_bins_per_octave=args.cqt_bins_per_octave,
-               cqt_fmin=args.cqt_fmin)
-    off = dataclasses.replace(m, activation_dropout=m.dropout, encoder_layerdrop=0.0, dropout_input=0.0,
-                              feature_grad_mult=1.0, special_symbols=0, cqt_loss_weight=0.0)
+    cqt = dict(
+        cqt_loss_weight=1.0,
+        cqt_bins=args.cqt_bins,
+        cqt_bins_per_octave=args.cqt_bins_per_octave,
+        cqt_fmin=args.cqt_fmin,
+    )
+    off = dataclasses.replace(
+        m,
+        activation_dropout=m.dropout,
+        encoder_layerdrop=0.0,
+        dropout_input=0.0,
+        feature_grad_mult=1.0,
+        special_symbols=0,
+        cqt_loss_weight=0.0,
+    )
     return {"off": off, "cqt": dataclasses.replace(off, **cqt), "recipe": dataclasses.replace(m, **cqt)}
 
 
@@ -85,8 +96,9 @@ def main(argv=None) -> dict:
     torch.manual_seed(SEED)
     wav = (0.1 * torch.randn(B, L)).to(device)
     codes = torch.randint(0, m0.codebook_size, (B, m0.codebooks, T)).to(device)
-    mask = torch.from_numpy(compute_group_masks(B, T, m0.mask_prob, m0.mask_length, m0.mask_min_masks, rng,
-                                                t.mask_group)).to(device)
+    mask = torch.from_numpy(
+        compute_group_masks(B, T, m0.mask_prob, m0.mask_length, m0.mask_min_masks, rng, t.mask_group)
+    ).to(device)
     models = {}
     ts = dataclasses.replace(t, seed=SEED, precision=args.precision, compile=False)
     for name, m in variants(cfg, args).items():
@@ -109,11 +121,18 @@ def main(argv=None) -> dict:
         mix_ms.append(1e3 * (time.perf_counter() - t0))
 
     result = {
-        "config": args.config, "device": str(device), "precision": args.precision, "threads": args.threads,
-        "batch": B, "crop_samples": L, "cqt": [args.cqt_bins, args.cqt_bins_per_octave, args.cqt_fmin],
+        "config": args.config,
+        "device": str(device),
+        "precision": args.precision,
+        "threads": args.threads,
+        "batch": B,
+        "crop_samples": L,
+        "cqt": [args.cqt_bins, args.cqt_bins_per_octave, args.cqt_fmin],
         "step_s_median": {k: statistics.median(v) for k, v in times.items()},
-        "ratio_to_off": ratios, "mixture_ms_per_microbatch": statistics.median(mix_ms),
-        "mixture_samples": list(samples), "machine": machine_info(device),
+        "ratio_to_off": ratios,
+        "mixture_ms_per_microbatch": statistics.median(mix_ms),
+        "mixture_samples": list(samples),
+        "machine": machine_info(device),
     }
     print(json.dumps(result, indent=2))
     return result

@@ -49,8 +49,11 @@ def build(cfg: C.Config, run: str, qk_scale: float, device: torch.device) -> Aco
 
 def one_pass(model: AcousticMLM, batch, device: torch.device, precision: str) -> dict:
     overflowed = []
-    hooks = [m.register_forward_hook(lambda mod, i, out: overflowed.append(int(not torch.isfinite(out).all())))
-             for m in model.modules() if isinstance(m, MultiheadSelfAttention)]
+    hooks = [
+        m.register_forward_hook(lambda mod, i, out: overflowed.append(int(not torch.isfinite(out).all())))
+        for m in model.modules()
+        if isinstance(m, MultiheadSelfAttention)
+    ]
     model.zero_grad(set_to_none=True)
     try:
         with autocast(device, precision):
@@ -60,8 +63,14 @@ def one_pass(model: AcousticMLM, batch, device: torch.device, precision: str) ->
         for h in hooks:
             h.remove()
     grads_finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
-    return {"loss": out.loss.item(), "loss_cb0_bits": float(out.bits[0]), "layers_overflowed": sum(overflowed),
-            "layers": len(overflowed), "loss_finite": math.isfinite(out.loss.item()), "grads_finite": grads_finite}
+    return {
+        "loss": out.loss.item(),
+        "loss_cb0_bits": float(out.bits[0]),
+        "layers_overflowed": sum(overflowed),
+        "layers": len(overflowed),
+        "loss_finite": math.isfinite(out.loss.item()),
+        "grads_finite": grads_finite,
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,8 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="cpu | cuda | auto (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=4, help="crops in the batch (default: %(default)s)")
     p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds")
-    p.add_argument("--qk-scales", default="1,16,64,256",
-                   help="factors on the q and k projections (default: %(default)s)")
+    p.add_argument(
+        "--qk-scales", default="1,16,64,256", help="factors on the q and k projections (default: %(default)s)"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: train.threads)")
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results here")
     args = p.parse_args(argv)
@@ -103,24 +113,39 @@ def main(argv=None) -> dict:
             model = build(cfg, run, scale, device)
             if reference is None:  # fp32, no autocast: the same function for both variants in exact arithmetic
                 reference = one_pass(model, batch, device, "fp32")["loss"]
-            row = {"qk_scale": scale, "variant": variant, **one_pass(model, batch, device, "fp16"),
-                   "fp32_loss": reference}
+            row = {
+                "qk_scale": scale,
+                "variant": variant,
+                **one_pass(model, batch, device, "fp16"),
+                "fp32_loss": reference,
+            }
             row["loss_minus_fp32"] = row["loss"] - reference
             rows.append(row)
             del model
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        print(f"  qk x{scale:g}: " + " ".join(f"{r['variant']}: loss {r['loss']:.4f}, {r['layers_overflowed']} "
-                                              f"layers overflowed" for r in rows[-2:]), file=sys.stderr, flush=True)
+        print(
+            f"  qk x{scale:g}: "
+            + " ".join(
+                f"{r['variant']}: loss {r['loss']:.4f}, {r['layers_overflowed']} layers overflowed" for r in rows[-2:]
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     print("| q, k scale | attention | fp16 loss | fp16 - fp32 | layers with inf/nan | loss finite | grads finite |")
     print("|---:|---|---:|---:|---:|---|---|")
     for r in rows:
-        print(f"| {r['qk_scale']:g} | {r['variant']} | {r['loss']:.4f} | {r['loss_minus_fp32']:.2e} | "
-              f"{r['layers_overflowed']} of {r['layers']} | {r['loss_finite']} | {r['grads_finite']} |")
+        print(
+            f"| {r['qk_scale']:g} | {r['variant']} | {r['loss']:.4f} | {r['loss_minus_fp32']:.2e} | "
+            f"{r['layers_overflowed']} of {r['layers']} | {r['loss_finite']} | {r['grads_finite']} |"
+        )
     result = {
         "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-        "config": str(args.config), "machine": machine_info(device), "batch_size": args.batch_size,
-        "crop_frames": frames, "rows": rows,
+        "config": str(args.config),
+        "machine": machine_info(device),
+        "batch_size": args.batch_size,
+        "crop_frames": frames,
+        "rows": rows,
     }
     if args.json is not None:
         write_json(args.json, result)  # atomic, folders made

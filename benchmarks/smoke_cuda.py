@@ -32,6 +32,7 @@ GENERATED = ("data/raw", "data/prepared", "data/codes", "data/downloads", "resul
 
 def copy_sources(dest: Path) -> Path:
     """The repository without its generated outputs, virtual environments or caches."""
+
     def ignore(folder: str, names: list[str]) -> set[str]:
         rel = Path(folder).relative_to(ROOT)
         return {n for n in names if n in SKIP or str(rel / n) in SKIP or str(rel / n) in GENERATED}
@@ -52,8 +53,18 @@ def device_config(repo: Path, device: str) -> Path:
 
 
 def snakemake(repo: Path, config: Path, cores: int, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--cores", str(cores), "--resources", "gpu=1", "--configfile",
-            str(config.relative_to(repo)), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        str(cores),
+        "--resources",
+        "gpu=1",
+        "--configfile",
+        str(config.relative_to(repo)),
+        *extra,
+    ]
 
 
 def newest_state_step(repo: Path, runs: list[str]) -> tuple[str | None, int]:
@@ -99,8 +110,14 @@ def main(argv=None) -> dict:
 
     # 1. run until an arm has a resumable state past the step, then kill everything
     with open(out / "first_run.log", "w") as log:
-        proc = subprocess.Popen(snakemake(repo, config, args.cores, []), cwd=repo, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            snakemake(repo, config, args.cores, []),
+            cwd=repo,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         killed = None
         while proc.poll() is None and time.perf_counter() - t_start < args.timeout:
             arm, step = newest_state_step(repo, runs)
@@ -110,17 +127,26 @@ def main(argv=None) -> dict:
                 break
             time.sleep(0.2)
         proc.wait()
-    result["first_run"] = {"killed": killed is not None, "arm": killed and killed[0],
-                           "state_step": killed and killed[1],
-                           "returncode": proc.returncode, "seconds": time.perf_counter() - t_start}
+    result["first_run"] = {
+        "killed": killed is not None,
+        "arm": killed and killed[0],
+        "state_step": killed and killed[1],
+        "returncode": proc.returncode,
+        "seconds": time.perf_counter() - t_start,
+    }
     # 2. unlock and run to the end
     subprocess.run(snakemake(repo, config, args.cores, ["--unlock"]), cwd=repo, env=env, capture_output=True)
     t1 = time.perf_counter()
     with open(out / "second_run.log", "w") as log:
         try:
-            rc = subprocess.run(snakemake(repo, config, args.cores, ["--rerun-incomplete"]), cwd=repo, env=env,
-                                stdout=log, stderr=subprocess.STDOUT,
-                                timeout=max(1.0, args.timeout - (t1 - t_start))).returncode
+            rc = subprocess.run(
+                snakemake(repo, config, args.cores, ["--rerun-incomplete"]),
+                cwd=repo,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=max(1.0, args.timeout - (t1 - t_start)),
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = 124
     summaries = {run: (repo / "results" / "runs" / run / "summary.json").is_file() for run in runs}
@@ -128,11 +154,13 @@ def main(argv=None) -> dict:
     if killed:
         train_log = repo / "results" / "logs" / "train" / f"{killed[0]}.log"
         resumed = train_log.is_file() and "resuming after step" in train_log.read_text(errors="replace")
-    figures = sorted(str(f.relative_to(repo)) for f in (repo / "results" / "figures").glob("*")) \
-        if (repo / "results" / "figures").is_dir() else []
+    figures = (
+        sorted(str(f.relative_to(repo)) for f in (repo / "results" / "figures").glob("*"))
+        if (repo / "results" / "figures").is_dir()
+        else []
+    )
     result["second_run"] = {"returncode": rc, "seconds": time.perf_counter() - t1}
-    result.update(summaries=summaries, resumed=resumed, figures=figures,
-                  seconds=time.perf_counter() - t_start)
+    result.update(summaries=summaries, resumed=resumed, figures=figures, seconds=time.perf_counter() - t_start)
     result["ok"] = bool(rc == 0 and killed and all(summaries.values()) and resumed and figures)
     (out / "smoke_cuda.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("ok", "first_run", "resumed", "summaries", "seconds")}))

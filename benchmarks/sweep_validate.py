@@ -74,8 +74,10 @@ def main() -> None:
             path.write_text(yaml.safe_dump(sweep_config(n), sort_keys=False))
             seconds = time_validate(path, args.repeat)
             rows.append({"points": n, "seconds": round(seconds, 3), "over_no_sweep_s": round(seconds - floor, 3)})
-            print(f"{n:>6} points: {seconds:.2f} s ({(seconds - floor) / n * 1e6:.0f} us per point over no sweep)",
-                  flush=True)
+            print(
+                f"{n:>6} points: {seconds:.2f} s ({(seconds - floor) / n * 1e6:.0f} us per point over no sweep)",
+                flush=True,
+            )
     info = {"cpu_count": os.cpu_count(), "loadavg": os.getloadavg(), "no_sweep_s": round(floor, 3), "sizes": rows}
     if args.json:
         args.json.write_text(json.dumps(info, indent=2) + "\n")

@@ -45,20 +45,29 @@ def one(seconds: float, segment_s: float, context_s: float, threads: int) -> dic
     clips = pd.DataFrame({"offset": [0], "num_samples": [n]})
     t0 = time.perf_counter()
     # the `tokenizer:` section with these settings, read as the tokenize stage reads it
-    tc = dataclasses.replace(C.load(ROOT / "config" / "smoke.yaml").tokenizer, batch_size=1, segment_seconds=segment_s,
-                             context_seconds=context_s)
+    tc = dataclasses.replace(
+        C.load(ROOT / "config" / "smoke.yaml").tokenizer,
+        batch_size=1,
+        segment_seconds=segment_s,
+        context_seconds=context_s,
+    )
     encode_clips(model, audio, clips, EncodeSettings.from_config(tc, "cpu"))
-    return {"segment_seconds": segment_s, "seconds": time.perf_counter() - t0,
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    return {
+        "segment_seconds": segment_s,
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
 
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=300.0, help="clip length (default: %(default)s)")
-    p.add_argument("--segments", default="0,60",
-                   help="segment lengths in seconds, 0 = whole clip (default: %(default)s)")
-    p.add_argument("--context", type=float, default=2.0,
-                   help="left context per segment, seconds (default: %(default)s)")
+    p.add_argument(
+        "--segments", default="0,60", help="segment lengths in seconds, 0 = whole clip (default: %(default)s)"
+    )
+    p.add_argument(
+        "--context", type=float, default=2.0, help="left context per segment, seconds (default: %(default)s)"
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="processes per setting (default: %(default)s)")
     p.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
@@ -70,9 +79,23 @@ def main(argv=None) -> list[dict]:
     runs: dict[float, list[dict]] = {s: [] for s in segments}
     for r in range(args.repeats):
         for s in segments if r % 2 == 0 else segments[::-1]:
-            out = subprocess.run([sys.executable, __file__, "--seconds", str(args.seconds), "--context",
-                                  str(args.context), "--threads", str(args.threads), "--child", str(s)],
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--seconds",
+                    str(args.seconds),
+                    "--context",
+                    str(args.context),
+                    "--threads",
+                    str(args.threads),
+                    "--child",
+                    str(s),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             runs[s].append(json.loads(out.strip().splitlines()[-1]))
     base = statistics.median(x["seconds"] for x in runs[segments[0]])
     rows = []

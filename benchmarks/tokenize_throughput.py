@@ -164,8 +164,9 @@ def time_variant(name, batch_size, model, audio, clips, device) -> tuple[float, 
     if name == PLAIN:
         out = encode_plain(model, audio, clips, device)
     else:
-        out = encode_clips(model, audio, clips, EncodeSettings(batch_size=batch_size, device=device),
-                           label=f"tokenize B={batch_size}")
+        out = encode_clips(
+            model, audio, clips, EncodeSettings(batch_size=batch_size, device=device), label=f"tokenize B={batch_size}"
+        )
     _sync(device)
     seconds = time.perf_counter() - t0
     return seconds, (aligned(out, clips, len(audio)) if name == PLAIN else out)
@@ -183,7 +184,7 @@ def benchmark(model, audio, clips, device, batch_sizes: list[int], repeats: int,
     codes: dict[str, np.ndarray] = {}
     unstable = {name: 0 for name, _ in vs}
     for r in range(repeats):
-        for name, b in vs[r % len(vs):] + vs[: r % len(vs)]:
+        for name, b in vs[r % len(vs) :] + vs[: r % len(vs)]:
             seconds, c = time_variant(name, b, model, audio, clips, device)
             times[name].append(seconds)
             if name not in codes:
@@ -192,8 +193,7 @@ def benchmark(model, audio, clips, device, batch_sizes: list[int], repeats: int,
                 unstable[name] += 1
         audio_s = float(clips["num_samples"].sum()) / SAMPLE_RATE
         print(
-            f"  repeat {r + 1}/{repeats}: "
-            + " ".join(f"{name}={audio_s / s[-1]:.1f}x" for name, s in times.items()),
+            f"  repeat {r + 1}/{repeats}: " + " ".join(f"{name}={audio_s / s[-1]:.1f}x" for name, s in times.items()),
             file=sys.stderr,
             flush=True,
         )
@@ -279,31 +279,63 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clips", type=int, default=24, help="clips to encode per pass (default: %(default)s)")
     p.add_argument("--min-seconds", type=float, default=5.0, help="shortest clip (default: %(default)s)")
     p.add_argument("--max-seconds", type=float, default=30.0, help="longest clip (default: %(default)s)")
-    p.add_argument("--batch-sizes", type=_int_list, default=[1, 4, 16],
-                   help="comma-separated encode_clips batch sizes (default: 1,4,16)")
+    p.add_argument(
+        "--batch-sizes",
+        type=_int_list,
+        default=[1, 4, 16],
+        help="comma-separated encode_clips batch sizes (default: 1,4,16)",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved passes per variant (default: %(default)s)")
-    p.add_argument("--warmup-clips", type=int, default=2,
-                   help="untimed: each variant first encodes this many of the shortest clips (default: %(default)s)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="where EnCodec encodes (default: %(default)s)")
-    p.add_argument("--audio", choices=("synth", "noise"), default="synth",
-                   help="synth: the package's procedural music (mono mix); noise: white noise (default: %(default)s)")
-    p.add_argument("--tokenizer", choices=("calibrated", "untrained"), default="calibrated",
-                   help="calibrated: codebooks fitted as the stage fits them; untrained: all-zero codes, "
-                   "same encoder cost (default: %(default)s)")
-    p.add_argument("--calibration-frames", type=int, default=20000,
-                   help="frames to calibrate on, from separate clips (default: %(default)s, as config.yaml)")
-    p.add_argument("--calibration-iters", type=int, default=20,
-                   help="k-means iterations per level (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seeds the clips, their lengths and the tokenizer (default: %(default)s)")
-    p.add_argument("--allocator", choices=("default", "keep"), default="default",
-                   help="default: glibc as it comes; keep: utils.keep_freed_memory(), as the tokenize stage runs "
-                   "(default: %(default)s)")
-    p.add_argument("--compare-allocators", type=int, default=0, metavar="ROUNDS",
-                   help="instead: run this benchmark ROUNDS times per allocator, alternating, each in a fresh "
-                   "process, and report keep / default per variant (median of the per-round ratios)")
+    p.add_argument(
+        "--warmup-clips",
+        type=int,
+        default=2,
+        help="untimed: each variant first encodes this many of the shortest clips (default: %(default)s)",
+    )
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where EnCodec encodes (default: %(default)s)"
+    )
+    p.add_argument(
+        "--audio",
+        choices=("synth", "noise"),
+        default="synth",
+        help="synth: the package's procedural music (mono mix); noise: white noise (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        choices=("calibrated", "untrained"),
+        default="calibrated",
+        help="calibrated: codebooks fitted as the stage fits them; untrained: all-zero codes, "
+        "same encoder cost (default: %(default)s)",
+    )
+    p.add_argument(
+        "--calibration-frames",
+        type=int,
+        default=20000,
+        help="frames to calibrate on, from separate clips (default: %(default)s, as config.yaml)",
+    )
+    p.add_argument(
+        "--calibration-iters", type=int, default=20, help="k-means iterations per level (default: %(default)s)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seeds the clips, their lengths and the tokenizer (default: %(default)s)"
+    )
+    p.add_argument(
+        "--allocator",
+        choices=("default", "keep"),
+        default="default",
+        help="default: glibc as it comes; keep: utils.keep_freed_memory(), as the tokenize stage runs "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--compare-allocators",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: run this benchmark ROUNDS times per allocator, alternating, each in a fresh "
+        "process, and report keep / default per variant (median of the per-round ratios)",
+    )
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results here")
     args = p.parse_args(argv)
     for name in ("clips", "repeats", "threads"):
@@ -336,26 +368,39 @@ def compare_allocators(argv: list[str], rounds: int) -> dict:
     runs: dict[str, list[dict]] = {"default": [], "keep": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            for alloc in (("default", "keep") if r % 2 == 0 else ("keep", "default")):
+            for alloc in ("default", "keep") if r % 2 == 0 else ("keep", "default"):
                 out = Path(tmp) / f"{alloc}{r}.json"
-                subprocess.run([sys.executable, __file__, *base, "--allocator", alloc, "--json", str(out)],
-                               check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    [sys.executable, __file__, *base, "--allocator", alloc, "--json", str(out)],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
                 runs[alloc].append(json.loads(out.read_text()))
     rows = []
     for i, row in enumerate(runs["default"][0]["rows"]):
         d = [run["rows"][i]["x_real_time"] for run in runs["default"]]
         k = [run["rows"][i]["x_real_time"] for run in runs["keep"]]
-        rows.append({"variant": row["variant"], "default_x_real_time": statistics.median(d),
-                     "keep_x_real_time": statistics.median(k),
-                     "ratio_keep_to_default": statistics.median(b / a for a, b in zip(d, k)),
-                     "ratio_min": min(b / a for a, b in zip(d, k)), "ratio_max": max(b / a for a, b in zip(d, k)),
-                     "peak_rss_gb": [runs["default"][0]["machine"]["peak_rss_gb"],
-                                     runs["keep"][0]["machine"]["peak_rss_gb"]]})
+        rows.append(
+            {
+                "variant": row["variant"],
+                "default_x_real_time": statistics.median(d),
+                "keep_x_real_time": statistics.median(k),
+                "ratio_keep_to_default": statistics.median(b / a for a, b in zip(d, k)),
+                "ratio_min": min(b / a for a, b in zip(d, k)),
+                "ratio_max": max(b / a for a, b in zip(d, k)),
+                "peak_rss_gb": [
+                    runs["default"][0]["machine"]["peak_rss_gb"],
+                    runs["keep"][0]["machine"]["peak_rss_gb"],
+                ],
+            }
+        )
     print("| variant | x real time, default glibc | x real time, keep_freed_memory | ratio keep / default (min-max) |")
     print("|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['variant']} | {r['default_x_real_time']:.1f} | {r['keep_x_real_time']:.1f} | "
-              f"{r['ratio_keep_to_default']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |")
+        print(
+            f"| {r['variant']} | {r['default_x_real_time']:.1f} | {r['keep_x_real_time']:.1f} | "
+            f"{r['ratio_keep_to_default']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |"
+        )
     return {"rounds": rounds, "rows": rows, "runs": runs}
 
 
@@ -383,8 +428,11 @@ def main(argv=None) -> dict:
         f"# {args.clips} {args.audio} clips of {lengths.min() / SAMPLE_RATE:.1f}-{lengths.max() / SAMPLE_RATE:.1f} s "
         f"({audio_s:.1f} s of audio); EnCodec 24 kHz at {BANDWIDTH:g} kbps, {n_codebooks(model)} codebooks, "
         f"{args.tokenizer} tokenizer"
-        + (f" ({tok['calibration_frames']} frames, {args.calibration_iters} iters, {tok['calibration_seconds']:.0f} s)"
-           if args.tokenizer == "calibrated" else " (every code is 0: the code comparison is vacuous)"),
+        + (
+            f" ({tok['calibration_frames']} frames, {args.calibration_iters} iters, {tok['calibration_seconds']:.0f} s)"
+            if args.tokenizer == "calibrated"
+            else " (every code is 0: the code comparison is vacuous)"
+        ),
         file=sys.stderr,
     )
     print(f"# {info}", file=sys.stderr, flush=True)
@@ -399,8 +447,10 @@ def main(argv=None) -> dict:
     ]
     if b1 is not None:
         notes.append(
-            "encode_clips B=1 codes " + ("identical to" if b1["codes_identical"] else "DIFFER from")
-            + " the plain API's" + ("" if b1["codes_identical"] else f" ({b1['codes_differ']} codes)")
+            "encode_clips B=1 codes "
+            + ("identical to" if b1["codes_identical"] else "DIFFER from")
+            + " the plain API's"
+            + ("" if b1["codes_identical"] else f" ({b1['codes_differ']} codes)")
         )
     shaky = [r["variant"] for r in rows if r["passes_with_other_codes"]]
     if shaky:

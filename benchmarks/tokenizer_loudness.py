@@ -39,11 +39,19 @@ def main() -> None:
     ap.add_argument("--config", default="config/smoke.yaml", help="preset whose data and tokenizer settings are used")
     ap.add_argument("--variants", default="none:2048,none:16384,rms:16384,lufs:16384,kweighted:16384")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--window-frames", type=int, default=loudness.LOUDNESS_WINDOW_FRAMES,
-                    help="loudness kweighted and rms: frames per window (the package's value by default)")
-    ap.add_argument("--silence-db", type=float, default=loudness.WINDOW_SILENCE_DB,
-                    help="loudness kweighted and rms: a window at or below this level is left as is (the package's "
-                         "value by default)")
+    ap.add_argument(
+        "--window-frames",
+        type=int,
+        default=loudness.LOUDNESS_WINDOW_FRAMES,
+        help="loudness kweighted and rms: frames per window (the package's value by default)",
+    )
+    ap.add_argument(
+        "--silence-db",
+        type=float,
+        default=loudness.WINDOW_SILENCE_DB,
+        help="loudness kweighted and rms: a window at or below this level is left as is (the package's "
+        "value by default)",
+    )
     args = ap.parse_args()
     loudness.LOUDNESS_WINDOW_FRAMES, loudness.WINDOW_SILENCE_DB = args.window_frames, args.silence_db
     base = config.read_yaml(args.config)  # the file's mapping: each variant edits it as a user edits the file
@@ -54,24 +62,41 @@ def main() -> None:
         for variant in args.variants.split(","):
             method, frames, *target = variant.split(":")
             settings = copy.deepcopy(base)
-            settings["tokenizer"].update(loudness=method, calibration_frames=int(frames),
-                                         loudness_target=float(target[0]) if target else -23.0)
+            settings["tokenizer"].update(
+                loudness=method, calibration_frames=int(frames), loudness_target=float(target[0]) if target else -23.0
+            )
             out = Path(tmp) / f"codes-{method}-{frames}"
             t0 = time.perf_counter()
-            stage.run(config.from_mapping(settings, f"{args.config} with loudness {variant}"), prepared, out,
-                      threads=args.threads)
+            stage.run(
+                config.from_mapping(settings, f"{args.config} with loudness {variant}"),
+                prepared,
+                out,
+                threads=args.threads,
+            )
             meta = json.loads((out / "tokenizer.json").read_text())
             files = pd.read_csv(out / FILES)
             rho = files["rms_dbfs"].corr(files["cb0_entropy_bits"], method="spearman")
-            rows.append({"variant": variant, "window_frames": args.window_frames, "silence_db": args.silence_db,
-                         "cb0_top_share": meta["top_code_share"][0],
-                         "cb0_entropy_bits": meta["unigram_entropy_bits"][0], "cb0_codes": meta["distinct_codes"][0],
-                         "codes_per_level": meta["distinct_codes"],
-                          "min_file_cb0_entropy": files["cb0_entropy_bits"].min(),
-                         "rho_rms_entropy": round(float(rho), 3), "seconds": round(time.perf_counter() - t0, 1)})
+            rows.append(
+                {
+                    "variant": variant,
+                    "window_frames": args.window_frames,
+                    "silence_db": args.silence_db,
+                    "cb0_top_share": meta["top_code_share"][0],
+                    "cb0_entropy_bits": meta["unigram_entropy_bits"][0],
+                    "cb0_codes": meta["distinct_codes"][0],
+                    "codes_per_level": meta["distinct_codes"],
+                    "min_file_cb0_entropy": files["cb0_entropy_bits"].min(),
+                    "rho_rms_entropy": round(float(rho), 3),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
-            print(files[["path", "rms_dbfs", "lufs", "gain_db", "cb0_codes_used", "cb0_entropy_bits",
-                         "cb0_top_code_share"]].to_string(index=False), flush=True)
+            print(
+                files[
+                    ["path", "rms_dbfs", "lufs", "gain_db", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"]
+                ].to_string(index=False),
+                flush=True,
+            )
     print(pd.DataFrame(rows).to_string(index=False))
 
 

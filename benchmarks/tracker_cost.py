@@ -68,10 +68,15 @@ def time_tracker(name: str, cfg: C.Config, rows: list[dict], folder: Path) -> tu
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="config/config.yaml",
-                    help="the wandb run's config (default: config/config.yaml)")
-    ap.add_argument("--metrics", type=Path, default=Path("data/reference/smoke_run/metrics.csv"),
-                    help="reference metrics whose rows are logged (default: the smoke preset's)")
+    ap.add_argument(
+        "--config", default="config/config.yaml", help="the wandb run's config (default: config/config.yaml)"
+    )
+    ap.add_argument(
+        "--metrics",
+        type=Path,
+        default=Path("data/reference/smoke_run/metrics.csv"),
+        help="reference metrics whose rows are logged (default: the smoke preset's)",
+    )
     ap.add_argument("--rows", type=int, default=60, help="metrics rows per repetition (default: 60)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions; medians over all rows of all (default: 3)")
     ap.add_argument("--loggers", default="tensorboard,wandb", help="trackers to time (default: tensorboard,wandb)")
@@ -93,12 +98,17 @@ def main() -> None:
                     per_row[name] += times
                     setup[name].append(opened)
     base = statistics.median(per_row["csv"])
-    result = {"config": args.config, "rows": args.rows, "reps": args.reps, "metrics": str(args.metrics),
-              "columns": len(rows[0]),
-              "machine": machine_info(__import__("torch").device("cpu")),
-              "per_row_ms": {n: 1e3 * statistics.median(t) for n, t in per_row.items()},
-              "ratio_to_csv": {n: statistics.median(t) / base for n, t in per_row.items()},
-              "open_close_s": {n: statistics.median(t) for n, t in setup.items()}}
+    result = {
+        "config": args.config,
+        "rows": args.rows,
+        "reps": args.reps,
+        "metrics": str(args.metrics),
+        "columns": len(rows[0]),
+        "machine": machine_info(__import__("torch").device("cpu")),
+        "per_row_ms": {n: 1e3 * statistics.median(t) for n, t in per_row.items()},
+        "ratio_to_csv": {n: statistics.median(t) / base for n, t in per_row.items()},
+        "open_close_s": {n: statistics.median(t) for n, t in setup.items()},
+    }
     print(json.dumps(result, indent=2))
 
 

@@ -139,19 +139,29 @@ def trainee_builders(cfg: C.Config, device: torch.device, precision: str = "fp32
     The baseline clips at 1; the clip value costs nothing: clip_grad_norm_ always computes the
     total norm and rescales every gradient by min(1, clip / norm).
     """
-    t = dataclasses.replace(cfg.train_for(next(iter(cfg.runs))), precision=precision, clip=1.0, seed=BENCH_SEED,
-                            compile=cfg.train.compile and scope == "step")
+    t = dataclasses.replace(
+        cfg.train_for(next(iter(cfg.runs))),
+        precision=precision,
+        clip=1.0,
+        seed=BENCH_SEED,
+        compile=cfg.train.compile and scope == "step",
+    )
     wrap = TransformerOnly if scope == "transformer" else (lambda model: model)
 
     def baseline() -> Trainee:
-        return Trainee(BASELINE, "nn.TransformerEncoder (Pre-Norm)",
-                       build_trainer(baseline_model_config(cfg), t, device, model=wrap(build_baseline(cfg))), t.lr,
-                       t.accum_steps)
+        return Trainee(
+            BASELINE,
+            "nn.TransformerEncoder (Pre-Norm)",
+            build_trainer(baseline_model_config(cfg), t, device, model=wrap(build_baseline(cfg))),
+            t.lr,
+            t.accum_steps,
+        )
 
     def arm(run: str) -> Trainee:
         rc = cfg.run(run)
-        tr = build_trainer(cfg.model_for(run), dataclasses.replace(t, clip=rc.clip), device,
-                           model=wrap(build_arm(cfg, run)))
+        tr = build_trainer(
+            cfg.model_for(run), dataclasses.replace(t, clip=rc.clip), device, model=wrap(build_arm(cfg, run))
+        )
         return Trainee(run, rc.label, tr, t.lr, t.accum_steps)
 
     return [(BASELINE, baseline)] + [(run, lambda run=run: arm(run)) for run in cfg.runs]
@@ -331,11 +341,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="step: the whole MLM training step; transformer: positional conv + blocks + final norm "
         "only, to resolve differences the front end and heads dilute (default: %(default)s)",
     )
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="crops per micro-batch (default: one process's share, train.batch_size / processes)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="crops per micro-batch (default: one process's share, train.batch_size / processes)",
+    )
     p.add_argument("--accum-steps", type=int, default=None, help="micro-batches per step (default: train.accum_steps)")
-    p.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None,
-                   help="build, time and free one model at a time (default: on CUDA; interleaved on CPU)")
+    p.add_argument(
+        "--sequential",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="build, time and free one model at a time (default: on CUDA; interleaved on CPU)",
+    )
     p.add_argument("--crop-seconds", type=float, default=None, help="override train.crop_seconds")
     p.add_argument(
         "--peak-tflops",
@@ -361,8 +379,9 @@ def main(argv=None) -> dict:
     preset = C.load(args.config)
     settings = C.read_yaml(args.config)  # the file's mapping: the overrides edit it as a user edits the file
     # one process's share of the global micro-batch, on one device
-    settings["train"].update(batch_size=args.batch_size or preset.train.batch_size // preset.train.world,
-                             processes=1, nodes=1)
+    settings["train"].update(
+        batch_size=args.batch_size or preset.train.batch_size // preset.train.world, processes=1, nodes=1
+    )
     for key in ("crop_seconds", "accum_steps"):
         if getattr(args, key) is not None:
             settings["train"][key] = getattr(args, key)
@@ -399,8 +418,15 @@ def main(argv=None) -> dict:
     rows = []
     for prec in precisions:
         if sequential:
-            times, models = benchmark_sequential(trainee_builders(cfg, device, prec, args.scope), batch, device, prec,
-                                                 args.steps, args.warmup, args.repeats)
+            times, models = benchmark_sequential(
+                trainee_builders(cfg, device, prec, args.scope),
+                batch,
+                device,
+                prec,
+                args.steps,
+                args.warmup,
+                args.repeats,
+            )
         else:
             models = trainees(cfg, device, prec, args.scope)
             times = benchmark(models, batch, device, prec, args.steps, args.warmup, args.repeats)

@@ -51,11 +51,20 @@ def data_dirs(tmp_path_factory):
     clips = []
     for i in range(6):
         shard, j = divmod(i, per_shard)
-        clips.append({
-            "clip_id": f"c{i}", "path": f"c{i}.flac", "shard": shard, "split": "valid" if i == 5 else "train",
-            "offset": j * frames * 320, "num_samples": frames * 320, "num_frames": frames,
-            "orig_sample_rate": 24000, "orig_channels": 1, "duration_s": frames * 320 / 24000,
-        })
+        clips.append(
+            {
+                "clip_id": f"c{i}",
+                "path": f"c{i}.flac",
+                "shard": shard,
+                "split": "valid" if i == 5 else "train",
+                "offset": j * frames * 320,
+                "num_samples": frames * 320,
+                "num_frames": frames,
+                "orig_sample_rate": 24000,
+                "orig_channels": 1,
+                "duration_s": frames * 320 / 24000,
+            }
+        )
     for shard in range(2):
         (prepared / shard_name(shard)).mkdir(parents=True)
         (codes_dir / shard_name(shard)).mkdir(parents=True)
@@ -63,11 +72,17 @@ def data_dirs(tmp_path_factory):
         np.save(prepared / shard_name(shard) / "audio.npy", audio)
         codes = rng.choice(16, size=(8, per_shard * frames), p=np.arange(16, 0, -1) / 136).astype(np.int16)
         np.save(codes_dir / shard_name(shard) / "codes.npy", codes)
-        (codes_dir / shard_name(shard) / "encode.json").write_text(json.dumps(
-            {"clips": per_shard, "audio_seconds": per_shard * 2.0, "encode_seconds": 1.0}))
-        pd.DataFrame({"clip_id": [f"c{shard * per_shard + j}" for j in range(per_shard)], "rms_dbfs": -20.0,
-                      "lufs": -20.0, "gain_db": 0.0}).to_csv(codes_dir / shard_name(shard) / "loudness.csv",
-                                                             index=False)
+        (codes_dir / shard_name(shard) / "encode.json").write_text(
+            json.dumps({"clips": per_shard, "audio_seconds": per_shard * 2.0, "encode_seconds": 1.0})
+        )
+        pd.DataFrame(
+            {
+                "clip_id": [f"c{shard * per_shard + j}" for j in range(per_shard)],
+                "rms_dbfs": -20.0,
+                "lufs": -20.0,
+                "gain_db": 0.0,
+            }
+        ).to_csv(codes_dir / shard_name(shard) / "loudness.csv", index=False)
     pd.DataFrame(clips)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
     (codes_dir / MODEL_DIR).mkdir()
     (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))

@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 # Generated or local-only paths that a fresh clone does not have.
-_PATTERNS = shutil.ignore_patterns(".git", ".snakemake", "*.egg-info", "__pycache__", ".pytest_cache", ".venv",
-                                   ".*.tmp-*")
+_PATTERNS = shutil.ignore_patterns(
+    ".git", ".snakemake", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", ".*.tmp-*"
+)
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:
@@ -25,9 +26,20 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
         ignored |= {"cache", "tmp", "config.local"} & set(names)
     return ignored
 
-_GENERATED = ("data/raw", "data/prepared", "data/codes", "data/downloads", "results/runs", "results/logs",
-              "results/figures", "results/loss_curves.csv", "results/claims.json", "results/claims.md",
-              "results/config_check.txt")
+
+_GENERATED = (
+    "data/raw",
+    "data/prepared",
+    "data/codes",
+    "data/downloads",
+    "results/runs",
+    "results/logs",
+    "results/figures",
+    "results/loss_curves.csv",
+    "results/claims.json",
+    "results/claims.md",
+    "results/config_check.txt",
+)
 
 
 def copy_repo(root: Path, dest: Path) -> Path:
@@ -145,8 +157,9 @@ def make_zip(members: dict[str, bytes], symlinks: dict[str, str] | None = None) 
     return buf.getvalue()
 
 
-def make_tar(members: dict[str, bytes], symlinks: dict[str, str] | None = None,
-             hardlinks: dict[str, str] | None = None) -> bytes:
+def make_tar(
+    members: dict[str, bytes], symlinks: dict[str, str] | None = None, hardlinks: dict[str, str] | None = None
+) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
         for name, data in members.items():
@@ -166,6 +179,7 @@ def sha256(data: bytes) -> str:
 
 
 # Real recordings for tests: librosa's example recordings, beside the repository (never inside it)
+
 
 def real_audio_dir() -> Path:
     """The folder of librosa's 14 example recordings: $AMLM_REAL_AUDIO, else shared/audio/librosa
@@ -194,8 +208,10 @@ def real_audio_missing() -> str | None:
 
 # A small sweep on the smoke preset: two learning rates for every arm (the arms' own seeds), and a
 # depth for one arm with seeds set by its grid: 9 points.
-SWEEP = [{"grid": {"train.lr": [0.002, 0.01]}},
-         {"grid": {"model.layers": [3], "seeds": [1, 2]}, "arms": ["prenorm_clip1"]}]
+SWEEP = [
+    {"grid": {"train.lr": [0.002, 0.01]}},
+    {"grid": {"model.layers": [3], "seeds": [1, 2]}, "arms": ["prenorm_clip1"]},
+]
 
 
 def write_sweep_config(root: Path, dest: Path) -> Path:

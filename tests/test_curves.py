@@ -49,8 +49,14 @@ def test_a_spike_on_a_plateau_recovers_at_the_first_point_back_within_the_margin
     steps = np.array([0, 10, 20, 30, 40, 50, 60.0])
     loss = np.array([8.0, 6.0, 6.0, 7.5, 6.9, 6.3, 6.25])
     (spike,) = CV.detect_spikes(steps, loss, threshold=1.0, recovery_margin=0.3)
-    assert spike == {"onset_step": 30, "peak_step": 30, "peak_bits": 7.5, "base_bits": 6.0,
-                     "height_bits": 1.5, "recovery_step": 50}  # 6.3 <= 6.0 + 0.3: 6.9 is still up
+    assert spike == {
+        "onset_step": 30,
+        "peak_step": 30,
+        "peak_bits": 7.5,
+        "base_bits": 6.0,
+        "height_bits": 1.5,
+        "recovery_step": 50,
+    }  # 6.3 <= 6.0 + 0.3: 6.9 is still up
     assert CV.detect_spikes(steps, loss, threshold=1.5, recovery_margin=0.3) == []  # 1.5 is not above 1.5
 
 
@@ -136,4 +142,3 @@ def test_final_and_converged_step():
 def test_clipped_fraction_counts_updates():
     assert CV.clipped_fraction(3, 12) == 0.25
     assert math.isnan(CV.clipped_fraction(0, 0))
-

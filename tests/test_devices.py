@@ -31,9 +31,14 @@ def test_four_jobs_get_four_distinct_gpus_and_a_fifth_waits(tmp_path):
 
 def test_a_killed_job_frees_its_gpu(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from acoustic_mlm.devices import claim_gpu; "
-         f"c = claim_gpu(2, {str(tmp_path)!r}); print(c.index, flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from acoustic_mlm.devices import claim_gpu; "
+            f"c = claim_gpu(2, {str(tmp_path)!r}); print(c.index, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout.readline().strip() == "0"
     assert claim_gpu(2, tmp_path).index == 1  # 0 is held by the other process

@@ -32,31 +32,42 @@ def test_dvc_yaml_check_refuses_a_stale_file(root, tmp_path, capsys):
     assert "outside" in capsys.readouterr().err and not outside.exists()
 
 
-
-@pytest.mark.parametrize("make, words", [
-    (lambda p: p.mkdir(), "--out names an existing folder, not a file; name a file"),
-    (lambda p: (p / "dvc.yaml").mkdir(parents=True), "--out names an existing folder"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.mkdir(), "--out names an existing folder, not a file; name a file"),
+        (lambda p: (p / "dvc.yaml").mkdir(parents=True), "--out names an existing folder"),
+    ],
+)
 @pytest.mark.parametrize("check", [False, True])
 def test_dvc_yaml_out_naming_a_folder_is_one_line(root, tmp_path, capsys, make, words, check):
     out = tmp_path / "out"
     make(out)
     target = out if out.is_dir() and not (out / "dvc.yaml").exists() else out / "dvc.yaml"
     capsys.readouterr()
-    code = main(["dvc-yaml", "--config", str(root / "config" / "smoke.yaml"), "--out", str(target),
-                 *(["--check"] if check else [])])
+    code = main(
+        [
+            "dvc-yaml",
+            "--config",
+            str(root / "config" / "smoke.yaml"),
+            "--out",
+            str(target),
+            *(["--check"] if check else []),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "Traceback" not in err, err
     assert err.startswith(f"amlm dvc-yaml: error: {target}: ") and words in err, err
     with pytest.raises(UserError, match="--out names an existing folder"):  # the functions refuse it as well
-        (dvcgen.check if check else dvcgen.write)(C.load(root / "config" / "smoke.yaml"),
-                                                  root / "config" / "smoke.yaml",
-                                                  target)
+        (dvcgen.check if check else dvcgen.write)(
+            C.load(root / "config" / "smoke.yaml"), root / "config" / "smoke.yaml", target
+        )
 
 
 def test_dvc_yaml_out_under_a_file_is_one_line(root, tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
-    code = main(["dvc-yaml", "--config", str(root / "config" / "smoke.yaml"), "--out",
-                 str(tmp_path / "a_file" / "dvc.yaml")])
+    code = main(
+        ["dvc-yaml", "--config", str(root / "config" / "smoke.yaml"), "--out", str(tmp_path / "a_file" / "dvc.yaml")]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "lies under" in err and "which is a file, not a folder" in err and "\n" not in err

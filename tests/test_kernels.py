@@ -49,12 +49,19 @@ def test_pin_sets_every_library_switch():
 def _run(args, config, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k not in kernels.AVX2_ENV}
     env.update(env_extra or {})
-    code = ("import sys, json, os; from acoustic_mlm.__main__ import main; import acoustic_mlm.kernels as k; "
-            "k.pin_for_command(sys.argv[1:]); import torch, numpy; "
-            "print(json.dumps({'cap': torch.backends.cpu.get_cpu_capability(), "
-            "'env': {n: os.environ.get(n) for n in k.AVX2_ENV}}))")
-    out = subprocess.run([sys.executable, "-c", code, *args, "--config", str(config)], capture_output=True, text=True,
-                         env=env, timeout=120)
+    code = (
+        "import sys, json, os; from acoustic_mlm.__main__ import main; import acoustic_mlm.kernels as k; "
+        "k.pin_for_command(sys.argv[1:]); import torch, numpy; "
+        "print(json.dumps({'cap': torch.backends.cpu.get_cpu_capability(), "
+        "'env': {n: os.environ.get(n) for n in k.AVX2_ENV}}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -47,8 +47,11 @@ def test_read_reference_reads_the_shipped_curves_and_refuses_a_step_of_zero(root
     first[3] = "0"
     bad.write_text("\n".join([text[0], ",".join(first), *text[2:]]) + "\n")
     _refused(lambda: readers.read_reference(bad), bad, "column 'step', row 2 is 0; steps are positive")
-    _refused(lambda: readers.read_reference(tmp_path / "none.csv"), tmp_path / "none.csv",
-             "the paper's digitised curves are not found")
+    _refused(
+        lambda: readers.read_reference(tmp_path / "none.csv"),
+        tmp_path / "none.csv",
+        "the paper's digitised curves are not found",
+    )
     one_role = pd.read_csv(shipped, keep_default_na=False)
     one_role[one_role["role"] != "deepnorm"].to_csv(bad, index=False)
     _refused(lambda: readers.read_reference(bad), bad, "role deepnorm has 0 point(s)")

@@ -79,14 +79,17 @@ def test_an_error_inside_a_folder_names_the_file_under_the_final_folder(tmp_path
     assert err.value.path == final / "shard0" / "audio.npy" and os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("exc, no_room", [
-    (OSError(errno.ENOSPC, "No space left on device"), True),
-    (OSError(errno.EFBIG, "File too large"), True),
-    (OSError("1000 requested and 512 written"), True),  # numpy's tofile: a short write, no errno
-    (RuntimeError("[enforce fail at inline_container.cc] . unexpected pos 64 vs 0"), True),  # torch.save
-    (OSError(errno.EACCES, "Permission denied"), False),
-    (ValueError("No space left"), False),
-])
+@pytest.mark.parametrize(
+    "exc, no_room",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EFBIG, "File too large"), True),
+        (OSError("1000 requested and 512 written"), True),  # numpy's tofile: a short write, no errno
+        (RuntimeError("[enforce fail at inline_container.cc] . unexpected pos 64 vs 0"), True),  # torch.save
+        (OSError(errno.EACCES, "Permission denied"), False),
+        (ValueError("No space left"), False),
+    ],
+)
 def test_is_out_of_space_knows_each_way_a_write_runs_out_of_room(exc, no_room):
     assert utils.is_out_of_space(exc) is no_room
 
@@ -141,7 +144,7 @@ def test_progress_without_a_terminal_prints_plain_lines_with_the_postfix():
 
 # ----------------------------------------------------------------------------- stops at any moment
 
-STOPPED_WRITER = r'''
+STOPPED_WRITER = r"""
 import os, signal, sys, tempfile
 from pathlib import Path
 from acoustic_mlm import cli, utils
@@ -164,7 +167,7 @@ try:
         print("inside the block", flush=True)
 except KeyboardInterrupt:
     sys.exit(130)
-'''
+"""
 
 
 @pytest.mark.parametrize("kind", ["file", "dir"])
@@ -173,8 +176,9 @@ def test_a_stop_in_the_instant_after_a_temporary_name_is_created_leaves_nothing(
     final = tmp_path / "out" / "x.csv"
     final.parent.mkdir()
     final.write_text("old")
-    proc = subprocess.run([sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == code, proc.stderr
     assert "inside the block" not in proc.stdout  # stopped before the body ran
     assert os.listdir(final.parent) == ["x.csv"] and final.read_text() == "old"

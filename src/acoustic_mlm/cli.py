@@ -63,213 +63,433 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")
 
-    p = _stage_parser(sub, "fetch", "make or download the raw audio",
-                      "Write the corpus chosen by data.source into --out: synthetic (generated music, offline), "
-                      "folder (a local folder), url (a zip or tar(.gz) with its hash), fma_small/medium/large, "
-                      "librispeech-<subset>. Downloads are checksummed, resumable, kept in --downloads and "
-                      "extracted safely.")
+    p = _stage_parser(
+        sub,
+        "fetch",
+        "make or download the raw audio",
+        "Write the corpus chosen by data.source into --out: synthetic (generated music, offline), "
+        "folder (a local folder), url (a zip or tar(.gz) with its hash), fma_small/medium/large, "
+        "librispeech-<subset>. Downloads are checksummed, resumable, kept in --downloads and "
+        "extracted safely.",
+    )
     p.add_argument("--out", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
-    p.add_argument("--downloads", type=Path, default=Path("data/downloads"),
-                   help="where downloaded archives are kept (default: data/downloads)")
+    p.add_argument(
+        "--downloads",
+        type=Path,
+        default=Path("data/downloads"),
+        help="where downloaded archives are kept (default: data/downloads)",
+    )
 
-    p = _stage_parser(sub, "prepare", "decode, mix to mono, resample to 24 kHz, split",
-                      "Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to "
-                      "whole EnCodec frames, in shards of data.shard_files files; split train/valid "
-                      "deterministically; write shard-<k>/audio.npy, manifest.csv and rejects.csv. Without a step "
-                      "option, all steps run in turn.")
+    p = _stage_parser(
+        sub,
+        "prepare",
+        "decode, mix to mono, resample to 24 kHz, split",
+        "Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to "
+        "whole EnCodec frames, in shards of data.shard_files files; split train/valid "
+        "deterministically; write shard-<k>/audio.npy, manifest.csv and rejects.csv. Without a step "
+        "option, all steps run in turn.",
+    )
     p.add_argument("--raw", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
     p.add_argument("--out", type=Path, default=Path("data/prepared"), help="output folder (default: data/prepared)")
-    _step_options(p, "--plan", "only write the shard plan, shards.csv", "decode",
-                  "only join the shards: manifest.csv, rejects.csv, prepare.json")
+    _step_options(
+        p,
+        "--plan",
+        "only write the shard plan, shards.csv",
+        "decode",
+        "only join the shards: manifest.csv, rejects.csv, prepare.json",
+    )
 
-    p = _stage_parser(sub, "tokenize", "EnCodec 24 kHz codes, frame-aligned with the audio",
-                      "Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of "
-                      "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded "
-                      "batches; write model/, shard-<k>/codes.npy and tokenizer.json. Without a step option, all "
-                      "steps run in turn.")
-    p.add_argument("--prepared", type=Path, default=Path("data/prepared"),
-                   help="prepared folder (default: data/prepared)")
+    p = _stage_parser(
+        sub,
+        "tokenize",
+        "EnCodec 24 kHz codes, frame-aligned with the audio",
+        "Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of "
+        "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded "
+        "batches; write model/, shard-<k>/codes.npy and tokenizer.json. Without a step option, all "
+        "steps run in turn.",
+    )
+    p.add_argument(
+        "--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)"
+    )
     p.add_argument("--out", type=Path, default=Path("data/codes"), help="output folder (default: data/codes)")
-    _step_options(p, "--fit", "only fit (calibrated) or check (pretrained) the tokenizer: model/", "encode",
-                  "only summarise the shards' codes: tokenizer.json")
+    _step_options(
+        p,
+        "--fit",
+        "only fit (calibrated) or check (pretrained) the tokenizer: model/",
+        "encode",
+        "only summarise the shards' codes: tokenizer.json",
+    )
 
-    p = _stage_parser(sub, "train", "train one arm of the ablation",
-                      "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
-                      "metrics.csv (losses in bits), summary.json and checkpoint.pt into --out.")
+    p = _stage_parser(
+        sub,
+        "train",
+        "train one arm of the ablation",
+        "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
+        "metrics.csv (losses in bits), summary.json and checkpoint.pt into --out.",
+    )
     p.add_argument("run_name", nargs="?", metavar="RUN", help="run name, a key of runs: in the config")
-    p.add_argument("--run", help="the same, as an option (under torchrun use the positional form: "
-                                 "torchrun takes --run for its own --run-path)")
-    p.add_argument("--prepared", type=Path, default=Path("data/prepared"),
-                   help="prepared folder (default: data/prepared)")
+    p.add_argument(
+        "--run",
+        help="the same, as an option (under torchrun use the positional form: "
+        "torchrun takes --run for its own --run-path)",
+    )
+    p.add_argument(
+        "--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)"
+    )
     p.add_argument("--codes", type=Path, default=Path("data/codes"), help="codes folder (default: data/codes)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default: results/runs/<RUN>)")
 
-    p = _stage_parser(sub, "aggregate", "collect every arm's metrics into one tidy CSV",
-                      "Read results/runs/<run>/metrics.csv for every run in the config; write the tidy loss curves "
-                      "(run, label, seed, step, split, codebook, loss_bits).")
+    p = _stage_parser(
+        sub,
+        "aggregate",
+        "collect every arm's metrics into one tidy CSV",
+        "Read results/runs/<run>/metrics.csv for every run in the config; write the tidy loss curves "
+        "(run, label, seed, step, split, codebook, loss_bits).",
+    )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
     p.add_argument("--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV")
-    p.add_argument("--finals", type=Path, default=None, metavar="JSON",
-                   help="also write each arm's final codebook-0 loss, keyed by its role, to JSON (dvc exp show)")
+    p.add_argument(
+        "--finals",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="also write each arm's final codebook-0 loss, keyed by its role, to JSON (dvc exp show)",
+    )
 
-    p = _stage_parser(sub, "figure", "draw the codebook-0 loss vs training steps chart",
-                      "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.")
+    p = _stage_parser(
+        sub,
+        "figure",
+        "draw the codebook-0 loss vs training steps chart",
+        "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.",
+    )
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="paper curves CSV, overlaid when figure.overlay_paper (default: "
-                        "data/reference/paper_curves.csv)")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)",
+    )
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
-    p = _stage_parser(sub, "stability", "draw the stability figure: loss, gradient norm, attention logits",
-                      "Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the "
-                      "largest "
-                      "attention logit (fp16 limit drawn) and the fp16 loss scale against training steps, every loss "
-                      "spike marked on every panel; PNG (300 dpi), PDF and SVG.")
+    p = _stage_parser(
+        sub,
+        "stability",
+        "draw the stability figure: loss, gradient norm, attention logits",
+        "Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the "
+        "largest "
+        "attention logit (fp16 limit drawn) and the fp16 loss scale against training steps, every loss "
+        "spike marked on every panel; PNG (300 dpi), PDF and SVG.",
+    )
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
     p.add_argument("--diagnostics", type=Path, default=Path("results/diagnostics.csv"), help="tidy diagnostics CSV")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
-    p = _stage_parser(sub, "claims", "check the figure's claims on the reproduced curves",
-                      "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
-                      "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a "
-                      "verdict.")
+    p = _stage_parser(
+        sub,
+        "claims",
+        "check the figure's claims on the reproduced curves",
+        "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
+        "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a "
+        "verdict.",
+    )
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="paper curves CSV (default: data/reference/paper_curves.csv)")
-    p.add_argument("--diagnostics", type=Path, default=Path("results/diagnostics.csv"),
-                   help="tidy diagnostics CSV: what they show at each spike")
+    p.add_argument(
+        "--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)"
+    )
+    p.add_argument(
+        "--diagnostics",
+        type=Path,
+        default=Path("results/diagnostics.csv"),
+        help="tidy diagnostics CSV: what they show at each spike",
+    )
     p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
     p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as a markdown table")
 
-    p = _stage_parser(sub, "compare", "draw the paper's curves beside the reproduction",
-                      "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 "
-                      "curves.")
+    p = _stage_parser(
+        sub,
+        "compare",
+        "draw the paper's curves beside the reproduction",
+        "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 curves.",
+    )
     p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="paper curves CSV (default: data/reference/paper_curves.csv)")
+    p.add_argument(
+        "--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)"
+    )
     p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
 
-    p = _stage_parser(sub, "map", "tabulate a sweep's runs: the stability map",
-                      "One row per sweep point and seed: arm, role, swept values, status, final codebook-0 loss "
-                      "(train, valid), flattened, largest gradient norm, largest attention logit and its float16 "
-                      "share, clipped share, fp16 overflow skips (results/stability_map.csv).")
+    p = _stage_parser(
+        sub,
+        "map",
+        "tabulate a sweep's runs: the stability map",
+        "One row per sweep point and seed: arm, role, swept values, status, final codebook-0 loss "
+        "(train, valid), flattened, largest gradient norm, largest attention logit and its float16 "
+        "share, clipped share, fp16 overflow skips (results/stability_map.csv).",
+    )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
     p.add_argument("--out", type=Path, default=Path("results/stability_map.csv"), help="output CSV")
 
-    p = _stage_parser(sub, "map-figure", "draw the learning-rate sensitivity of a sweep",
-                      "Final codebook-0 loss against peak learning rate, one panel per depth x precision, one line "
-                      "per arm (diverged runs at the loss at initialisation); below, the largest attention logit "
-                      "against the rate with float16's limit. PNG (300 dpi), PDF and SVG.")
+    p = _stage_parser(
+        sub,
+        "map-figure",
+        "draw the learning-rate sensitivity of a sweep",
+        "Final codebook-0 loss against peak learning rate, one panel per depth x precision, one line "
+        "per arm (diverged runs at the loss at initialisation); below, the largest attention logit "
+        "against the rate with float16's limit. PNG (300 dpi), PDF and SVG.",
+    )
     p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
-    p = _stage_parser(sub, "map-claims", "judge the stability settings' promises on a sweep",
-                      "Each arm's LR sensitivity (Wortsman et al. 2023) with its seed spread, best and largest stable "
-                      "rate, and one verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in "
-                      "fp16 (rules: docs/stability.md).")
+    p = _stage_parser(
+        sub,
+        "map-claims",
+        "judge the stability settings' promises on a sweep",
+        "Each arm's LR sensitivity (Wortsman et al. 2023) with its seed spread, best and largest stable "
+        "rate, and one verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in "
+        "fp16 (rules: docs/stability.md).",
+    )
     p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
     p.add_argument("--out-json", type=Path, default=Path("results/map_claims.json"), help="verdicts as JSON")
     p.add_argument("--out-md", type=Path, default=Path("results/map_claims.md"), help="verdicts as markdown")
 
-    p = _stage_parser(sub, "decide", "judge the decisive experiments by their pre-registered rules",
-                      "Every run folder of a sweep, its settings read from its summary.json: a table of runs "
-                      "(final, capped and lowest loss, late fall, spikes, trained, collapsed), of comparisons per "
-                      "cell and budget (gap, resolution from 2 SE and the A/A pair, catch-up guard, Fisher's exact "
-                      "test) and each promise's verdict (rules: docs/stability.md, 'Decisive experiments').")
+    p = _stage_parser(
+        sub,
+        "decide",
+        "judge the decisive experiments by their pre-registered rules",
+        "Every run folder of a sweep, its settings read from its summary.json: a table of runs "
+        "(final, capped and lowest loss, late fall, spikes, trained, collapsed), of comparisons per "
+        "cell and budget (gap, resolution from 2 SE and the A/A pair, catch-up guard, Fisher's exact "
+        "test) and each promise's verdict (rules: docs/stability.md, 'Decisive experiments').",
+    )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
-    p.add_argument("--codes", type=Path, default=Path("data/codes"), help="codes folder: its tokenizer.json gives the "
-                   "plateau (default: data/codes)")
-    p.add_argument("--numerics", type=Path, default=None, help="benchmarks/attention_fp16.py's table (PB-Relax's "
-                   "arithmetic); without it that part is inconclusive")
-    p.add_argument("--out", type=Path, default=Path("results/decisive"),
-                   help="output folder (default: results/decisive)")
+    p.add_argument(
+        "--codes",
+        type=Path,
+        default=Path("data/codes"),
+        help="codes folder: its tokenizer.json gives the plateau (default: data/codes)",
+    )
+    p.add_argument(
+        "--numerics",
+        type=Path,
+        default=None,
+        help="benchmarks/attention_fp16.py's table (PB-Relax's arithmetic); without it that part is inconclusive",
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("results/decisive"), help="output folder (default: results/decisive)"
+    )
 
-    p = _stage_parser(sub, "preflight", "measure time, memory and disk of every arm before a run",
-                      "Build each arm's model at the preset's size on its device and precision, time a few "
-                      "micro-batches and optimizer steps on synthetic inputs, and project the time per update, per "
-                      "arm and for the whole figure, the memory (and the micro-batch that fits) and the disk.")
-    p.add_argument("--out", type=Path, default=Path("results"), help="folder for preflight.json and preflight.md "
-                   "(default: results)")
-    p.add_argument("--micro-batch", type=int, default=None, metavar="N",
-                   help="crops per measured micro-batch (default: train.batch_size / train.processes; 1 for a CUDA "
-                        "preset measured on CPU)")
-    p.add_argument("--micro-batches", type=int, default=None, metavar="N",
-                   help="timed micro-batches per model (default: 4; 1 for a CUDA preset measured on CPU)")
-    p.add_argument("--optimizer-steps", type=int, default=None, metavar="N",
-                   help="timed optimizer steps per model (default: 2; 1 for a CUDA preset measured on CPU)")
-    p.add_argument("--warmup", type=int, default=None, metavar="N",
-                   help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1; 0 "
-                        "for a CUDA preset measured on CPU)")
-    p.add_argument("--no-full-update", dest="full_update", action="store_false", default=None,
-                   help="do not run a whole update even when it is projected under a minute (a CUDA preset "
-                        "measured on CPU never runs one)")
+    p = _stage_parser(
+        sub,
+        "preflight",
+        "measure time, memory and disk of every arm before a run",
+        "Build each arm's model at the preset's size on its device and precision, time a few "
+        "micro-batches and optimizer steps on synthetic inputs, and project the time per update, per "
+        "arm and for the whole figure, the memory (and the micro-batch that fits) and the disk.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results"),
+        help="folder for preflight.json and preflight.md (default: results)",
+    )
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="crops per measured micro-batch (default: train.batch_size / train.processes; 1 for a CUDA "
+        "preset measured on CPU)",
+    )
+    p.add_argument(
+        "--micro-batches",
+        type=int,
+        default=None,
+        metavar="N",
+        help="timed micro-batches per model (default: 4; 1 for a CUDA preset measured on CPU)",
+    )
+    p.add_argument(
+        "--optimizer-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="timed optimizer steps per model (default: 2; 1 for a CUDA preset measured on CPU)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        metavar="N",
+        help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1; 0 "
+        "for a CUDA preset measured on CPU)",
+    )
+    p.add_argument(
+        "--no-full-update",
+        dest="full_update",
+        action="store_false",
+        default=None,
+        help="do not run a whole update even when it is projected under a minute (a CUDA preset "
+        "measured on CPU never runs one)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="override train.device")
     p.add_argument("--precision", choices=C.PRECISIONS, default=None, help="override train.precision")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)")
-    p.add_argument("--every-model", action="store_true",
-                   help="a CUDA preset measured on CPU: measure each distinct arm's model (default: the first only)")
-    p.add_argument("--utilisation", type=float, default=None, metavar="U",
-                   help="share of a GPU's peak assumed when projecting a CUDA preset measured on CPU (default: 0.35)")
-    p.add_argument("--intra-node-gb-s", type=float, default=None, metavar="GB_S",
-                   help="all-reduce bandwidth per GPU within a node, GB/s (default: 450, NVLink of an H100/H200 SXM)")
-    p.add_argument("--inter-node-gb-s", type=float, default=None, metavar="GB_S",
-                   help="all-reduce bandwidth per GPU across nodes, GB/s (default: 50, one 400 Gb/s InfiniBand port)")
-    p.add_argument("--nodes", type=int, default=None,
-                   help="nodes for the whole-figure projection (default: train.nodes, one run's nodes)")
-    p.add_argument("--gpus-per-node", type=int, default=None,
-                   help="GPUs per node for the projection (default: the GPUs visible here; on CPU train.processes)")
-    p.add_argument("--corpus-hours", type=float, default=None,
-                   help="hours of audio, for the disk estimate of a source whose size is unknown before fetching")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)",
+    )
+    p.add_argument(
+        "--every-model",
+        action="store_true",
+        help="a CUDA preset measured on CPU: measure each distinct arm's model (default: the first only)",
+    )
+    p.add_argument(
+        "--utilisation",
+        type=float,
+        default=None,
+        metavar="U",
+        help="share of a GPU's peak assumed when projecting a CUDA preset measured on CPU (default: 0.35)",
+    )
+    p.add_argument(
+        "--intra-node-gb-s",
+        type=float,
+        default=None,
+        metavar="GB_S",
+        help="all-reduce bandwidth per GPU within a node, GB/s (default: 450, NVLink of an H100/H200 SXM)",
+    )
+    p.add_argument(
+        "--inter-node-gb-s",
+        type=float,
+        default=None,
+        metavar="GB_S",
+        help="all-reduce bandwidth per GPU across nodes, GB/s (default: 50, one 400 Gb/s InfiniBand port)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="nodes for the whole-figure projection (default: train.nodes, one run's nodes)",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="GPUs per node for the projection (default: the GPUs visible here; on CPU train.processes)",
+    )
+    p.add_argument(
+        "--corpus-hours",
+        type=float,
+        default=None,
+        help="hours of audio, for the disk estimate of a source whose size is unknown before fetching",
+    )
 
-    p = _stage_parser(sub, "status", "where every arm and seed stands, while they train",
-                      "Read results/runs/ (only files training writes atomically) and print one line per arm and seed: "
-                      "step of total, last codebook-0 loss, updates per second, time left, the fp16 loss scale and "
-                      "overflow skips, and the status: waiting, running, stopped (no new metrics row or state for "
-                      "--stale-after minutes), completed, completed_with_nonfinite or diverged.")
+    p = _stage_parser(
+        sub,
+        "status",
+        "where every arm and seed stands, while they train",
+        "Read results/runs/ (only files training writes atomically) and print one line per arm and seed: "
+        "step of total, last codebook-0 loss, updates per second, time left, the fp16 loss scale and "
+        "overflow skips, and the status: waiting, running, stopped (no new metrics row or state for "
+        "--stale-after minutes), completed, completed_with_nonfinite or diverged.",
+    )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
-    p.add_argument("--stale-after", type=float, default=30.0, metavar="MINUTES",
-                   help="a seed without a new metrics row or state for this long is stopped (default: 30)")
+    p.add_argument(
+        "--stale-after",
+        type=float,
+        default=30.0,
+        metavar="MINUTES",
+        help="a seed without a new metrics row or state for this long is stopped (default: 30)",
+    )
 
-    p = _stage_parser(sub, "verify", "compare this installation's run with the shipped reference run",
-                      "Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in "
-                      "--runs-dir with a known-good reference run of the same preset (data/reference/default_run/: the "
-                      "default; data/reference/smoke_run/: the smoke preset); print per arm the largest difference, "
-                      "draw both runs' codebook-0 curves, exit 1 when an arm differs by more than the tolerance. "
-                      "--record writes a reference from --runs-dir instead.")
+    p = _stage_parser(
+        sub,
+        "verify",
+        "compare this installation's run with the shipped reference run",
+        "Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in "
+        "--runs-dir with a known-good reference run of the same preset (data/reference/default_run/: the "
+        "default; data/reference/smoke_run/: the smoke preset); print per arm the largest difference, "
+        "draw both runs' codebook-0 curves, exit 1 when an arm differs by more than the tolerance. "
+        "--record writes a reference from --runs-dir instead.",
+    )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="reference folder (default: data/reference/smoke_run for the smoke preset, else default_run)")
-    p.add_argument("--out", type=Path, default=Path("results/figures/reference_check.png"),
-                   help="figure of both runs' curves (default: results/figures/reference_check.png)")
-    p.add_argument("--tolerance", type=float, default=None, metavar="BITS",
-                   help="largest difference allowed (default: the reference's measured tolerance)")
-    p.add_argument("--record", type=Path, default=None, metavar="DIR",
-                   help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing")
-    p.add_argument("--until-step", type=int, default=None, metavar="STEP",
-                   help="with --record: --tolerance holds up to this step, --late-tolerance after it "
-                        "(docs/reference_run.md)")
-    p.add_argument("--late-tolerance", type=float, default=None, metavar="BITS",
-                   help="with --record and --until-step: the median difference allowed after that step")
-    p.add_argument("--native-tolerance", type=float, default=None, metavar="BITS",
-                   help="with --record and --until-step: the median difference allowed up to that step for a run "
-                        "on native kernels (its codes differ from a pinned reference's)")
-    p.add_argument("--data", type=Path, default=Path("data"),
-                   help="data folder whose stages' outputs are hashed against the reference's (default: data)")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="reference folder (default: data/reference/smoke_run for the smoke preset, else default_run)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/figures/reference_check.png"),
+        help="figure of both runs' curves (default: results/figures/reference_check.png)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        metavar="BITS",
+        help="largest difference allowed (default: the reference's measured tolerance)",
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing",
+    )
+    p.add_argument(
+        "--until-step",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="with --record: --tolerance holds up to this step, --late-tolerance after it (docs/reference_run.md)",
+    )
+    p.add_argument(
+        "--late-tolerance",
+        type=float,
+        default=None,
+        metavar="BITS",
+        help="with --record and --until-step: the median difference allowed after that step",
+    )
+    p.add_argument(
+        "--native-tolerance",
+        type=float,
+        default=None,
+        metavar="BITS",
+        help="with --record and --until-step: the median difference allowed up to that step for a run "
+        "on native kernels (its codes differ from a pinned reference's)",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=Path("data"),
+        help="data folder whose stages' outputs are hashed against the reference's (default: data)",
+    )
 
-    p = _stage_parser(sub, "validate", "check a configuration file",
-                      "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
-                      "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
-                      "invalid config stops `dvc repro` before any stage deletes its outputs.")
+    p = _stage_parser(
+        sub,
+        "validate",
+        "check a configuration file",
+        "Validate --config against the schema and rules; exit 0 if valid. With --out, also write "
+        "a marker file (the same bytes for every valid config): DVC's first stage, so that an "
+        "invalid config stops `dvc repro` before any stage deletes its outputs.",
+    )
     p.add_argument("--out", type=Path, default=None, help="marker file to write when the config is valid")
 
-    p = _stage_parser(sub, "dvc-yaml", "write dvc.yaml for a configuration",
-                      "Write the DVC pipeline for --config: the stages of the Snakemake rules (with a sweep, one "
-                      "training stage per point and the stability map), each stage's params from the settings its "
-                      "steps depend on and its deps from the modules it imports (acoustic_mlm.dvcgen).")
+    p = _stage_parser(
+        sub,
+        "dvc-yaml",
+        "write dvc.yaml for a configuration",
+        "Write the DVC pipeline for --config: the stages of the Snakemake rules (with a sweep, one "
+        "training stage per point and the stability map), each stage's params from the settings its "
+        "steps depend on and its deps from the modules it imports (acoustic_mlm.dvcgen).",
+    )
     p.add_argument("--out", type=Path, default=Path("dvc.yaml"), help="the file to write (default: dvc.yaml)")
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 2 unless --out is exactly the file generated for --config")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 2 unless --out is exactly the file generated for --config",
+    )
     return parser
 
 
@@ -303,8 +523,12 @@ def dispatch(args: argparse.Namespace) -> int | None:
 
         # the codes depend on the thread count: tokenize computes with tokenizer.threads, whatever --threads says
         if args.threads is not None and args.threads != cfg.tokenizer.threads:
-            log.warning("tokenize: %d threads, as tokenizer.threads says (--threads %d ignored: other thread counts "
-                        "give other codes)", cfg.tokenizer.threads, args.threads)
+            log.warning(
+                "tokenize: %d threads, as tokenizer.threads says (--threads %d ignored: other thread counts "
+                "give other codes)",
+                cfg.tokenizer.threads,
+                args.threads,
+            )
         threads = cfg.tokenizer.threads
         if args.fit:
             tokenizer.fit(cfg, args.prepared, args.out, threads=threads)
@@ -338,8 +562,14 @@ def dispatch(args: argparse.Namespace) -> int | None:
     elif args.command == "claims":
         from acoustic_mlm.report import claims
 
-        claims.run(cfg, args.curves, args.out_json, args.out_md, reference_path=args.reference,
-                   diagnostics_path=args.diagnostics)
+        claims.run(
+            cfg,
+            args.curves,
+            args.out_json,
+            args.out_md,
+            reference_path=args.reference,
+            diagnostics_path=args.diagnostics,
+        )
     elif args.command in ("map", "map-figure", "map-claims"):
         from acoustic_mlm.report import stability_map
 
@@ -369,12 +599,22 @@ def dispatch(args: argparse.Namespace) -> int | None:
         if args.tolerance is not None and not args.tolerance >= 0:
             raise UserError(f"--tolerance must be a number of bits >= 0, not {args.tolerance}")
         if args.record is not None:
-            command = (f"snakemake --cores all --configfile {args.config}, then amlm verify --config {args.config} "
-                       f"--runs-dir {args.runs_dir} --record {args.record}")
-            verify.record(cfg, Path(args.config), args.runs_dir, args.record, command,
-                          **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}),
-                          until_step=args.until_step, late_tolerance_bits=args.late_tolerance,
-                          native_tolerance_bits=args.native_tolerance, data_dir=args.data)
+            command = (
+                f"snakemake --cores all --configfile {args.config}, then amlm verify --config {args.config} "
+                f"--runs-dir {args.runs_dir} --record {args.record}"
+            )
+            verify.record(
+                cfg,
+                Path(args.config),
+                args.runs_dir,
+                args.record,
+                command,
+                **({} if args.tolerance is None else {"tolerance_bits": args.tolerance}),
+                until_step=args.until_step,
+                late_tolerance_bits=args.late_tolerance,
+                native_tolerance_bits=args.native_tolerance,
+                data_dir=args.data,
+            )
             return 0
         ref = args.reference or verify.default_reference(args.config)
         return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance, args.data)
@@ -392,10 +632,24 @@ def dispatch(args: argparse.Namespace) -> int | None:
 
 
 # Output options: (stage, option attribute) -> what the path must be able to become.
-OUT_FOLDERS = {("fetch", "out"), ("fetch", "downloads"), ("prepare", "out"), ("tokenize", "out"), ("train", "out"),
-               ("figure", "out"), ("stability", "out"), ("preflight", "out")}
-OUT_FILES = {("aggregate", "out"), ("claims", "out_json"), ("claims", "out_md"), ("compare", "out"),
-             ("validate", "out"), ("dvc-yaml", "out")}
+OUT_FOLDERS = {
+    ("fetch", "out"),
+    ("fetch", "downloads"),
+    ("prepare", "out"),
+    ("tokenize", "out"),
+    ("train", "out"),
+    ("figure", "out"),
+    ("stability", "out"),
+    ("preflight", "out"),
+}
+OUT_FILES = {
+    ("aggregate", "out"),
+    ("claims", "out_json"),
+    ("claims", "out_md"),
+    ("compare", "out"),
+    ("validate", "out"),
+    ("dvc-yaml", "out"),
+}
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -407,8 +661,9 @@ def check_outputs(args: argparse.Namespace) -> None:
             continue
         path, option = Path(path), "--" + attr.replace("_", "-")
         if kind == "folder" and path.exists() and not path.is_dir():
-            raise UserError(f"{path}: {option} names an existing file, not a folder; name a folder "
-                            "(or remove the file)")
+            raise UserError(
+                f"{path}: {option} names an existing file, not a folder; name a folder (or remove the file)"
+            )
         if kind == "file" and path.is_dir():
             raise UserError(f"{path}: {option} names an existing folder, not a file; name a file")
         for above in path.parents:

@@ -64,14 +64,16 @@ def detect_spikes(steps, loss, threshold: float, recovery_margin: float) -> list
             after = np.flatnonzero(loss[i + 1 :] <= base + recovery_margin + _EPS)
             end = i + 1 + after[0] if len(after) else len(loss)
             peak = i + int(np.argmax(loss[i:end]))
-            spikes.append({
-                "onset_step": int(steps[i]),
-                "peak_step": int(steps[peak]),
-                "peak_bits": float(loss[peak]),
-                "base_bits": float(base),
-                "height_bits": float(loss[peak] - base),
-                "recovery_step": int(steps[end]) if end < len(loss) else None,
-            })
+            spikes.append(
+                {
+                    "onset_step": int(steps[i]),
+                    "peak_step": int(steps[peak]),
+                    "peak_bits": float(loss[peak]),
+                    "base_bits": float(base),
+                    "height_bits": float(loss[peak] - base),
+                    "recovery_step": int(steps[end]) if end < len(loss) else None,
+                }
+            )
             if end >= len(loss):
                 break
             i = end  # the recovery point is the next candidate base

@@ -41,8 +41,9 @@ class GpuClaim:
             self._handle = None
 
 
-def claim_gpu(n_devices: int, folder: Path | None = None, poll_s: float = 2.0,
-              timeout_s: float | None = None) -> GpuClaim:
+def claim_gpu(
+    n_devices: int, folder: Path | None = None, poll_s: float = 2.0, timeout_s: float | None = None
+) -> GpuClaim:
     """Claim the first GPU among `n_devices` that no other process holds; wait while all are held."""
     folder = Path(folder) if folder is not None else lock_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -65,12 +65,19 @@ NO_RESULT = frozenset({"utils", "errors", "devices", "cli", "__init__", "__main_
 # runs through sweep.point_config (a sweep point's settings).
 ENTRY = {
     # kernels: `python -m acoustic_mlm` pins the CPU kernels these stages compute with (cpu_kernels)
-    "fetch": ("data.fetch", "kernels"), "prepare": ("data.prepare", "kernels"),
-    "tokenize": ("tokenizer.stage", "kernels"), "train": ("train.loop", "config.sweep", "kernels"),
-    "aggregate": ("report.aggregate",), "figure": ("report.figure",),
-    "stability": ("report.stability",), "claims": ("report.claims",), "compare": ("report.figure",),
-    "map": ("report.stability_map",), "map_figure": ("report.stability_map",),
-    "map_claims": ("report.stability_map",), "decide": ("report.decisive",),
+    "fetch": ("data.fetch", "kernels"),
+    "prepare": ("data.prepare", "kernels"),
+    "tokenize": ("tokenizer.stage", "kernels"),
+    "train": ("train.loop", "config.sweep", "kernels"),
+    "aggregate": ("report.aggregate",),
+    "figure": ("report.figure",),
+    "stability": ("report.stability",),
+    "claims": ("report.claims",),
+    "compare": ("report.figure",),
+    "map": ("report.stability_map",),
+    "map_figure": ("report.stability_map",),
+    "map_claims": ("report.stability_map",),
+    "decide": ("report.decisive",),
 }
 REFERENCE = "data/reference/paper_curves.csv"
 DECISIVE = "results/decisive"  # amlm decide's folder (a sweep's pre-registered verdicts)
@@ -177,21 +184,43 @@ def stages(cfg: C.Config, config_path: str) -> list[Stage]:
     """Every stage of the pipeline for this configuration, in the order they run."""
     q = shlex.quote(config_path)
     data = [
-        Stage("check_config",
-              _cmd("amlm validate --config", q, "--out", CHECK, "&& amlm dvc-yaml --config", q, "--check"),
-              params=None, outs=[Out(CHECK)],
-              comment="DVC deletes a stage's outputs before running it: the configuration is checked first (and\n"
-                      "that this file is still the one `amlm dvc-yaml` writes for it), so an invalid file or a\n"
-                      "stale dvc.yaml stops `dvc repro` before any output is deleted. The marker's bytes never\n"
-                      "change, so a valid change of config reruns only the stages whose params changed."),
-        Stage("fetch", _cmd("amlm fetch --config", q, "--out data/raw --downloads data/downloads"),
-              outs=[Out("data/raw"), Out("data/downloads", {"persist": True},
-                                          {"": "the downloaded archive, kept and versioned",
-                                           "persist": "never deleted before a rerun: fetch reuses it by hash"})]),
-        Stage("prepare", _cmd("amlm prepare --config", q, "--raw data/raw --out data/prepared"),
-              deps=["data/raw"], outs=[Out("data/prepared")]),
-        Stage("tokenize", _cmd("amlm tokenize --config", q, "--prepared data/prepared --out data/codes"),
-              deps=["data/prepared"], outs=[Out("data/codes")]),
+        Stage(
+            "check_config",
+            _cmd("amlm validate --config", q, "--out", CHECK, "&& amlm dvc-yaml --config", q, "--check"),
+            params=None,
+            outs=[Out(CHECK)],
+            comment="DVC deletes a stage's outputs before running it: the configuration is checked first (and\n"
+            "that this file is still the one `amlm dvc-yaml` writes for it), so an invalid file or a\n"
+            "stale dvc.yaml stops `dvc repro` before any output is deleted. The marker's bytes never\n"
+            "change, so a valid change of config reruns only the stages whose params changed.",
+        ),
+        Stage(
+            "fetch",
+            _cmd("amlm fetch --config", q, "--out data/raw --downloads data/downloads"),
+            outs=[
+                Out("data/raw"),
+                Out(
+                    "data/downloads",
+                    {"persist": True},
+                    {
+                        "": "the downloaded archive, kept and versioned",
+                        "persist": "never deleted before a rerun: fetch reuses it by hash",
+                    },
+                ),
+            ],
+        ),
+        Stage(
+            "prepare",
+            _cmd("amlm prepare --config", q, "--raw data/raw --out data/prepared"),
+            deps=["data/raw"],
+            outs=[Out("data/prepared")],
+        ),
+        Stage(
+            "tokenize",
+            _cmd("amlm tokenize --config", q, "--prepared data/prepared --out data/codes"),
+            deps=["data/prepared"],
+            outs=[Out("data/codes")],
+        ),
     ]
     for s in data[1:]:
         s.deps = [CHECK] + s.deps + module_deps(ENTRY[s.name])
@@ -203,19 +232,35 @@ def stages(cfg: C.Config, config_path: str) -> list[Stage]:
 def _train(name: str, run: str, q: str, params: list[str], entry: tuple[str, ...], comments: bool) -> Stage:
     folder = f"results/runs/{run}"
     return Stage(
-        name, _cmd("amlm train --config", q, "--run", run, "--prepared data/prepared --codes data/codes --out", folder),
-        deps=[CHECK, "data/prepared", "data/codes"] + module_deps(entry), params=params,
-        outs=[Out(f"{folder}/seeds", {"persist": True},
-                  {"": "per seed: metrics, summary, final checkpoint",
-                   "persist": "completed seeds are kept and not retrained"} if comments else {})],
+        name,
+        _cmd("amlm train --config", q, "--run", run, "--prepared data/prepared --codes data/codes --out", folder),
+        deps=[CHECK, "data/prepared", "data/codes"] + module_deps(entry),
+        params=params,
+        outs=[
+            Out(
+                f"{folder}/seeds",
+                {"persist": True},
+                {
+                    "": "per seed: metrics, summary, final checkpoint",
+                    "persist": "completed seeds are kept and not retrained",
+                }
+                if comments
+                else {},
+            )
+        ],
         metrics=[Out(f"{folder}/summary.json")],
-        plots=[Out(f"{folder}/metrics.csv", {"template": "logx", "x": "step", "y": "train_loss_cb0"},
-                   {"template": ".dvc/plots/logx.json: DVC's linear template, log x axis"} if comments else {})])
+        plots=[
+            Out(
+                f"{folder}/metrics.csv",
+                {"template": "logx", "x": "step", "y": "train_loss_cb0"},
+                {"template": ".dvc/plots/logx.json: DVC's linear template, log x axis"} if comments else {},
+            )
+        ],
+    )
 
 
 def _summary(name: str, cmd: str, deps: list[str], cfg: C.Config, **outputs) -> Stage:
-    return Stage(name, cmd, deps=[CHECK] + deps + module_deps(ENTRY[name]), params=P.stage_params(cfg, name),
-                 **outputs)
+    return Stage(name, cmd, deps=[CHECK] + deps + module_deps(ENTRY[name]), params=P.stage_params(cfg, name), **outputs)
 
 
 FINALS = "results/final_losses.json"  # `amlm aggregate --finals`: short names for `dvc exp show`
@@ -227,30 +272,64 @@ def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
     train.foreach = "${runs}"
     return [
         train,
-        _summary("aggregate", _cmd("amlm aggregate --config", q, "--runs-dir results/runs --out", curves,
-                                   "--finals", FINALS),
-                 ["results/runs"], cfg,
-                 outs=[Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"})],
-                 metrics=[Out(FINALS,
-                              comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
-                 plots=[Out(curves, {"x": "step", "y": "loss_bits"})]),
-        _summary("figure", _cmd("amlm figure --config", q, "--curves", curves, "--reference", REFERENCE,
-                                "--out", figures),
-                 [curves, REFERENCE], cfg,
-                 outs=[Out(f"{figures}/acoustic_mlm_loss_codebook0.{e}") for e in ("png", "pdf", "svg")]),
-        _summary("stability", _cmd("amlm stability --config", q, "--curves", curves, "--diagnostics", diagnostics,
-                                   "--out", figures),
-                 [curves, diagnostics], cfg,
-                 outs=[Out(f"{figures}/stability.{e}") for e in ("pdf", "svg")],
-                 plots=[Out(f"{figures}/stability.png", comments={"": "an image plot: dvc plots show renders it"})]),
-        _summary("claims", _cmd("amlm claims --config", q, "--curves", curves, "--reference", REFERENCE,
-                                "--diagnostics", diagnostics, "--out-json results/claims.json --out-md "
-                                                              "results/claims.md"),
-                 [curves, diagnostics, REFERENCE], cfg,
-                 outs=[Out("results/claims.md")], metrics=[Out("results/claims.json")]),
-        _summary("compare", _cmd("amlm compare --config", q, "--curves", curves, "--reference", REFERENCE,
-                                 "--out", f"{figures}/paper_vs_reproduction.png"),
-                 [curves, REFERENCE], cfg, outs=[Out(f"{figures}/paper_vs_reproduction.png")]),
+        _summary(
+            "aggregate",
+            _cmd("amlm aggregate --config", q, "--runs-dir results/runs --out", curves, "--finals", FINALS),
+            ["results/runs"],
+            cfg,
+            outs=[Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"})],
+            metrics=[Out(FINALS, comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
+            plots=[Out(curves, {"x": "step", "y": "loss_bits"})],
+        ),
+        _summary(
+            "figure",
+            _cmd("amlm figure --config", q, "--curves", curves, "--reference", REFERENCE, "--out", figures),
+            [curves, REFERENCE],
+            cfg,
+            outs=[Out(f"{figures}/acoustic_mlm_loss_codebook0.{e}") for e in ("png", "pdf", "svg")],
+        ),
+        _summary(
+            "stability",
+            _cmd("amlm stability --config", q, "--curves", curves, "--diagnostics", diagnostics, "--out", figures),
+            [curves, diagnostics],
+            cfg,
+            outs=[Out(f"{figures}/stability.{e}") for e in ("pdf", "svg")],
+            plots=[Out(f"{figures}/stability.png", comments={"": "an image plot: dvc plots show renders it"})],
+        ),
+        _summary(
+            "claims",
+            _cmd(
+                "amlm claims --config",
+                q,
+                "--curves",
+                curves,
+                "--reference",
+                REFERENCE,
+                "--diagnostics",
+                diagnostics,
+                "--out-json results/claims.json --out-md results/claims.md",
+            ),
+            [curves, diagnostics, REFERENCE],
+            cfg,
+            outs=[Out("results/claims.md")],
+            metrics=[Out("results/claims.json")],
+        ),
+        _summary(
+            "compare",
+            _cmd(
+                "amlm compare --config",
+                q,
+                "--curves",
+                curves,
+                "--reference",
+                REFERENCE,
+                "--out",
+                f"{figures}/paper_vs_reproduction.png",
+            ),
+            [curves, REFERENCE],
+            cfg,
+            outs=[Out(f"{figures}/paper_vs_reproduction.png")],
+        ),
     ]
 
 
@@ -261,29 +340,56 @@ def train_stage_name(point: str) -> str:
 
 def _sweep_stages(cfg: C.Config, q: str, pts: dict[str, S.Point]) -> list[Stage]:
     grids = P.grid_of_points(cfg)
-    trains = [_train(train_stage_name(name), name, q, P.point_params(cfg, p, grids[name]), ENTRY["train"],
-                     comments=i == 0) for i, (name, p) in enumerate(pts.items())]
+    trains = [
+        _train(train_stage_name(name), name, q, P.point_params(cfg, p, grids[name]), ENTRY["train"], comments=i == 0)
+        for i, (name, p) in enumerate(pts.items())
+    ]
     trains[0].comment = (
         f"The sweep's {len(pts)} points, one stage each (acoustic_mlm.dvcgen). A point's swept values are in\n"
         "its name and command, so changing one makes new stages of the points holding it; its params are\n"
         "the file's other training keys, its arm's keys and its grid's seeds: exactly the points a change\n"
-        "reaches rerun. After changing the sweep, run `amlm dvc-yaml` again.")
+        "reaches rerun. After changing the sweep, run `amlm dvc-yaml` again."
+    )
     table, figures = "results/stability_map.csv", "results/figures"
     runs = [f"results/runs/{name}/{f}" for name in pts for f in ("metrics.csv", "summary.json")]
     return trains + [
-        _summary("map", _cmd("amlm map --config", q, "--runs-dir results/runs --out", table), runs, cfg,
-                 outs=[Out(table, comments={"": "one row per point and seed"})]),
-        _summary("map_figure", _cmd("amlm map-figure --config", q, "--map", table, "--out", figures), [table], cfg,
-                 outs=[Out(f"{figures}/lr_sensitivity.{e}") for e in ("pdf", "svg")],
-                 plots=[Out(f"{figures}/lr_sensitivity.png",
-                            comments={"": "an image plot: dvc plots show renders it"})]),
-        _summary("map_claims", _cmd("amlm map-claims --config", q, "--map", table,
-                                    "--out-json results/map_claims.json --out-md results/map_claims.md"), [table],
-                 cfg, outs=[Out("results/map_claims.md")], metrics=[Out("results/map_claims.json")]),
-        _summary("decide", _cmd("amlm decide --config", q, "--runs-dir results/runs --codes data/codes --out",
-                                DECISIVE), runs + ["data/codes/tokenizer.json"], cfg,
-                 outs=[Out(f"{DECISIVE}/{f}") for f in ("runs.csv", "cells.csv", "decisive.md")],
-                 metrics=[Out(f"{DECISIVE}/decisive.json")]),
+        _summary(
+            "map",
+            _cmd("amlm map --config", q, "--runs-dir results/runs --out", table),
+            runs,
+            cfg,
+            outs=[Out(table, comments={"": "one row per point and seed"})],
+        ),
+        _summary(
+            "map_figure",
+            _cmd("amlm map-figure --config", q, "--map", table, "--out", figures),
+            [table],
+            cfg,
+            outs=[Out(f"{figures}/lr_sensitivity.{e}") for e in ("pdf", "svg")],
+            plots=[Out(f"{figures}/lr_sensitivity.png", comments={"": "an image plot: dvc plots show renders it"})],
+        ),
+        _summary(
+            "map_claims",
+            _cmd(
+                "amlm map-claims --config",
+                q,
+                "--map",
+                table,
+                "--out-json results/map_claims.json --out-md results/map_claims.md",
+            ),
+            [table],
+            cfg,
+            outs=[Out("results/map_claims.md")],
+            metrics=[Out("results/map_claims.json")],
+        ),
+        _summary(
+            "decide",
+            _cmd("amlm decide --config", q, "--runs-dir results/runs --codes data/codes --out", DECISIVE),
+            runs + ["data/codes/tokenizer.json"],
+            cfg,
+            outs=[Out(f"{DECISIVE}/{f}") for f in ("runs.csv", "cells.csv", "decisive.md")],
+            metrics=[Out(f"{DECISIVE}/decisive.json")],
+        ),
     ]
 
 
@@ -391,8 +497,10 @@ def config_path_for(config: Path, out: Path) -> str:
     """The configuration's path as dvc.yaml names it: relative to the folder of dvc.yaml, inside it."""
     rel = Path(os.path.relpath(Path(config).resolve(), Path(out).resolve().parent))
     if rel.parts and rel.parts[0] == "..":
-        raise UserError(f"{config}: outside {Path(out).resolve().parent}; DVC reads params only from files "
-                        "inside its repository: put the configuration under the folder of dvc.yaml")
+        raise UserError(
+            f"{config}: outside {Path(out).resolve().parent}; DVC reads params only from files "
+            "inside its repository: put the configuration under the folder of dvc.yaml"
+        )
     return rel.as_posix()
 
 
@@ -400,8 +508,9 @@ def _check_out(out: Path) -> None:
     """--out names a file (or nothing yet), not a folder or something under a file."""
     out = Path(out)
     if out.is_dir():
-        raise UserError(f"{out}: --out names an existing folder, not a file; name the file to write "
-                        f"(e.g. {out / 'dvc.yaml'})")
+        raise UserError(
+            f"{out}: --out names an existing folder, not a file; name the file to write (e.g. {out / 'dvc.yaml'})"
+        )
     for above in out.parents:
         if above.exists() or above.is_symlink():
             if not above.is_dir():
@@ -424,5 +533,7 @@ def check(cfg: C.Config, config: Path, out: Path) -> None:
     current = path.read_text() if path.is_file() else None
     if current != render(cfg, config_path_for(config, out)):
         what = "does not exist" if current is None else "is not the file generated for it"
-        raise UserError(f"{path} {what} (its sweep or keys changed since): run `amlm dvc-yaml --config {config}` "
-                        "and then `dvc repro` again")
+        raise UserError(
+            f"{path} {what} (its sweep or keys changed since): run `amlm dvc-yaml --config {config}` "
+            "and then `dvc repro` again"
+        )

@@ -88,13 +88,17 @@ def pin(env: dict | None = None) -> list[str]:
     env = os.environ if env is None else env
     problems = []
     if not cpu_has_avx2():
-        problems.append(f"cpu_kernels: avx2 asked, but this CPU ({platform.machine()}) has no AVX2: "
-                        "its native kernels run, and its numbers will differ from an AVX2 machine's")
+        problems.append(
+            f"cpu_kernels: avx2 asked, but this CPU ({platform.machine()}) has no AVX2: "
+            "its native kernels run, and its numbers will differ from an AVX2 machine's"
+        )
         return problems
     loaded = [m for m in ("torch", "numpy") if m in sys.modules]
     if loaded:
-        problems.append(f"cpu_kernels: avx2 asked after {' and '.join(loaded)} loaded in this process: "
-                        "its kernels are already chosen (run the stage as `amlm ...` or `python -m acoustic_mlm ...`)")
+        problems.append(
+            f"cpu_kernels: avx2 asked after {' and '.join(loaded)} loaded in this process: "
+            "its kernels are already chosen (run the stage as `amlm ...` or `python -m acoustic_mlm ...`)"
+        )
     env.update(AVX2_ENV)
     return problems
 

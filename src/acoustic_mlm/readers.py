@@ -30,8 +30,15 @@ DIAGNOSTIC_COLUMNS = ["run", "label", "seed", "step", "diagnostic", "value"]
 def read_curves(path: str | Path) -> pd.DataFrame:
     """results/loss_curves.csv, as aggregate writes it (a `nonfinite` column, when present, is whole)."""
     path = Path(path)
-    frame = read_csv_table(path, "loss curves", "aggregate", CURVE_COLUMNS, ints=["seed", "step", "codebook"],
-                           numbers=["loss_bits"], choices={"split": ("train", "valid")})
+    frame = read_csv_table(
+        path,
+        "loss curves",
+        "aggregate",
+        CURVE_COLUMNS,
+        ints=["seed", "step", "codebook"],
+        numbers=["loss_bits"],
+        choices={"split": ("train", "valid")},
+    )
     convert_columns(frame, path, "aggregate", ints=["nonfinite"] if "nonfinite" in frame else [])
     if (frame["step"] < 0).any() or (frame["codebook"] < 0).any():
         raise ReadError(f"{path}: a negative step or codebook; rerun the aggregate stage")
@@ -40,8 +47,9 @@ def read_curves(path: str | Path) -> pd.DataFrame:
 
 def read_diagnostics(path: str | Path) -> pd.DataFrame:
     """results/diagnostics.csv, as aggregate writes it."""
-    return read_csv_table(path, "diagnostics", "aggregate", DIAGNOSTIC_COLUMNS, ints=["seed", "step"],
-                          numbers=["value"], empty_ok=True)
+    return read_csv_table(
+        path, "diagnostics", "aggregate", DIAGNOSTIC_COLUMNS, ints=["seed", "step"], numbers=["value"], empty_ok=True
+    )
 
 
 REFERENCE_COLUMNS = ["run", "role", "label", "step", "loss_bits", "note"]
@@ -54,19 +62,26 @@ def read_reference(path: str | Path) -> pd.DataFrame:
 
     path = Path(path)
     if not path.is_file():
-        raise ReadError(f"{path}: the paper's digitised curves are not found; they ship in the repository "
-                        "(data/reference/paper_curves.csv), so run from a checkout or pass the path")
-    frame = read_csv_table(path, "the paper's curves", "", REFERENCE_COLUMNS, finite=["step", "loss_bits"],
-                           choices={"role": ROLES})
+        raise ReadError(
+            f"{path}: the paper's digitised curves are not found; they ship in the repository "
+            "(data/reference/paper_curves.csv), so run from a checkout or pass the path"
+        )
+    frame = read_csv_table(
+        path, "the paper's curves", "", REFERENCE_COLUMNS, finite=["step", "loss_bits"], choices={"role": ROLES}
+    )
     if (frame["step"] <= 0).any():
         i = int(np.flatnonzero((frame["step"] <= 0).to_numpy())[0])
-        raise ReadError(f"{path}: column 'step', row {i + 2} is {frame['step'].iloc[i]:g}; steps are positive "
-                        "(the x axis is logarithmic)")
+        raise ReadError(
+            f"{path}: column 'step', row {i + 2} is {frame['step'].iloc[i]:g}; steps are positive "
+            "(the x axis is logarithmic)"
+        )
     counts = frame.groupby("role")["step"].count()
     thin = [r for r in ROLES if counts.get(r, 0) < 2]
     if thin:  # the claims on the paper's curves compare every role with the others
-        raise ReadError(f"{path}: role {thin[0]} has {counts.get(thin[0], 0)} point(s); the paper's curves hold "
-                        f"every role ({', '.join(ROLES)}) with at least 2 points; {rerun_advice('')}")
+        raise ReadError(
+            f"{path}: role {thin[0]} has {counts.get(thin[0], 0)} point(s); the paper's curves hold "
+            f"every role ({', '.join(ROLES)}) with at least 2 points; {rerun_advice('')}"
+        )
     roles = frame.groupby("run")["role"].nunique()
     if (roles > 1).any():
         raise ReadError(f"{path}: run {roles.index[roles > 1][0]!r} has several roles; {rerun_advice('')}")

@@ -129,7 +129,7 @@ def recover_replaced(final: str | Path) -> Path | None:
     with contextlib.suppress(OSError):
         asides = []
         for p in final.parent.glob(f".{glob_escape(final.name)}.old-*"):
-            m = _OLD_PID.search(p.name[len(final.name) + 1:])
+            m = _OLD_PID.search(p.name[len(final.name) + 1 :])
             if m is not None and not _pid_alive(int(m.group(1))):
                 asides.append(p)
         if not asides:
@@ -139,8 +139,12 @@ def recover_replaced(final: str | Path) -> Path | None:
         if not (final.exists() or final.is_symlink()):
             restored = asides.pop()
             os.rename(restored, final)
-            log.warning("%s: put back the previous copy, which a stopped command had renamed aside (%s) to "
-                        "replace it and was killed before the new copy was in place", final, restored.name)
+            log.warning(
+                "%s: put back the previous copy, which a stopped command had renamed aside (%s) to "
+                "replace it and was killed before the new copy was in place",
+                final,
+                restored.name,
+            )
         for p in asides:
             with contextlib.suppress(OSError):
                 _remove(p)
@@ -157,7 +161,7 @@ def remove_debris(final: Path) -> list[Path]:
     removed = []
     with contextlib.suppress(OSError):
         for p in final.parent.glob(f".{glob_escape(final.name)}.tmp-*"):
-            m = _TMP_PID.search(p.name[len(final.name) + 1:])
+            m = _TMP_PID.search(p.name[len(final.name) + 1 :])
             if m is None or _pid_alive(int(m.group(1))):
                 continue
             with contextlib.suppress(OSError):
@@ -235,8 +239,9 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         _settle(old, final)
-        if isinstance(exc,
-                      OutOfSpaceError) and tmp is not None:  # from a file inside: name it where it was meant to land
+        if (
+            isinstance(exc, OutOfSpaceError) and tmp is not None
+        ):  # from a file inside: name it where it was meant to land
             raise exc.moved(tmp, final) from None
         if is_out_of_space(exc):
             raise OutOfSpaceError(final, written) from None
@@ -256,8 +261,9 @@ def atomic_path(final: str | Path, needed: int | None = None) -> Iterator[Path]:
     tmp = None
     try:
         with held_signals():  # a stop right after mkstemp must find `tmp` set, so that it is removed
-            fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", suffix=final.suffix,
-                                        dir=final.parent)
+            fd, name = tempfile.mkstemp(
+                prefix=f".{final.name}.tmp-{os.getpid()}-", suffix=final.suffix, dir=final.parent
+            )
             os.close(fd)
             tmp = Path(name)
             _register(tmp, final)
@@ -306,8 +312,9 @@ class OutOfSpaceError(UserError):
                 free = -1
             cause, advice = f"no space left on its file system ({free} bytes free)", "free some space"
         need = f"{needed} bytes" if needed is not None and needed > self.written else f"more than {self.written} bytes"
-        super().__init__(f"{self.path}: not written: {cause}; it needs {need}; {advice} and rerun "
-                         "(nothing partial was kept)")
+        super().__init__(
+            f"{self.path}: not written: {cause}; it needs {need}; {advice} and rerun (nothing partial was kept)"
+        )
 
     def moved(self, tmp: Path, final: Path) -> "OutOfSpaceError":
         """The same error naming the path under `final` instead of its temporary name `tmp`."""

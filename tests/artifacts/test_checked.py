@@ -35,14 +35,17 @@ def test_read_json_reads_an_object_with_its_required_keys(tmp_path):
     assert obj == {"frames": 1024, "loss": 0.5, "ok": True, "name": "x"}
 
 
-@pytest.mark.parametrize("text, needles", [
-    ('{"frames": 10', ("not valid JSON", "cut short or edited", "rerun the tokenize stage")),
-    ("[1, 2]", ("a JSON list, not an object",)),
-    ('{"loss": 1.0}', ("lacks 'frames'",)),
-    ('{"frames": "10"}', ("'frames' is '10', not int",)),
-    ('{"frames": true}', ("'frames' is true, not int",)),  # bool is never an int here
-    ('{"frames": 1, "loss": NaN}', ("'loss' is nan",)),
-])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ('{"frames": 10', ("not valid JSON", "cut short or edited", "rerun the tokenize stage")),
+        ("[1, 2]", ("a JSON list, not an object",)),
+        ('{"loss": 1.0}', ("lacks 'frames'",)),
+        ('{"frames": "10"}', ("'frames' is '10', not int",)),
+        ('{"frames": true}', ("'frames' is true, not int",)),  # bool is never an int here
+        ('{"frames": 1, "loss": NaN}', ("'loss' is nan",)),
+    ],
+)
 def test_read_json_refuses_damage_in_one_line(tmp_path, text, needles):
     path = tmp_path / "fit.json"
     path.write_text(text)
@@ -50,25 +53,45 @@ def test_read_json_refuses_damage_in_one_line(tmp_path, text, needles):
 
 
 def test_a_missing_file_names_the_stage_to_run_and_a_folder_is_not_a_file(tmp_path):
-    _refused(lambda: checked.read_json(tmp_path / "fit.json", "the fit", "tokenize"), tmp_path / "fit.json",
-             "the fit not found; run the tokenize stage first")
+    _refused(
+        lambda: checked.read_json(tmp_path / "fit.json", "the fit", "tokenize"),
+        tmp_path / "fit.json",
+        "the fit not found; run the tokenize stage first",
+    )
     (tmp_path / "dir.json").mkdir()
-    _refused(lambda: checked.read_json(tmp_path / "dir.json", "", "tokenize"), tmp_path / "dir.json",
-             "not a regular file; rerun the tokenize stage")
+    _refused(
+        lambda: checked.read_json(tmp_path / "dir.json", "", "tokenize"),
+        tmp_path / "dir.json",
+        "not a regular file; rerun the tokenize stage",
+    )
     restore = checked.Advice("restore it from the archive")  # a file restored, not a stage rerun
-    _refused(lambda: checked.read_json(tmp_path / "gone.json", "the record", restore), tmp_path / "gone.json",
-             "the record not found; restore it from the archive")
+    _refused(
+        lambda: checked.read_json(tmp_path / "gone.json", "the record", restore),
+        tmp_path / "gone.json",
+        "the record not found; restore it from the archive",
+    )
     (tmp_path / "ref.json").write_text('{"a": 1')
-    _refused(lambda: checked.read_json(tmp_path / "ref.json", "", restore), tmp_path / "ref.json",
-             "cut short or edited: restore it from the archive")
+    _refused(
+        lambda: checked.read_json(tmp_path / "ref.json", "", restore),
+        tmp_path / "ref.json",
+        "cut short or edited: restore it from the archive",
+    )
 
 
 # ----------------------------------------------------------------------------- CSV
 
 
 def _table(path):
-    return checked.read_csv_table(path, "the table", "prepare", ["name", "n"], ints=["n"], numbers=["x"],
-                                  finite=["y"], choices={"split": ("train", "valid")})
+    return checked.read_csv_table(
+        path,
+        "the table",
+        "prepare",
+        ["name", "n"],
+        ints=["n"],
+        numbers=["x"],
+        finite=["y"],
+        choices={"split": ("train", "valid")},
+    )
 
 
 def test_read_csv_table_types_the_columns_it_is_told_and_keeps_text(tmp_path):
@@ -80,17 +103,20 @@ def test_read_csv_table_types_the_columns_it_is_told_and_keeps_text(tmp_path):
     assert np.isnan(frame["x"]).all() and frame["y"].tolist() == [1.5, -2.0]
 
 
-@pytest.mark.parametrize("text, needles", [
-    ("", ("an empty file",)),
-    ("name,n,x,y,split\na,1,2,3,train", ("cut short (its last row does not end with a line break)",)),
-    ("name,n,x,y,split\na,1,2\n", ("row 2 has 3 fields, the header 5",)),
-    ("name,x,y,split\na,2,3,train\n", ("missing column(s) n",)),
-    ("name,n,x,y,split\n", ("no rows",)),
-    ("name,n,x,y,split\na,one,2,3,train\n", ("column 'n', row 2: 'one' is not a number",)),
-    ("name,n,x,y,split\na,1.5,2,3,train\n", ("column 'n', row 2: '1.5' is not a whole number",)),
-    ("name,n,x,y,split\na,1,2,inf,train\n", ("column 'y', row 2 is inf; it must be a finite number",)),
-    ("name,n,x,y,split\na,1,2,3,test\n", ("column 'split', row 2: 'test' is not one of train, valid",)),
-])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("", ("an empty file",)),
+        ("name,n,x,y,split\na,1,2,3,train", ("cut short (its last row does not end with a line break)",)),
+        ("name,n,x,y,split\na,1,2\n", ("row 2 has 3 fields, the header 5",)),
+        ("name,x,y,split\na,2,3,train\n", ("missing column(s) n",)),
+        ("name,n,x,y,split\n", ("no rows",)),
+        ("name,n,x,y,split\na,one,2,3,train\n", ("column 'n', row 2: 'one' is not a number",)),
+        ("name,n,x,y,split\na,1.5,2,3,train\n", ("column 'n', row 2: '1.5' is not a whole number",)),
+        ("name,n,x,y,split\na,1,2,inf,train\n", ("column 'y', row 2 is inf; it must be a finite number",)),
+        ("name,n,x,y,split\na,1,2,3,test\n", ("column 'split', row 2: 'test' is not one of train, valid",)),
+    ],
+)
 def test_read_csv_table_refuses_damage_in_one_line(tmp_path, text, needles):
     path = tmp_path / "t.csv"
     path.write_text(text)

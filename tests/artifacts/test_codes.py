@@ -55,8 +55,11 @@ def test_the_tokenizer_summary(tmp_path):
 def test_the_fit_and_a_shards_encoding_record(tmp_path):
     write_fit(tmp_path, {"mode": "calibrated", "seed": 0})
     assert read_fit(tmp_path / FIT) == {"mode": "calibrated", "seed": 0}
-    _refused(lambda: read_fit(tmp_path / "none.json"), tmp_path / "none.json",
-             "the tokenizer's fit not found; run the tokenize stage first")
+    _refused(
+        lambda: read_fit(tmp_path / "none.json"),
+        tmp_path / "none.json",
+        "the tokenizer's fit not found; run the tokenize stage first",
+    )
     record = {"clips": 3, "audio_seconds": 6.0, "encode_seconds": 1}
     write_encode_record(tmp_path, record)
     assert read_encode_record(tmp_path / ENCODE_RECORD) == record
@@ -88,8 +91,11 @@ def test_read_codes_reads_codes_and_refuses_wrong_shapes_types_and_values(tmp_pa
     assert np.array_equal(read_codes(path, 4, 2, 1024), codes)  # the rows beyond 2 are not checked
     assert read_codes(path, 4, None, 1024).shape == (3, 4)
     _refused(lambda: read_codes(path, 5, 2, 1024), path, "shape (3, 4), expected (2+, 5)")
-    _refused(lambda: read_codes(path, 4, 2, 512), path,
-             "code 1023 at codebook 0, frame 3 lies outside the codebook (0-511); rerun the tokenize stage")
+    _refused(
+        lambda: read_codes(path, 4, 2, 512),
+        path,
+        "code 1023 at codebook 0, frame 3 lies outside the codebook (0-511); rerun the tokenize stage",
+    )
     np.save(path, codes.astype(np.float32))
     _refused(lambda: read_codes(path, 4, 2, 1024), path, "float32 values; codes are whole numbers")
     path.write_bytes(b"\x93NUMPY garbage")

@@ -39,8 +39,14 @@ def test_shard_name_is_five_digits():
 
 
 def test_the_plan_written_reads_back_and_a_bad_plan_is_named(tmp_path):
-    plan = pd.DataFrame({"path": ["a.wav", "b.txt", "c.wav"], "clip_id": ["a", "b.txt", "c"], "shard": [0, 0, 1],
-                         "skip": ["", "not audio", ""]})
+    plan = pd.DataFrame(
+        {
+            "path": ["a.wav", "b.txt", "c.wav"],
+            "clip_id": ["a", "b.txt", "c"],
+            "shard": [0, 0, 1],
+            "skip": ["", "not audio", ""],
+        }
+    )
     write_plan(tmp_path, plan[["shard", "path", "skip", "clip_id"]])  # written in the plan's own column order
     assert (tmp_path / PLAN).read_text().splitlines()[0] == ",".join(PLAN_COLUMNS)
     back = read_plan(tmp_path)
@@ -68,8 +74,18 @@ def test_the_audio_writer_matches_np_save(tmp_path):
 
 
 def test_a_shards_tables_read_back_and_a_missing_file_names_the_shard_to_rerun(tmp_path):
-    rows = [dict(clip_id="a", path="a.wav", offset=0, num_samples=640, num_frames=2, orig_sample_rate=44100,
-                 orig_channels=2, duration_s=640 / 24000)]
+    rows = [
+        dict(
+            clip_id="a",
+            path="a.wav",
+            offset=0,
+            num_samples=640,
+            num_frames=2,
+            orig_sample_rate=44100,
+            orig_channels=2,
+            duration_s=640 / 24000,
+        )
+    ]
     write_shard_tables(tmp_path, rows, [("b.wav", "empty")])
     with pytest.raises(UserError, match=r"audio\.npy: not found \(run `amlm prepare --shard 3` first\)"):
         read_shard_tables(tmp_path, 3)
@@ -105,7 +121,7 @@ def test_load_prepared_detects_a_mismatch(data_dirs, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(prepared, bad)
     audio = np.load(bad / "shard-00001" / "audio.npy")
-    np.save(bad / "shard-00001" / "audio.npy", audio[:-encodec.HOP])
+    np.save(bad / "shard-00001" / "audio.npy", audio[: -encodec.HOP])
     with pytest.raises(UserError, match=r"clip 'c5' \(row 7\): offset \+ num_samples exceeds its shard's audio"):
         load_prepared(bad)
     shutil.rmtree(bad / "shard-00001")

@@ -72,22 +72,31 @@ def _json_edit(text: str, **changes) -> str:
     return json.dumps(meta)
 
 
-@pytest.mark.parametrize("edit, needles", [
-    (lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
-    (lambda t: t.replace('"config": "config/smoke.yaml"', '"config": "config/sm\x01oke.yaml"'),
-     ("not valid JSON", "Invalid control character")),
-    (lambda t: "[" + t + "]", ("a JSON list, not an object",)),
-    (lambda t: t.replace('"arms"', '"armz"'), ("lacks 'arms'",)),
-    (lambda t: _json_edit(t, tolerance_bits=math.nan), ("'tolerance_bits' is NaN, not a finite number",)),
-    (lambda t: _json_edit(t, tolerance_bits="tight"), ("'tolerance_bits' is 'tight'",)),
-    (lambda t: _json_edit(t, tolerance_until_step=5, late_tolerance_bits=None),
-     ("'late_tolerance_bits' is missing",)),
-    (lambda t: _json_edit(t, tolerance_until_step=2.5), ("'tolerance_until_step' is 2.5, not a whole number",)),
-    (lambda t: _json_edit(t, native_tolerance_bits=-1), ("'native_tolerance_bits' is -1",)),
-    (lambda t: _json_edit(t, cpu_kernels="sse9"), ("'cpu_kernels' is 'sse9'",)),
-    (lambda t: _json_edit(t, data_hashes={"tokenize": {"codes/shard-00000/codes.npy": "cut"}}),
-     ("'data_hashes' must map each stage",)),
-])
+@pytest.mark.parametrize(
+    "edit, needles",
+    [
+        (lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
+        (
+            lambda t: t.replace('"config": "config/smoke.yaml"', '"config": "config/sm\x01oke.yaml"'),
+            ("not valid JSON", "Invalid control character"),
+        ),
+        (lambda t: "[" + t + "]", ("a JSON list, not an object",)),
+        (lambda t: t.replace('"arms"', '"armz"'), ("lacks 'arms'",)),
+        (lambda t: _json_edit(t, tolerance_bits=math.nan), ("'tolerance_bits' is NaN, not a finite number",)),
+        (lambda t: _json_edit(t, tolerance_bits="tight"), ("'tolerance_bits' is 'tight'",)),
+        (
+            lambda t: _json_edit(t, tolerance_until_step=5, late_tolerance_bits=None),
+            ("'late_tolerance_bits' is missing",),
+        ),
+        (lambda t: _json_edit(t, tolerance_until_step=2.5), ("'tolerance_until_step' is 2.5, not a whole number",)),
+        (lambda t: _json_edit(t, native_tolerance_bits=-1), ("'native_tolerance_bits' is -1",)),
+        (lambda t: _json_edit(t, cpu_kernels="sse9"), ("'cpu_kernels' is 'sse9'",)),
+        (
+            lambda t: _json_edit(t, data_hashes={"tokenize": {"codes/shard-00000/codes.npy": "cut"}}),
+            ("'data_hashes' must map each stage",),
+        ),
+    ],
+)
 def test_a_damaged_reference_json_is_the_references_damage(root, tmp_path, edit, needles):
     folder = _reference_copy(root, tmp_path)
     path = folder / "reference.json"
@@ -106,27 +115,40 @@ def _set_field(column, row, value):
         header = lines[0].rstrip("\n").split(",")
         fields = lines[row].rstrip("\n").split(",")
         fields[header.index(column)] = value
-        return [*lines[:row], ",".join(fields) + "\n", *lines[row + 1:]]
+        return [*lines[:row], ",".join(fields) + "\n", *lines[row + 1 :]]
+
     return edit
 
 
-@pytest.mark.parametrize("edit, needles", [
-    (lambda lines: [*lines[:-1], lines[-1][: len(lines[-1]) // 2]], ("cut short (its last row does not end",)),
-    (lambda lines: [*lines[:-1], lines[-1].rstrip("\n")], ("cut short",)),  # only the line break lost
-    (lambda lines: ["a,b,c\n", "1,2,3\n"], ("missing column(s) run, seed, step, train_loss_cb0",)),
-    (lambda lines: [lines[0].replace("train_loss_cb3,", "tr_loss_cb3,"), *lines[1:]],
-     ("has train_loss_cb7 but no train_loss_cb3",)),
-    (lambda lines: [lines[0].replace("valid_loss_cb7,", "valid_cb7,"), *lines[1:]],
-     ("8 train_loss_cb<k> columns but 7 valid_loss_cb<k>",)),
-    (_set_field("train_loss_cb0", 3, "nan"), ("column 'train_loss_cb0', row 4 is nan; it must be a finite number",)),
-    (_set_field("valid_loss_cb5", 9, "inf"), ("column 'valid_loss_cb5', row 10 is inf",)),
-    (_set_field("valid_loss_cb2", 4, ""), ("column 'valid_loss_cb2', row 5 is empty",)),
-    (_set_field("grad_norm", 4, "big"), ("column 'grad_norm', row 5: 'big' is not a number",)),
-    (_set_field("step", 4, "3.5"), ("column 'step', row 5: '3.5' is not a whole number",)),
-    (lambda lines: [*lines[:3], lines[2], *lines[3:]], ("'step' must increase from row to row",)),
-    (lambda lines: [*lines[:5], lines[5].rstrip("\n") + ",1\n", *lines[6:]],
-     ("not a readable CSV", "Expected 48 fields in line 6, saw 49")),
-])
+@pytest.mark.parametrize(
+    "edit, needles",
+    [
+        (lambda lines: [*lines[:-1], lines[-1][: len(lines[-1]) // 2]], ("cut short (its last row does not end",)),
+        (lambda lines: [*lines[:-1], lines[-1].rstrip("\n")], ("cut short",)),  # only the line break lost
+        (lambda lines: ["a,b,c\n", "1,2,3\n"], ("missing column(s) run, seed, step, train_loss_cb0",)),
+        (
+            lambda lines: [lines[0].replace("train_loss_cb3,", "tr_loss_cb3,"), *lines[1:]],
+            ("has train_loss_cb7 but no train_loss_cb3",),
+        ),
+        (
+            lambda lines: [lines[0].replace("valid_loss_cb7,", "valid_cb7,"), *lines[1:]],
+            ("8 train_loss_cb<k> columns but 7 valid_loss_cb<k>",),
+        ),
+        (
+            _set_field("train_loss_cb0", 3, "nan"),
+            ("column 'train_loss_cb0', row 4 is nan; it must be a finite number",),
+        ),
+        (_set_field("valid_loss_cb5", 9, "inf"), ("column 'valid_loss_cb5', row 10 is inf",)),
+        (_set_field("valid_loss_cb2", 4, ""), ("column 'valid_loss_cb2', row 5 is empty",)),
+        (_set_field("grad_norm", 4, "big"), ("column 'grad_norm', row 5: 'big' is not a number",)),
+        (_set_field("step", 4, "3.5"), ("column 'step', row 5: '3.5' is not a whole number",)),
+        (lambda lines: [*lines[:3], lines[2], *lines[3:]], ("'step' must increase from row to row",)),
+        (
+            lambda lines: [*lines[:5], lines[5].rstrip("\n") + ",1\n", *lines[6:]],
+            ("not a readable CSV", "Expected 48 fields in line 6, saw 49"),
+        ),
+    ],
+)
 def test_a_damaged_reference_metrics_csv_is_the_references_damage(root, tmp_path, edit, needles):
     folder = _reference_copy(root, tmp_path)
     path = folder / "metrics.csv"
@@ -140,19 +162,32 @@ def test_a_reference_run_whose_two_files_disagree_or_lost_whole_rows(root, tmp_p
     path = folder / "metrics.csv"
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:-1]))  # cut at a row boundary: the last arm ends early
-    _reference_refused(lambda: read_reference_run(folder), path,
-                       "arm 'prenorm_attnrelax_clip1', seed 1 ends at step 128, not at its train.steps (150)")
+    _reference_refused(
+        lambda: read_reference_run(folder),
+        path,
+        "arm 'prenorm_attnrelax_clip1', seed 1 ends at step 128, not at its train.steps (150)",
+    )
     path.write_text("".join(line for line in lines if not line.startswith("prenorm_clip1,")))
     _reference_refused(lambda: read_reference_run(folder), path, "no rows of arm 'prenorm_clip1'")
-    path.write_text("".join([*lines, *(line.replace("prenorm_clip1,", "extra,", 1) for line in lines
-                                        if line.startswith("prenorm_clip1,"))]))
+    path.write_text(
+        "".join(
+            [
+                *lines,
+                *(line.replace("prenorm_clip1,", "extra,", 1) for line in lines if line.startswith("prenorm_clip1,")),
+            ]
+        )
+    )
     _reference_refused(lambda: read_reference_run(folder), path, "rows of arm 'extra'")
     diverged = _set_field("diverged", len(lines) - 2, "1.0")(lines[:-1])  # stopped early, and says so: kept
     path.write_text("".join(diverged))
     assert read_reference_run(folder)[0]["step"].iloc[-1] == 128
     # a path that names no reference is the user's slip, not damage: ReadError, not ReferenceDamaged
-    _refused(lambda: read_reference_run(tmp_path / "nothing"), tmp_path / "nothing", "not found",
-             "a reference is a folder holding metrics.csv and reference.json")
+    _refused(
+        lambda: read_reference_run(tmp_path / "nothing"),
+        tmp_path / "nothing",
+        "not found",
+        "a reference is a folder holding metrics.csv and reference.json",
+    )
     (folder / "reference.json").unlink()
     _refused(lambda: read_reference_run(folder), folder / "reference.json", "not found")
 

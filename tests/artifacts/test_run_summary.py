@@ -41,13 +41,17 @@ def test_the_statuses_go_from_best_to_worst():
 
 def test_a_seeds_summary(tmp_path):
     summary = tmp_path / SUMMARY
-    good = {"status": "completed", "final_train_loss_cb0": 7.5, "final_valid_loss_cb0": 8, "nonfinite_steps": 0,
-            "fingerprint": {}}
+    good = {
+        "status": "completed",
+        "final_train_loss_cb0": 7.5,
+        "final_valid_loss_cb0": 8,
+        "nonfinite_steps": 0,
+        "fingerprint": {},
+    }
     write_summary(summary, good)
     assert read_seed_summary(summary) == good
     summary.write_text(json.dumps({**good, "nonfinite_steps": 0.5}))
-    _refused(lambda: read_seed_summary(summary), summary, "'nonfinite_steps' is 0.5, not int",
-             "rerun the train stage")
+    _refused(lambda: read_seed_summary(summary), summary, "'nonfinite_steps' is 0.5, not int", "rerun the train stage")
 
 
 def test_read_seed_status_refuses_a_cut_file_a_control_character_and_an_unknown_status(tmp_path):
@@ -67,8 +71,18 @@ def test_read_seed_status_refuses_a_cut_file_a_control_character_and_an_unknown_
     ]:
         path.write_text(damaged)
         _refused(lambda: read_seed_status(path), path, *needles)
-    path.write_text(json.dumps({**good, "status": "finished", "final_train_loss_cb0": 1, "final_valid_loss_cb0": 1,
-                                "nonfinite_steps": 0, "fingerprint": {}}))
+    path.write_text(
+        json.dumps(
+            {
+                **good,
+                "status": "finished",
+                "final_train_loss_cb0": 1,
+                "final_valid_loss_cb0": 1,
+                "nonfinite_steps": 0,
+                "fingerprint": {},
+            }
+        )
+    )
     _refused(lambda: read_seed_summary(path), path, "'status' is 'finished', not one of completed")
 
 
@@ -81,7 +95,13 @@ def test_an_arms_summary_and_the_settings_it_was_trained_with(tmp_path):
     _refused(lambda: read_arm_summary(path), path, "'per_seed' is [], not dict", "rerun the train stage")
     assert read_arm_summary(path, required={}) == {"run": "prenorm_clip1", "per_seed": []}
     old = {"run": "prenorm_clip1", "per_seed": {}}
-    _refused(lambda: arm_settings(old, path), path, "no 'settings' (written by an older version); rerun the train "
-             "stage for prenorm_clip1")
-    _refused(lambda: read_arm_summary(tmp_path / "none" / SUMMARY), tmp_path / "none" / SUMMARY,
-             "the summary of none not found; run the train stage first")
+    _refused(
+        lambda: arm_settings(old, path),
+        path,
+        "no 'settings' (written by an older version); rerun the train stage for prenorm_clip1",
+    )
+    _refused(
+        lambda: read_arm_summary(tmp_path / "none" / SUMMARY),
+        tmp_path / "none" / SUMMARY,
+        "the summary of none not found; run the train stage first",
+    )

@@ -27,8 +27,9 @@ def _env(root):
 
 
 def test_dry_run_prints_and_checks_every_command(root):
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=root, capture_output=True, text=True,
-                          env=_env(root))
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=root, capture_output=True, text=True, env=_env(root)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == 7 and "dry run: 7 commands checked" in proc.stdout
@@ -36,11 +37,14 @@ def test_dry_run_prints_and_checks_every_command(root):
     assert lines[1].startswith("[gpu_mfu,") and "--variants before,cqt_fft,after" in lines[1]
     for preset in ("gpu-small", "paper"):
         assert C.load(f"{root}/config/{preset}.yaml").train.precision == "fp16_fairseq"  # the presets' own
-        assert any(f"preflight --config config/{preset}.yaml --device cuda --precision fp16_fairseq" in line
-                   for line in lines), preset
+        assert any(
+            f"preflight --config config/{preset}.yaml --device cuda --precision fp16_fairseq" in line for line in lines
+        ), preset
         assert f"config/{preset}.yaml" in lines[1] and "fp16_fairseq,bf16" in lines[1]  # MFU in both precisions
-    assert any("train_throughput.py --config config/gpu-small.yaml --device cuda" in line and "--sequential" in line
-               for line in lines)
+    assert any(
+        "train_throughput.py --config config/gpu-small.yaml --device cuda" in line and "--sequential" in line
+        for line in lines
+    )
     assert any("relax_fp16.py" in line for line in lines)
     assert any("tokenize_throughput.py --device cuda --batch-sizes 1,4,16" in line for line in lines)
     limits = [int(line.split("limit ")[1].split("s]")[0]) for line in lines]
@@ -51,15 +55,15 @@ def test_dry_run_fails_on_a_bad_option(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     script = repo / "benchmarks" / "gpu_check.sh"
     script.write_text(script.read_text().replace("--precision bf16 --accum-steps", "--precision bf17 --accum-steps"))
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=repo, capture_output=True,
-                          text=True, env=_env(root))
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=repo, capture_output=True, text=True, env=_env(root)
+    )
     assert proc.returncode == 1
     assert "FAILED the check" in proc.stderr and "bf17" in proc.stderr
 
 
 def test_without_a_gpu_the_real_run_refuses(root):
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=root, capture_output=True, text=True,
-                          env=_env(root))
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=root, capture_output=True, text=True, env=_env(root))
     if "torch sees no CUDA device" not in proc.stderr:
         pytest.skip("a CUDA device is visible: the real run is not a CPU test")
     assert proc.returncode == 2
@@ -67,8 +71,22 @@ def test_without_a_gpu_the_real_run_refuses(root):
 
 def test_relax_fp16_benchmark_on_cpu_stays_within_fp16_rounding_of_fp32(root, tmp_path):
     relax = _load(root, "relax_fp16")
-    result = relax.main(["--config", str(root / "config/smoke.yaml"), "--device", "cpu", "--batch-size", "2",
-                         "--crop-seconds", "0.4", "--qk-scales", "1,64", "--threads", "1"])
+    result = relax.main(
+        [
+            "--config",
+            str(root / "config/smoke.yaml"),
+            "--device",
+            "cpu",
+            "--batch-size",
+            "2",
+            "--crop-seconds",
+            "0.4",
+            "--qk-scales",
+            "1,64",
+            "--threads",
+            "1",
+        ]
+    )
     rows = result["rows"]
     assert [(r["qk_scale"], r["variant"]) for r in rows] == [(1, "plain"), (1, "relax"), (64, "plain"), (64, "relax")]
     for r in rows:
@@ -79,9 +97,30 @@ def test_relax_fp16_benchmark_on_cpu_stays_within_fp16_rounding_of_fp32(root, tm
 
 def test_loader_benchmark_on_a_small_corpus(root, tmp_path):
     loader = _load(root, "loader_throughput")
-    result = loader.main(["--config", str(root / "config/paper.yaml"), "--batch-sizes", "7", "--workers", "0",
-                          "--shards", "2", "--clips-per-shard", "2", "--clip-seconds", "6", "--micro-batches", "2",
-                          "--warmup", "1", "--repeats", "1", "--json", str(tmp_path / "loader.json")])
+    result = loader.main(
+        [
+            "--config",
+            str(root / "config/paper.yaml"),
+            "--batch-sizes",
+            "7",
+            "--workers",
+            "0",
+            "--shards",
+            "2",
+            "--clips-per-shard",
+            "2",
+            "--clip-seconds",
+            "6",
+            "--micro-batches",
+            "2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "1",
+            "--json",
+            str(tmp_path / "loader.json"),
+        ]
+    )
     (row,) = result["rows"]
     assert row["batch"] == 7 and row["workers"] == 0 and row["ms_per_micro_batch"] > 0
     assert result["crop_frames"] == C.load(root / "config/paper.yaml").crop_frames == 384
@@ -90,8 +129,13 @@ def test_loader_benchmark_on_a_small_corpus(root, tmp_path):
 
 
 def test_only_selects_steps(root):
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run", "--only", "gpu_mfu,relax_fp16"], cwd=root,
-                          capture_output=True, text=True, env=_env(root))
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--dry-run", "--only", "gpu_mfu,relax_fp16"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=_env(root),
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert [line.split(",")[0] for line in lines] == ["[gpu_mfu", "[relax_fp16"]
@@ -100,12 +144,32 @@ def test_only_selects_steps(root):
 def test_gpu_mfu_measures_before_and_after_on_cpu(root, tmp_path):
     """The MFU script's three variants run (on CPU: the front end stays on convolutions; the CQT switches)."""
     mfu = _load(root, "gpu_mfu")
-    result = mfu.main(["--presets", str(root / "config/smoke.yaml"), "--precisions", "fp32", "--cqt-loss-weight", "1",
-                       "--crop-seconds", "0.4", "--micro-batches", "1", "--warmup", "1", "--threads", "1",
-                       "--json", str(tmp_path / "mfu.json")])
+    result = mfu.main(
+        [
+            "--presets",
+            str(root / "config/smoke.yaml"),
+            "--precisions",
+            "fp32",
+            "--cqt-loss-weight",
+            "1",
+            "--crop-seconds",
+            "0.4",
+            "--micro-batches",
+            "1",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(tmp_path / "mfu.json"),
+        ]
+    )
     rows = result["rows"]
     assert [(r["variant"], r["cqt_impl"], r["front_end"]) for r in rows] == [
-        ("before", "nnaudio", "conv"), ("cqt_fft", "fft", "conv"), ("after", "fft", "conv")]
+        ("before", "nnaudio", "conv"),
+        ("cqt_fft", "fft", "conv"),
+        ("after", "fft", "conv"),
+    ]
     for r in rows:
         assert r["micro_batch"] == 4 and r["frames"] == 30 and r["ms_per_micro_batch"] > 0 and r["losses_finite"]
         assert r["mfu"] is None and r["micro_batches_per_update"] == 1  # no peak on a CPU
@@ -123,4 +187,3 @@ def test_smoke_cuda_copies_the_sources_and_sets_the_device(root, tmp_path, monke
     cfg = C.load(smoke.device_config(repo, "cuda"))
     assert cfg.train.device == cfg.tokenizer.device == "cuda"
     assert smoke.parse_args(["--timeout", "140"]).timeout == 140
-

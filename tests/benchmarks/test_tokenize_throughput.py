@@ -88,14 +88,19 @@ def test_plain_path_is_encodecs_readme():
     audio, clips = bench.make_corpus("noise", lengths, seed=0)
     (first, second) = bench.encode_plain(model, audio, clips, torch.device("cpu"))
     with torch.no_grad():
-        direct = model.encode(torch.from_numpy(audio[lengths[0]:])[None, None])[0][0][0].numpy()
+        direct = model.encode(torch.from_numpy(audio[lengths[0] :])[None, None])[0][0][0].numpy()
     assert first.shape == (8, 40) and second.shape == (8, 25)
     np.testing.assert_array_equal(second, direct)
 
 
 def test_bad_arguments_are_refused():
-    for argv in (["--batch-sizes", "0,4"], ["--batch-sizes", "4,4"], ["--min-seconds", "9", "--max-seconds", "3"],
-                 ["--calibration-frames", "100"], ["--repeats", "0"]):
+    for argv in (
+        ["--batch-sizes", "0,4"],
+        ["--batch-sizes", "4,4"],
+        ["--min-seconds", "9", "--max-seconds", "3"],
+        ["--calibration-frames", "100"],
+        ["--repeats", "0"],
+    ):
         with pytest.raises(SystemExit):
             bench.parse_args(argv)
 
@@ -121,11 +126,17 @@ def test_allocator_comparison_strips_the_options_it_sets(monkeypatch):
         out.write_text(json.dumps({"rows": [{"variant": "plain", "x_real_time": x}], "machine": {"peak_rss_gb": 1.0}}))
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    result = bench.compare_allocators(["--clips", "2", "--allocator", "keep", "--json", "x.json",
-                                       "--compare-allocators", "2"], 2)
+    result = bench.compare_allocators(
+        ["--clips", "2", "--allocator", "keep", "--json", "x.json", "--compare-allocators", "2"], 2
+    )
     assert [c[c.index("--allocator") + 1] for c in seen] == ["default", "keep", "keep", "default"]
-    assert all(c.count("--allocator") == 1 and c.count("--json") == 1 and "--compare-allocators" not in c
-               and c[2:4] == ["--clips", "2"] for c in seen)
+    assert all(
+        c.count("--allocator") == 1
+        and c.count("--json") == 1
+        and "--compare-allocators" not in c
+        and c[2:4] == ["--clips", "2"]
+        for c in seen
+    )
     assert result["rows"][0]["ratio_keep_to_default"] == 2.0
 
 

@@ -147,8 +147,9 @@ def test_fp16_fairseq_steps_half_models_with_master_weights(tiny_cfg, scope):
     assert any(not torch.equal(a, b) for a, b in zip(before, baseline.tr.precision.master))
 
 
-def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the_batch(tiny_settings, tmp_path,
-                                                                                        monkeypatch):
+def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the_batch(
+    tiny_settings, tmp_path, monkeypatch
+):
     """On CUDA the default: each model built, timed and freed before the next (issue 34: all five paper-size
     models at once ran out of 139 GiB); the micro-batch is one process's share of the preset's."""
     tiny_settings["train"].update(processes=2, batch_size=4)  # two processes: 2 crops each
@@ -168,8 +169,23 @@ def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the
         return tr
 
     monkeypatch.setattr(bench, "build_trainer", counting)
-    result = bench.main(["--config", str(cfg_path), "--device", "cpu", "--steps", "1", "--repeats", "2", "--warmup",
-                         "0", "--threads", "1", "--sequential"])
+    result = bench.main(
+        [
+            "--config",
+            str(cfg_path),
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--sequential",
+        ]
+    )
     assert result["sequential"] and result["batch_size"] == 2 and result["frames_per_step"] == 2 * 15
     assert [r["model"] for r in result["rows"]] == [bench.BASELINE, *RUNS]
     assert all(len(r["ms_per_step_all"]) == 2 and math.isfinite(r["final_loss"]) for r in result["rows"])

@@ -27,8 +27,11 @@ def _set(cfg, dotted, value):
         ("train.lr", -1.0, "'train.lr'"),
         ("runs.prenorm_clip10.clip", -1.0, "'runs.prenorm_clip10.clip'"),
         ("runs.prenorm_clip1.deepnorm", True, "'runs.prenorm_clip1.deepnorm' was replaced by 'norm: deepnorm'"),
-        ("runs.prenorm_clip1.attn_relax", False,
-         "'runs.prenorm_clip1.attn_relax' was replaced by 'attention: pb_relax'"),
+        (
+            "runs.prenorm_clip1.attn_relax",
+            False,
+            "'runs.prenorm_clip1.attn_relax' was replaced by 'attention: pb_relax'",
+        ),
         ("tokenizer.level", "kweighted", "'tokenizer.level' was renamed to 'tokenizer.loudness'"),
         ("tokenizer.level_target", -23.0, "'tokenizer.level_target' was renamed to 'tokenizer.loudness_target'"),
         ("runs.prenorm_clip1.attention", "flash", "'runs.prenorm_clip1.attention'"),
@@ -63,9 +66,9 @@ def test_cli_reports_bad_config_in_one_line(tmp_path, smoke_cfg):
     bad.write_text(yaml.safe_dump(smoke_cfg))
     proc = subprocess.run(
         [sys.executable, "-m", "acoustic_mlm", "train", "--run", "prenorm_clip1", "--config", str(bad)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown key 'train.stepz'" in lines[0] and str(bad) in lines[0]
-

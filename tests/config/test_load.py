@@ -28,7 +28,7 @@ def test_presets_are_complete_and_valid(root, name):
 def test_cli_missing_config_file(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "acoustic_mlm", "validate", "--config", str(tmp_path / "nope.yaml")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2 and "nope.yaml: configuration file not found" in proc.stderr
-

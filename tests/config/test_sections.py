@@ -51,4 +51,3 @@ def test_thresholds_reject_bad_values():
     with pytest.raises(ValueError, match="unknown key 'spike_treshold'"):
         ClaimThresholds.from_dict({"spike_treshold": 1.0})
     assert ClaimThresholds.from_dict(None) == ClaimThresholds()
-

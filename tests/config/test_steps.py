@@ -56,16 +56,34 @@ def test_upstream_adds_prepares_and_tokenizes_keys(smoke_cfg):
     own, whole = result_keys("train", smoke_cfg, run), result_keys("train", smoke_cfg, run, upstream=True)
     assert set(own) < set(whole)
     added = set(whole) - set(own)
-    assert {"data.source", "data.synthetic.seed", "data.shard_files", "data.sample_rate", "data.valid_fraction",
-            "data.split_seed", "train.crop_seconds", "tokenizer.mode", "tokenizer.seed",
-            "tokenizer.batch_size"} <= added | set(own)
+    assert {
+        "data.source",
+        "data.synthetic.seed",
+        "data.shard_files",
+        "data.sample_rate",
+        "data.valid_fraction",
+        "data.split_seed",
+        "train.crop_seconds",
+        "tokenizer.mode",
+        "tokenizer.seed",
+        "tokenizer.batch_size",
+    } <= added | set(own)
     assert {k.split(".")[0] for k in added} == {"data", "tokenizer"}  # crop_seconds: already train's own
     assert result_keys("fetch", smoke_cfg, upstream=True) == result_keys("fetch", smoke_cfg)  # nothing before it
 
 
 def test_fetch_leaves_out_what_later_steps_take():
-    cfg = {"data": {"source": "synthetic", "shard_files": 4, "sample_rate": 24000, "valid_fraction": 0.1,
-                    "split_seed": 0, "synthetic": {"n_clips": 2, "seed": 0}, "folder": None}}
+    cfg = {
+        "data": {
+            "source": "synthetic",
+            "shard_files": 4,
+            "sample_rate": 24000,
+            "valid_fraction": 0.1,
+            "split_seed": 0,
+            "synthetic": {"n_clips": 2, "seed": 0},
+            "folder": None,
+        }
+    }
     assert result_keys("fetch", cfg) == ["data.source", "data.synthetic.n_clips", "data.synthetic.seed", "data.folder"]
     assert result_keys("plan", cfg) == ["data.shard_files"]
 

@@ -24,9 +24,21 @@ def swept(smoke_cfg) -> dict:
     return C.validate(cfg)
 
 
-@pytest.mark.parametrize("value, text", [(0.002, "2e-3"), (1.5e-3, "1p5e-3"), (0.01, "1e-2"), (3e-05, "3e-5"),
-                                         (16, "16"), (2.0, "2"), (True, "true"), ("fp16_fairseq", "fp16_fairseq"),
-                                         (0.3, "3e-1"), (1e-10, "1e-10")])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0.002, "2e-3"),
+        (1.5e-3, "1p5e-3"),
+        (0.01, "1e-2"),
+        (3e-05, "3e-5"),
+        (16, "16"),
+        (2.0, "2"),
+        (True, "true"),
+        ("fp16_fairseq", "fp16_fairseq"),
+        (0.3, "3e-1"),
+        (1e-10, "1e-10"),
+    ],
+)
 def test_values_are_written_without_dots(value, text):
     assert S.format_value(value) == text
 
@@ -70,24 +82,28 @@ def _write(tmp_path, cfg) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("grid, words", [
-    ({"grid": {"train.threads": [1, 2]}}, "'sweep[0].grid.train.threads' is not a setting of a training run"),
-    ({"grid": {"runs.prenorm_clip1.clip": [1.0]}}, "is not a setting of a training run"),
-    ({"grid": {"figure.y_max": [9.0]}}, "is not a setting of a training run"),
-    ({"grid": {"train.lr": []}}, "grid.train.lr': [] should be non-empty"),
-    ({"grid": {"train.lr": [0.001, 0.001]}}, "'sweep[0].grid.train.lr' lists 0.001 twice; list each value once"),
-    ({"grid": {"train.lr": [-1.0]}}, "'sweep[0].grid.train.lr': -1.0 is less than or equal to the minimum of 0"),
-    ({"grid": {"model.heads": [3]}}, "'model.dim' (64) must be divisible by 'model.heads' (3)"),
-    ({"grid": {"train.lr": [0.001]}, "arms": ["nope"]}, "'sweep[0].arms' names 'nope'"),
-    ({"grid": {"seeds": [1.5]}}, "seeds are whole numbers"),
-    ({"grid": {"train.precision": ["FP16"]}}, "string values in a sweep use a-z, 0-9 and _"),
-])
+@pytest.mark.parametrize(
+    "grid, words",
+    [
+        ({"grid": {"train.threads": [1, 2]}}, "'sweep[0].grid.train.threads' is not a setting of a training run"),
+        ({"grid": {"runs.prenorm_clip1.clip": [1.0]}}, "is not a setting of a training run"),
+        ({"grid": {"figure.y_max": [9.0]}}, "is not a setting of a training run"),
+        ({"grid": {"train.lr": []}}, "grid.train.lr': [] should be non-empty"),
+        ({"grid": {"train.lr": [0.001, 0.001]}}, "'sweep[0].grid.train.lr' lists 0.001 twice; list each value once"),
+        ({"grid": {"train.lr": [-1.0]}}, "'sweep[0].grid.train.lr': -1.0 is less than or equal to the minimum of 0"),
+        ({"grid": {"model.heads": [3]}}, "'model.dim' (64) must be divisible by 'model.heads' (3)"),
+        ({"grid": {"train.lr": [0.001]}, "arms": ["nope"]}, "'sweep[0].arms' names 'nope'"),
+        ({"grid": {"seeds": [1.5]}}, "seeds are whole numbers"),
+        ({"grid": {"train.precision": ["FP16"]}}, "string values in a sweep use a-z, 0-9 and _"),
+    ],
+)
 def test_a_refused_sweep_is_one_line_and_exit_2(tmp_path, smoke_cfg, grid, words):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["sweep"] = [grid]
     path = _write(tmp_path, cfg)
-    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "validate", "--config", path],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", "validate", "--config", path], capture_output=True, text=True
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert path in r.stderr and words in r.stderr, r.stderr
@@ -97,14 +113,17 @@ def test_colliding_points_are_refused(tmp_path, smoke_cfg):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.002]}}, {"grid": {"train.lr": [0.002]}, "arms": [RUN_NAMES[0]]}]
     path = _write(tmp_path, cfg)
-    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "validate", "--config", path],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", "validate", "--config", path], capture_output=True, text=True
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "'sweep[1]' gives point 'prenorm_clip10__lr-2e-3', which 'sweep[0]' gives too" in r.stderr
     # values that differ only below the name's precision would also collide: refused naming both values
     cfg["sweep"] = [{"grid": {"train.lr": [0.0010000001, 0.001]}}]
-    with pytest.raises(C.ConfigError, match=re.escape("'sweep[0].grid.train.lr' holds 0.0010000001 and 0.001, which "
-                                                      "name one point ('lr-1e-3'")):
+    with pytest.raises(
+        C.ConfigError,
+        match=re.escape("'sweep[0].grid.train.lr' holds 0.0010000001 and 0.001, which name one point ('lr-1e-3'"),
+    ):
         C.validate(cfg, "mine.yaml")
 
 
@@ -112,8 +131,17 @@ def test_an_overlong_point_name_is_refused(smoke_cfg):
     cfg = copy.deepcopy(smoke_cfg)
     arm = cfg["runs"].pop(RUN_NAMES[0])
     cfg["runs"]["a" * 150] = arm
-    cfg["sweep"] = [{"grid": {"train.lr": [0.001], "train.warmup_steps": [5], "model.mask_prob": [0.5],
-                              "train.weight_decay": [0.1], "model.dropout": [0.1]}}]
+    cfg["sweep"] = [
+        {
+            "grid": {
+                "train.lr": [0.001],
+                "train.warmup_steps": [5],
+                "model.mask_prob": [0.5],
+                "train.weight_decay": [0.1],
+                "model.dropout": [0.1],
+            }
+        }
+    ]
     with pytest.raises(C.ConfigError, match="byte name"):
         C.validate(cfg, "mine.yaml")
 
@@ -121,9 +149,23 @@ def test_an_overlong_point_name_is_refused(smoke_cfg):
 def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
     """`amlm train <point>` resolves the point before anything is loaded (an unknown point: one line)."""
     path = _write(tmp_path, swept)
-    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "train", "prenorm_clip1__lr-9", "--config", path,
-                        "--prepared", str(tmp_path / "none"), "--codes", str(tmp_path / "none")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "train",
+            "prenorm_clip1__lr-9",
+            "--config",
+            path,
+            "--prepared",
+            str(tmp_path / "none"),
+            "--codes",
+            str(tmp_path / "none"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "no sweep point 'prenorm_clip1__lr-9'" in r.stderr and r.stderr.count("\n") == 1
     assert not math.isnan(swept["train"]["lr"])
 
@@ -131,9 +173,23 @@ def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
 def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
     """`amlm preflight` on config/proxy-gpu.yaml (on CPU: one small micro-batch measured) projects the whole
     map from counted FLOPs, every point at its own precision: at most 2 GPU-hours on one H100/H200."""
-    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "preflight", "--config",
-                        str(root / "config/proxy-gpu.yaml"),
-                        "--device", "cpu", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "preflight",
+            "--config",
+            str(root / "config/proxy-gpu.yaml"),
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     import json
 
@@ -142,27 +198,43 @@ def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
     assert sweep["points"] == len(cfg.points) and sweep["runs"] == sum(len(p.seeds) for p in cfg.points.values())
     h200 = sweep["gpus"][0]
     assert h200["gpu"].startswith("H100 / H200") and 0.2 < h200["gpu_hours"] <= 2.0
-    assert set(h200["panels"]) == {"4 layers, bf16", "16 layers, bf16", "4 layers, fp16_fairseq",
-                                   "16 layers, fp16_fairseq"}
+    assert set(h200["panels"]) == {
+        "4 layers, bf16",
+        "16 layers, bf16",
+        "4 layers, fp16_fairseq",
+        "16 layers, fp16_fairseq",
+    }
     assert "The sweep" in (tmp_path / "preflight.md").read_text()
 
 
-@pytest.mark.parametrize("grid, words", [
-    ({"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[1], RUN_NAMES[0], RUN_NAMES[1]]},
-     f"'sweep[0].arms' lists '{RUN_NAMES[1]}' twice; list each arm once"),
-    ({"grid": {"seeds": [1, 2]}},
-     "'sweep[0].grid' sets only 'seeds'; a grid sweeps at least one model./train. setting"),
-    ({"grid": {"seeds": [3]}, "arms": [RUN_NAMES[0]]}, "'sweep[0].grid' sets only 'seeds'"),
-    ({"grid": {"model.dropout": [0.1, 0.10000001]}},
-     "'sweep[0].grid.model.dropout' holds 0.1 and 0.10000001, which name one point ('dropout-1e-1'"),
-    ({"grid": {"train.lr": [3e-4, 0.0003]}}, "'sweep[0].grid.train.lr' lists 0.0003 twice"),
-    ({"grid": {"train.lr": [0.001], "seeds": [1, 2, 1]}}, "'sweep[0].grid.seeds' lists 1 twice"),
-    ({"grid": {"train.lr": [0.001]}, "arms": RUN_NAMES[0]}, f"'sweep.0.arms': '{RUN_NAMES[0]}' is not of type 'array'"),
-    ({"grid": {"train.lr": [0.001]}, "arms": []}, "'sweep.0.arms': [] should be non-empty"),  # the schema's words
-    ({"grid": {"model.layers": [2, 4.0]}}, "'sweep[0].grid.model.layers': holds 4.0; it must be a whole number"),
-    ({"grid": {"train.lr": [True]}}, "'sweep[0].grid.train.lr': True is not of type 'number'"),
-    ({"grid": {"train.precision": ["fp8"]}}, "'sweep[0].grid.train.precision': 'fp8' is not one of"),
-])
+@pytest.mark.parametrize(
+    "grid, words",
+    [
+        (
+            {"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[1], RUN_NAMES[0], RUN_NAMES[1]]},
+            f"'sweep[0].arms' lists '{RUN_NAMES[1]}' twice; list each arm once",
+        ),
+        (
+            {"grid": {"seeds": [1, 2]}},
+            "'sweep[0].grid' sets only 'seeds'; a grid sweeps at least one model./train. setting",
+        ),
+        ({"grid": {"seeds": [3]}, "arms": [RUN_NAMES[0]]}, "'sweep[0].grid' sets only 'seeds'"),
+        (
+            {"grid": {"model.dropout": [0.1, 0.10000001]}},
+            "'sweep[0].grid.model.dropout' holds 0.1 and 0.10000001, which name one point ('dropout-1e-1'",
+        ),
+        ({"grid": {"train.lr": [3e-4, 0.0003]}}, "'sweep[0].grid.train.lr' lists 0.0003 twice"),
+        ({"grid": {"train.lr": [0.001], "seeds": [1, 2, 1]}}, "'sweep[0].grid.seeds' lists 1 twice"),
+        (
+            {"grid": {"train.lr": [0.001]}, "arms": RUN_NAMES[0]},
+            f"'sweep.0.arms': '{RUN_NAMES[0]}' is not of type 'array'",
+        ),
+        ({"grid": {"train.lr": [0.001]}, "arms": []}, "'sweep.0.arms': [] should be non-empty"),  # the schema's words
+        ({"grid": {"model.layers": [2, 4.0]}}, "'sweep[0].grid.model.layers': holds 4.0; it must be a whole number"),
+        ({"grid": {"train.lr": [True]}}, "'sweep[0].grid.train.lr': True is not of type 'number'"),
+        ({"grid": {"train.precision": ["fp8"]}}, "'sweep[0].grid.train.precision': 'fp8' is not one of"),
+    ],
+)
 def test_a_refusal_names_what_the_grid_says_not_a_consequence(smoke_cfg, grid, words):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["sweep"] = [grid]
@@ -175,21 +247,30 @@ def test_a_refusal_names_what_the_grid_says_not_a_consequence(smoke_cfg, grid, w
 
 def test_a_point_given_by_two_grids_names_both_grids_and_the_values(smoke_cfg):
     cfg = copy.deepcopy(smoke_cfg)
-    cfg["sweep"] = [{"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[0]]},
-                    {"grid": {"train.lr": [0.0010000002]}, "arms": [RUN_NAMES[0]]}]
-    with pytest.raises(C.ConfigError, match=re.escape(
+    cfg["sweep"] = [
+        {"grid": {"train.lr": [0.001]}, "arms": [RUN_NAMES[0]]},
+        {"grid": {"train.lr": [0.0010000002]}, "arms": [RUN_NAMES[0]]},
+    ]
+    with pytest.raises(
+        C.ConfigError,
+        match=re.escape(
             f"'sweep[1]' gives point '{RUN_NAMES[0]}__lr-1e-3', which 'sweep[0]' gives too (train.lr 0.001 there, "
-            "0.0010000002 here); each point is one run: take it out of one grid")):
+            "0.0010000002 here); each point is one run: take it out of one grid"
+        ),
+    ):
         C.validate(cfg, "mine.yaml")
 
 
-@pytest.mark.parametrize("grid", [
-    {"model.heads": [2, 3]},  # the rules across keys
-    {"train.warmup_steps": [1, 100000]},
-    {"model.codebooks": [2, 16]},
-    {"train.lr": [0.001], "train.batch_size": [3], "train.processes": [2]},
-    {"train.steps": [0]},  # the schema of one value
-])
+@pytest.mark.parametrize(
+    "grid",
+    [
+        {"model.heads": [2, 3]},  # the rules across keys
+        {"train.warmup_steps": [1, 100000]},
+        {"model.codebooks": [2, 16]},
+        {"train.lr": [0.001], "train.batch_size": [3], "train.processes": [2]},
+        {"train.steps": [0]},  # the schema of one value
+    ],
+)
 def test_the_linear_check_refuses_a_point_exactly_when_its_configuration_would_be_refused(smoke_cfg, grid):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["sweep"] = [{"grid": grid, "arms": [RUN_NAMES[0]]}]

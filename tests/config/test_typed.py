@@ -25,8 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
 SCHEMA = checks.schema()  # the file with the model's enums filled in
 # The sections typed from a mapping of the same name, with the dataclass that holds each.
-SECTIONS = {"data": C.DataConfig, "tokenizer": C.TokenizerConfig, "model": C.ModelSection, "train": C.TrainSection,
-            "figure": C.FigureConfig, "claims": C.ClaimThresholds}
+SECTIONS = {
+    "data": C.DataConfig,
+    "tokenizer": C.TokenizerConfig,
+    "model": C.ModelSection,
+    "train": C.TrainSection,
+    "figure": C.FigureConfig,
+    "claims": C.ClaimThresholds,
+}
 
 
 def _tuples(value):
@@ -89,8 +95,15 @@ def test_load_returns_a_config_of_frozen_dataclasses_and_tuples(preset):
         assert not isinstance(value, (list, set)), f"{where} is a {type(value).__name__}; the typed config holds tuples"
         if dataclasses.is_dataclass(value):
             assert _is_frozen(value), f"{where} ({type(value).__name__}) is not frozen"
-    for obj, name in ((cfg, "train"), (cfg.model, "dim"), (cfg.train, "lr"), (cfg.data.synthetic, "seed"),
-                      (next(iter(cfg.runs.values())), "clip"), (cfg.figure, "split"), (cfg.claims, "start_min")):
+    for obj, name in (
+        (cfg, "train"),
+        (cfg.model, "dim"),
+        (cfg.train, "lr"),
+        (cfg.data.synthetic, "seed"),
+        (next(iter(cfg.runs.values())), "clip"),
+        (cfg.figure, "split"),
+        (cfg.claims, "start_min"),
+    ):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(obj, name, getattr(obj, name))
 
@@ -170,8 +183,9 @@ def test_the_arms_differ_where_the_file_says(root):
     assert [cfg.model_for(n).norm for n in cfg.runs] == ["pre", "pre", "deepnorm", "pre"]
     assert [cfg.model_for(n).attention for n in cfg.runs] == ["softmax", "softmax", "softmax", "pb_relax"]
     assert [cfg.train_for(n).clip for n in cfg.runs] == [10.0, 1.0, 1.0, 1.0]
-    assert cfg.model.with_arm("post", "unfused") == dataclasses.replace(cfg.model_for(next(iter(cfg.runs))),
-                                                                        norm="post", attention="unfused")
+    assert cfg.model.with_arm("post", "unfused") == dataclasses.replace(
+        cfg.model_for(next(iter(cfg.runs))), norm="post", attention="unfused"
+    )
     with pytest.raises(C.ConfigError, match="no run 'nope'"):
         cfg.model_for("nope")
     with pytest.raises(C.ConfigError, match="no run 'nope'"):
@@ -203,8 +217,13 @@ def test_point_of_a_sweep_preset_is_the_file_with_the_points_values(root):
         assert (pc.data, pc.tokenizer, pc.figure, pc.claims) == (cfg.data, cfg.tokenizer, cfg.figure, cfg.claims)
         arm, run = cfg.runs[p.arm], pc.run(name)
         assert (run.name, run.seeds) == (name, p.seeds) and cfg.run(name) == run
-        assert (run.label, run.norm, run.attention, run.clip, run.role) == (arm.label, arm.norm, arm.attention,
-                                                                           arm.clip, arm.role)
+        assert (run.label, run.norm, run.attention, run.clip, run.role) == (
+            arm.label,
+            arm.norm,
+            arm.attention,
+            arm.clip,
+            arm.role,
+        )
         assert cfg.model_for(name) == pc.model_for(name) and cfg.train_for(name) == pc.train_for(name)
         assert (cfg.model_for(name).norm, cfg.train_for(name).clip) == (arm.norm, arm.clip)
 
@@ -225,8 +244,7 @@ def test_model_config_has_no_defaults_but_cqt_impl():
     assert _defaulted(MC.ModelConfig) == _defaulted(MC.ModelSection) == {"cqt_impl"}
     assert {f.name: f.default for f in fields(MC.ModelConfig)}["cqt_impl"] == "nnaudio"
     assert {"norm", "attention"} <= {f.name for f in fields(MC.ModelConfig) if f.kw_only}
-    assert {f.name for f in fields(MC.ModelConfig)} - {f.name for f in fields(MC.ModelSection)} == {"norm",
-                                                                                                     "attention"}
+    assert {f.name for f in fields(MC.ModelConfig)} - {f.name for f in fields(MC.ModelSection)} == {"norm", "attention"}
     cfg = C.load(ROOT / "config" / "smoke.yaml")
     full = {f.name: getattr(cfg.model_for("prenorm_clip1"), f.name) for f in fields(MC.ModelConfig)}
     for name in ("norm", "attention", "dim", "qk_gain", "special_symbols"):
@@ -270,9 +288,13 @@ def _imported_modules(path: Path, package: str) -> set[str]:
                 base = ".".join(parts + ([node.module] if node.module else []))
             names.add(base)
             names |= {f"{base}.{alias.name}" for alias in node.names}
-        elif (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
-              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
-              and node.args and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(str(node.args[0].value))
     return names
 
@@ -290,9 +312,11 @@ def test_the_model_package_imports_nothing_from_acoustic_mlm_config(root):
         bad = sorted(m for m in _imported_modules(path, package) if _is_config(m))
         assert not bad, f"{path.relative_to(root)} imports {bad}"
     # and not through another module: importing the whole model package leaves acoustic_mlm.config unloaded
-    code = ("import sys, acoustic_mlm.model, acoustic_mlm.model.config, acoustic_mlm.model.cqt, "
-            "acoustic_mlm.model.encoder, acoustic_mlm.model.objective; "
-            "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['acoustic_mlm', 'config']))")
+    code = (
+        "import sys, acoustic_mlm.model, acoustic_mlm.model.config, acoustic_mlm.model.cqt, "
+        "acoustic_mlm.model.encoder, acoustic_mlm.model.objective; "
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['acoustic_mlm', 'config']))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout

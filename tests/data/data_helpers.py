@@ -61,11 +61,22 @@ def files_under(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
-def make_cfg(n_clips: int = 4, clip_seconds: float = 1.1, valid_fraction: float = 0.25, split_seed: int = 0,
-             crop_seconds: float = 0.1, shard_files: int = 3) -> dict:
-    cfg = preset(source="synthetic", sample_rate=SR, valid_fraction=valid_fraction, split_seed=split_seed,
-                 shard_files=shard_files,
-                 synthetic={"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0})
+def make_cfg(
+    n_clips: int = 4,
+    clip_seconds: float = 1.1,
+    valid_fraction: float = 0.25,
+    split_seed: int = 0,
+    crop_seconds: float = 0.1,
+    shard_files: int = 3,
+) -> dict:
+    cfg = preset(
+        source="synthetic",
+        sample_rate=SR,
+        valid_fraction=valid_fraction,
+        split_seed=split_seed,
+        shard_files=shard_files,
+        synthetic={"n_clips": n_clips, "clip_seconds": clip_seconds, "sample_rate": 32000, "seed": 0},
+    )
     cfg["train"]["crop_seconds"] = crop_seconds  # clips shorter than one crop are rejected
     cfg["model"]["mask_length"] = 2  # a crop holds two spans (the config's rule): 0.1 s is 7 frames
     return cfg
@@ -149,15 +160,56 @@ def make_messy_folder(folder) -> tuple[dict[str, tuple[int, int]], dict[str, str
     return good, bad
 
 
-def one_note_score(seconds: float = 1.0, pitch: float = 69.0, onset: float = 0.1, gate: float = 0.3,
-                   stereo: bool = False, pan: float = 0.5, drums: list | None = None, reverb_wet: float = 0.0):
+def one_note_score(
+    seconds: float = 1.0,
+    pitch: float = 69.0,
+    onset: float = 0.1,
+    gate: float = 0.3,
+    stereo: bool = False,
+    pan: float = 0.5,
+    drums: list | None = None,
+    reverb_wet: float = 0.0,
+):
     """A score of one sine-like note (a single harmonic, no detune or vibrato) and the given drums."""
     from acoustic_mlm.data.synth_score import Score, Timbre, Track
 
-    timbre = Timbre(harmonics=np.array([1.0]), phases=np.zeros(1), darken=1.0, bright_tau=0.1, attack=0.01,
-                    decay=0.1, sustain=0.7, release=0.05, detune_cents=0.0, vibrato_hz=0.0, vibrato_cents=0.0)
-    note = Track(name="lead", onset=np.array([onset]), gate=np.array([gate]), pitch=np.array([pitch]),
-                 velocity=np.array([0.8]), timbre=timbre, gain=1.0, pan=pan)
-    return Score(seconds=seconds, tempo=120.0, beats_per_bar=4, key=0, mode="major", scale="major",
-                 progression=(0,), bars_per_chord=1, swing=0.0, stereo=stereo, reverb_seconds=0.3,
-                 reverb_wet=reverb_wet, level=0.5, tracks=[note], drums=drums or [])
+    timbre = Timbre(
+        harmonics=np.array([1.0]),
+        phases=np.zeros(1),
+        darken=1.0,
+        bright_tau=0.1,
+        attack=0.01,
+        decay=0.1,
+        sustain=0.7,
+        release=0.05,
+        detune_cents=0.0,
+        vibrato_hz=0.0,
+        vibrato_cents=0.0,
+    )
+    note = Track(
+        name="lead",
+        onset=np.array([onset]),
+        gate=np.array([gate]),
+        pitch=np.array([pitch]),
+        velocity=np.array([0.8]),
+        timbre=timbre,
+        gain=1.0,
+        pan=pan,
+    )
+    return Score(
+        seconds=seconds,
+        tempo=120.0,
+        beats_per_bar=4,
+        key=0,
+        mode="major",
+        scale="major",
+        progression=(0,),
+        bars_per_chord=1,
+        swing=0.0,
+        stereo=stereo,
+        reverb_seconds=0.3,
+        reverb_wet=reverb_wet,
+        level=0.5,
+        tracks=[note],
+        drums=drums or [],
+    )

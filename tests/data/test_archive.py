@@ -19,13 +19,17 @@ def _write(tmp_path, name: str, blob: bytes):
     return path
 
 
-@pytest.mark.parametrize("name, blob, member", [
-    ("p.tar.gz", make_tar({"c/ok.wav": b"ok", "c/../../evil.wav": b"x"}), "c/../../evil.wav"),
-    ("h.tar.gz", make_tar({"c/ok.wav": b"ok"}, hardlinks={"c/h.wav": "../outside.wav"}), "c/h.wav"),
-    ("s.tar.gz", make_tar({"c/ok.wav": b"ok"}, symlinks={"c/s.wav": "/etc/passwd"}), "c/s.wav"),
-    ("a.zip", make_zip({"c/ok.wav": b"ok", "/tmp/evil.wav": b"x"}), "/tmp/evil.wav"),
-    ("d.zip", make_zip({"c/ok.wav": b"ok", "C:\\evil.wav": b"x"}), "C:\\evil.wav"),
-], ids=["tar-parent", "tar-hardlink-out", "tar-symlink-absolute", "zip-absolute", "zip-drive-letter"])
+@pytest.mark.parametrize(
+    "name, blob, member",
+    [
+        ("p.tar.gz", make_tar({"c/ok.wav": b"ok", "c/../../evil.wav": b"x"}), "c/../../evil.wav"),
+        ("h.tar.gz", make_tar({"c/ok.wav": b"ok"}, hardlinks={"c/h.wav": "../outside.wav"}), "c/h.wav"),
+        ("s.tar.gz", make_tar({"c/ok.wav": b"ok"}, symlinks={"c/s.wav": "/etc/passwd"}), "c/s.wav"),
+        ("a.zip", make_zip({"c/ok.wav": b"ok", "/tmp/evil.wav": b"x"}), "/tmp/evil.wav"),
+        ("d.zip", make_zip({"c/ok.wav": b"ok", "C:\\evil.wav": b"x"}), "C:\\evil.wav"),
+    ],
+    ids=["tar-parent", "tar-hardlink-out", "tar-symlink-absolute", "zip-absolute", "zip-drive-letter"],
+)
 def test_a_member_escaping_the_folder_is_refused_and_nothing_is_written(tmp_path, name, blob, member):
     path, dest = _write(tmp_path, name, blob), tmp_path / "out"
     with pytest.raises(archive.UnsafeArchiveError) as err:

@@ -30,10 +30,12 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     train_frames = int(msg.split("holds ")[1].split(" ")[0])
     assert train_frames in (675, 450)  # 3 or 2 train clips of 225 frames
     need = (1024 - train_frames) / 75 / 60 / 0.75
-    assert msg == (f"prepare: the train split holds {train_frames} EnCodec frames ({train_frames / 75 / 60:.2f} min); "
-                   "the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
-                   f"with data.valid_fraction 0.25): add at least {need:.2f} min of audio, or set tokenizer.mode: "
-                   "pretrained")
+    assert msg == (
+        f"prepare: the train split holds {train_frames} EnCodec frames ({train_frames / 75 / 60:.2f} min); "
+        "the calibrated tokenizer needs at least 1024 (0.23 min of train audio, about 0.30 min in all "
+        f"with data.valid_fraction 0.25): add at least {need:.2f} min of audio, or set tokenizer.mode: "
+        "pretrained"
+    )
     assert not (tmp_path / "prepared").exists()
     cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
     prepare.run(cfg, raw, tmp_path / "prepared")

@@ -17,12 +17,14 @@ from acoustic_mlm.data import download, fetch
 def test_hash_prefixes_sha1_and_md5_and_upper_case(server, tmp_path):
     blob = make_tar(corpus())
     url = server.serve("/good/hashes.tar.gz", blob)
-    for i, known in enumerate(["sha1:" + hashlib.sha1(blob).hexdigest().upper(),
-                               "MD5:" + hashlib.md5(blob).hexdigest()]):
+    for i, known in enumerate(
+        ["sha1:" + hashlib.sha1(blob).hexdigest().upper(), "MD5:" + hashlib.md5(blob).hexdigest()]
+    ):
         # a config file's schema refuses an upper-case algorithm; a Config made otherwise reaches the stage
         cfg = C.from_mapping(url_cfg(url, "sha256:" + "0" * 64))
-        fetch.run(replace(cfg, data=replace(cfg.data, known_hash=known)), tmp_path / f"d{i}" / "raw", retries=0,
-                  timeout=10)
+        fetch.run(
+            replace(cfg, data=replace(cfg.data, known_hash=known)), tmp_path / f"d{i}" / "raw", retries=0, timeout=10
+        )
         assert (tmp_path / f"d{i}" / "raw" / "corpus" / "a" / "one.wav").is_file()
 
 
@@ -107,8 +109,9 @@ def test_corrupt_partial_download_is_discarded_by_the_hash_check(server, tmp_pat
 
 def test_missing_file_is_a_one_line_error_without_retries(server, tmp_path):
     with pytest.raises(download.DownloadError, match=r"404") as err:
-        fetch.run(url_cfg(server.url("/nowhere.zip"), "sha256:" + "1" * 64), tmp_path / "data" / "raw",
-                  retries=3, timeout=10)
+        fetch.run(
+            url_cfg(server.url("/nowhere.zip"), "sha256:" + "1" * 64), tmp_path / "data" / "raw", retries=3, timeout=10
+        )
     assert "\n" not in str(err.value)
     assert not (tmp_path / "data").exists()
     assert [p for p, _ in server.requests].count("/nowhere.zip") == 1  # a client error is not worth retrying

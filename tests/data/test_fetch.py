@@ -101,20 +101,38 @@ def _unsafe_archives(outside: Path) -> dict[str, tuple[str, bytes, str]]:
     return {
         "zip-parent": ("p.zip", make_zip({**good, "corpus/../../evil.wav": wav}), "corpus/../../evil.wav"),
         "zip-absolute": ("a.zip", make_zip({**good, absolute: wav}), absolute),
-        "zip-symlink": ("s.zip", make_zip(good, symlinks={"corpus/link.wav": "../../../outside.wav"}),
-                        "corpus/link.wav"),
+        "zip-symlink": (
+            "s.zip",
+            make_zip(good, symlinks={"corpus/link.wav": "../../../outside.wav"}),
+            "corpus/link.wav",
+        ),
         "zip-backslash": ("b.zip", make_zip({**good, "..\\evil.wav": wav}), "..\\evil.wav"),
         "tar-parent": ("p.tar.gz", make_tar({**good, "../evil.wav": wav}), "../evil.wav"),
         "tar-absolute": ("a.tar.gz", make_tar({**good, absolute: wav}), absolute),
         "tar-symlink": ("s.tar.gz", make_tar(good, symlinks={"corpus/passwd.wav": "/etc/passwd"}), "corpus/passwd.wav"),
         "tar-symlink-up": ("u.tar.gz", make_tar(good, symlinks={"corpus/up": "../.."}), "corpus/up"),
-        "tar-hardlink": ("h.tar.gz", make_tar(good, hardlinks={"corpus/hard.wav": "../outside.wav"}),
-                         "corpus/hard.wav"),
+        "tar-hardlink": (
+            "h.tar.gz",
+            make_tar(good, hardlinks={"corpus/hard.wav": "../outside.wav"}),
+            "corpus/hard.wav",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["zip-parent", "zip-absolute", "zip-symlink", "zip-backslash", "tar-parent",
-                                  "tar-absolute", "tar-symlink", "tar-symlink-up", "tar-hardlink"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "zip-parent",
+        "zip-absolute",
+        "zip-symlink",
+        "zip-backslash",
+        "tar-parent",
+        "tar-absolute",
+        "tar-symlink",
+        "tar-symlink-up",
+        "tar-hardlink",
+    ],
+)
 def test_unsafe_archive_is_refused_naming_the_member(server, tmp_path, case):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -130,8 +148,11 @@ def test_unsafe_archive_is_refused_naming_the_member(server, tmp_path, case):
 
 
 def test_links_inside_the_archive_are_skipped_not_followed(tmp_path):
-    blob = make_tar({"c/a.wav": tone_bytes("wav")}, symlinks={"c/alias.wav": "a.wav", "c/d/up.wav": "../a.wav"},
-                    hardlinks={"c/hard.wav": "c/a.wav"})
+    blob = make_tar(
+        {"c/a.wav": tone_bytes("wav")},
+        symlinks={"c/alias.wav": "a.wav", "c/d/up.wav": "../a.wav"},
+        hardlinks={"c/hard.wav": "c/a.wav"},
+    )
     (tmp_path / "x.tar.gz").write_bytes(blob)
     done = archive.extract(tmp_path / "x.tar.gz", tmp_path / "out")
     assert done.files == ["c/a.wav"] and done.links_skipped == 3
@@ -160,9 +181,11 @@ def test_source_definitions_match_the_design_and_the_schema():
     assert set(sources.ARCHIVES) == enum - {"synthetic", "folder", "url", *sources.FILE_SETS}
     assert set(sources.FILE_SETS) == {"librosa"}
 
-    sha1 = {"fma_small": "ade154f733639d52e35e32f5593efe5be76c6d70",  # DESIGN.md section 1
-            "fma_medium": "c67b69ea232021025fca9231fc1c7c1a063ab50b",
-            "fma_large": "497109f4dd721066b5ce5e5f250ec604dc78939e"}
+    sha1 = {
+        "fma_small": "ade154f733639d52e35e32f5593efe5be76c6d70",  # DESIGN.md section 1
+        "fma_medium": "c67b69ea232021025fca9231fc1c7c1a063ab50b",
+        "fma_large": "497109f4dd721066b5ce5e5f250ec604dc78939e",
+    }
     for name, digest in sha1.items():
         s = sources.ARCHIVES[name]
         assert s.url == f"https://os.unil.cloud.switch.ch/fma/{name}.zip"
@@ -172,8 +195,15 @@ def test_source_definitions_match_the_design_and_the_schema():
         assert s.excluded(f"{name}/098/098565.mp3") and not s.excluded(f"{name}/000/000002.mp3")
     assert sources.FMA_CORRUPT_TRACKS == {"098565", "098567", "098569", "099134", "108925", "133297"}
 
-    subsets = ["dev-clean", "dev-other", "test-clean", "test-other", "train-clean-100", "train-clean-360",
-               "train-other-500"]
+    subsets = [
+        "dev-clean",
+        "dev-other",
+        "test-clean",
+        "test-other",
+        "train-clean-100",
+        "train-clean-360",
+        "train-other-500",
+    ]
     for subset in subsets:
         s = sources.ARCHIVES[f"librispeech-{subset}"]
         assert s.url == f"https://www.openslr.org/resources/12/{subset}.tar.gz"
@@ -181,7 +211,8 @@ def test_source_definitions_match_the_design_and_the_schema():
         assert s.expects(f"LibriSpeech/{subset}/84/121123/84-121123-0000.flac")
         assert not s.expects(f"LibriSpeech/{subset}/84/121123/84-121123.trans.txt") and not s.excluded("x/1-2-3.flac")
     assert sources.ARCHIVES["librispeech-dev-clean"].known_hash.endswith(
-        "76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3")
+        "76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3"
+    )
 
 
 def test_librispeech_checksums_match_torchaudio():
@@ -192,8 +223,11 @@ def test_librispeech_checksums_match_torchaudio():
 
 
 def test_url_source_resolution():
-    s = sources.archive_for(data_section(source="url", url="https://example.org/path/My%20Corpus.tar.gz?x=1",
-                                         known_hash="SHA256:" + "AB" * 32))
+    s = sources.archive_for(
+        data_section(
+            source="url", url="https://example.org/path/My%20Corpus.tar.gz?x=1", known_hash="SHA256:" + "AB" * 32
+        )
+    )
     assert s.filename == "My_Corpus.tar.gz" and s.known_hash == "sha256:" + "ab" * 32 and s.layout is None
     assert sources.filename_from_url("https://example.org/") == "download"
     with pytest.raises(UserError, match="has 64 hex digits"):
@@ -208,8 +242,9 @@ def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeyp
         assert {i.compress_type for i in zf.infolist() if not i.is_dir()} == {9}
     real = sources.ARCHIVES["fma_small"]
     url = server.serve("/fma/fma_small.zip", blob)
-    monkeypatch.setitem(sources.ARCHIVES, "fma_small",
-                        replace(real, url=url, known_hash="sha1:" + hashlib.sha1(blob).hexdigest()))
+    monkeypatch.setitem(
+        sources.ARCHIVES, "fma_small", replace(real, url=url, known_hash="sha1:" + hashlib.sha1(blob).hexdigest())
+    )
     data = tmp_path / "data"
     cfg = preset(source="fma_small", url=None, known_hash=None, folder=None, sample_rate=SR)
     fetch.run(cfg, data / "raw", retries=0, timeout=10)
@@ -224,8 +259,9 @@ def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeyp
 def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypatch):
     blob = make_zip({"music/song.mp3": tone_bytes("mp3")})
     url = server.serve("/fma/wrong.zip", blob)
-    monkeypatch.setitem(sources.ARCHIVES, "fma_medium", replace(sources.ARCHIVES["fma_medium"], url=url,
-                                                                known_hash=sha256(blob)))
+    monkeypatch.setitem(
+        sources.ARCHIVES, "fma_medium", replace(sources.ARCHIVES["fma_medium"], url=url, known_hash=sha256(blob))
+    )
     cfg = preset(source="fma_medium", url=None, known_hash=None, folder=None, sample_rate=SR)
     with pytest.raises(UserError, match=r"does not look like fma_medium.*'music/song.mp3'"):
         fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
@@ -233,18 +269,27 @@ def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypa
 
 def test_librispeech_like_tar_gz(server, tmp_path, monkeypatch):
     flac = tone_bytes("flac", sr=16000)
-    blob = make_tar({"LibriSpeech/dev-clean/84/121123/84-121123-0000.flac": flac,
-                     "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac": flac,
-                     "LibriSpeech/dev-clean/84/121123/84-121123.trans.txt": b"84-121123-0000 HELLO\n",
-                     "LibriSpeech/LICENSE.TXT": b"CC BY 4.0\n"})
+    blob = make_tar(
+        {
+            "LibriSpeech/dev-clean/84/121123/84-121123-0000.flac": flac,
+            "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac": flac,
+            "LibriSpeech/dev-clean/84/121123/84-121123.trans.txt": b"84-121123-0000 HELLO\n",
+            "LibriSpeech/LICENSE.TXT": b"CC BY 4.0\n",
+        }
+    )
     url = server.serve("/openslr/dev-clean.tar.gz", blob)
-    monkeypatch.setitem(sources.ARCHIVES, "librispeech-dev-clean",
-                        replace(sources.ARCHIVES["librispeech-dev-clean"], url=url, known_hash=sha256(blob)))
+    monkeypatch.setitem(
+        sources.ARCHIVES,
+        "librispeech-dev-clean",
+        replace(sources.ARCHIVES["librispeech-dev-clean"], url=url, known_hash=sha256(blob)),
+    )
     cfg = preset(source="librispeech-dev-clean", url=None, known_hash=None, folder=None, sample_rate=SR)
     fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
     assert files_under(tmp_path / "data" / "raw") == [
-        "LibriSpeech/dev-clean/84/121123/84-121123-0000.flac", "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac",
-        "SOURCE.json"]
+        "LibriSpeech/dev-clean/84/121123/84-121123-0000.flac",
+        "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac",
+        "SOURCE.json",
+    ]
     assert (tmp_path / "data" / "downloads" / "librispeech-dev-clean.tar.gz").is_file()
 
 
@@ -308,8 +353,9 @@ def test_folder_source_errors(tmp_path):
 
 
 def _amlm(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "acoustic_mlm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
@@ -347,6 +393,7 @@ def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
 
 # ------------------------------------------------------------------------------------------
 # The librosa example recordings: file by file, each with its sha256, from data.base_url
+
 
 def shared_copy(name: str) -> Path:
     """The shared copy of a registry file (the shared folder drops the apostrophes of one name)."""
@@ -436,7 +483,7 @@ def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_pa
 # moment: right after the temporary folder is created, after the new folder is built, right after
 # the old one is renamed aside, right after the new one is renamed in, when the old one is removed.
 
-STOP_AT = r'''
+STOP_AT = r"""
 import os, shutil, signal, sys, tempfile
 from pathlib import Path
 from acoustic_mlm import cli
@@ -484,7 +531,7 @@ elif moment == "swapped":
 elif moment == "removing":
     shutil.rmtree = rmtree
 sys.exit(cli.main(sys.argv[4:]))
-'''
+"""
 
 
 @pytest.fixture()
@@ -502,8 +549,13 @@ def two_sources(tmp_path, root):
 
 
 def _stopped_fetch(where, moment, sig):
-    return subprocess.run([sys.executable, "-c", STOP_AT, moment, sig, "data/raw", "fetch", "--config", "new.yaml",
-                           "--out", "data/raw"], cwd=where, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", STOP_AT, moment, sig, "data/raw", "fetch", "--config", "new.yaml", "--out", "data/raw"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _which(where) -> str:
@@ -521,15 +573,17 @@ def _leftovers(where) -> list[str]:
     return sorted(p.name for p in (where / "data").iterdir() if p.name.startswith("."))
 
 
-@pytest.mark.parametrize("moment, kept", [
-    ("created", "old"),  # the instant after the temporary folder exists
-    ("built", "old"),  # the new folder complete under its temporary name
-    ("aside", "new"),  # the old folder just renamed aside: the stop waits until the new one is in
-    ("swapped", "new"),  # the new one just renamed in, the old one not yet removed
-    ("removing", "new"),  # while the old one is removed
-])
-def test_a_sigterm_while_fetch_replaces_data_raw_leaves_the_old_or_the_new_folder_complete(two_sources, moment,
-                                                                                            kept):
+@pytest.mark.parametrize(
+    "moment, kept",
+    [
+        ("created", "old"),  # the instant after the temporary folder exists
+        ("built", "old"),  # the new folder complete under its temporary name
+        ("aside", "new"),  # the old folder just renamed aside: the stop waits until the new one is in
+        ("swapped", "new"),  # the new one just renamed in, the old one not yet removed
+        ("removing", "new"),  # while the old one is removed
+    ],
+)
+def test_a_sigterm_while_fetch_replaces_data_raw_leaves_the_old_or_the_new_folder_complete(two_sources, moment, kept):
     proc = _stopped_fetch(two_sources, moment, "SIGTERM")
     assert proc.returncode == 143 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert _which(two_sources) == kept
@@ -551,11 +605,14 @@ def test_a_sigkill_between_the_two_renames_is_recovered_by_the_next_command_whic
     assert _which(two_sources) == "new" and _leftovers(two_sources) == []
 
 
-@pytest.mark.parametrize("moment, kept, said", [
-    ("created", "old", "removed 1 temporary name(s) of a killed earlier run beside data/raw"),
-    ("built", "old", "removed 1 temporary name(s) of a killed earlier run beside data/raw"),
-    ("removing", "new", "data/raw: removed the previous copy"),
-])
+@pytest.mark.parametrize(
+    "moment, kept, said",
+    [
+        ("created", "old", "removed 1 temporary name(s) of a killed earlier run beside data/raw"),
+        ("built", "old", "removed 1 temporary name(s) of a killed earlier run beside data/raw"),
+        ("removing", "new", "data/raw: removed the previous copy"),
+    ],
+)
 def test_what_a_sigkill_leaves_beside_data_raw_the_next_fetch_removes_and_says_so(two_sources, moment, kept, said):
     assert _stopped_fetch(two_sources, moment, "SIGKILL").returncode == -9
     assert _which(two_sources) == kept and len(_leftovers(two_sources)) == 1

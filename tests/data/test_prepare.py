@@ -97,8 +97,14 @@ def test_sharded_steps_run_separately_match_the_whole_stage(prepared, tmp_path):
     with pytest.raises(UserError, match=r"shards\.csv: no shard 7 \(the plan has shards 0-1\)"):
         prepare.prepare_shard(cfg, root / "raw", out, 7)
     prepare.merge(cfg, out)
-    for name in ("manifest.csv", "rejects.csv", "prepare.json", "shards.csv", "shard-00000/audio.npy",
-                 "shard-00001/clips.csv"):
+    for name in (
+        "manifest.csv",
+        "rejects.csv",
+        "prepare.json",
+        "shards.csv",
+        "shard-00000/audio.npy",
+        "shard-00001/clips.csv",
+    ):
         assert (out / name).read_bytes() == (root / "prepared" / name).read_bytes(), name
 
 
@@ -230,7 +236,8 @@ def test_every_path_is_in_the_manifest_or_the_rejects(tmp_path):
     assert manifest["clip_id"].tolist() == ["a", "b", "song", "sub/voice.bin", "take.dat"]
     rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv", keep_default_na=False)
     assert dict(zip(rejects["path"], rejects["reason"])) == {
-        "._a.wav": "hidden file or folder", ".DS_Store": "hidden file or folder",
+        "._a.wav": "hidden file or folder",
+        ".DS_Store": "hidden file or folder",
         ".trash/c.wav": "hidden file or folder",
         "bad\\xff.wav": "file name is not valid UTF-8 (rename the file to include it)",
         "cover.jpg": "not audio (libsndfile does not recognise its content)",

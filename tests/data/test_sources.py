@@ -29,9 +29,12 @@ def test_walk_puts_every_entry_in_one_list_with_its_reason(tmp_path):
     listing = sources.walk(tmp_path, skip_top=("SOURCE.json",))
     assert [rel for rel, _ in listing.files] == ["a/c.flac", "a/notes.txt", "alias.wav", "b.wav"]
     assert listing.left_out == [
-        (".cache/d.wav", sources.HIDDEN), (".hidden.wav", sources.HIDDEN),
-        ("folder_link", "symbolic link to a folder (not followed)"), ("gone.wav", "broken symbolic link"),
-        ("pipe.wav", "not a regular file (FIFO)")]
+        (".cache/d.wav", sources.HIDDEN),
+        (".hidden.wav", sources.HIDDEN),
+        ("folder_link", "symbolic link to a folder (not followed)"),
+        ("gone.wav", "broken symbolic link"),
+        ("pipe.wav", "not a regular file (FIFO)"),
+    ]
     assert sources.find_audio(tmp_path) == [tmp_path / "a/c.flac", tmp_path / "alias.wav", tmp_path / "b.wav"]
 
 
@@ -44,34 +47,43 @@ def test_a_name_that_is_not_utf8_is_left_out_and_written_safely(tmp_path):
     assert sources.safe_name("café.wav") == "café.wav"  # valid UTF-8 stays as it is
 
 
-@pytest.mark.parametrize("given, normal", [
-    ("SHA256:" + "AB" * 32, "sha256:" + "ab" * 32),
-    ("sha1:" + "0" * 40, "sha1:" + "0" * 40),
-    ("Md5:" + "F" * 32, "md5:" + "f" * 32),
-])
+@pytest.mark.parametrize(
+    "given, normal",
+    [
+        ("SHA256:" + "AB" * 32, "sha256:" + "ab" * 32),
+        ("sha1:" + "0" * 40, "sha1:" + "0" * 40),
+        ("Md5:" + "F" * 32, "md5:" + "f" * 32),
+    ],
+)
 def test_hashes_are_normalised_to_lower_case(given, normal):
     assert sources.normalise_hash(given) == normal
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("ab" * 32, "is not <algorithm>:<hex>"),  # no algorithm
-    ("sha512:" + "0" * 128, "is not <algorithm>:<hex>"),
-    ("sha256:" + "g" * 64, "is not <algorithm>:<hex>"),
-    ("md5:" + "0" * 40, "a md5 digest has 32 hex digits"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("ab" * 32, "is not <algorithm>:<hex>"),  # no algorithm
+        ("sha512:" + "0" * 128, "is not <algorithm>:<hex>"),
+        ("sha256:" + "g" * 64, "is not <algorithm>:<hex>"),
+        ("md5:" + "0" * 40, "a md5 digest has 32 hex digits"),
+    ],
+)
 def test_a_malformed_hash_is_one_line_naming_the_key(bad, message):
     with pytest.raises(UserError, match=message) as err:
         sources.normalise_hash(bad, key="data.known_hash")
     assert str(err.value).startswith("data.known_hash: ") and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("url, name", [
-    ("https://host/a/b/corpus.tar.gz", "corpus.tar.gz"),
-    ("https://host/My%20Songs%20(2).zip?token=x#frag", "My_Songs__2_.zip"),
-    ("https://host/.hidden.zip", "hidden.zip"),  # no leading dot: the file stays visible
-    ("https://host/%2E%2E%2Fetc%2Fpasswd", "_etc_passwd"),  # a decoded slash cannot name a folder
-    ("https://host", "download"),
-])
+@pytest.mark.parametrize(
+    "url, name",
+    [
+        ("https://host/a/b/corpus.tar.gz", "corpus.tar.gz"),
+        ("https://host/My%20Songs%20(2).zip?token=x#frag", "My_Songs__2_.zip"),
+        ("https://host/.hidden.zip", "hidden.zip"),  # no leading dot: the file stays visible
+        ("https://host/%2E%2E%2Fetc%2Fpasswd", "_etc_passwd"),  # a decoded slash cannot name a folder
+        ("https://host", "download"),
+    ],
+)
 def test_the_download_file_name_comes_from_the_url_made_safe(url, name):
     assert sources.filename_from_url(url) == name
 

@@ -12,13 +12,30 @@ from acoustic_mlm.data.synth_score import DrumTrack
 
 SR = 24000
 DRUMS = [
-    DrumTrack("kick", np.array([0.0, 0.5]), np.array([0.9, 0.7]),
-              dict(f_start=150.0, f_end=50.0, sweep_tau=0.03, decay=0.2, click=0.1), gain=0.8, pan=0.5),
-    DrumTrack("snare", np.array([0.25]), np.array([0.8]),
-              dict(tone_hz=200.0, tone_decay=0.05, noise_hz=3000.0, noise_q=1.0, noise_decay=0.1, tone_mix=0.4),
-              gain=0.6, pan=0.45),
-    DrumTrack("hat", np.array([0.125, 0.375]), np.array([0.5, 0.4]),
-              dict(noise_hz=9000.0, noise_q=1.2, decay=0.04), gain=0.3, pan=0.6),
+    DrumTrack(
+        "kick",
+        np.array([0.0, 0.5]),
+        np.array([0.9, 0.7]),
+        dict(f_start=150.0, f_end=50.0, sweep_tau=0.03, decay=0.2, click=0.1),
+        gain=0.8,
+        pan=0.5,
+    ),
+    DrumTrack(
+        "snare",
+        np.array([0.25]),
+        np.array([0.8]),
+        dict(tone_hz=200.0, tone_decay=0.05, noise_hz=3000.0, noise_q=1.0, noise_decay=0.1, tone_mix=0.4),
+        gain=0.6,
+        pan=0.45,
+    ),
+    DrumTrack(
+        "hat",
+        np.array([0.125, 0.375]),
+        np.array([0.5, 0.4]),
+        dict(noise_hz=9000.0, noise_q=1.2, decay=0.04),
+        gain=0.3,
+        pan=0.6,
+    ),
 ]
 
 
@@ -33,7 +50,7 @@ def test_one_note_has_the_scores_length_level_and_pitch_and_sounds_only_while_it
     assert np.abs(audio).max() == pytest.approx(0.5, rel=1e-6)  # peak normalised to the score's level
     x = audio[:, 0]
     start, end = int(0.1 * SR), int((0.1 + 0.3 + 0.05) * SR)  # onset; gate + release
-    assert not x[:start].any() and not x[end + 1:].any()
+    assert not x[:start].any() and not x[end + 1 :].any()
     note = x[start:end].astype(np.float64)
     peak_hz = np.fft.rfftfreq(len(note), 1 / SR)[np.argmax(np.abs(np.fft.rfft(note * np.hanning(len(note)))))]
     assert abs(peak_hz - 440.0) < 3.0

@@ -12,8 +12,21 @@ from acoustic_mlm.data.synth_score import DrumTrack, Score, Timbre, Track
 
 
 def test_a_score_without_tracks_has_its_own_empty_lists():
-    frame = dict(seconds=1.0, tempo=100.0, beats_per_bar=3, key=2, mode="minor", scale="blues", progression=(0, 3),
-                 bars_per_chord=2, swing=0.0, stereo=False, reverb_seconds=0.5, reverb_wet=0.0, level=0.5)
+    frame = dict(
+        seconds=1.0,
+        tempo=100.0,
+        beats_per_bar=3,
+        key=2,
+        mode="minor",
+        scale="blues",
+        progression=(0, 3),
+        bars_per_chord=2,
+        swing=0.0,
+        stereo=False,
+        reverb_seconds=0.5,
+        reverb_wet=0.0,
+        level=0.5,
+    )
     a, b = Score(**frame), Score(**frame)
     assert a.tracks == [] and a.drums == []
     a.tracks.append(one_note_score().tracks[0])

@@ -48,8 +48,11 @@ def test_a_section_with_an_arm_is_the_arms_model(root):
 
 
 def test_only_the_optional_key_has_a_default():
-    defaults = [f.name for f in dataclasses.fields(ModelConfig)
-                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
+    defaults = [
+        f.name
+        for f in dataclasses.fields(ModelConfig)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    ]
     assert defaults == ["cqt_impl"]
     with pytest.raises(TypeError):
         ModelSection()  # every key of the section must be given

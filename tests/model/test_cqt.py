@@ -71,9 +71,11 @@ def _signals(frames: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     n = frames * HOP
     t = torch.arange(n, dtype=torch.float64) / 24000
-    tones = sum(float(torch.rand(1, generator=g))
-                * torch.sin(2 * math.pi * (40 + 4000 * float(torch.rand(1, generator=g)) ** 2) * t)
-                for _ in range(6))
+    tones = sum(
+        float(torch.rand(1, generator=g))
+        * torch.sin(2 * math.pi * (40 + 4000 * float(torch.rand(1, generator=g)) ** 2) * t)
+        for _ in range(6)
+    )
     noisy = tones + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)
     clicks = torch.zeros(n, dtype=torch.float64)
     clicks[:: 2 * HOP + 37] = 1.0

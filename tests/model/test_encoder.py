@@ -117,9 +117,10 @@ def test_attention_uses_fused_kernel_unless_relaxed():
     relax = MultiheadSelfAttention(16, 4, relax_alpha=32.0)
     relax.load_state_dict(plain.state_dict())
     sdpa = F.scaled_dot_product_attention
-    with mock.patch.object(F, "scaled_dot_product_attention", wraps=sdpa) as spy_sdpa, mock.patch.object(
-        model_module, "relaxed_attention", wraps=model_module.relaxed_attention
-    ) as spy_relax:
+    with (
+        mock.patch.object(F, "scaled_dot_product_attention", wraps=sdpa) as spy_sdpa,
+        mock.patch.object(model_module, "relaxed_attention", wraps=model_module.relaxed_attention) as spy_relax,
+    ):
         y_plain = plain(x)
         assert spy_sdpa.call_count == 1 and spy_relax.call_count == 0
         y_relax = relax(x)

@@ -257,8 +257,12 @@ def test_feature_grad_mult_zero_freezes_the_front_end():
 
 def test_mask_groups_are_strided_so_processes_hold_whole_groups():
     groups = mask_groups(28, 7)
-    assert [g.tolist() for g in groups] == [[0, 4, 8, 12, 16, 20, 24], [1, 5, 9, 13, 17, 21, 25],
-                                            [2, 6, 10, 14, 18, 22, 26], [3, 7, 11, 15, 19, 23, 27]]
+    assert [g.tolist() for g in groups] == [
+        [0, 4, 8, 12, 16, 20, 24],
+        [1, 5, 9, 13, 17, 21, 25],
+        [2, 6, 10, 14, 18, 22, 26],
+        [3, 7, 11, 15, 19, 23, 27],
+    ]
     assert [len(g) for g in mask_groups(32, 7)] == [7, 7, 6, 6, 6]  # ceil(32 / 7) groups
     assert [g.tolist() for g in mask_groups(5, 0)] == [[0, 1, 2, 3, 4]]
     # process r of 2 keeps rows r, r + 2, ...: groups 0, 2 on process 0 and 1, 3 on process 1
@@ -358,8 +362,9 @@ def test_mixture_rejects_impossible_draws():
 # ----------------------------------------------------------------------------- crops
 
 
-@pytest.mark.parametrize("sample,frame", [(0, 0), (159, 0), (160, 0), (161, 1), (479, 1), (480, 2), (800, 2),
-                                          (122880, 384)])
+@pytest.mark.parametrize(
+    "sample,frame", [(0, 0), (159, 0), (160, 0), (161, 1), (479, 1), (480, 2), (800, 2), (122880, 384)]
+)
 def test_label_offset_rounds_as_mert(sample, frame):
     # mert_dataset.py collater_frm_label: int(round(start * label_rate / sample_rate)), halves to even
     assert label_offset(sample) == frame
@@ -377,8 +382,9 @@ class _Corpus:
             rows.append(dict(split="train", num_frames=frames, shard=shard, offset=offset))
         self.manifest = pd.DataFrame(rows)
         self._audio = {k: np.concatenate(v) for k, v in audio.items()}
-        self.codes = {k: np.stack([np.concatenate([np.arange(len(a) // HOP) for a in v])] * 2) for k,
-                      v in audio.items()}
+        self.codes = {
+            k: np.stack([np.concatenate([np.arange(len(a) // HOP) for a in v])] * 2) for k, v in audio.items()
+        }
 
     def audio(self, shard):
         return self._audio[shard]
@@ -392,8 +398,20 @@ class _Crops(CropData):
 def _crops(unit, mixture=False, cfg=None, batch=6, group=3, rank=0, world=1):
     corpus = _Corpus()
     m = cfg or tiny_config(mixture_prob=0.5, mixture_samples=(500, 2000))
-    return _Crops(corpus, "unused", "train", 30, batch, m, seed=4, rank=rank, world=world, crop_unit=unit,
-                  mask_group=group, mixture=mixture)
+    return _Crops(
+        corpus,
+        "unused",
+        "train",
+        30,
+        batch,
+        m,
+        seed=4,
+        rank=rank,
+        world=world,
+        crop_unit=unit,
+        mask_group=group,
+        mixture=mixture,
+    )
 
 
 def test_sample_crops_start_anywhere_and_codes_start_at_the_rounded_frame():
@@ -473,22 +491,53 @@ def test_presets_set_merts_dropouts_feature_grad_mult_and_mixture(root):
     small = C.load(root / "config" / "gpu-small.yaml")
     m330, m95 = paper.model, small.model  # the `model:` sections (the same for every arm)
     # MERT_RVQ-VAE_CQT_330M.yaml
-    assert (m330.dropout, m330.attention_dropout, m330.activation_dropout, m330.encoder_layerdrop,
-            m330.dropout_input, m330.feature_grad_mult, m330.final_dim) == (0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 128)
+    assert (
+        m330.dropout,
+        m330.attention_dropout,
+        m330.activation_dropout,
+        m330.encoder_layerdrop,
+        m330.dropout_input,
+        m330.feature_grad_mult,
+        m330.final_dim,
+    ) == (0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 128)
     assert (m330.mixture_prob, m330.mixture_segments, m330.mixture_samples, m330.mixture_volume) == (
-        0.5, (1, 3), (12000, 36000), 1.0)
+        0.5,
+        (1, 3),
+        (12000, 36000),
+        1.0,
+    )
     # MERT_RVQ-VAE_CQT_95M.yaml
-    assert (m95.dropout, m95.attention_dropout, m95.activation_dropout, m95.encoder_layerdrop,
-            m95.dropout_input, m95.feature_grad_mult, m95.final_dim) == (0.1, 0.1, 0.0, 0.05, 0.1, 0.1, 64)
+    assert (
+        m95.dropout,
+        m95.attention_dropout,
+        m95.activation_dropout,
+        m95.encoder_layerdrop,
+        m95.dropout_input,
+        m95.feature_grad_mult,
+        m95.final_dim,
+    ) == (0.1, 0.1, 0.0, 0.05, 0.1, 0.1, 64)
     assert (m95.mixture_prob, m95.mixture_segments, m95.mixture_samples) == (0.5, (1, 3), (12000, 24000))
     for m in (m330, m95):  # audio_cqt_loss_m, audio_cqt_bins 336, loss_weights [10, 1]; 4 dictionary specials
-        assert (m.cqt_loss_weight, m.cqt_bins, m.cqt_bins_per_octave, m.cqt_fmin, m.feature_penalty,
-                m.special_symbols) == (1.0, 336, 48, 32.7, 10.0, 4)
+        assert (
+            m.cqt_loss_weight,
+            m.cqt_bins,
+            m.cqt_bins_per_octave,
+            m.cqt_fmin,
+            m.feature_penalty,
+            m.special_symbols,
+        ) == (1.0, 336, 48, 32.7, 10.0, 4)
     assert (paper.train.crop_unit, paper.train.mask_group) == ("sample", 7)
     assert (small.train.crop_unit, small.train.mask_group) == ("sample", 16)
     for name in ("config", "smoke"):  # the CPU presets keep their meaning: every switch off
         cpu = C.load(root / "config" / f"{name}.yaml")
         m = cpu.model
-        assert (m.activation_dropout, m.encoder_layerdrop, m.dropout_input, m.feature_grad_mult, m.special_symbols,
-                m.cqt_loss_weight, m.mixture_prob) == (m.dropout, 0.0, 0.0, 1.0, 0, 0.0, 0.0)
+        assert (
+            m.activation_dropout,
+            m.encoder_layerdrop,
+            m.dropout_input,
+            m.feature_grad_mult,
+            m.special_symbols,
+            m.cqt_loss_weight,
+            m.mixture_prob,
+        ) == (m.dropout, 0.0, 0.0, 1.0, 0, 0.0, 0.0)
         assert (cpu.train.crop_unit, cpu.train.mask_group) == ("frame", 0)

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.e2e
 def test_snakemake_trains_the_points_and_decides(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
-    cfg["runs"]["postnorm_clip1"] = {"label": "Post-Norm | Gradient Clip=1 (control)", "norm": "post",
-                                     "attention": "softmax", "clip": 1.0, "seeds": [1]}
+    cfg["runs"]["postnorm_clip1"] = {
+        "label": "Post-Norm | Gradient Clip=1 (control)",
+        "norm": "post",
+        "attention": "softmax",
+        "clip": 1.0,
+        "seeds": [1],
+    }
     cfg["sweep"] = [
         {"grid": {"train.steps": [20, 40], "seeds": [1, 2]}, "arms": ["postnorm_deepnorm_clip1", "postnorm_clip1"]},
         {"grid": {"train.steps": [20], "seeds": [1, 2]}, "arms": ["prenorm_clip1", "prenorm_attnrelax_clip1"]},

@@ -22,10 +22,26 @@ pytestmark = pytest.mark.e2e
 EXP_SHOW = ["--drop", ".*", "--keep", "Experiment|clip10|clip1|deepnorm|attn_relax", "--precision", "4"]
 # `dvc exp run --dry` runs in a fresh temporary copy without the pipeline's outputs: these let it tell
 # the changed stages from the unchanged ones (docs/pipeline.md)
-DRY_RUN = ["--allow-missing", "-C", "results/config_check.txt", "-C", "data/prepared", "-C", "data/codes",
-           "-C", "results/runs", "-C", "results/loss_curves.csv", "-C", "results/diagnostics.csv"]
-FIGURES = [f"results/figures/{stem}.{e}" for stem in ("acoustic_mlm_loss_codebook0", "stability")
-           for e in ("png", "pdf", "svg")]
+DRY_RUN = [
+    "--allow-missing",
+    "-C",
+    "results/config_check.txt",
+    "-C",
+    "data/prepared",
+    "-C",
+    "data/codes",
+    "-C",
+    "results/runs",
+    "-C",
+    "results/loss_curves.csv",
+    "-C",
+    "results/diagnostics.csv",
+]
+FIGURES = [
+    f"results/figures/{stem}.{e}"
+    for stem in ("acoustic_mlm_loss_codebook0", "stability")
+    for e in ("png", "pdf", "svg")
+]
 
 
 def _env() -> dict:
@@ -34,8 +50,6 @@ def _env() -> dict:
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     env.pop("PYTHONPATH", None)
     return env
-
-
 
 
 def _run(cmd, cwd, timeout=900):
@@ -63,8 +77,9 @@ def _check_outputs(repo: Path):
         assert (repo / f).stat().st_size > 1000
     for run in RUN_NAMES:
         metrics = pd.read_csv(repo / "results" / "runs" / run / "metrics.csv")
-        assert {"step", "train_loss_cb0", "valid_loss_cb0", "lr", "grad_norm", "clipped",
-                "wall_time"} <= set(metrics.columns)
+        assert {"step", "train_loss_cb0", "valid_loss_cb0", "lr", "grad_norm", "clipped", "wall_time"} <= set(
+            metrics.columns
+        )
     # PB-Relax is the identity in exact arithmetic: in fp32 with the same seed, data and masks the
     # relaxed arm must track Pre-Norm clip 1 at every logged step.
     a = cb0[cb0.run == "prenorm_clip1"].sort_values("step")["loss_bits"].to_numpy()
@@ -77,7 +92,8 @@ def _check_outputs(repo: Path):
     assert "## What the diagnostics show at each spike" in (repo / "results" / "claims.md").read_text()
     diagnostics = pd.read_csv(repo / "results" / "diagnostics.csv")
     assert {"grad_norm_max", "attn_logit_max", "grad_norm_block0", "update_ratio_heads", "valid_acc_cb0"} <= set(
-        diagnostics["diagnostic"])
+        diagnostics["diagnostic"]
+    )
     assert (repo / "results" / "figures" / "paper_vs_reproduction.png").stat().st_size > 1000
     return curves
 
@@ -90,14 +106,16 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     print(f"snakemake smoke preset: {elapsed:.0f} s")
     _check_outputs(repo)
     # the fresh run against the shipped known-good smoke run (data/reference/smoke_run, docs/reference_run.md)
-    verified = _run(["env", "PYTHONPATH=src", sys.executable, "-m", "acoustic_mlm", "verify", "--config",
-                     "config/smoke.yaml"], repo)
+    verified = _run(
+        ["env", "PYTHONPATH=src", sys.executable, "-m", "acoustic_mlm", "verify", "--config", "config/smoke.yaml"], repo
+    )
     assert "this installation trains as the reference" in verified, verified
     # pinned kernels: every data stage's outputs are the reference's bytes on any x86-64 CPU with AVX2, and
     # every row within 1e-4 bits (0 on a CPU of the reference's vendor; a float32 ulp apart on the other's)
     assert all(f"data: {stage:<9} same" in verified for stage in ("fetch", "prepare", "tokenize")), verified
-    assert all(re.search(rf"^{run} +largest difference at steps <= 150 \S+ bits .* ok$", verified, re.M)
-               for run in RUN_NAMES), verified
+    assert all(
+        re.search(rf"^{run} +largest difference at steps <= 150 \S+ bits .* ok$", verified, re.M) for run in RUN_NAMES
+    ), verified
     meta = json.loads((repo / "data" / "reference" / "smoke_run" / "reference.json").read_text())
     for stage, files in meta["data_hashes"].items():
         for rel, digest in files.items():
@@ -108,9 +126,16 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     # 12 clips in shards of 4: three prepare jobs and three tokenize jobs, one log each
     for stage in ("prepare", "tokenize"):
         assert sorted(p.name for p in (repo / "results" / "logs" / stage).glob("shard-*.log")) == [
-            f"shard-{k:05d}.log" for k in range(3)]
+            f"shard-{k:05d}.log" for k in range(3)
+        ]
     assert sorted(p.name for p in (repo / "data" / "codes").iterdir()) == [
-        "files.csv", "model", "shard-00000", "shard-00001", "shard-00002", "tokenizer.json"]
+        "files.csv",
+        "model",
+        "shard-00000",
+        "shard-00001",
+        "shard-00002",
+        "tokenizer.json",
+    ]
     again = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert "Nothing to be done" in again, again
     # SIGKILL mid-training through Snakemake, then run it again: the same metrics, timing aside.
@@ -119,10 +144,19 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     (run_dir / "metrics.csv").unlink()
     shutil.rmtree(run_dir / "seeds")  # the job must retrain its seed, not reuse it
     # downstream files are up to date, so ask for this one (first: --configfile takes several values)
-    smk = [sys.executable, "-m", "snakemake", "results/runs/prenorm_clip1/metrics.csv", "--cores", "2",
-           "--configfile", "config/smoke.yaml"]
-    proc = subprocess.Popen(smk, cwd=repo, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    smk = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "results/runs/prenorm_clip1/metrics.csv",
+        "--cores",
+        "2",
+        "--configfile",
+        "config/smoke.yaml",
+    ]
+    proc = subprocess.Popen(
+        smk, cwd=repo, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline:
@@ -142,8 +176,10 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     pd.testing.assert_frame_equal(resumed, reference, check_exact=True)
     assert "resuming after step" in (repo / "results" / "logs" / "train" / "prenorm_clip1.log").read_text(), log
 
-    _run([sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"],
-         repo)
+    _run(
+        [sys.executable, "-m", "snakemake", "--configfile", "config/smoke.yaml", "--report", "results/report.html"],
+        repo,
+    )
     html = (repo / "results" / "report.html").read_text(errors="replace")
     assert "paper_vs_reproduction.png" in html and "claims.md" in html and "metrics.csv" in html
     assert "stability.png" in html
@@ -170,8 +206,9 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     assert "up to date" in status, status
     metrics = _run([sys.executable, "-m", "dvc", "metrics", "show"], repo)
     assert "final_train_loss_cb0" in metrics
-    plots = _run([sys.executable, "-m", "dvc", "plots", "show", "--show-vega",
-                  "results/runs/prenorm_clip1/metrics.csv"], repo)
+    plots = _run(
+        [sys.executable, "-m", "dvc", "plots", "show", "--show-vega", "results/runs/prenorm_clip1/metrics.csv"], repo
+    )
     assert '"type": "log"' in plots  # the log-x template
 
     # Reruns are minimal: a new clip for one arm invalidates that arm's stage and the summaries only.
@@ -202,9 +239,14 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     clone = tmp_path / "clone"
     _run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
     _run([sys.executable, "-m", "dvc", "pull"], clone)
-    for rel in ["data/codes/shard-00002/codes.npy", "data/prepared/shard-00002/audio.npy",
-                "results/runs/prenorm_clip1/seeds/seed1/checkpoint.pt",
-                "results/runs/prenorm_clip1/metrics.csv", "results/loss_curves.csv", *FIGURES]:
+    for rel in [
+        "data/codes/shard-00002/codes.npy",
+        "data/prepared/shard-00002/audio.npy",
+        "results/runs/prenorm_clip1/seeds/seed1/checkpoint.pt",
+        "results/runs/prenorm_clip1/metrics.csv",
+        "results/loss_curves.csv",
+        *FIGURES,
+    ]:
         assert (clone / rel).is_file(), rel
     assert "up to date" in _run([sys.executable, "-m", "dvc", "status"], clone)
     again = _run([sys.executable, "-m", "dvc", "repro"], clone)
@@ -236,11 +278,35 @@ def _experiment_round_trip(repo: Path) -> None:
     lines = [line for line in show.splitlines() if line.strip()]
     assert all(len(line) <= 80 for line in lines), show
     assert all(name in show for name in ("clip10", "clip1", "deepnorm", "attn_relax", "clip2")), show
-    _run([sys.executable, "-m", "dvc", "exp", "run", "--queue", "-S",
-          "config/config.yaml:runs.prenorm_clip1.clip=0.5,5.0"], repo)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "dvc",
+            "exp",
+            "run",
+            "--queue",
+            "-S",
+            "config/config.yaml:runs.prenorm_clip1.clip=0.5,5.0",
+        ],
+        repo,
+    )
     queued = _run([sys.executable, "-m", "dvc", "queue", "status"], repo)
     assert queued.count("Queued") == 2, queued
     _run([sys.executable, "-m", "dvc", "queue", "remove", "--queued"], repo)
-    plots = _run([sys.executable, "-m", "dvc", "plots", "diff", "HEAD", "clip2", "--show-vega", "--targets",
-                  "results/runs/prenorm_clip1/metrics.csv"], repo)
+    plots = _run(
+        [
+            sys.executable,
+            "-m",
+            "dvc",
+            "plots",
+            "diff",
+            "HEAD",
+            "clip2",
+            "--show-vega",
+            "--targets",
+            "results/runs/prenorm_clip1/metrics.csv",
+        ],
+        repo,
+    )
     assert '"type": "log"' in plots and '"clip2"' in plots and '"HEAD"' in plots, plots[:2000]

@@ -35,10 +35,20 @@ from acoustic_mlm.config import sweep
 pytestmark = pytest.mark.e2e
 
 # Snakemake rule -> DVC stage (DVC runs each group of steps as one stage)
-STAGE_OF_RULE = {"fetch": "fetch", "plan": "prepare", "prepare_shard": "prepare", "prepare": "prepare",
-                 "fit_tokenizer": "tokenize", "tokenize_shard": "tokenize", "tokenize": "tokenize",
-                 "aggregate": "aggregate", "figure": "figure", "claims": "claims", "compare": "compare",
-                 "stability": "stability"}
+STAGE_OF_RULE = {
+    "fetch": "fetch",
+    "plan": "prepare",
+    "prepare_shard": "prepare",
+    "prepare": "prepare",
+    "fit_tokenizer": "tokenize",
+    "tokenize_shard": "tokenize",
+    "tokenize": "tokenize",
+    "aggregate": "aggregate",
+    "figure": "figure",
+    "claims": "claims",
+    "compare": "compare",
+    "stability": "stability",
+}
 # A changed value for keys whose generic change (below) would make the config invalid or no change.
 CHANGED = {
     "data.source": "fma_small",
@@ -153,10 +163,19 @@ def both_up_to_date(root, tmp_path_factory):
     # The data stages for real (seconds at this size): `snakemake --touch` records no params for
     # directory outputs, so stand-ins would hide their param changes.
     _run(smk + ["--cores", "2", "data/codes/tokenizer.json"], repo)
-    stand_ins = ["data/downloads/x", "results/loss_curves.csv", "results/claims.json", "results/final_losses.json",
-                 "results/claims.md", "results/figures/paper_vs_reproduction.png"]
-    stand_ins += [f"results/figures/{stem}.{e}" for stem in ("acoustic_mlm_loss_codebook0", "stability")
-                  for e in ("png", "pdf", "svg")] + ["results/diagnostics.csv"]
+    stand_ins = [
+        "data/downloads/x",
+        "results/loss_curves.csv",
+        "results/claims.json",
+        "results/final_losses.json",
+        "results/claims.md",
+        "results/figures/paper_vs_reproduction.png",
+    ]
+    stand_ins += [
+        f"results/figures/{stem}.{e}"
+        for stem in ("acoustic_mlm_loss_codebook0", "stability")
+        for e in ("png", "pdf", "svg")
+    ] + ["results/diagnostics.csv"]
     for run in RUN_NAMES:
         stand_ins += [f"results/runs/{run}/{f}" for f in ("metrics.csv", "summary.json", "seeds/x")]
     for rel in stand_ins:
@@ -167,8 +186,18 @@ def both_up_to_date(root, tmp_path_factory):
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "init"], repo)
-    assert cli.main(["validate", "--config", str(repo / "config" / "config.yaml"),
-                     "--out", str(repo / "results" / "config_check.txt")]) == 0
+    assert (
+        cli.main(
+            [
+                "validate",
+                "--config",
+                str(repo / "config" / "config.yaml"),
+                "--out",
+                str(repo / "results" / "config_check.txt"),
+            ]
+        )
+        == 0
+    )
     _run([sys.executable, "-m", "dvc", "commit", "-f"], repo)
     assert "Nothing to be done" in _run(smk + ["-n"], repo)
     assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], repo)) == {}
@@ -180,8 +209,12 @@ MAP_STAGES = {"map", "map_figure", "map_claims", "decide"}  # a sweep's summarie
 
 def _downstream(stages: set[str], runs) -> set[str]:
     """The stages and every stage after them (dvc.yaml's DAG)."""
-    after = {"fetch": {"prepare"}, "prepare": {"tokenize"}, "tokenize": {f"train@{r}" for r in runs},
-             "aggregate": {"figure", "claims", "compare", "stability"}} | {f"train@{r}": {"aggregate"} for r in runs}
+    after = {
+        "fetch": {"prepare"},
+        "prepare": {"tokenize"},
+        "tokenize": {f"train@{r}" for r in runs},
+        "aggregate": {"figure", "claims", "compare", "stability"},
+    } | {f"train@{r}": {"aggregate"} for r in runs}
     out, todo = set(), list(stages)
     while todo:
         s = todo.pop()
@@ -207,8 +240,12 @@ def _snakemake_reruns(out: str) -> set[str]:
 
 def _dvc_reruns(out: str) -> set[str]:
     status = json.loads(out or "{}")
-    return {stage for stage, changes in status.items() if stage != "check_config"  # checks every key
-            and any("changed params" in c or "config/config.yaml" in json.dumps(c) for c in changes)}
+    return {
+        stage
+        for stage, changes in status.items()
+        if stage != "check_config"  # checks every key
+        and any("changed params" in c or "config/config.yaml" in json.dumps(c) for c in changes)
+    }
 
 
 def test_both_engines_rerun_the_same_stages_for_each_key(both_up_to_date):
@@ -216,8 +253,11 @@ def test_both_engines_rerun_the_same_stages_for_each_key(both_up_to_date):
     path = repo / "config" / "config.yaml"
     original = path.read_text()
     base = yaml.safe_load(original)
-    keys = [k for k in _leaves(base) if (not k.startswith("runs.") or k.startswith(f"runs.{RUN_NAMES[1]}."))
-            and k not in FIXED]
+    keys = [
+        k
+        for k in _leaves(base)
+        if (not k.startswith("runs.") or k.startswith(f"runs.{RUN_NAMES[1]}.")) and k not in FIXED
+    ]
     mismatches, checked = [], 0
     try:
         for key in keys:
@@ -230,19 +270,29 @@ def test_both_engines_rerun_the_same_stages_for_each_key(both_up_to_date):
                 _set(cfg, *COMPANION[key])
             C.validate(copy.deepcopy(cfg), source=key)  # every change must give a valid config
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            smk = subprocess.Popen([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=repo, env=_env(),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            smk = subprocess.Popen(
+                [sys.executable, "-m", "snakemake", "-n", "--cores", "1"],
+                cwd=repo,
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             dvc = _run([sys.executable, "-m", "dvc", "status", "--json"], repo)
             smk_out = smk.communicate(timeout=300)[0]
             assert smk.returncode == 0, smk_out[-3000:]
-            direct = {s for s, steps in C.DVC_STAGES.items() if s != "train" and s not in MAP_STAGES
-                      and any(key in C.result_keys(step, cfg) for step in steps)}
+            direct = {
+                s
+                for s, steps in C.DVC_STAGES.items()
+                if s != "train" and s not in MAP_STAGES and any(key in C.result_keys(step, cfg) for step in steps)
+            }
             direct |= {f"train@{r}" for r in cfg["runs"] if key in C.result_keys("train", cfg, r)}
             expected = _downstream(direct, cfg["runs"])
             got_smk, got_dvc = _snakemake_reruns(smk_out), _downstream(_dvc_reruns(dvc), cfg["runs"])
             if not (got_smk == got_dvc == expected):
-                mismatches.append(f"{key}: snakemake {sorted(got_smk)}, dvc {sorted(got_dvc)}, "
-                                  f"STEP_KEYS {sorted(expected)}")
+                mismatches.append(
+                    f"{key}: snakemake {sorted(got_smk)}, dvc {sorted(got_dvc)}, STEP_KEYS {sorted(expected)}"
+                )
             checked += 1
     finally:
         path.write_text(original)
@@ -282,14 +332,20 @@ def _set_sweep(cfg, dotted, value):
 
 def _expected_sweep_reruns(old: dict, new: dict) -> set[str]:
     """STEP_KEYS' answer: the stages whose settings changed, the new points, everything after them."""
-    direct = {s for s in ("fetch", "prepare", "tokenize", "map", "map_figure", "map_claims", "decide")
-              if any(C.settings(old, C.result_keys(step, old)) != C.settings(new, C.result_keys(step, new))
-                     for step in C.DVC_STAGES[s])}
+    direct = {
+        s
+        for s in ("fetch", "prepare", "tokenize", "map", "map_figure", "map_claims", "decide")
+        if any(
+            C.settings(old, C.result_keys(step, old)) != C.settings(new, C.result_keys(step, new))
+            for step in C.DVC_STAGES[s]
+        )
+    }
     before = sweep.points(old)
     for name in sweep.points(new):
         pn = sweep.point_config(new, name)
-        if name not in before or C.settings(pn, C.result_keys("train", pn, name)) != \
-                C.settings(sweep.point_config(old, name), C.result_keys("train", sweep.point_config(old, name), name)):
+        if name not in before or C.settings(pn, C.result_keys("train", pn, name)) != C.settings(
+            sweep.point_config(old, name), C.result_keys("train", sweep.point_config(old, name), name)
+        ):
             direct.add(dvcgen.train_stage_name(name))
     return _sweep_downstream(direct, sweep.points(new))
 
@@ -373,8 +429,14 @@ def test_both_engines_rerun_the_same_points_of_a_sweep(sweep_up_to_date):
             C.validate(copy.deepcopy(cfg), source=what)
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             dvcgen.write(C.load(path), path, dvc_yaml)  # the stages follow the sweep: `amlm dvc-yaml`
-            smk = subprocess.Popen([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=repo, env=_env(),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            smk = subprocess.Popen(
+                [sys.executable, "-m", "snakemake", "-n", "--cores", "1"],
+                cwd=repo,
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             dvc = _run([sys.executable, "-m", "dvc", "status", "--json"], repo)
             smk_out = smk.communicate(timeout=300)[0]
             assert smk.returncode == 0, smk_out[-3000:]
@@ -383,8 +445,9 @@ def test_both_engines_rerun_the_same_points_of_a_sweep(sweep_up_to_date):
                 mismatches.append(f"{what}: STEP_KEYS retrains {sorted(expected)}, not {retrained} points")
             got_smk, got_dvc = _snakemake_sweep_reruns(smk_out), _dvc_sweep_reruns(repo, dvc)
             if not (got_smk == got_dvc == expected):
-                mismatches.append(f"{what} {change}: snakemake {sorted(got_smk)}, dvc {sorted(got_dvc)}, "
-                                  f"STEP_KEYS {sorted(expected)}")
+                mismatches.append(
+                    f"{what} {change}: snakemake {sorted(got_smk)}, dvc {sorted(got_dvc)}, STEP_KEYS {sorted(expected)}"
+                )
     finally:
         path.write_text(original)
         dvc_yaml.write_text(original_dvc)

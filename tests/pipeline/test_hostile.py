@@ -57,8 +57,14 @@ def _amlm(args, limit_bytes: int | None = None, timeout: float = 300) -> subproc
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 
-    return subprocess.run([sys.executable, "-m", "acoustic_mlm", *map(str, args)], env=_env(), capture_output=True,
-                          text=True, timeout=timeout, preexec_fn=limit if limit_bytes else None)
+    return subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", *map(str, args)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit if limit_bytes else None,
+    )
 
 
 def _one_line_refusal(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -148,18 +154,21 @@ def _yaml_case(case: str) -> bytes:
     return text.encode("latin-1" if case == "latin1" else "utf-8")
 
 
-@pytest.mark.parametrize("case, needles", [
-    ("clip_nan", ["'runs.prenorm_clip1.clip' is nan"]),
-    ("lr_nan", ["'train.lr' is nan"]),
-    ("crop_nan", ["'train.crop_seconds' is nan"]),
-    ("steps_float", ["'train.steps' is 150.0", "whole number"]),
-    ("layers_float", ["'model.layers' is 2.0"]),
-    ("seeds_float", ["'runs.prenorm_clip10.seeds.0' is 1.0"]),
-    ("lr_twice", ["duplicate key 'lr'", f"line {LR_LINE + 1}:", f"first at line {LR_LINE}"]),
-    ("codebooks_16", ["'model.codebooks' is 16", "6 kbps gives 8 codebooks"]),
-    ("bad_label", ["'runs.prenorm_clip1.label'", r"\badcmd", "cannot be drawn by matplotlib"]),
-    ("latin1", ["not UTF-8", "0xe9", "line 1"]),
-])
+@pytest.mark.parametrize(
+    "case, needles",
+    [
+        ("clip_nan", ["'runs.prenorm_clip1.clip' is nan"]),
+        ("lr_nan", ["'train.lr' is nan"]),
+        ("crop_nan", ["'train.crop_seconds' is nan"]),
+        ("steps_float", ["'train.steps' is 150.0", "whole number"]),
+        ("layers_float", ["'model.layers' is 2.0"]),
+        ("seeds_float", ["'runs.prenorm_clip10.seeds.0' is 1.0"]),
+        ("lr_twice", ["duplicate key 'lr'", f"line {LR_LINE + 1}:", f"first at line {LR_LINE}"]),
+        ("codebooks_16", ["'model.codebooks' is 16", "6 kbps gives 8 codebooks"]),
+        ("bad_label", ["'runs.prenorm_clip1.label'", r"\badcmd", "cannot be drawn by matplotlib"]),
+        ("latin1", ["not UTF-8", "0xe9", "line 1"]),
+    ],
+)
 def test_values_validation_let_through_are_refused_naming_the_key(tmp_path, capsys, case, needles):
     """Each was accepted (or failed late without its key); now `amlm validate` refuses it in one line."""
     path = tmp_path / f"{case}.yaml"
@@ -211,8 +220,14 @@ def test_yaml_alias_bombs_fail_at_once_in_one_line(tmp_path, levels):
     def cap_memory():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    proc = subprocess.run([sys.executable, "-m", "acoustic_mlm", "validate", "--config", str(path)], env=_env(),
-                          capture_output=True, text=True, timeout=120, preexec_fn=cap_memory)
+    proc = subprocess.run(
+        [sys.executable, "-m", "acoustic_mlm", "validate", "--config", str(path)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap_memory,
+    )
     line = _one_line_refusal(proc, str(path), "line 2: YAML alias '*l0' is not supported")
     assert len(line) < 300
 
@@ -239,8 +254,9 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
     metrics differed. Now the state's sha256 fails, the previous state is used with a warning,
     and the resumed metrics equal an uninterrupted run's."""
     cfg = smoke_cfg
-    cfg["train"].update(steps=50, warmup_steps=5, log_interval=10, batch_size=2, valid_crops=3, crop_seconds=0.4,
-                        checkpoint_interval=10)
+    cfg["train"].update(
+        steps=50, warmup_steps=5, log_interval=10, batch_size=2, valid_crops=3, crop_seconds=0.4, checkpoint_interval=10
+    )
     prepared, codes = data_dirs
     reference = train.run(cfg, "prenorm_clip1", prepared, codes, tmp_path / "ref", threads=1)
     ref_metrics = pd.read_csv(tmp_path / "ref" / "metrics.csv").drop(columns=["wall_time"])
@@ -262,7 +278,11 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
     monkeypatch.setattr(train, "save_state", real_save)
     state_dir = out / "state" / "seed1"
     assert sorted(p.name for p in state_dir.iterdir()) == [
-        "step-000000030.pt", "step-000000030.pt.sha256", "step-000000040.pt", "step-000000040.pt.sha256"]
+        "step-000000030.pt",
+        "step-000000030.pt.sha256",
+        "step-000000040.pt",
+        "step-000000040.pt.sha256",
+    ]
     newest = state_dir / "step-000000040.pt"
     _flip_inside_largest_tensor(newest)
     torch.load(newest, weights_only=True)  # still loads: only the checksum can tell
@@ -272,8 +292,9 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("step-000000040.pt does not match its checksum" in w for w in warnings), warnings
     assert any("resuming after step 30" in r.getMessage() for r in caplog.records)
-    pd.testing.assert_frame_equal(pd.read_csv(out / "metrics.csv").drop(columns=["wall_time"]), ref_metrics,
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.read_csv(out / "metrics.csv").drop(columns=["wall_time"]), ref_metrics, check_exact=True
+    )
     assert resumed["final_valid_loss_cb0"] == reference["final_valid_loss_cb0"]
 
 
@@ -292,8 +313,14 @@ def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
     snakemake = [sys.executable, "-m", "snakemake", "--cores", "2"]
     env = _env()
     env.pop("PYTHONPATH")
-    done = subprocess.run(snakemake + ["--configfile", "config/small.yaml"], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        snakemake + ["--configfile", "config/small.yaml"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     run = repo / "results" / "runs" / "prenorm_clip10"
     kept = {p: p.read_bytes() for p in (run / "metrics.csv", run / "summary.json")}
@@ -304,8 +331,14 @@ def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
     cfg["model"]["heads"] = 3  # the width is not divisible by it
     for name in ("small.yaml", "renamed.yaml"):  # the same file edited, then under a new name
         (repo / "config" / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
-        proc = subprocess.run(snakemake + ["--configfile", f"config/{name}"], cwd=repo, env=env, capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run(
+            snakemake + ["--configfile", f"config/{name}"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
         errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "invalid configuration" in line]
         assert len(errors) == 1 and "must be divisible by 'model.heads' (3)" in errors[0], proc.stderr
@@ -324,18 +357,38 @@ def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, *
     path.write_text(yaml.safe_dump(cfg))
     prepared, codes = data_dirs
     out = tmp_path / "run"
-    proc = _amlm(["train", "prenorm_clip1", "--config", path, "--threads", "1", "--prepared", prepared,
-                  "--codes", codes, "--out", out], limit_bytes=limit_bytes)
+    proc = _amlm(
+        [
+            "train",
+            "prenorm_clip1",
+            "--config",
+            path,
+            "--threads",
+            "1",
+            "--prepared",
+            prepared,
+            "--codes",
+            codes,
+            "--out",
+            out,
+        ],
+        limit_bytes=limit_bytes,
+    )
     return proc, out
 
 
 def test_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
     """A file-size limit at the first state save ended in "[enforce fail at inline_container.cc]
     unexpected pos". Now: exit 2, one line naming the state file and the bytes it needs."""
-    proc, out = _train_under_limit(smoke_cfg, data_dirs, tmp_path, 200_000, steps=30, log_interval=10,
-                                   checkpoint_interval=10)
-    line = _one_line_refusal(proc, str(out / "state" / "seed1" / "step-000000010.pt"),
-                             "file-size limit (ulimit -f) of 200000 bytes", "it needs ")
+    proc, out = _train_under_limit(
+        smoke_cfg, data_dirs, tmp_path, 200_000, steps=30, log_interval=10, checkpoint_interval=10
+    )
+    line = _one_line_refusal(
+        proc,
+        str(out / "state" / "seed1" / "step-000000010.pt"),
+        "file-size limit (ulimit -f) of 200000 bytes",
+        "it needs ",
+    )
     needed = int(line.split("it needs ")[1].split()[0])
     assert needed > 200_000
     state = out / "state" / "seed1"
@@ -344,11 +397,21 @@ def test_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data
 
 
 def test_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_last_complete_rows(
-        data_dirs, smoke_cfg, tmp_path):
+    data_dirs, smoke_cfg, tmp_path
+):
     """metrics.partial.csv (rewritten at every metrics row) under a file-size limit ended in a
     traceback from pandas. Now: exit 2, one line naming it; the file left is the last complete one."""
-    proc, out = _train_under_limit(smoke_cfg, data_dirs, tmp_path, 6_000, steps=40, log_interval=1,
-                                   log_powers_of_two=False, checkpoint_interval=0, diagnostics=True)
+    proc, out = _train_under_limit(
+        smoke_cfg,
+        data_dirs,
+        tmp_path,
+        6_000,
+        steps=40,
+        log_interval=1,
+        log_powers_of_two=False,
+        checkpoint_interval=0,
+        diagnostics=True,
+    )
     seed = out / "seeds" / "seed1"
     _one_line_refusal(proc, str(seed / "metrics.partial.csv"), "file-size limit (ulimit -f) of 6000 bytes")
     rows = pd.read_csv(seed / "metrics.partial.csv")  # complete rows only: the last write that fitted
@@ -381,8 +444,10 @@ def _zip_of_zero_wav(path: Path, nbytes: int) -> None:
     head = bytearray(header.getvalue()[:-2])  # header only, data chunk emptied below
     struct.pack_into("<I", head, 4, len(head) - 8 + nbytes)
     struct.pack_into("<I", head, len(head) - 4, nbytes)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf, \
-            zf.open("corpus/zeros.wav", "w", force_zip64=True) as member:
+    with (
+        zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
+        zf.open("corpus/zeros.wav", "w", force_zip64=True) as member,
+    ):
         member.write(bytes(head))
         block = bytes(1 << 22)
         for _ in range(nbytes // len(block)):
@@ -402,8 +467,10 @@ def test_archive_bombs_conflicts_and_long_names_are_refused_by_name(server, tmp_
     wav = good.getvalue()
     cases = {
         "bomb.zip": (bomb.read_bytes(), "member 'corpus/zeros.wav' expands"),
-        "conflict.tar.gz": (make_tar({"c/a.wav": wav, "c/a.wav/b.wav": wav}),
-                            "member 'c/a.wav/b.wav' needs 'c/a.wav' to be a folder"),
+        "conflict.tar.gz": (
+            make_tar({"c/a.wav": wav, "c/a.wav/b.wav": wav}),
+            "member 'c/a.wav/b.wav' needs 'c/a.wav' to be a folder",
+        ),
         "twice.tar.gz": (make_tar({"c/a.wav": wav, "c/./a.wav": wav}), "have the same path"),
         "long.tar.gz": (make_tar({"c/" + "d" * 300 + "/a.wav": wav}), "name component of 300 bytes (at most 255)"),
         "deep.tar.gz": (make_tar({"/".join(["d" * 200] * 21) + "/a.wav": wav}), "path of over 4096 bytes"),
@@ -414,16 +481,18 @@ def test_archive_bombs_conflicts_and_long_names_are_refused_by_name(server, tmp_
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(cfg))
         project = tmp_path / name.replace(".", "_")
-        proc = _amlm(["fetch", "--config", path, "--out", project / "raw", "--downloads", project / "downloads"],
-                     timeout=120)
+        proc = _amlm(
+            ["fetch", "--config", path, "--out", project / "raw", "--downloads", project / "downloads"], timeout=120
+        )
         _one_line_refusal(proc, f"refusing {name}", needle, "nothing was extracted")
         assert not (project / "raw").exists()
         assert [p.name for p in project.rglob("*") if p.is_file()] == [name]  # only the download itself
 
     # The limits are the config's: a ratio limit above the bomb's lets the header check pass,
     # the total-size limit stops it.
-    data = dataclasses.replace(C.load(ROOT / "config" / "smoke.yaml").data, max_extract_gb=0.5,
-                               max_compression_ratio=5000)
+    data = dataclasses.replace(
+        C.load(ROOT / "config" / "smoke.yaml").data, max_extract_gb=0.5, max_compression_ratio=5000
+    )
     limits = archive.ExtractLimits.from_config(data)
     with pytest.raises(archive.UnsafeArchiveError, match="expand to 1073741868 bytes, over the limit of 500000000"):
         archive.extract(bomb, tmp_path / "x", limits=limits)
@@ -487,9 +556,14 @@ def test_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_pa
     repo = copy_repo(root, tmp_path / "repo")
     cfg = _own_arms(arms)
     (repo / "mine.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--printshellcmds",
-                           "--configfile", "mine.yaml"], cwd=repo, env=_engine_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--printshellcmds", "--configfile", "mine.yaml"],
+        cwd=repo,
+        env=_engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert sorted(set(re.findall(r"acoustic_mlm train (\w+) ", out))) == sorted(cfg["runs"])
@@ -499,21 +573,36 @@ def test_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_pa
     (repo / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):
         subprocess.run(cmd, cwd=repo, env=_engine_env(), check=True, capture_output=True)
-    dvc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=repo, env=_engine_env(),
-                         capture_output=True, text=True, timeout=300)
+    dvc = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json"],
+        cwd=repo,
+        env=_engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert dvc.returncode == 0, dvc.stderr[-3000:]
     stages = json.loads(dvc.stdout)
     assert sorted(s for s in stages if s.startswith("train@")) == sorted(f"train@{r}" for r in cfg["runs"])
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--config", "figure={split: valid}"], "--config figure=...: command-line overrides are not supported"),
-    (["--configfile", "config/smoke.yaml", "config/config.yaml"], "2 --configfile files given"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--config", "figure={split: valid}"], "--config figure=...: command-line overrides are not supported"),
+        (["--configfile", "config/smoke.yaml", "config/config.yaml"], "2 --configfile files given"),
+    ],
+)
 def test_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extra, needle):
     repo = copy_repo(root, tmp_path / "repo")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *extra], cwd=repo,
-                          env=_engine_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", *extra],
+        cwd=repo,
+        env=_engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower()]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and len(errors) == 1 and needle in errors[0], proc.stderr
@@ -522,13 +611,16 @@ def test_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extr
 # ------------------------------------------------------------------- values valid now, breaking later
 
 
-@pytest.mark.parametrize("case, needles", [
-    ("long_name", ["'runs.", "the run name is 300 bytes; at most 251"]),
-    ("huge_seed", ["'runs.prenorm_clip1.seeds' has seed 18446744073709551616", "torch.manual_seed"]),
-    ("ddp_seed", ["'runs.prenorm_clip1.seeds' has seed 18446744073709551615", "1000003"]),
-    ("long_label", ["'runs.prenorm_clip1.label'", "is 10000 characters long", "at most 60"]),
-    ("two_line_label", ["'runs.prenorm_clip1.label'", "holds a line break"]),
-])
+@pytest.mark.parametrize(
+    "case, needles",
+    [
+        ("long_name", ["'runs.", "the run name is 300 bytes; at most 251"]),
+        ("huge_seed", ["'runs.prenorm_clip1.seeds' has seed 18446744073709551616", "torch.manual_seed"]),
+        ("ddp_seed", ["'runs.prenorm_clip1.seeds' has seed 18446744073709551615", "1000003"]),
+        ("long_label", ["'runs.prenorm_clip1.label'", "is 10000 characters long", "at most 60"]),
+        ("two_line_label", ["'runs.prenorm_clip1.label'", "holds a line break"]),
+    ],
+)
 def test_values_later_stages_cannot_use_are_refused_by_validate(tmp_path, case, needles):
     cfg = yaml.safe_load(SMOKE)
     arm = cfg["runs"]["prenorm_clip1"]
@@ -595,9 +687,13 @@ def test_config_paths_that_are_folders_fifos_empty_or_absent_are_refused_in_one_
     os.mkfifo(fifo)
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    cases = [(tmp_path, "a folder, not a configuration file"), ("/dev/null", "not a regular file"),
-             (fifo, "not a regular file"), (empty, "the file is empty (no settings)"),
-             (tmp_path / "absent.yaml", "configuration file not found")]
+    cases = [
+        (tmp_path, "a folder, not a configuration file"),
+        ("/dev/null", "not a regular file"),
+        (fifo, "not a regular file"),
+        (empty, "the file is empty (no settings)"),
+        (tmp_path / "absent.yaml", "configuration file not found"),
+    ]
     for path, needle in cases:
         _one_line_refusal(_amlm(["validate", "--config", path], timeout=60), str(path), needle)
 
@@ -605,8 +701,9 @@ def test_config_paths_that_are_folders_fifos_empty_or_absent_are_refused_in_one_
 # ----------------------------------------------------------------------------------------------- audio
 
 
-@pytest.mark.parametrize("fmt, subtype", [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("AIFF", "PCM_24"), ("AU", "PCM_16"),
-                                          ("W64", "PCM_16")])
+@pytest.mark.parametrize(
+    "fmt, subtype", [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("AIFF", "PCM_24"), ("AU", "PCM_16"), ("W64", "PCM_16")]
+)
 def test_audio_holding_less_than_its_header_declares_is_rejected_as_truncated(tmp_path, fmt, subtype):
     """A WAV declaring 4 s that holds 1.24 s was kept as a 1.24 s clip (libsndfile reports what is
     there); now it is rejected as truncated, like MP3 and FLAC. Complete files are kept."""
@@ -681,11 +778,19 @@ def test_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_remo
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "prepared"
-    proc = subprocess.Popen([sys.executable, "-m", "acoustic_mlm", "prepare", "--config", str(path), "--raw", str(raw),
-                             "--out", str(out)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acoustic_mlm", "prepare", "--config", str(path), "--raw", str(raw), "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120  # the stage's temporary folder, with a shard being written in it
-    while not list(tmp_path.glob(".prepared.tmp-*/.shard-00000.tmp-*")) and time.monotonic() < deadline \
-            and proc.poll() is None:
+    while (
+        not list(tmp_path.glob(".prepared.tmp-*/.shard-00000.tmp-*"))
+        and time.monotonic() < deadline
+        and proc.poll() is None
+    ):
         time.sleep(0.005)
     assert proc.poll() is None, "prepare ended before it could be interrupted"
     proc.send_signal(signal.SIGTERM)
@@ -750,9 +855,19 @@ def summaries(tmp_path, smoke_cfg):
         rows = []
         for seed in (1, 2):
             curve = 6.0 - 0.1 * i + 4.0 * np.exp(-steps / 20) + 0.01 * seed
-            rows.append(pd.DataFrame({"seed": seed, "step": steps, "train_loss_cb0": curve,
-                                      "valid_loss_cb0": curve + 0.1,
-                                      "grad_norm": 1.0 + steps, "lr": 1e-3, "nonfinite": 0}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "seed": seed,
+                        "step": steps,
+                        "train_loss_cb0": curve,
+                        "valid_loss_cb0": curve + 0.1,
+                        "grad_norm": 1.0 + steps,
+                        "lr": 1e-3,
+                        "nonfinite": 0,
+                    }
+                )
+            )
         (tmp_path / "runs" / name).mkdir(parents=True)
         pd.concat(rows).to_csv(tmp_path / "runs" / name / "metrics.csv", index=False)
     proc = _amlm(["aggregate", "--config", cfg, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "loss_curves.csv"])
@@ -763,12 +878,27 @@ def summaries(tmp_path, smoke_cfg):
 
 def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
     """(the stage's arguments, needles of its one-line refusal) after damaging one file in d."""
-    metrics, curves, diags, ref = (d / "runs" / "prenorm_clip1" / "metrics.csv", d / "loss_curves.csv",
-                                   d / "diagnostics.csv", d / "paper_curves.csv")
+    metrics, curves, diags, ref = (
+        d / "runs" / "prenorm_clip1" / "metrics.csv",
+        d / "loss_curves.csv",
+        d / "diagnostics.csv",
+        d / "paper_curves.csv",
+    )
     aggregate = ["aggregate", "--runs-dir", d / "runs", "--out", d / "loss_curves.csv"]
     figure = ["figure", "--curves", curves, "--reference", ref, "--out", d / "figures"]
-    claims = ["claims", "--curves", curves, "--diagnostics", diags, "--reference", ref, "--out-json", d / "c.json",
-              "--out-md", d / "c.md"]
+    claims = [
+        "claims",
+        "--curves",
+        curves,
+        "--diagnostics",
+        diags,
+        "--reference",
+        ref,
+        "--out-json",
+        d / "c.json",
+        "--out-md",
+        d / "c.md",
+    ]
     stability = ["stability", "--curves", curves, "--diagnostics", diags, "--out", d / "figures"]
     compare = ["compare", "--curves", curves, "--reference", ref, "--out", d / "figures" / "cmp.png"]
     if case == "metrics_cut":
@@ -810,8 +940,9 @@ def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
         metrics.write_text(metrics.read_text().replace("train_loss_cb0", "train_loss_cbO", 1))
         return aggregate, [f"{metrics}: missing column train_loss_cb0"]
     if case == "curves_arm_deleted":  # one arm's rows gone: its claims turned inconclusive without a word
-        curves.write_text("".join(line for line in curves.read_text().splitlines(True)
-                                  if not line.startswith("prenorm_clip1,")))
+        curves.write_text(
+            "".join(line for line in curves.read_text().splitlines(True) if not line.startswith("prenorm_clip1,"))
+        )
         return claims, [f"{curves}: no train codebook-0 rows for run(s) prenorm_clip1"]
     if case == "reference_role_deleted":
         ref.write_text("".join(line for line in ref.read_text().splitlines(True) if ",clip1," not in line))
@@ -822,10 +953,26 @@ def _summary_case(case: str, d: Path) -> tuple[list, list[str]]:
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["metrics_cut", "metrics_text", "metrics_steps", "curves_cut", "curves_fields",
-                                  "curves_split", "diagnostics_cut", "diagnostics_text", "reference_nan",
-                                  "reference_step0", "reference_role", "reference_missing_column",
-                                  "metrics_header_edited", "curves_arm_deleted", "reference_role_deleted"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "metrics_cut",
+        "metrics_text",
+        "metrics_steps",
+        "curves_cut",
+        "curves_fields",
+        "curves_split",
+        "diagnostics_cut",
+        "diagnostics_text",
+        "reference_nan",
+        "reference_step0",
+        "reference_role",
+        "reference_missing_column",
+        "metrics_header_edited",
+        "curves_arm_deleted",
+        "reference_role_deleted",
+    ],
+)
 def test_damaged_summaries_are_refused_by_every_stage_that_reads_them(summaries, smoke_cfg, case):
     """A metrics.csv cut inside its last row was aggregated with the cut number; NaN in the paper's
     curves flipped verdicts silently. Each damaged file is now refused in one line naming it."""
@@ -842,12 +989,33 @@ def _train_args(cfg: dict, tmp_path: Path, prepared: Path, codes: Path) -> list:
     cfg["train"].update(warmup_steps=2, batch_size=2, valid_crops=3, crop_seconds=0.4)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return ["train", "prenorm_clip1", "--config", path, "--threads", "1", "--prepared", prepared, "--codes", codes,
-            "--out", tmp_path / "run"]
+    return [
+        "train",
+        "prenorm_clip1",
+        "--config",
+        path,
+        "--threads",
+        "1",
+        "--prepared",
+        prepared,
+        "--codes",
+        codes,
+        "--out",
+        tmp_path / "run",
+    ]
 
 
-@pytest.mark.parametrize("case", ["tokenizer_json_cut", "tokenizer_json_edited", "codes_out_of_range",
-                                  "codes_float", "manifest_cut", "manifest_text"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "tokenizer_json_cut",
+        "tokenizer_json_edited",
+        "codes_out_of_range",
+        "codes_float",
+        "manifest_cut",
+        "manifest_text",
+    ],
+)
 def test_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cfg, tmp_path, case):
     """A tokenizer.json that is not JSON, codes outside the codebook (only tokenizer.json's
     max_code was read): tracebacks in train. Now one line naming the file and the stage to rerun."""
@@ -867,8 +1035,10 @@ def test_damaged_data_is_refused_by_train_before_any_step(data_dirs, smoke_cfg, 
         values = np.load(shard)
         values[0, 7] = 5000
         np.save(shard, values)
-        needles = [f"{shard}: code 5000 at codebook 0, frame 7 lies outside the codebook (0-1023)",
-                   "rerun the tokenize stage"]
+        needles = [
+            f"{shard}: code 5000 at codebook 0, frame 7 lies outside the codebook (0-1023)",
+            "rerun the tokenize stage",
+        ]
     elif case == "codes_float":
         np.save(shard, np.load(shard).astype(np.float32))
         needles = [f"{shard}: float32 values; codes are whole numbers"]
@@ -891,8 +1061,13 @@ def test_a_damaged_seed_summary_trains_that_seed_again(tmp_path, caplog):
     out = tmp_path / "seed1"
     out.mkdir()
     fp = {"settings": {"train.lr": 0.001}, "processes": 1}
-    summary = {"status": "completed", "final_train_loss_cb0": 7.5, "final_valid_loss_cb0": 7.4, "nonfinite_steps": 0,
-               "fingerprint": fp}
+    summary = {
+        "status": "completed",
+        "final_train_loss_cb0": 7.5,
+        "final_valid_loss_cb0": 7.4,
+        "nonfinite_steps": 0,
+        "fingerprint": fp,
+    }
     (out / "summary.json").write_text(json.dumps(summary))
     pd.DataFrame({"step": [1, 2], "train_loss_cb0": [10.0, 9.0]}).to_csv(out / "metrics.csv", index=False)
     (out / "checkpoint.pt").write_bytes(b"x")

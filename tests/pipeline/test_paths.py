@@ -37,7 +37,7 @@ WRITTEN = {
 # Broken paths in files another edit holds open, to fix there; tolerated here until then.
 PENDING = {
     "BENCHMARKS.md: benchmarks/gpu_mfu.sh": "the script is benchmarks/gpu_mfu.py (bash benchmarks/gpu_check.sh --only "
-                                            "gpu_mfu)",
+    "gpu_mfu)",
 }
 
 DOCS = ("README.md", "BENCHMARKS.md", "docs/*.md", "data/reference/README.md", "data/README.md", "results/README.md")
@@ -60,8 +60,12 @@ def _python_comments_and_docstrings(text: str) -> list[tuple[int, str]]:
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type == tokenize.COMMENT:
             out.append((tok.start[0], tok.string))
-        elif tok.type == tokenize.STRING and previous in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
-                                                          tokenize.DEDENT):
+        elif tok.type == tokenize.STRING and previous in (
+            tokenize.NEWLINE,
+            tokenize.NL,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+        ):
             out.append((tok.start[0], tok.string))
         if tok.type not in (tokenize.COMMENT, tokenize.NL):
             previous = tok.type
@@ -125,13 +129,18 @@ def test_the_scan_reads_comments_docs_and_docstrings(root):
     """The sources the other test reads: every preset, both profiles, the Snakefile and its rules,
     the docs, every module of the package; and it finds a known path and refuses a moved one."""
     scanned = {p.relative_to(root).as_posix() for p, _ in _sources(root)}
-    for name in ("config/config.yaml", "profiles/slurm/config.yaml", "Snakefile", "README.md",
-                 "docs/architecture.md", "src/acoustic_mlm/cli.py", "data/reference/README.md"):
+    for name in (
+        "config/config.yaml",
+        "profiles/slurm/config.yaml",
+        "Snakefile",
+        "README.md",
+        "docs/architecture.md",
+        "src/acoustic_mlm/cli.py",
+        "data/reference/README.md",
+    ):
         assert name in scanned
     moved = [(1, "# checked against src/acoustic_mlm/config.schema.json before any work starts")]
-    assert _broken(root, root / "config" / "x.yaml", moved) == [
-        "config/x.yaml:1: src/acoustic_mlm/config.schema.json"
-    ]
+    assert _broken(root, root / "config" / "x.yaml", moved) == ["config/x.yaml:1: src/acoustic_mlm/config.schema.json"]
     fine = [(3, '"""See src/acoustic_mlm/config/config.schema.json, config/load.py and results/x.csv."""')]
     assert _broken(root, root / "src" / "x.py", fine) == []
     assert _broken(root, root / "src" / "x.py", [(1, "# data/reference/<name>/metrics.csv")]) == []

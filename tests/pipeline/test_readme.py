@@ -78,8 +78,11 @@ def test_the_project_tree_names_every_subpackage_and_module_and_nothing_else(roo
             assert (root / p).exists(), f"the README's project tree names {p}, which does not exist"
             listed.add(p.rstrip("/"))
     pkg = root / "src" / "acoustic_mlm"
-    rooms = {f"src/acoustic_mlm/{p.name}" for p in pkg.iterdir()
-             if p.is_dir() and (p / "__init__.py").is_file() or p.suffix == ".py" and not p.name.startswith("__")}
+    rooms = {
+        f"src/acoustic_mlm/{p.name}"
+        for p in pkg.iterdir()
+        if p.is_dir() and (p / "__init__.py").is_file() or p.suffix == ".py" and not p.name.startswith("__")
+    }
     assert rooms <= listed, f"the README's project tree misses {sorted(rooms - listed)}"
 
 
@@ -100,8 +103,9 @@ def _dry_run(command: str) -> list[str] | None:
         return argv
     if argv[0] == "python" and argv[1].startswith("benchmarks/"):  # the script and its options parse
         return [sys.executable, argv[1], "--help"]
-    raise AssertionError(f"README command without a dry-run form: {command!r}: "
-                         "add one to tests/pipeline/test_readme.py")
+    raise AssertionError(
+        f"README command without a dry-run form: {command!r}: add one to tests/pipeline/test_readme.py"
+    )
 
 
 def test_every_readme_command_runs_in_a_dry_run(root, readme, tmp_path):
@@ -119,7 +123,8 @@ def test_every_readme_command_runs_in_a_dry_run(root, readme, tmp_path):
             if argv is None:
                 continue
             proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
-            assert proc.returncode in (0, 5 if "pytest" in argv else 0), \
+            assert proc.returncode in (0, 5 if "pytest" in argv else 0), (
                 f"{part.strip()!r} as {' '.join(argv)}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+            )
             ran += 1
     assert ran >= 8

@@ -38,8 +38,11 @@ MIN_CODES_PER_FILE = 30  # codebook-0 codes each recording uses (measured: 42 fo
 
 
 def snakemake(repo: Path, *targets: str) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", "config/test.yaml"],
-               repo, timeout=PIPELINE_TIMEOUT_S)
+    return run(
+        [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", "config/test.yaml"],
+        repo,
+        timeout=PIPELINE_TIMEOUT_S,
+    )
 
 
 def recordings() -> list[Path]:
@@ -103,7 +106,8 @@ def test_url_source_of_real_recordings(server, root, tmp_path):
     assert sorted(manifest["path"]) == sorted(f"librosa/{p.name}" for p in recordings())
     rejects = read_csv(repo / "data" / "prepared" / "rejects.csv")
     assert dict(zip(rejects["path"], rejects["reason"])) == {
-        "librosa/pibble.txt": "not an audio file name (not extracted)"}
+        "librosa/pibble.txt": "not an audio file name (not extracted)"
+    }
     assert sorted(manifest["shard"].unique()) == [0, 1, 2]  # 15 members in shards of 5
     assert_informative_codebook0(repo)
     metrics = pd.read_csv(repo / "results" / "runs" / "prenorm_clip1" / "metrics.csv")

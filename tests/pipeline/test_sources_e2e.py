@@ -71,8 +71,10 @@ URL_CORPUS = {
 
 
 def url_members() -> dict[str, bytes]:
-    members = {name: audio_bytes(music(i, sr, ch), sr, fmt, sub)
-               for i, (name, (sr, ch, fmt, sub)) in enumerate(URL_CORPUS.items())}
+    members = {
+        name: audio_bytes(music(i, sr, ch), sr, fmt, sub)
+        for i, (name, (sr, ch, fmt, sub)) in enumerate(URL_CORPUS.items())
+    }
     members["corpus/README.txt"] = b"ten clips of procedural music\n"  # not audio: fetch skips it
     return members
 
@@ -115,8 +117,9 @@ def show(proc: subprocess.CompletedProcess) -> str:
 
 def tree(folder: Path) -> set[str]:
     """Every file, link and folder under `folder`, relative, with a trailing / on folders."""
-    return {p.relative_to(folder).as_posix() + ("/" if p.is_dir() and not p.is_symlink() else "")
-            for p in folder.rglob("*")}
+    return {
+        p.relative_to(folder).as_posix() + ("/" if p.is_dir() and not p.is_symlink() else "") for p in folder.rglob("*")
+    }
 
 
 def read_csv(path: Path) -> pd.DataFrame:
@@ -140,8 +143,7 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     # 11 paths: 10 clips and the README, which stays in the archive but is listed in the rejects;
     # two shards, of 6 and 5 paths
-    write_config(repo / "config" / "test.yaml", root, source="url", url=url, known_hash=sha256(blob),
-                 shard_files=6)
+    write_config(repo / "config" / "test.yaml", root, source="url", url=url, known_hash=sha256(blob), shard_files=6)
 
     proc = snakemake(repo)
     assert proc.returncode == 0, show(proc)
@@ -163,7 +165,8 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
         assert (row.orig_sample_rate, row.orig_channels, row.num_frames) == (sr, ch, FRAMES), row
     assert set(manifest["split"]) == {"train", "valid"}
     assert (repo / "data" / "prepared" / "rejects.csv").read_text() == (
-        "path,reason\ncorpus/README.txt,not an audio file name (not extracted)\n")
+        "path,reason\ncorpus/README.txt,not an audio file name (not extracted)\n"
+    )
     source = json.loads((repo / "data" / "raw" / "SOURCE.json").read_text())
     assert (source["source"], source["url"], source["known_hash"]) == ("url", url, sha256(blob))
     assert (source["files"], source["other_files_skipped"], source["archive"]) == (10, 1, "corpus.zip")
@@ -195,8 +198,10 @@ def test_url_source_runs_the_whole_pipeline_in_shards(server, root, tmp_path):
 
 @pytest.mark.parametrize("case", ["wrong-hash", "parent-member"])
 def test_bad_download_is_refused_and_nothing_escapes(server, root, tmp_path, case):
-    good = {name: audio_bytes(music(i, SR, 1, seconds=1.0), SR, "WAV", "PCM_16")
-            for i, name in enumerate(["corpus/one.wav", "corpus/two.wav"])}
+    good = {
+        name: audio_bytes(music(i, SR, 1, seconds=1.0), SR, "WAV", "PCM_16")
+        for i, name in enumerate(["corpus/one.wav", "corpus/two.wav"])
+    }
     if case == "wrong-hash":
         blob = make_zip(good)
         name, known = "hashed.zip", sha256(blob + b"tampered")
@@ -234,8 +239,7 @@ def test_bad_download_is_refused_and_nothing_escapes(server, root, tmp_path, cas
 def test_zip_written_by_pythons_zipfile_is_extracted(server, root, tmp_path):
     """`ZipFile.writestr(name, data)` stores mode 0o600 without the regular-file type bits; such members
     are regular files to zipfile and to unzip, and must be extracted like any other."""
-    members = {f"songs/s{i}.wav": audio_bytes(music(20 + i, SR, 1, seconds=1.0), SR, "WAV", "PCM_16")
-               for i in range(2)}
+    members = {f"songs/s{i}.wav": audio_bytes(music(20 + i, SR, 1, seconds=1.0), SR, "WAV", "PCM_16") for i in range(2)}
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in members.items():
@@ -297,8 +301,9 @@ def assert_rejects(path: Path) -> None:
     got = dict(zip(rejects["path"], rejects["reason"]))
     assert sorted(got) == sorted(BAD), sorted(got)
     for bad, reason in BAD.items():
-        assert got[bad] == reason or (reason.endswith(": ") and got[bad].startswith(reason)
-                                      and len(got[bad]) > len(reason)), (bad, got[bad])
+        assert got[bad] == reason or (
+            reason.endswith(": ") and got[bad].startswith(reason) and len(got[bad]) > len(reason)
+        ), (bad, got[bad])
 
 
 def test_folder_with_good_and_bad_files_trains_on_the_good_ones(root, tmp_path):
@@ -325,8 +330,13 @@ def test_folder_with_good_and_bad_files_trains_on_the_good_ones(root, tmp_path):
     assert_rejects(repo / "data" / "prepared" / "rejects.csv")
     summary = json.loads((repo / "data" / "prepared" / "prepare.json").read_text())
     assert (summary["shards"], summary["kept"], summary["rejected"]) == (2, len(GOOD), len(BAD))
-    assert summary["rejected_by_reason"] == {"digital silence": 1, "empty file": 1, "non-finite samples": 1,
-                                             "not decodable": 2, "shorter than one training crop": 1}
+    assert summary["rejected_by_reason"] == {
+        "digital silence": 1,
+        "empty file": 1,
+        "non-finite samples": 1,
+        "not decodable": 2,
+        "shorter than one training crop": 1,
+    }
 
     metrics = pd.read_csv(repo / "results" / "runs" / "prenorm_clip1" / "metrics.csv")
     assert metrics["step"].max() == STEPS and len(metrics) >= 5
@@ -346,8 +356,22 @@ def test_folder_of_only_bad_files_fails_with_one_line(root, tmp_path):
     cfg = write_config(tmp_path / "cfg.yaml", root, source="folder", folder=str(folder), shard_files=4)
     out = tmp_path / "outdir"
 
-    cli = run([sys.executable, "-m", "acoustic_mlm", "prepare", "--config", str(cfg), "--raw", str(folder),
-               "--out", str(out)], tmp_path, timeout=300)
+    cli = run(
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "prepare",
+            "--config",
+            str(cfg),
+            "--raw",
+            str(folder),
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+        timeout=300,
+    )
     assert cli.returncode == 2, show(cli)
     assert "Traceback" not in cli.stderr, show(cli)
     error = last_error(cli.stderr)

@@ -40,8 +40,11 @@ def test_snakemake_makes_the_map(root, tmp_path):
     for fmt in ("png", "pdf", "svg"):
         assert (repo / "results" / "figures" / f"lr_sensitivity.{fmt}").stat().st_size > 1000
     claims = json.loads((repo / "results" / "map_claims.json").read_text())
-    assert claims["kind"] == "stability_map" and [v["id"] for v in claims["verdicts"]] == ["clipping", "deepnorm",
-                                                                                          "pb_relax"]
+    assert claims["kind"] == "stability_map" and [v["id"] for v in claims["verdicts"]] == [
+        "clipping",
+        "deepnorm",
+        "pb_relax",
+    ]
     assert {a["arm"] for a in claims["arms"]} == set(ARMS)
     # no DeepNorm arm, control or fp16 panel in this map: those promises cannot be judged
     assert claims["verdicts"][1]["verdict"] == "inconclusive" and claims["verdicts"][2]["verdict"] == "inconclusive"
@@ -52,8 +55,24 @@ def test_snakemake_makes_the_map(root, tmp_path):
     assert "Nothing to be done" in again
     cfg["sweep"][0]["grid"]["train.lr"] = [0.003, 0.1]
     (repo / "config" / "map.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    plan = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "config/map.yaml",
-                           "--quiet", "rules"], cwd=repo, env=_env(), capture_output=True, text=True)
+    plan = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--cores",
+            "2",
+            "--configfile",
+            "config/map.yaml",
+            "--quiet",
+            "rules",
+        ],
+        cwd=repo,
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     assert plan.returncode == 0, plan.stderr
     trains = [line for line in plan.stdout.splitlines() if line.strip().startswith("train ")]
     assert trains and trains[0].split()[1] == "2", plan.stdout  # the two new points, nothing else retrained

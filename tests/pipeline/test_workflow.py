@@ -35,10 +35,27 @@ def test_conda_env_names_the_same_dependencies_as_pyproject(root):
 def test_every_rule_has_log_threads_and_conda(root):
     text = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     rules = re.split(r"^(?:rule|checkpoint) ", text, flags=re.M)[1:]
-    assert {r.split(":")[0] for r in rules} == {"fetch", "plan", "prepare_shard", "prepare", "fit_tokenizer",
-                                                "tokenize_shard", "tokenize", "train", "aggregate", "figure",
-                                                "stability", "claims", "compare", "preflight", "stability_map",
-                                                "map_figure", "map_claims", "decide", "status"}
+    assert {r.split(":")[0] for r in rules} == {
+        "fetch",
+        "plan",
+        "prepare_shard",
+        "prepare",
+        "fit_tokenizer",
+        "tokenize_shard",
+        "tokenize",
+        "train",
+        "aggregate",
+        "figure",
+        "stability",
+        "claims",
+        "compare",
+        "preflight",
+        "stability_map",
+        "map_figure",
+        "map_claims",
+        "decide",
+        "status",
+    }
     for r in rules:
         name = r.split(":")[0]
         for directive in ("log:", "threads:", "conda:", "shell:"):
@@ -63,7 +80,9 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
     repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(
         SNAKEMAKE + ["-n", "--cores", "2", "--configfile", f"config/{preset}", "--printshellcmds"],
-        cwd=repo, capture_output=True, text=True,
+        cwd=repo,
+        capture_output=True,
+        text=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -75,8 +94,12 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
 
 def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--printshellcmds", "preflight", "--configfile",
-                                       "config/paper.yaml"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--printshellcmds", "preflight", "--configfile", "config/paper.yaml"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert re.search(r"preflight --config config/paper\.yaml --threads \d+ --out results", out), out
@@ -87,8 +110,12 @@ def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
 
 def test_snakemake_refuses_command_line_overrides(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--config", "figure={split: valid}"], cwd=repo,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--config", "figure={split: valid}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--config figure=...: command-line overrides are not supported" in proc.stdout + proc.stderr
 
@@ -98,8 +125,9 @@ def test_snakemake_refuses_invalid_config(root, tmp_path):
     cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     cfg["train"]["stepz"] = 1
     (repo / "config" / "bad.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/bad.yaml"], cwd=repo,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/bad.yaml"], cwd=repo, capture_output=True, text=True
+    )
     assert proc.returncode != 0
     assert "stepz" in proc.stdout + proc.stderr
 
@@ -121,7 +149,9 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(
         SNAKEMAKE + ["--profile", "profiles/slurm", "--configfile", "config/paper.yaml", "-n"],
-        cwd=repo, capture_output=True, text=True,
+        cwd=repo,
+        capture_output=True,
+        text=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -139,13 +169,21 @@ def test_slurm_profile_dry_run_requests_gpus(root, tmp_path):
 # The modules each DVC stage runs (cli.dispatch; training goes through sweep.point_config); the
 # modules they import (transitively) shape its outputs.
 # kernels: `python -m acoustic_mlm` pins the CPU kernels the computing stages run with (cpu_kernels)
-STAGE_MODULE = {"fetch": ("data.fetch", "kernels"), "prepare": ("data.prepare", "kernels"),
-                "tokenize": ("tokenizer.stage", "kernels"),
-                "train": ("train.loop", "config.sweep", "kernels"), "aggregate": ("report.aggregate",),
-                "figure": ("report.figure",), "claims": ("report.claims",), "compare": ("report.figure",),
-                "stability": ("report.stability",), "map": ("report.stability_map",),
-                "map_figure": ("report.stability_map",), "map_claims": ("report.stability_map",),
-                "decide": ("report.decisive",)}
+STAGE_MODULE = {
+    "fetch": ("data.fetch", "kernels"),
+    "prepare": ("data.prepare", "kernels"),
+    "tokenize": ("tokenizer.stage", "kernels"),
+    "train": ("train.loop", "config.sweep", "kernels"),
+    "aggregate": ("report.aggregate",),
+    "figure": ("report.figure",),
+    "claims": ("report.claims",),
+    "compare": ("report.figure",),
+    "stability": ("report.stability",),
+    "map": ("report.stability_map",),
+    "map_figure": ("report.stability_map",),
+    "map_claims": ("report.stability_map",),
+    "decide": ("report.decisive",),
+}
 MAP_STAGES = {"map", "map_figure", "map_claims", "decide"}  # with a sweep, instead of aggregate ... compare
 # Modules that shape no result: messages, logging and progress, device choice, the command line.
 NO_RESULT = {"utils", "errors", "devices", "cli", "__init__", "__main__", "dvcgen"}
@@ -240,12 +278,14 @@ def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
     for run in RUN_NAMES:
         for name, stage in stages.items():
             stage = stage.get("do", stage)
-            entries = [k.replace("${key}", run)
-                       for block in stage.get("params", []) for k in block["config/config.yaml"]]
+            entries = [
+                k.replace("${key}", run) for block in stage.get("params", []) for k in block["config/config.yaml"]
+            ]
             declared = {leaf for entry in entries for leaf in _leaves_of(_get(settings, entry), entry)}
             expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg, run)}
-            assert declared == expected, (f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, "
-                                          f"missing {sorted(expected - declared)}")
+            assert declared == expected, (
+                f"dvc.yaml stage {name}: extra {sorted(declared - expected)}, missing {sorted(expected - declared)}"
+            )
 
 
 def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
@@ -277,9 +317,11 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
         pc = cfg.point(name)
         expected = C.settings(pc, C.result_keys("train", pc, name))
         others = sorted(k for k in expected if declared.get(k, expected[k]) != expected[k])
-        assert declared == expected, f"{name}: extra {sorted(set(declared) - set(expected))}, " \
-                                     f"missing {sorted(set(expected) - set(declared))}, " \
-                                     f"other values {others}"
+        assert declared == expected, (
+            f"{name}: extra {sorted(set(declared) - set(expected))}, "
+            f"missing {sorted(set(expected) - set(declared))}, "
+            f"other values {others}"
+        )
     for name, stage in stages.items():
         if name in C.DVC_STAGES:
             expected = {k for step in C.DVC_STAGES[name] for k in C.result_keys(step, cfg)}
@@ -295,8 +337,9 @@ def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
             deps = {_dotted(d) for d in stage["deps"] if d.startswith("src/acoustic_mlm/")}
             needed = _imports(root, *STAGE_MODULE[_kind(name)])
             assert needed <= deps, f"dvc.yaml stage {name} lacks deps on {sorted(needed - deps)}"
-            assert deps <= needed, (f"dvc.yaml stage {name} depends on modules it does not import: "
-                                    f"{sorted(deps - needed)}")
+            assert deps <= needed, (
+                f"dvc.yaml stage {name} depends on modules it does not import: {sorted(deps - needed)}"
+            )
 
 
 def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
@@ -307,8 +350,12 @@ def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
     write_sweep_config(root, repo / "config" / "sweep.yaml")
     assert cli.main(["dvc-yaml", "--config", str(repo / "config" / "sweep.yaml"), "--out", str(repo / "dvc.yaml")]) == 0
     stages = _dvc(repo)["stages"]
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/sweep.yaml"], cwd=repo,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/sweep.yaml"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     jobs = set()
@@ -323,8 +370,9 @@ def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):  # DVC needs a repo
         subprocess.run(args, cwd=repo, env=env, check=True, capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=repo, env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json"], cwd=repo, env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {f"train-{n}" for n in ("prenorm_clip1__lr-2e-3", "prenorm_clip1__layers-3")} <= set(json.loads(proc.stdout))
 

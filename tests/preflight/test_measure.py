@@ -29,8 +29,12 @@ def test_cuda_search_finds_the_largest_divisor_that_fits(smoke_cfg, monkeypatch)
 
 def test_cpu_fit_is_linear_in_the_micro_batch():
     # 312.5 M parameters: 5 GB of weights, gradients and Adam state, then 1 GB per crop
-    res = {"measured_micro_batch": 1, "activation_gb_per_micro_batch": 1.0, "peak_memory_gb": 5.5,
-           "params": 312_500_000}
+    res = {
+        "measured_micro_batch": 1,
+        "activation_gb_per_micro_batch": 1.0,
+        "peak_memory_gb": 5.5,
+        "params": 312_500_000,
+    }
     s = measure.fit_summary(res, torch.device("cpu"), 32, 32, int(20e9))
     assert s["fits"] is False and s["max_micro_batch"] == 15
     assert (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
@@ -38,7 +42,6 @@ def test_cpu_fit_is_linear_in_the_micro_batch():
     assert s["fits"] is True and (s["suggested_micro_batch"], s["suggested_accum_steps"]) == (8, 4)
     s = measure.fit_summary({**res, "peak_memory_gb": 25.0}, torch.device("cpu"), 8, 32, int(20e9))
     assert s["fits"] is False and s["max_micro_batch"] == 0 and s["suggested_micro_batch"] == 0  # nothing fits
-
 
 
 # ----------------------------------------------------------------------------- a CUDA preset without its GPU
@@ -56,8 +59,11 @@ def test_bounded_frames_fit_the_budget_and_stay_within_the_preset():
     gflops = step_flops(m, 2, 100) / 1e9 / (measure.CPU_BUDGET_S * measure.CPU_STEP_EFFICIENCY)  # 100 frames fit
     assert measure.bounded_frames(m, 384, 2, gflops) == 100
     nnaudio = tiny_config(cqt_loss_weight=1.0, cqt_impl="nnaudio")  # nnAudio's CQT counts on top
-    assert measure.bounded_frames(nnaudio, 384, 2, gflops) < 100 <= measure.bounded_frames(
-        tiny_config(cqt_loss_weight=1.0, cqt_impl="fft"), 384, 2, gflops)
+    assert (
+        measure.bounded_frames(nnaudio, 384, 2, gflops)
+        < 100
+        <= measure.bounded_frames(tiny_config(cqt_loss_weight=1.0, cqt_impl="fft"), 384, 2, gflops)
+    )
     assert measure.cpu_matmul_gflops(size=64, repeats=2) > 0
 
 
@@ -90,8 +96,9 @@ def test_gpu_memory_projection_counts_bytes_per_parameter_and_activations():
     from acoustic_mlm.preflight import project
 
     # 100 M parameters under fp16_fairseq: 20 bytes each (2 GB); 1 GB per crop counted at 100 of 400 frames
-    p = project.gpu_memory_projection(100_000_000, "fp16_fairseq", 1e9, micro_batch=8, counted_frames=100,
-                                      preset_frames=400)
+    p = project.gpu_memory_projection(
+        100_000_000, "fp16_fairseq", 1e9, micro_batch=8, counted_frames=100, preset_frames=400
+    )
     assert p["static_gb"] == 2.0 and p["activation_gb_per_crop"] == 2.0  # x 4 frames, halved for fp16
     assert p["total_gb"] == 18.0
     fits = {g["memory_gb"]: (g["fits"], g["max_micro_batch"]) for g in p["gpus"]}

@@ -22,4 +22,3 @@ def test_peak_tflops_by_gpu_name_and_precision_and_none_for_unknown_gpus():
     assert project.peak_tflops("NVIDIA A10", "bf16") == 125.0
     assert project.peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None
     assert project.peak_tflops("Some New GPU", "bf16") is None
-

@@ -19,27 +19,120 @@ from acoustic_mlm.preflight import measure, project
 from acoustic_mlm.preflight.flops import step_flops
 
 ARM_FIELDS = {
-    "run", "label", "seeds", "steps", "params", "measured_as", "warmup_s", "ms_per_micro_batch",
-    "ms_per_micro_batch_all", "ms_optimizer_step", "ms_optimizer_step_all", "micro_batches_per_update",
-    "ms_per_update_projected", "ms_per_update_measured", "ms_per_update", "update_source", "frames_per_update",
-    "frames_per_s", "model_flops_per_update", "tflops", "mfu", "peak_memory_gb", "static_memory_gb",
-    "activation_gb_per_micro_batch", "available_memory_gb", "fits", "fits_at_micro_batch", "max_micro_batch",
-    "max_micro_batch_method", "suggested_micro_batch", "suggested_accum_steps", "measured_micro_batch",
-    "did_not_fit", "hours_per_seed", "hours", "gpu_hours", "losses_finite", "first_loss",
-    "ms_per_update_compute", "allreduce_bytes", "allreduce_ms", "exposed_allreduce_ms", "bound", "grad_bytes",
-    "param_dtype", "master_dtype", "loss_scale", "scaler_updates", "updates_run", "overflow_updates",
-    "activation_bytes_counted", "measured_params", "measured_frames", "measured_layers", "gpu_memory",
+    "run",
+    "label",
+    "seeds",
+    "steps",
+    "params",
+    "measured_as",
+    "warmup_s",
+    "ms_per_micro_batch",
+    "ms_per_micro_batch_all",
+    "ms_optimizer_step",
+    "ms_optimizer_step_all",
+    "micro_batches_per_update",
+    "ms_per_update_projected",
+    "ms_per_update_measured",
+    "ms_per_update",
+    "update_source",
+    "frames_per_update",
+    "frames_per_s",
+    "model_flops_per_update",
+    "tflops",
+    "mfu",
+    "peak_memory_gb",
+    "static_memory_gb",
+    "activation_gb_per_micro_batch",
+    "available_memory_gb",
+    "fits",
+    "fits_at_micro_batch",
+    "max_micro_batch",
+    "max_micro_batch_method",
+    "suggested_micro_batch",
+    "suggested_accum_steps",
+    "measured_micro_batch",
+    "did_not_fit",
+    "hours_per_seed",
+    "hours",
+    "gpu_hours",
+    "losses_finite",
+    "first_loss",
+    "ms_per_update_compute",
+    "allreduce_bytes",
+    "allreduce_ms",
+    "exposed_allreduce_ms",
+    "bound",
+    "grad_bytes",
+    "param_dtype",
+    "master_dtype",
+    "loss_scale",
+    "scaler_updates",
+    "updates_run",
+    "overflow_updates",
+    "activation_bytes_counted",
+    "measured_params",
+    "measured_frames",
+    "measured_layers",
+    "gpu_memory",
 }
-FIGURE_FIELDS = {"arms", "jobs", "seeds", "steps", "processes", "nodes", "gpus_per_node", "gpus", "concurrent_jobs",
-                 "wall_hours", "gpu_hours"}
-DISK_FIELDS = {"corpus_seconds", "corpus_note", "audio_gb", "codes_gb", "codebooks_stored", "checkpoint_gb_per_seed",
-               "state_gb_per_file", "checkpoints_gb", "total_gb"}
-TOP_FIELDS = {"config", "device", "device_type", "preset_device", "device_note", "precision", "preset_precision",
-              "compile", "torch", "threads", "peak_tflops", "memory_kind", "crop_frames", "batch_size", "accum_steps",
-              "global_batch", "preset_micro_batch", "micro_batch", "micro_batches_measured",
-              "optimizer_steps_measured", "warmup_updates", "arms", "figure", "disk", "cpu_times", "interconnect",
-              "gpu_projection", "sweep_projection", "measured_precision", "measured_frames", "measured_layers",
-              "measurement"}
+FIGURE_FIELDS = {
+    "arms",
+    "jobs",
+    "seeds",
+    "steps",
+    "processes",
+    "nodes",
+    "gpus_per_node",
+    "gpus",
+    "concurrent_jobs",
+    "wall_hours",
+    "gpu_hours",
+}
+DISK_FIELDS = {
+    "corpus_seconds",
+    "corpus_note",
+    "audio_gb",
+    "codes_gb",
+    "codebooks_stored",
+    "checkpoint_gb_per_seed",
+    "state_gb_per_file",
+    "checkpoints_gb",
+    "total_gb",
+}
+TOP_FIELDS = {
+    "config",
+    "device",
+    "device_type",
+    "preset_device",
+    "device_note",
+    "precision",
+    "preset_precision",
+    "compile",
+    "torch",
+    "threads",
+    "peak_tflops",
+    "memory_kind",
+    "crop_frames",
+    "batch_size",
+    "accum_steps",
+    "global_batch",
+    "preset_micro_batch",
+    "micro_batch",
+    "micro_batches_measured",
+    "optimizer_steps_measured",
+    "warmup_updates",
+    "arms",
+    "figure",
+    "disk",
+    "cpu_times",
+    "interconnect",
+    "gpu_projection",
+    "sweep_projection",
+    "measured_precision",
+    "measured_frames",
+    "measured_layers",
+    "measurement",
+}
 
 
 def check_consistent(r: dict, cfg: C.Config) -> None:
@@ -56,13 +149,15 @@ def check_consistent(r: dict, cfg: C.Config) -> None:
         mb = a["measured_micro_batch"]
         assert a["micro_batches_per_update"] * mb == crops
         assert a["ms_per_update_projected"] == pytest.approx(
-            a["micro_batches_per_update"] * a["ms_per_micro_batch"] + a["ms_optimizer_step"])
+            a["micro_batches_per_update"] * a["ms_per_micro_batch"] + a["ms_optimizer_step"]
+        )
         expected = a["ms_per_update_measured"] if a["update_source"] == "measured" else a["ms_per_update_projected"]
         assert a["ms_per_update_compute"] == expected
         assert a["ms_per_update"] == pytest.approx(expected + a["exposed_allreduce_ms"])
         assert (a["allreduce_bytes"] == 0) == (world == 1) and (a["allreduce_ms"] == 0) == (world == 1)
-        assert a["updates_run"] == (r["warmup_updates"] + r["optimizer_steps_measured"]
-                                    + (a["update_source"] == "measured"))
+        assert a["updates_run"] == (
+            r["warmup_updates"] + r["optimizer_steps_measured"] + (a["update_source"] == "measured")
+        )
         seconds = a["ms_per_update"] / 1000
         assert a["frames_per_update"] == crops * frames
         assert a["frames_per_s"] == pytest.approx(crops * frames / seconds)
@@ -101,8 +196,21 @@ def check_consistent(r: dict, cfg: C.Config) -> None:
 
 
 def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp_path, capsys):
-    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path),
-                     "--threads", "1", "--micro-batches", "2", "--optimizer-steps", "1"])
+    code = cli.main(
+        [
+            "preflight",
+            "--config",
+            str(root / "config/smoke.yaml"),
+            "--out",
+            str(tmp_path),
+            "--threads",
+            "1",
+            "--micro-batches",
+            "2",
+            "--optimizer-steps",
+            "1",
+        ]
+    )
     assert code == 0
     r = json.loads((tmp_path / "preflight.json").read_text())
     cfg = C.load(root / "config/smoke.yaml")
@@ -120,8 +228,23 @@ def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp
 def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_weights(root, tmp_path):
     """--precision takes fp16_fairseq: preflight steps what `amlm train` steps (train.build_trainer),
     an fp16 model, fp32 master weights and fairseq's loss scaler, and reports the loss scale."""
-    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path),
-                     "--threads", "1", "--micro-batches", "2", "--optimizer-steps", "1", "--precision", "fp16_fairseq"])
+    code = cli.main(
+        [
+            "preflight",
+            "--config",
+            str(root / "config/smoke.yaml"),
+            "--out",
+            str(tmp_path),
+            "--threads",
+            "1",
+            "--micro-batches",
+            "2",
+            "--optimizer-steps",
+            "1",
+            "--precision",
+            "fp16_fairseq",
+        ]
+    )
     assert code == 0
     r = json.loads((tmp_path / "preflight.json").read_text())
     check_consistent(r, C.load(root / "config/smoke.yaml"))
@@ -134,8 +257,9 @@ def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_wei
         assert a["loss_scale"] == 128.0
     md = (tmp_path / "preflight.md").read_text()
     assert "float16, float32 master weights; loss scale 128 after 3 update(s)" in md
-    fp32 = measure.measure_arm(*_smoke_arm(root), "fp32", 37, measure.Plan(4, 1, 1, 0, False), 1,
-                               measure.MemoryProbe(torch.device("cpu")))
+    fp32 = measure.measure_arm(
+        *_smoke_arm(root), "fp32", 37, measure.Plan(4, 1, 1, 0, False), 1, measure.MemoryProbe(torch.device("cpu"))
+    )
     assert (fp32["param_dtype"], fp32["master_dtype"], fp32["loss_scale"]) == ("float32", None, None)
 
 
@@ -146,9 +270,22 @@ def _smoke_arm(root):
 
 def _preflight_subprocess(root, tmp_path, preset: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "acoustic_mlm", "preflight", "--config", str(root / "config" / preset),
-         "--out", str(tmp_path / "out"), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "preflight",
+            "--config",
+            str(root / "config" / preset),
+            "--out",
+            str(tmp_path / "out"),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.slow
@@ -194,7 +331,8 @@ def test_paper_preset_without_its_gpu_answers_within_a_minute(root, tmp_path):
         assert g["utilisation"] == project.DEFAULT_UTILISATION
         assert p["compute_ms"] == pytest.approx(56 * step_flops(m, 1, 384) / (g["peak_tflops"] * 1e12 * 0.35) * 1000)
         assert p["ms_per_update"] == pytest.approx(
-            p["compute_ms"] + max(0.0, expected_comm - 2 / 3 * p["compute_ms"] / 56))
+            p["compute_ms"] + max(0.0, expected_comm - 2 / 3 * p["compute_ms"] / 56)
+        )
         assert g["gpu_hours"] == pytest.approx(sum(x["hours"] for x in g["arms"]) * 64)
     md = (tmp_path / "out" / "preflight.md").read_text()
     assert "CPU ms per micro-batch (measured)" in md and "Projection on GPUs" in md and "not a measurement" in md
@@ -238,18 +376,22 @@ def test_processes_beyond_the_gpus_here_measure_one_and_project_the_node(root, m
 def test_asking_for_cuda_without_one_is_an_error(root, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible: --device cuda is valid here, so there is no missing device to refuse")
-    code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), "--device",
-                     "cuda"])
+    code = cli.main(
+        ["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), "--device", "cuda"]
+    )
     assert code == 2 and "'--device' is cuda but torch sees no CUDA device" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 crops per update and process"),
-    (["--optimizer-steps", "3", "--micro-batches", "2"], "--optimizer-steps (3) cannot exceed --micro-batches (2)"),
-    (["--gpus-per-node", "0"], "train.processes (1) exceeds --gpus-per-node (0)"),
-    (["--micro-batch", "0"], "--micro-batch must be at least 1, got 0"),
-    (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 crops per update and process"),
+        (["--optimizer-steps", "3", "--micro-batches", "2"], "--optimizer-steps (3) cannot exceed --micro-batches (2)"),
+        (["--gpus-per-node", "0"], "train.processes (1) exceeds --gpus-per-node (0)"),
+        (["--micro-batch", "0"], "--micro-batch must be at least 1, got 0"),
+        (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    ],
+)
 def test_bad_options_are_one_line_errors(root, tmp_path, capsys, args, message):
     code = cli.main(["preflight", "--config", str(root / "config/smoke.yaml"), "--out", str(tmp_path), *args])
     err = capsys.readouterr().err
@@ -262,8 +404,15 @@ def test_options_come_from_the_command_line_and_left_out_ones_keep_their_default
 
     from acoustic_mlm.preflight.run import Options
 
-    args = argparse.Namespace(micro_batch=2, micro_batches=None, device="cpu", utilisation=None, every_model=True,
-                              command="preflight", config="config/paper.yaml")
+    args = argparse.Namespace(
+        micro_batch=2,
+        micro_batches=None,
+        device="cpu",
+        utilisation=None,
+        every_model=True,
+        command="preflight",
+        config="config/paper.yaml",
+    )
     options = Options.from_namespace(args, threads=3)
     assert (options.micro_batch, options.device, options.every_model, options.threads) == (2, "cpu", True, 3)
     assert options.micro_batches is None and options.utilisation == Options().utilisation

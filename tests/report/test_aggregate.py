@@ -17,9 +17,17 @@ ARM = C.RunConfig(name="arm", label="The Arm", norm="pre", attention="softmax", 
 
 
 def _metrics() -> pd.DataFrame:
-    return pd.DataFrame({"step": [1, 2], "train_loss": [9.5, 8.5], "train_loss_cb0": [10.0, 9.0],
-                         "valid_loss_cb1": [11.0, 10.0], "grad_norm": [3.0, 2.0], "lr": [1e-4, 2e-4],
-                         "wall_time": [0.5, 1.0]})
+    return pd.DataFrame(
+        {
+            "step": [1, 2],
+            "train_loss": [9.5, 8.5],
+            "train_loss_cb0": [10.0, 9.0],
+            "valid_loss_cb1": [11.0, 10.0],
+            "grad_norm": [3.0, 2.0],
+            "lr": [1e-4, 2e-4],
+            "wall_time": [0.5, 1.0],
+        }
+    )
 
 
 def test_one_row_per_step_split_and_codebook_with_the_seed_of_a_single_seed_file():
@@ -53,22 +61,27 @@ def test_metrics_without_steps_or_loss_columns_are_one_line_naming_the_run(drop)
 
 def _arms(**roles) -> dict[str, C.RunConfig]:
     """Arms of these names with these roles (None: no role), as `Config.runs` holds them."""
-    return {name: C.RunConfig(name=name, label=name, norm="pre", attention="softmax", clip=1.0, seeds=(1,), role=role)
-            for name, role in roles.items()}
+    return {
+        name: C.RunConfig(name=name, label=name, norm="pre", attention="softmax", clip=1.0, seeds=(1,), role=role)
+        for name, role in roles.items()
+    }
 
 
 def _curves(run: str, seed: int, losses) -> pd.DataFrame:
-    return pd.DataFrame({"run": run, "seed": seed, "step": range(len(losses)), "split": "train", "codebook": 0,
-                         "loss_bits": losses})
+    return pd.DataFrame(
+        {"run": run, "seed": seed, "step": range(len(losses)), "split": "train", "codebook": 0, "loss_bits": losses}
+    )
 
 
 def test_final_losses_leave_non_finite_rows_out_and_average_the_seeds():
     runs = _arms(a="clip10", b="clip1")
-    curves = pd.concat([
-        _curves("a", 1, [10.0, 8.0, 6.0, 7.0, math.nan]),  # the last finite row is 7.0 (step 3 of 0-3)
-        _curves("a", 2, [10.0, 9.0, 8.0, 5.0, math.inf]),  # 5.0
-        _curves("b", 1, [10.0, 8.0]).assign(codebook=1),  # codebook 1 only: no final codebook-0 loss
-    ])
+    curves = pd.concat(
+        [
+            _curves("a", 1, [10.0, 8.0, 6.0, 7.0, math.nan]),  # the last finite row is 7.0 (step 3 of 0-3)
+            _curves("a", 2, [10.0, 9.0, 8.0, 5.0, math.inf]),  # 5.0
+            _curves("b", 1, [10.0, 8.0]).assign(codebook=1),  # codebook 1 only: no final codebook-0 loss
+        ]
+    )
     assert aggregate.final_losses(runs, curves) == {"clip10": 6.0, "clip1": None}
 
 
@@ -85,8 +98,9 @@ def test_aggregate_writes_one_row_per_run_step_split_and_codebook(runs_dir, tmp_
     assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits", "nonfinite"]
     assert len(on_disk) == 4 * 8 * 2 * 2  # runs x steps x splits x codebooks
     assert list(dict.fromkeys(on_disk["run"])) == list(smoke_cfg["runs"])  # config order
-    row = on_disk[(on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid")
-                  & (on_disk.codebook == 1)]
+    row = on_disk[
+        (on_disk.run == "prenorm_clip1") & (on_disk.step == 1) & (on_disk.split == "valid") & (on_disk.codebook == 1)
+    ]
     expected = 6.0 - 0.1 + (10.0 - 5.9) * np.exp(-1 / 20) + 1 + 0.1
     assert row["loss_bits"].item() == pytest.approx(expected)
     assert row["label"].item() == "Pre-Norm | Gradient Clip=1 | Run 2"
@@ -113,4 +127,3 @@ def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
     with pytest.raises(UserError, match=r"prenorm_clip1/metrics.csv"):
         aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv")
     assert not (tmp_path / "c.csv").exists()
-

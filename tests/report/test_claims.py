@@ -47,8 +47,12 @@ def make_curves(spec=GOOD, seeds=(1,), per_seed=None):
     return pd.DataFrame(rows, columns=["run", "label", "seed", "step", "split", "codebook", "loss_bits"])
 
 
-ROLES = {"clip10": "prenorm_clip10", "clip1": "prenorm_clip1", "deepnorm": "postnorm_deepnorm_clip1",
-         "attn_relax": "prenorm_attnrelax_clip1"}
+ROLES = {
+    "clip10": "prenorm_clip10",
+    "clip1": "prenorm_clip1",
+    "deepnorm": "postnorm_deepnorm_clip1",
+    "attn_relax": "prenorm_attnrelax_clip1",
+}
 
 
 def verdicts(curves, **kw):
@@ -150,10 +154,13 @@ def test_several_seeds_clear_differences_are_reproduced():
 def test_difference_within_seed_spread_is_inconclusive(how):
     # clip 10 ends lowest on average, but its seeds spread 0.4 bits: 0.05 bits mean nothing
     per_seed = {
-        ("prenorm_clip10", 1): {"final": 5.5}, ("prenorm_clip10", 2): {"final": 5.9},
-        ("postnorm_deepnorm_clip1", 1): {"final": 5.75}, ("postnorm_deepnorm_clip1", 2): {"final": 5.75},
+        ("prenorm_clip10", 1): {"final": 5.5},
+        ("prenorm_clip10", 2): {"final": 5.9},
+        ("postnorm_deepnorm_clip1", 1): {"final": 5.75},
+        ("postnorm_deepnorm_clip1", 2): {"final": 5.75},
         # clip 1 converges slowest in one seed, fastest in the other
-        ("prenorm_clip1", 1): {"tau": 150}, ("prenorm_clip1", 2): {"tau": 35},
+        ("prenorm_clip1", 1): {"tau": 150},
+        ("prenorm_clip1", 2): {"tau": 35},
     }
     out = by_id(make_curves(seeds=(1, 2), per_seed=per_seed), seed_spread=how)
     assert out["b"]["verdict"] == INCONCLUSIVE and "within the seed spread" in out["b"]["note"]
@@ -234,7 +241,8 @@ def test_valid_split_is_evaluated_when_asked():
     train = CL.evaluate(curves, ClaimThresholds(), ROLES, split="train")
     valid = CL.evaluate(curves, ClaimThresholds(), ROLES, split="valid")
     assert valid[1]["measured"]["final_bits"]["prenorm_clip10"] == pytest.approx(
-        train[1]["measured"]["final_bits"]["prenorm_clip10"] + 0.2, abs=1e-3)
+        train[1]["measured"]["final_bits"]["prenorm_clip10"] + 0.2, abs=1e-3
+    )
 
 
 # ----------------------------------------------------------------------------- files

@@ -25,13 +25,20 @@ def test_a_curve_with_one_spike():
     assert s.converged_step == 70.0  # after the spike every point is within 0.1 bits of 6.0
     assert s.converged_fraction == pytest.approx(0.7)
     assert s.diverged_step is None
-    assert s.spikes == [{"onset_step": 60, "peak_step": 60, "peak_bits": 6.8, "base_bits": 6.0,
-                         "height_bits": pytest.approx(0.8), "recovery_step": 70}]
+    assert s.spikes == [
+        {
+            "onset_step": 60,
+            "peak_step": 60,
+            "peak_bits": 6.8,
+            "base_bits": 6.0,
+            "height_bits": pytest.approx(0.8),
+            "recovery_step": 70,
+        }
+    ]
 
 
 def test_the_thresholds_decide_what_counts():
-    s = curve_stats("a", 1, STEPS, LOSS, ClaimThresholds(spike_threshold=1.0, recovery_margin=0.2,
-                                                         converge_margin=1.0))
+    s = curve_stats("a", 1, STEPS, LOSS, ClaimThresholds(spike_threshold=1.0, recovery_margin=0.2, converge_margin=1.0))
     assert s.spikes == []  # 0.8 bits is not a spike at a 1-bit threshold
     assert s.converged_step == 20.0  # 7.0 is within 1 bit of 6.0, 8.0 is not
 
@@ -54,9 +61,14 @@ def _table(rows):
 
 
 def test_collect_takes_one_curve_per_run_and_seed_of_the_split_and_codebook():
-    rows = [(run, seed, int(st), split, cb, float(y) + 0.5 * cb + (split == "valid"))
-            for run in ("a", "b", "c") for seed in (2, 1) for split in ("train", "valid") for cb in (0, 1)
-            for st, y in zip(STEPS, LOSS)]
+    rows = [
+        (run, seed, int(st), split, cb, float(y) + 0.5 * cb + (split == "valid"))
+        for run in ("a", "b", "c")
+        for seed in (2, 1)
+        for split in ("train", "valid")
+        for cb in (0, 1)
+        for st, y in zip(STEPS, LOSS)
+    ]
     rows.append(("a", 1, 100, "train", 0, 7.0))  # a resumed run logged step 100 twice: the mean, 6.5
     stats = collect(_table(rows), ["a", "b"], ClaimThresholds())
     assert sorted(stats) == ["a", "b"] and [s.seed for s in stats["a"]] == [1, 2]

@@ -80,8 +80,13 @@ def test_catch_up_guard_voids_a_gap_the_loser_was_still_closing():
 
 
 def frame(losses, trained=None, late=0.0):
-    return pd.DataFrame({"capped_loss": losses, "late_fall": [late] * len(losses),
-                         "trained": trained if trained is not None else [x <= U - 1 for x in losses]})
+    return pd.DataFrame(
+        {
+            "capped_loss": losses,
+            "late_fall": [late] * len(losses),
+            "trained": trained if trained is not None else [x <= U - 1 for x in losses],
+        }
+    )
 
 
 def test_compare_survival_and_loss():
@@ -103,12 +108,32 @@ def test_compare_survival_and_loss():
 
 
 def runs_frame(rows):
-    base = {"precision": "fp32", "warmup_steps": 100, "feature_grad_mult": 1.0, "qk_gain": 1.0, "late_fall": 0.0,
-            "plateau": U, "failed": False, "attn_logit_max": 10.0, "final_loss": 7.0}
+    base = {
+        "precision": "fp32",
+        "warmup_steps": 100,
+        "feature_grad_mult": 1.0,
+        "qk_gain": 1.0,
+        "late_fall": 0.0,
+        "plateau": U,
+        "failed": False,
+        "attn_logit_max": 10.0,
+        "final_loss": 7.0,
+    }
     out = []
     for arm, layers, lr, steps, seed, capped in rows:
-        out.append({**base, "run": f"{arm}_{layers}_{steps}", "arm": arm, "layers": layers, "lr": lr, "steps": steps,
-                    "seed": seed, "capped_loss": capped, "trained": capped <= U - 1})
+        out.append(
+            {
+                **base,
+                "run": f"{arm}_{layers}_{steps}",
+                "arm": arm,
+                "layers": layers,
+                "lr": lr,
+                "steps": steps,
+                "seed": seed,
+                "capped_loss": capped,
+                "trained": capped <= U - 1,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -118,8 +143,10 @@ def two_budget_runs(a_loss, b_loss, aa=(7.0, 7.0)):
         for seed in (1, 2, 3, 4):
             rows += [("deepnorm", 16, 0.01, steps, seed, a_loss), ("postnorm", 16, 0.01, steps, seed, b_loss)]
     for seed in (1, 2, 3, 4):
-        rows += [("clip1", 16, 0.01, 1000, seed, aa[0] + 0.01 * seed),
-                 ("pb_relax", 16, 0.01, 1000, seed, aa[1] + 0.01 * seed)]
+        rows += [
+            ("clip1", 16, 0.01, 1000, seed, aa[0] + 0.01 * seed),
+            ("pb_relax", 16, 0.01, 1000, seed, aa[1] + 0.01 * seed),
+        ]
     return runs_frame(rows)
 
 
@@ -149,14 +176,28 @@ def test_combine_cells():
 
 
 def forced(arm, gain, failed, logit):
-    return {"run": f"{arm}{gain}", "arm": arm, "seed": 1, "precision": "fp16", "qk_gain": gain, "failed": failed,
-            "attn_logit_max": logit, "final_loss": 9.4}
+    return {
+        "run": f"{arm}{gain}",
+        "arm": arm,
+        "seed": 1,
+        "precision": "fp16",
+        "qk_gain": gain,
+        "failed": failed,
+        "attn_logit_max": logit,
+        "final_loss": 9.4,
+    }
 
 
 def test_forced_logit_verdict():
-    ok = pd.DataFrame([forced("unfused", 256.0, True, 1e6), forced("pb_relax", 256.0, False, 1e6),
-                       forced("clip1", 256.0, False, 1e6), forced("unfused", 1.0, False, 10.0),
-                       forced("pb_relax", 1.0, False, 10.0)])
+    ok = pd.DataFrame(
+        [
+            forced("unfused", 256.0, True, 1e6),
+            forced("pb_relax", 256.0, False, 1e6),
+            forced("clip1", 256.0, False, 1e6),
+            forced("unfused", 1.0, False, 10.0),
+            forced("pb_relax", 1.0, False, 10.0),
+        ]
+    )
     assert D.forced_logit_verdict(ok)["verdict"] == D.SUPPORTED
     relax_fails = ok.copy()
     relax_fails.loc[1, "failed"] = True
@@ -170,8 +211,14 @@ def test_forced_logit_verdict():
 
 
 def test_numerics_verdict():
-    t = pd.DataFrame({"path": ["unfused", "pb_relax", "unfused", "pb_relax"], "logit_max": [1e2, 1e2, 1e5, 1e5],
-                      "finite": [True, True, False, True], "rel_error": [1e-3, 1e-3, math.nan, 2e-3]})
+    t = pd.DataFrame(
+        {
+            "path": ["unfused", "pb_relax", "unfused", "pb_relax"],
+            "logit_max": [1e2, 1e2, 1e5, 1e5],
+            "finite": [True, True, False, True],
+            "rel_error": [1e-3, 1e-3, math.nan, 2e-3],
+        }
+    )
     assert D.numerics_verdict(t)["verdict"] == D.SUPPORTED
     t.loc[3, "rel_error"] = 0.5
     assert D.numerics_verdict(t)["verdict"] == D.NOT_SUPPORTED
@@ -187,23 +234,42 @@ def write_run(folder, name, norm, attention, clip, seeds_final, layers=16, lr=0.
     per_seed = {}
     for seed, final in seeds_final.items():
         for s, v in zip(STEPS, curve(final)):
-            rows.append({"seed": seed, "step": int(s), "train_loss_cb0": v, "valid_loss_cb0": v,
-                         "attn_logit_max": 12.0})
-        per_seed[str(seed)] = {"seed": seed, "status": "completed", "nonfinite_steps": 0, "overflow_skips": 0,
-                               "max_grad_norm": 3.0, "wall_time_s": 1.0, "final_train_loss_cb0": final,
-                               "final_valid_loss_cb0": final, "first_train_loss_cb0": 10.0}
+            rows.append(
+                {"seed": seed, "step": int(s), "train_loss_cb0": v, "valid_loss_cb0": v, "attn_logit_max": 12.0}
+            )
+        per_seed[str(seed)] = {
+            "seed": seed,
+            "status": "completed",
+            "nonfinite_steps": 0,
+            "overflow_skips": 0,
+            "max_grad_norm": 3.0,
+            "wall_time_s": 1.0,
+            "final_train_loss_cb0": final,
+            "final_valid_loss_cb0": final,
+            "first_train_loss_cb0": 10.0,
+        }
     pd.DataFrame(rows).to_csv(run / "metrics.csv", index=False)
-    settings = {f"runs.{name}.norm": norm, f"runs.{name}.attention": attention, f"runs.{name}.clip": clip,
-                "model.layers": layers, "train.lr": lr, "train.steps": steps, "train.warmup_steps": 100,
-                "train.precision": "fp32", "model.feature_grad_mult": 1.0, "model.qk_gain": 1.0}
+    settings = {
+        f"runs.{name}.norm": norm,
+        f"runs.{name}.attention": attention,
+        f"runs.{name}.clip": clip,
+        "model.layers": layers,
+        "train.lr": lr,
+        "train.steps": steps,
+        "train.warmup_steps": 100,
+        "train.precision": "fp32",
+        "model.feature_grad_mult": 1.0,
+        "model.qk_gain": 1.0,
+    }
     (run / "summary.json").write_text(json.dumps({"run": name, "per_seed": per_seed, "settings": settings}))
 
 
 def test_amlm_decide_on_run_folders(tmp_path):
     runs, codes = tmp_path / "runs", tmp_path / "codes"
     codes.mkdir()
-    (codes / "tokenizer.json").write_text(json.dumps({"n_codebooks": 1, "max_code": [1023], "codebook_size": 1024,
-                                                      "unigram_entropy_bits": [U]}))
+    (codes / "tokenizer.json").write_text(
+        json.dumps({"n_codebooks": 1, "max_code": [1023], "codebook_size": 1024, "unigram_entropy_bits": [U]})
+    )
     for steps in (500, 1000):
         # names say nothing: the arms are found by their settings
         write_run(runs, f"a{steps}", "deepnorm", "softmax", 1.0, {1: 6.8, 2: 6.9, 3: 7.0, 4: 6.7}, steps=steps)
@@ -225,8 +291,9 @@ def test_amlm_decide_on_run_folders(tmp_path):
 def test_amlm_decide_refuses_a_summary_without_settings(tmp_path, capsys):
     runs, codes = tmp_path / "runs", tmp_path / "codes"
     codes.mkdir()
-    (codes / "tokenizer.json").write_text(json.dumps({"n_codebooks": 1, "max_code": [1023], "codebook_size": 1024,
-                                                      "unigram_entropy_bits": [U]}))
+    (codes / "tokenizer.json").write_text(
+        json.dumps({"n_codebooks": 1, "max_code": [1023], "codebook_size": 1024, "unigram_entropy_bits": [U]})
+    )
     write_run(runs, "old", "pre", "softmax", 1.0, {1: 7.0})
     summary = json.loads((runs / "old" / "summary.json").read_text())
     del summary["settings"]
@@ -245,6 +312,6 @@ def test_seeds_that_would_decide_an_undecided_comparison():
     need = D.seeds_to_decide(a, b, aa=0.02)
     sd = np.std([6.8, 6.9, 9.4, 9.45], ddof=1)
     gap = abs(np.mean([6.8, 6.9, 9.4, 9.45]) - np.mean([9.44, 9.45, 9.44, 9.46]))
-    assert need["seeds_for_loss"] == math.ceil(4 * (sd ** 2 + np.var([9.44, 9.45, 9.44, 9.46], ddof=1)) / gap ** 2)
+    assert need["seeds_for_loss"] == math.ceil(4 * (sd**2 + np.var([9.44, 9.45, 9.44, 9.46], ddof=1)) / gap**2)
     # equal shares: survival can never decide
     assert D.seeds_to_decide(b, b, aa=0.0)["seeds_for_survival"] is None

@@ -23,14 +23,20 @@ FIG = C.FigureConfig(x_max=None, y_min=None, y_max=None, split="train", overlay_
 
 
 def _curve(label: str, loss, seed: int = 1, nonfinite: int = 0) -> pd.DataFrame:
-    return pd.DataFrame({"label": label, "seed": seed, "step": STEPS[: len(loss)], "loss_bits": loss,
-                         "nonfinite": nonfinite})
+    return pd.DataFrame(
+        {"label": label, "seed": seed, "step": STEPS[: len(loss)], "loss_bits": loss, "nonfinite": nonfinite}
+    )
 
 
 def test_arms_within_two_hundredths_of_a_bit_at_every_step_coincide():
     base = np.array([10.0, 9.0, 8.0, 7.0, 6.0])
-    data = pd.concat([_curve("A", base), _curve("B", base + [0.0, 0.01, -0.015, 0.005, 0.0]),
-                      _curve("C", base + [0.0, 0.0, 0.0, 0.03, 0.0])])  # C leaves the band once
+    data = pd.concat(
+        [
+            _curve("A", base),
+            _curve("B", base + [0.0, 0.01, -0.015, 0.005, 0.0]),
+            _curve("C", base + [0.0, 0.0, 0.0, 0.03, 0.0]),
+        ]
+    )  # C leaves the band once
     ((a, b, diff),) = figure.coinciding(data, ["A", "B", "C"])
     assert (a, b) == ("A", "B") and diff == pytest.approx(0.015)
     assert figure.coincidence_note(data, ["A", "B", "C"]) == "B coincides with\nA (within 0.02 bits)"
@@ -38,8 +44,9 @@ def test_arms_within_two_hundredths_of_a_bit_at_every_step_coincide():
 
 
 def test_coincidence_compares_the_means_over_seeds():
-    data = pd.concat([_curve("A", [10.0, 9.0, 8.0], seed=1), _curve("A", [10.2, 9.2, 8.2], seed=2),
-                      _curve("B", [10.1, 9.1, 8.1])])  # B is A's mean, not within 0.02 of either seed
+    data = pd.concat(
+        [_curve("A", [10.0, 9.0, 8.0], seed=1), _curve("A", [10.2, 9.2, 8.2], seed=2), _curve("B", [10.1, 9.1, 8.1])]
+    )  # B is A's mean, not within 0.02 of either seed
     assert [(a, b) for a, b, _ in figure.coinciding(data, ["A", "B"])] == [("A", "B")]
 
 
@@ -54,8 +61,13 @@ def test_the_step_axis_is_logarithmic_in_thousands_and_padded_at_both_ends():
 
 def test_a_diverged_seed_gets_an_x_at_its_last_finite_point():
     styles = {"A": figure.ROLE_STYLES["clip10"], "B": figure.ROLE_STYLES["clip1"]}
-    selected = pd.concat([_curve("A", [10.0, 9.0, 8.5, np.nan, np.inf]), _curve("B", [10.0, 9.0, 8.0, 7.0, 6.0]),
-                          _curve("B", [np.nan, np.nan], seed=2)])  # no finite point at all: nothing to mark
+    selected = pd.concat(
+        [
+            _curve("A", [10.0, 9.0, 8.5, np.nan, np.inf]),
+            _curve("B", [10.0, 9.0, 8.0, 7.0, 6.0]),
+            _curve("B", [np.nan, np.nan], seed=2),
+        ]
+    )  # no finite point at all: nothing to mark
     fig, ax = plt.subplots()
     assert figure.mark_divergence(ax, selected, styles) == ["A"]
     (x_mark,) = ax.get_lines()
@@ -75,23 +87,37 @@ def test_a_completed_run_that_skipped_one_update_says_so_in_the_singular():
 
 
 def test_more_arms_without_a_role_than_styles_are_refused_naming_the_arm():
-    runs = {f"extra{i}": C.RunConfig(name=f"extra{i}", label=f"Extra {i}", norm="pre", attention="softmax", clip=1.0,
-                                     seeds=(1,), role=None) for i in range(len(figure.EXTRA_STYLES) + 1)}
+    runs = {
+        f"extra{i}": C.RunConfig(
+            name=f"extra{i}", label=f"Extra {i}", norm="pre", attention="softmax", clip=1.0, seeds=(1,), role=None
+        )
+        for i in range(len(figure.EXTRA_STYLES) + 1)
+    }
     with pytest.raises(UserError, match=r"runs\.extra6: the figure can style 6 arms without a role"):
         figure.arm_styles(runs)
 
 
 def test_an_arm_without_rows_in_the_split_is_named(smoke_cfg):
     labels = [r["label"] for r in smoke_cfg["runs"].values()]
-    rows = [{"run": name, "seed": 1, "step": s, "split": "train", "codebook": 0, "loss_bits": 10.0 - s / 10}
-            for name in list(smoke_cfg["runs"])[:3] for s in STEPS]
+    rows = [
+        {"run": name, "seed": 1, "step": s, "split": "train", "codebook": 0, "loss_bits": 10.0 - s / 10}
+        for name in list(smoke_cfg["runs"])[:3]
+        for s in STEPS
+    ]
     with pytest.raises(UserError, match=re.escape(f"loss curves hold no train codebook-0 rows for: {labels[3]}")):
         figure.draw(pd.DataFrame(rows), C.from_mapping(smoke_cfg).runs, FIG)
 
 
 def test_step_labels_write_thousands_as_k():
     assert [figure.step_label(x) for x in (1, 10, 100, 1000, 10_000, 100_000, 2500)] == [
-        "1", "10", "100", "1K", "10K", "100K", "2.5K"]
+        "1",
+        "10",
+        "100",
+        "1K",
+        "10K",
+        "100K",
+        "2.5K",
+    ]
 
 
 def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
@@ -103,8 +129,11 @@ def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     labels = [r["label"] for r in smoke_cfg["runs"].values()]
-    fig, ax = figure.draw(pd.read_csv(curves_path), C.from_mapping(smoke_cfg).runs,
-                          dataclasses.replace(FIG, x_max=100_000, y_min=5.0, y_max=10.0))
+    fig, ax = figure.draw(
+        pd.read_csv(curves_path),
+        C.from_mapping(smoke_cfg).runs,
+        dataclasses.replace(FIG, x_max=100_000, y_min=5.0, y_max=10.0),
+    )
     assert ax.get_title() == "Acoustic MLM Loss on Codebook-0 vs Training Steps"
     assert ax.get_xlabel() == "Training Step" and ax.get_ylabel() == "Acoustic MLM Loss on Codebook-0"
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
@@ -211,8 +240,18 @@ def test_no_curve_runs_under_the_legend(tmp_path, smoke_cfg):
     for i, (name, run) in enumerate(smoke_cfg["runs"].items()):
         for s in steps:
             loss = 10.3 - 0.1 * i if s < 300 else 10.3 - 0.8 * np.log2(s / 256) - 0.2 * i  # flat, then falling
-            rows.append({"run": name, "label": run["label"], "seed": 1, "step": s, "split": "train",
-                         "codebook": 0, "loss_bits": loss, "nonfinite": 0})
+            rows.append(
+                {
+                    "run": name,
+                    "label": run["label"],
+                    "seed": 1,
+                    "step": s,
+                    "split": "train",
+                    "codebook": 0,
+                    "loss_bits": loss,
+                    "nonfinite": 0,
+                }
+            )
     curves = pd.DataFrame(rows)
     fig, ax = figure.draw(curves, C.from_mapping(smoke_cfg).runs, FIG)
     fig.canvas.draw()

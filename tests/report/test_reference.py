@@ -82,12 +82,17 @@ def test_claims_on_the_paper_curves(ref):
     }
     assert out["b"]["measured"]["gap_bits"] == pytest.approx(-0.05)
     assert out["c"]["measured"]["converged_step"] == {
-        "prenorm_clip10": 10_000, "prenorm_clip1": 50_000,
-        "postnorm_deepnorm_clip1": 30_000, "prenorm_attnrelax_clip1": 30_000}
+        "prenorm_clip10": 10_000,
+        "prenorm_clip1": 50_000,
+        "postnorm_deepnorm_clip1": 30_000,
+        "prenorm_attnrelax_clip1": 30_000,
+    }
     assert out["f"]["measured"]["converged_fraction"]["prenorm_clip1"] == 0.5
     # at the reading precision (0.1 bits) the final losses of clip 10 and Post-Norm are a tie
-    coarse = {c["id"]: c["verdict"] for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(min_final_gap=0.1),
-                                                         BY_ROLE)}
+    coarse = {
+        c["id"]: c["verdict"]
+        for c in CL.evaluate(reference.as_curves(ref), ClaimThresholds(min_final_gap=0.1), BY_ROLE)
+    }
     assert coarse["b"] == INCONCLUSIVE
 
 
@@ -127,8 +132,10 @@ def test_overlay_draws_dashed_lines_in_arm_styles(ref, smoke_cfg):
 
 def test_overlay_matches_arms_by_role_whatever_their_names(ref, smoke_cfg):
     fig, ax = matplotlib.pyplot.subplots()
-    renamed = {f"arm{i}": dataclasses.replace(r, name=f"arm{i}", label="ABCD"[i])
-               for i, r in enumerate(C.from_mapping(smoke_cfg).runs.values())}
+    renamed = {
+        f"arm{i}": dataclasses.replace(r, name=f"arm{i}", label="ABCD"[i])
+        for i, r in enumerate(C.from_mapping(smoke_cfg).runs.values())
+    }
     lines = figure.overlay(ax, ref, renamed, legend=False)
     assert [to_hex(ln.get_color()) for ln in lines] == COLOURS
     no_roles = {k: dataclasses.replace(r, role=None) for k, r in renamed.items()}

@@ -25,12 +25,14 @@ def _diagnostics(columns: dict, run="a", seed=1) -> pd.DataFrame:
 
 
 def test_a_gradient_norm_rise_and_overflow_skips_are_unusual():
-    diag = _diagnostics({
-        "grad_norm_max": {10: 9.0, 30: 1.0, 40: 1.2, 50: 1.1, 60: 5.5, 70: 1.0},  # median before: 1.1 (last 3 rows)
-        "attn_logit_max": {30: 10.0, 40: 10.0, 50: 10.0, 60: 12.0},
-        "overflow_skips": {40: 1.0, 50: 1.0, 60: 3.0},  # cumulative: 2 skipped from the onset to the peak
-        "nonfinite": {50: 0.0, 60: 0.0},
-    })
+    diag = _diagnostics(
+        {
+            "grad_norm_max": {10: 9.0, 30: 1.0, 40: 1.2, 50: 1.1, 60: 5.5, 70: 1.0},  # median before: 1.1 (last 3 rows)
+            "attn_logit_max": {30: 10.0, 40: 10.0, 50: 10.0, 60: 12.0},
+            "overflow_skips": {40: 1.0, 50: 1.0, 60: 3.0},  # cumulative: 2 skipped from the onset to the peak
+            "nonfinite": {50: 0.0, 60: 0.0},
+        }
+    )
     [e] = explain_spikes(_stats(), diag)
     assert (e["run"], e["seed"], e["onset_step"], e["peak_step"]) == ("a", 1, 60, 60)
     assert e["height_bits"] == pytest.approx(0.8)
@@ -51,8 +53,12 @@ def test_nothing_unusual_and_a_logit_beyond_float16():
 
 
 def test_only_the_spiking_seeds_rows_are_read_and_no_spike_explains_nothing():
-    diag = pd.concat([_diagnostics({"grad_norm_max": {50: 1.0, 60: 1.0}}),
-                      _diagnostics({"grad_norm_max": {50: 1.0, 60: 100.0}}, seed=2)])
+    diag = pd.concat(
+        [
+            _diagnostics({"grad_norm_max": {50: 1.0, 60: 1.0}}),
+            _diagnostics({"grad_norm_max": {50: 1.0, 60: 100.0}}, seed=2),
+        ]
+    )
     [e] = explain_spikes(_stats(), diag)
     assert e["grad_norm"]["max"] == 1.0 and e["unusual"] == []
     flat = {"a": [curve_stats("a", 1, STEPS, np.full(len(STEPS), 6.0), ClaimThresholds())]}

@@ -37,20 +37,36 @@ def _tables(runs: dict[str, C.RunConfig], spike_run: str, spike_step: int, fp16:
             bits = 10.0 - 3.0 * np.log10(s) / np.log10(200)
             if name == spike_run and s == spike_step:
                 bits += 2.0
-            loss.append({"run": name, "label": r.label, "seed": 1, "step": s, "split": "train", "codebook": 0,
-                         "loss_bits": bits})
-            values = {"grad_norm_max": 5.0 * (50.0 if name == spike_run and s == spike_step else 1.0),
-                      "attn_logit_max": 2.0 + s / 10}
+            loss.append(
+                {
+                    "run": name,
+                    "label": r.label,
+                    "seed": 1,
+                    "step": s,
+                    "split": "train",
+                    "codebook": 0,
+                    "loss_bits": bits,
+                }
+            )
+            values = {
+                "grad_norm_max": 5.0 * (50.0 if name == spike_run and s == spike_step else 1.0),
+                "attn_logit_max": 2.0 + s / 10,
+            }
             if fp16:
                 values["loss_scale"] = 65536.0 / (2 if s > 64 else 1)
-            diag += [{"run": name, "label": r.label, "seed": 1, "step": s, "diagnostic": k, "value": v}
-                     for k, v in values.items()]
+            diag += [
+                {"run": name, "label": r.label, "seed": 1, "step": s, "diagnostic": k, "value": v}
+                for k, v in values.items()
+            ]
     return pd.DataFrame(loss), pd.DataFrame(diag)
 
 
 def _gids(ax, prefix: str) -> dict[str, list]:
-    return {line.get_gid(): list(line.get_xdata()) + list(line.get_ydata())
-            for line in ax.get_lines() if str(line.get_gid()).startswith(prefix)}
+    return {
+        line.get_gid(): list(line.get_xdata()) + list(line.get_ydata())
+        for line in ax.get_lines()
+        if str(line.get_gid()).startswith(prefix)
+    }
 
 
 @pytest.mark.parametrize("fp16", [False, True])
@@ -99,8 +115,15 @@ def test_cli_writes_three_formats_and_names_a_missing_file(smoke_cfg, tmp_path, 
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(smoke_cfg))
-    args = ["stability", "--config", str(cfg_path), "--curves", str(tmp_path / "loss_curves.csv"), "--out",
-            str(tmp_path / "fig")]
+    args = [
+        "stability",
+        "--config",
+        str(cfg_path),
+        "--curves",
+        str(tmp_path / "loss_curves.csv"),
+        "--out",
+        str(tmp_path / "fig"),
+    ]
     assert main(args + ["--diagnostics", str(tmp_path / "diagnostics.csv")]) == 0
     assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == ["stability.pdf", "stability.png", "stability.svg"]
     assert main(args + ["--diagnostics", str(tmp_path / "nope.csv")]) == 2
@@ -113,8 +136,14 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     quiet = diag["diagnostic"].eq("grad_norm_max") & diag["step"].eq(100)
     loss.to_csv(tmp_path / "loss_curves.csv", index=False)
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
-    claims.run(smoke_cfg, tmp_path / "loss_curves.csv", tmp_path / "c.json", tmp_path / "c.md",
-               check_reference=False, diagnostics_path=tmp_path / "diagnostics.csv")
+    claims.run(
+        smoke_cfg,
+        tmp_path / "loss_curves.csv",
+        tmp_path / "c.json",
+        tmp_path / "c.md",
+        check_reference=False,
+        diagnostics_path=tmp_path / "diagnostics.csv",
+    )
     md = (tmp_path / "c.md").read_text()
     assert "## What the diagnostics show at each spike" in md
     line = next(x for x in md.splitlines() if x.startswith("- `postnorm_deepnorm_clip1`"))
@@ -122,8 +151,14 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     # the same spike with a quiet gradient norm: nothing unusual, said plainly
     diag.loc[quiet, "value"] = 5.0
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
-    claims.run(smoke_cfg, tmp_path / "loss_curves.csv", tmp_path / "c.json", tmp_path / "c.md",
-               check_reference=False, diagnostics_path=tmp_path / "diagnostics.csv")
+    claims.run(
+        smoke_cfg,
+        tmp_path / "loss_curves.csv",
+        tmp_path / "c.json",
+        tmp_path / "c.md",
+        check_reference=False,
+        diagnostics_path=tmp_path / "diagnostics.csv",
+    )
     line = next(x for x in (tmp_path / "c.md").read_text().splitlines() if x.startswith("- `postnorm_deepnorm_clip1`"))
     assert "**nothing unusual** in the diagnostics" in line and "(1.00x its median 5" in line
 
@@ -140,13 +175,18 @@ def test_forced_spike_is_caught_by_the_diagnostics_and_marked_on_every_panel(tmp
     loss = pd.read_csv(tmp_path / "loss_curves.csv")
     diag = pd.read_csv(tmp_path / aggregate.DIAGNOSTICS)
     typed = C.from_mapping(cfg)
-    _, axes, found = stability.draw(loss, diag, typed.runs, typed.figure, typed.claims.spike_threshold,
-                                    typed.claims.recovery_margin)
+    _, axes, found = stability.draw(
+        loss, diag, typed.runs, typed.figure, typed.claims.spike_threshold, typed.claims.recovery_margin
+    )
     assert {(k["run"], k["peak_step"]) for k in found} == {(e["run"], e["peak_step"]) for e in result["explained"]}
     for k in found:
         for ax in axes.values():
-            marks = [line for line in ax.get_lines() if line.get_gid() == f"spike:{k['run']}:seed{k['seed']}"
-                     and list(line.get_xdata()) == [k["peak_step"]] * 2]
+            marks = [
+                line
+                for line in ax.get_lines()
+                if line.get_gid() == f"spike:{k['run']}:seed{k['seed']}"
+                and list(line.get_xdata()) == [k["peak_step"]] * 2
+            ]
             assert len(marks) == 1
     assert set(_gids(axes["grad_norm"], "threshold:clip")) == {"threshold:clip=1"}  # the clip-0 arm draws none
     assert all(p.is_file() and p.stat().st_size > 0 for p in result["figures"])

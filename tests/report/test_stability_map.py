@@ -34,15 +34,33 @@ def _rows(arm, role, losses, layers=16, precision="fp32", seed=1, diverged=(), f
     for lr, loss in losses.items():
         bad = lr in diverged
         final = math.nan if bad else loss
-        rows.append({
-            "run": f"{arm}__lr-{lr}__layers-{layers}", "arm": arm, "role": role, "lr": lr, "layers": layers,
-            "precision": precision, "seed": seed, "status": "diverged" if bad else "completed",
-            "diverged_at_step": 10 if bad else None, "steps": 100, "first_train_loss_cb0": 10.0,
-            "final_train_loss_cb0": final, "final_valid_loss_cb0": final, "capped_loss": M.capped_loss(final, 10.0),
-            "flattened": flat and not bad, "late_change_share": 0.01 if flat else 0.3, "max_grad_norm": 3.0,
-            "attn_logit_max": logit,
-            "attn_logit_fp16_frac": logit / M.FP16_MAX, "clipped_frac": 0.5, "overflow_skips": 0,
-            "nonfinite_steps": 0, "wall_time_s": 1.0})
+        rows.append(
+            {
+                "run": f"{arm}__lr-{lr}__layers-{layers}",
+                "arm": arm,
+                "role": role,
+                "lr": lr,
+                "layers": layers,
+                "precision": precision,
+                "seed": seed,
+                "status": "diverged" if bad else "completed",
+                "diverged_at_step": 10 if bad else None,
+                "steps": 100,
+                "first_train_loss_cb0": 10.0,
+                "final_train_loss_cb0": final,
+                "final_valid_loss_cb0": final,
+                "capped_loss": M.capped_loss(final, 10.0),
+                "flattened": flat and not bad,
+                "late_change_share": 0.01 if flat else 0.3,
+                "max_grad_norm": 3.0,
+                "attn_logit_max": logit,
+                "attn_logit_fp16_frac": logit / M.FP16_MAX,
+                "clipped_frac": 0.5,
+                "overflow_skips": 0,
+                "nonfinite_steps": 0,
+                "wall_time_s": 1.0,
+            }
+        )
     return rows
 
 
@@ -53,8 +71,14 @@ def _map(clip1, clip10, seeds=(1, 2), jitter=0.01, **kw) -> pd.DataFrame:
     rows = []
     for s in seeds:
         rows += _rows("prenorm_clip1", "clip1", {r: v + jitter * s for r, v in zip(RATES, clip1)}, seed=s, **kw)
-        rows += _rows("prenorm_clip10", "clip10", {r: v + jitter * s for r, v in zip(RATES, clip10)}, seed=s,
-                      diverged=(3e-2,), **kw)
+        rows += _rows(
+            "prenorm_clip10",
+            "clip10",
+            {r: v + jitter * s for r, v in zip(RATES, clip10)},
+            seed=s,
+            diverged=(3e-2,),
+            **kw,
+        )
     return pd.DataFrame(rows)
 
 
@@ -97,8 +121,10 @@ def test_clipping_verdict_comes_out_each_way():
     # a difference within the seed spread is a tie
     t = _map([7.0, 6.0, 6.5, 7.5], [7.0, 6.0, 6.6, 0.0], jitter=0.0)
     t.loc[(t["seed"] == 2) & (t["arm"] == "prenorm_clip1"), "capped_loss"] += 0.0
-    assert M.verdict_clipping(M.arm_stats(_map([6.9, 6.0, 6.5, 7.4], [7.0, 6.0, 6.5, 0.0], jitter=0.0)), 2.0)[
-        "verdict"] == M.INCONCLUSIVE
+    assert (
+        M.verdict_clipping(M.arm_stats(_map([6.9, 6.0, 6.5, 7.4], [7.0, 6.0, 6.5, 0.0], jitter=0.0)), 2.0)["verdict"]
+        == M.INCONCLUSIVE
+    )
     # best-rate runs that have not flattened decide nothing
     unflat = M.verdict_clipping(M.arm_stats(_map([7.0, 6.0, 6.5, 7.5], [6.8, 6.1, 8.0, 0.0], flat=False)), 0.02)
     assert unflat["verdict"] == M.INCONCLUSIVE and "not flattened" in unflat["notes"][0]
@@ -125,10 +151,21 @@ def test_deepnorm_needs_a_control_and_depth():
 
 
 def test_pb_relax_is_judged_only_where_logits_reach_the_limit():
-    relax = _rows("relax", "attn_relax", {r: v for r, v in zip(RATES, [7.0, 6.0, 6.1, 6.2])}, precision="fp16_fairseq",
-                  logit=3000.0)
-    low = _rows("c1", "clip1", {r: v for r, v in zip(RATES, [7.0, 6.0, 6.1, 0.0])}, precision="fp16_fairseq",
-                diverged=(3e-2,), logit=500.0)
+    relax = _rows(
+        "relax",
+        "attn_relax",
+        {r: v for r, v in zip(RATES, [7.0, 6.0, 6.1, 6.2])},
+        precision="fp16_fairseq",
+        logit=3000.0,
+    )
+    low = _rows(
+        "c1",
+        "clip1",
+        {r: v for r, v in zip(RATES, [7.0, 6.0, 6.1, 0.0])},
+        precision="fp16_fairseq",
+        diverged=(3e-2,),
+        logit=500.0,
+    )
     v = M.verdict_pb_relax(M.arm_stats(pd.DataFrame(relax + low)), 0.02, 2047.0)
     assert v["verdict"] == M.INCONCLUSIVE and "below" in v["notes"][0]
     high = [dict(r, attn_logit_max=5000.0) for r in low]
@@ -167,8 +204,17 @@ def _trained_points(cfg, runs_dir, edit=None):
                 edit(name, seed, fp["settings"])
             path = runs_dir / name / "seeds" / f"seed{seed}" / "summary.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"status": "completed", "final_train_loss_cb0": 7.0,
-                                        "final_valid_loss_cb0": 7.0, "nonfinite_steps": 0, "fingerprint": fp}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "status": "completed",
+                        "final_train_loss_cb0": 7.0,
+                        "final_valid_loss_cb0": 7.0,
+                        "nonfinite_steps": 0,
+                        "fingerprint": fp,
+                    }
+                )
+            )
 
 
 @pytest.fixture()
@@ -176,8 +222,10 @@ def map_cfg(smoke_cfg):
     import copy
 
     cfg = copy.deepcopy(smoke_cfg)
-    cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.003], "model.layers": [2]}, "arms": ["prenorm_clip1"]},
-                    {"grid": {"train.lr": [0.01], "seeds": [1, 2]}, "arms": ["prenorm_clip10"]}]
+    cfg["sweep"] = [
+        {"grid": {"train.lr": [0.001, 0.003], "model.layers": [2]}, "arms": ["prenorm_clip1"]},
+        {"grid": {"train.lr": [0.01], "seeds": [1, 2]}, "arms": ["prenorm_clip10"]},
+    ]
     return cfg
 
 
@@ -198,14 +246,31 @@ def _finished_runs(cfg, runs_dir):
     cfg = C.typed(cfg)
     _trained_points(cfg, runs_dir)
     for name, p in cfg.points.items():
-        seed_summary = {"status": "completed", "steps": 4, "diverged_at_step": None, "first_train_loss_cb0": 10.0,
-                        "final_train_loss_cb0": 7.0, "final_valid_loss_cb0": 7.5, "max_grad_norm": 3.0,
-                        "clipped_frac": 0.5, "overflow_skips": 0, "nonfinite_steps": 0, "wall_time_s": 1.0}
-        (runs_dir / name / "summary.json").write_text(json.dumps({
-            "run": name, "per_seed": {str(seed): seed_summary for seed in p.seeds},
-            "settings": fingerprint(cfg.point(name), name, 1)["settings"]}))
-        rows = [{"seed": seed, "step": step, "train_loss_cb0": 10.0 - step / 2}
-                for seed in p.seeds for step in (1, 2, 4)]
+        seed_summary = {
+            "status": "completed",
+            "steps": 4,
+            "diverged_at_step": None,
+            "first_train_loss_cb0": 10.0,
+            "final_train_loss_cb0": 7.0,
+            "final_valid_loss_cb0": 7.5,
+            "max_grad_norm": 3.0,
+            "clipped_frac": 0.5,
+            "overflow_skips": 0,
+            "nonfinite_steps": 0,
+            "wall_time_s": 1.0,
+        }
+        (runs_dir / name / "summary.json").write_text(
+            json.dumps(
+                {
+                    "run": name,
+                    "per_seed": {str(seed): seed_summary for seed in p.seeds},
+                    "settings": fingerprint(cfg.point(name), name, 1)["settings"],
+                }
+            )
+        )
+        rows = [
+            {"seed": seed, "step": step, "train_loss_cb0": 10.0 - step / 2} for seed in p.seeds for step in (1, 2, 4)
+        ]
         pd.DataFrame(rows).to_csv(runs_dir / name / "metrics.csv", index=False)
 
 
@@ -214,8 +279,12 @@ def test_the_table_reads_what_each_run_was_from_its_summary(map_cfg, tmp_path):
 
     _finished_runs(map_cfg, tmp_path)
     t = M.table(map_cfg, tmp_path)
-    assert t["run"].tolist() == ["prenorm_clip1__lr-1e-3__layers-2", "prenorm_clip1__lr-3e-3__layers-2",
-                                 "prenorm_clip10__lr-1e-2", "prenorm_clip10__lr-1e-2"]
+    assert t["run"].tolist() == [
+        "prenorm_clip1__lr-1e-3__layers-2",
+        "prenorm_clip1__lr-3e-3__layers-2",
+        "prenorm_clip10__lr-1e-2",
+        "prenorm_clip10__lr-1e-2",
+    ]
     assert t["lr"].tolist() == [0.001, 0.003, 0.01, 0.01] and t["seed"].tolist() == [1, 1, 1, 2]
     assert t["layers"].tolist() == [2, 2, 2, 2] and (t["precision"] == "fp32").all()  # unswept: the preset's
     assert t["role"].tolist() == ["clip1", "clip1", "clip10", "clip10"]
@@ -225,25 +294,50 @@ def test_the_table_reads_what_each_run_was_from_its_summary(map_cfg, tmp_path):
     summary.write_text(json.dumps({k: v for k, v in old.items() if k != "settings"}))
     with pytest.raises(M.UserError) as err:
         M.table(map_cfg, tmp_path)
-    assert str(err.value) == (f"{summary}: no 'settings' (written by an older version); rerun the train stage for "
-                              "prenorm_clip10__lr-1e-2")
+    assert str(err.value) == (
+        f"{summary}: no 'settings' (written by an older version); rerun the train stage for prenorm_clip10__lr-1e-2"
+    )
     summary.write_text(json.dumps({**old, "settings": {k: v for k, v in old["settings"].items() if k != "train.lr"}}))
     with pytest.raises(M.UserError, match="'settings' lacks train.lr; rerun the train stage for prenorm_clip10"):
         M.table(map_cfg, tmp_path)
 
 
-@pytest.mark.parametrize("run, seed, key, value, words", [
-    ("prenorm_clip1__lr-3e-3__layers-2", 1, "train.lr", 0.001,
-     "was trained with train.lr 0.001, but its sweep point sets 0.003"),
-    ("prenorm_clip1__lr-1e-3__layers-2", 1, "model.layers", 4,
-     "was trained with model.layers 4, but its sweep point sets 2"),
-    ("prenorm_clip10__lr-1e-2", 2, "runs.prenorm_clip10__lr-1e-2.clip", 1.0,
-     "was trained with runs.prenorm_clip10__lr-1e-2.clip 1.0"),
-    ("prenorm_clip10__lr-1e-2", 1, "train.precision", "fp16",
-     "was trained with train.precision 'fp16', but its sweep point sets 'fp32'"),
-])
-def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(map_cfg, tmp_path, capsys, run, seed, key,
-                                                                          value, words):
+@pytest.mark.parametrize(
+    "run, seed, key, value, words",
+    [
+        (
+            "prenorm_clip1__lr-3e-3__layers-2",
+            1,
+            "train.lr",
+            0.001,
+            "was trained with train.lr 0.001, but its sweep point sets 0.003",
+        ),
+        (
+            "prenorm_clip1__lr-1e-3__layers-2",
+            1,
+            "model.layers",
+            4,
+            "was trained with model.layers 4, but its sweep point sets 2",
+        ),
+        (
+            "prenorm_clip10__lr-1e-2",
+            2,
+            "runs.prenorm_clip10__lr-1e-2.clip",
+            1.0,
+            "was trained with runs.prenorm_clip10__lr-1e-2.clip 1.0",
+        ),
+        (
+            "prenorm_clip10__lr-1e-2",
+            1,
+            "train.precision",
+            "fp16",
+            "was trained with train.precision 'fp16', but its sweep point sets 'fp32'",
+        ),
+    ],
+)
+def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(
+    map_cfg, tmp_path, capsys, run, seed, key, value, words
+):
     import yaml
 
     from acoustic_mlm import cli
@@ -262,8 +356,12 @@ def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(map_c
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(map_cfg, sort_keys=False))
     capsys.readouterr()
-    assert cli.main(["map", "--config", str(path), "--runs-dir", str(tmp_path / "runs"),
-                     "--out", str(tmp_path / "map.csv")]) == 2
+    assert (
+        cli.main(
+            ["map", "--config", str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "map.csv")]
+        )
+        == 2
+    )
     err_line = capsys.readouterr().err.strip()
     assert "\n" not in err_line and f"run {run} was trained with {key}" in err_line
     assert not (tmp_path / "map.csv").exists()

@@ -21,14 +21,31 @@ from acoustic_mlm.train.summary import summarize
 
 
 def _rows(steps, wall, cb0, diverged_at=None, fp16=False):
-    rows = pd.DataFrame({"step": steps, "train_loss_cb0": cb0, "valid_loss_cb0": cb0, "wall_time": wall,
-                         "grad_norm_max": 1.0, "clipped_steps": 0, "nonfinite": 0, "overflow_skips": 0,
-                         "loss_scale": 128.0 if fp16 else np.nan, "diverged": 0})
+    rows = pd.DataFrame(
+        {
+            "step": steps,
+            "train_loss_cb0": cb0,
+            "valid_loss_cb0": cb0,
+            "wall_time": wall,
+            "grad_norm_max": 1.0,
+            "clipped_steps": 0,
+            "nonfinite": 0,
+            "overflow_skips": 0,
+            "loss_scale": 128.0 if fp16 else np.nan,
+            "diverged": 0,
+        }
+    )
     if fp16:
         rows["overflow_skips"] = np.arange(len(rows))
     if diverged_at is not None:
-        rows.loc[len(rows)] = {**rows.iloc[-1].to_dict(), "step": diverged_at, "train_loss_cb0": np.nan,
-                               "nonfinite": 50, "diverged": 1, "wall_time": wall[-1] + 1.0}
+        rows.loc[len(rows)] = {
+            **rows.iloc[-1].to_dict(),
+            "step": diverged_at,
+            "train_loss_cb0": np.nan,
+            "nonfinite": 50,
+            "diverged": 1,
+            "wall_time": wall[-1] + 1.0,
+        }
     return rows
 
 
@@ -57,15 +74,17 @@ def runs_dir(tmp_path, cfg):
     summary = summarize(done, typed.run("prenorm_clip10"), typed.train_for("prenorm_clip10"))
     (seed_dir / "summary.json").write_text(json.dumps(summary))
     # running: rows so far and a resumable state, both fresh; fp16 loss scale and skips
-    running = _rows([1, 2, 4, 8, 16, 32, 40], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 40.0],
-                    [10, 9.8, 9.6, 9.0, 8.5, 8.0, 7.5],
-                    fp16=True)
+    running = _rows(
+        [1, 2, 4, 8, 16, 32, 40], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 40.0], [10, 9.8, 9.6, 9.0, 8.5, 8.0, 7.5], fp16=True
+    )
     _write(runs / "prenorm_clip1" / "seeds" / "seed1" / PARTIAL, running)
     (runs / "prenorm_clip1" / STATE_DIR / "seed1").mkdir(parents=True)
     (runs / "prenorm_clip1" / STATE_DIR / "seed1" / "step-000000040.pt").write_bytes(b"x")
     # diverged: its last row says so; the job is writing its summary
-    _write(runs / "postnorm_deepnorm_clip1" / "seeds" / "seed1" / PARTIAL,
-           _rows([1, 2, 4], [1.0, 2.0, 4.0], [10.0, 9.9, 9.8], diverged_at=57))
+    _write(
+        runs / "postnorm_deepnorm_clip1" / "seeds" / "seed1" / PARTIAL,
+        _rows([1, 2, 4], [1.0, 2.0, 4.0], [10.0, 9.9, 9.8], diverged_at=57),
+    )
     # stopped: rows, but nothing new for two hours
     stale = runs / "prenorm_attnrelax_clip1" / "seeds" / "seed1" / PARTIAL
     _write(stale, _rows([1, 2, 4, 8], [1.0, 2.0, 4.0, 8.0], [10.0, 9.9, 9.8, 9.7]))
@@ -130,26 +149,37 @@ def test_status_of_a_real_tiny_run(data_dirs, cfg, tmp_path):
     assert (s.status, s.step, s.total) == ("completed", 4, 4) and np.isfinite(s.cb0) and s.rate > 0
 
 
-@pytest.mark.parametrize("name, damage, needles", [
-    ("summary.json", lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
-    ("summary.json", lambda t: t.replace('"prenorm_clip10"', '"prenorm\x1bclip10"'), ("Invalid control character",)),
-    ("summary.json", lambda t: t.replace('"completed"', '"done"'), ("'status' is 'done', not one of completed",)),
-    ("summary.json", lambda t: "[]", ("a JSON list, not an object",)),
-    ("metrics.csv", lambda t: t[:-3], ("cut short",)),
-])
-def test_a_damaged_summary_or_metrics_of_a_completed_seed_is_one_line(cfg, runs_dir, tmp_path, capsys, name, damage,
-                                                                        needles):
+@pytest.mark.parametrize(
+    "name, damage, needles",
+    [
+        ("summary.json", lambda t: t[: len(t) // 2], ("not valid JSON", "cut short or edited")),
+        (
+            "summary.json",
+            lambda t: t.replace('"prenorm_clip10"', '"prenorm\x1bclip10"'),
+            ("Invalid control character",),
+        ),
+        ("summary.json", lambda t: t.replace('"completed"', '"done"'), ("'status' is 'done', not one of completed",)),
+        ("summary.json", lambda t: "[]", ("a JSON list, not an object",)),
+        ("metrics.csv", lambda t: t[:-3], ("cut short",)),
+    ],
+)
+def test_a_damaged_summary_or_metrics_of_a_completed_seed_is_one_line(
+    cfg, runs_dir, tmp_path, capsys, name, damage, needles
+):
     path = runs_dir / "prenorm_clip10" / "seeds" / "seed1" / name
     path.write_text(damage(path.read_text()))
     _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles, "rerun the train stage")
 
 
-@pytest.mark.parametrize("text, needles", [
-    ("epoch,loss,time\n1,9.5,3.0\n", ("missing column(s) step",)),
-    ("step,train_loss_cb0,elapsed\n1,9.5,3.0\n", ("missing column(s) wall_time",)),
-    ("step,train_loss_cb0,wall_time\n1,9.5,3.0\n2,9.4,", ("cut short",)),
-    ("step,train_loss_cb0,wall_time\n1,9.5,3.0\n1,9.4,4.0\n", ("'step' must increase",)),
-])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("epoch,loss,time\n1,9.5,3.0\n", ("missing column(s) step",)),
+        ("step,train_loss_cb0,elapsed\n1,9.5,3.0\n", ("missing column(s) wall_time",)),
+        ("step,train_loss_cb0,wall_time\n1,9.5,3.0\n2,9.4,", ("cut short",)),
+        ("step,train_loss_cb0,wall_time\n1,9.5,3.0\n1,9.4,4.0\n", ("'step' must increase",)),
+    ],
+)
 def test_a_partial_metrics_file_with_other_columns_is_one_line(cfg, runs_dir, tmp_path, capsys, text, needles):
     path = runs_dir / "prenorm_clip1" / "seeds" / "seed1" / PARTIAL
     path.write_text(text)
@@ -168,8 +198,10 @@ def _status_refuses(cfg, runs_dir, tmp_path, capsys, path, *needles):
 
 
 def test_status_of_a_sweep_shows_its_points_with_their_seeds_and_steps(cfg, tmp_path, capsys):
-    cfg["sweep"] = [{"grid": {"train.lr": [0.001, 0.003], "train.steps": [50, 100]}, "arms": ["prenorm_clip1"]},
-                    {"grid": {"model.layers": [2], "seeds": [7, 8, 9]}, "arms": ["prenorm_clip10"]}]
+    cfg["sweep"] = [
+        {"grid": {"train.lr": [0.001, 0.003], "train.steps": [50, 100]}, "arms": ["prenorm_clip1"]},
+        {"grid": {"model.layers": [2], "seeds": [7, 8, 9]}, "arms": ["prenorm_clip10"]},
+    ]
     points = C.from_mapping(cfg).points
     runs = tmp_path / "runs"
     one = "prenorm_clip1__lr-3e-3__steps-50"
@@ -189,11 +221,14 @@ def test_status_of_a_sweep_shows_its_points_with_their_seeds_and_steps(cfg, tmp_
     assert any(line.startswith(one) and line.endswith("running") for line in out)
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda p: None, "--runs-dir names no folder (it does not exist)"),
-    (lambda p: p.write_text("x"), "--runs-dir names a file, not a folder"),
-    (lambda p: p.symlink_to(p.parent / "gone"), "--runs-dir names a broken link, a device or a FIFO, not a folder"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: None, "--runs-dir names no folder (it does not exist)"),
+        (lambda p: p.write_text("x"), "--runs-dir names a file, not a folder"),
+        (lambda p: p.symlink_to(p.parent / "gone"), "--runs-dir names a broken link, a device or a FIFO, not a folder"),
+    ],
+)
 def test_a_runs_dir_that_is_not_a_folder_is_refused_in_one_line(cfg, tmp_path, capsys, make, words):
     runs = tmp_path / "runs"
     make(runs)

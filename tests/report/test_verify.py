@@ -41,16 +41,48 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     _train(cfg, data_dirs, tmp_path / "first")
     ref = tmp_path / "ref"
     data = data_dirs[0].parent
-    assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "first"), "--record", str(ref),
-                     "--tolerance", "0.01", "--data", str(data)]) == 0
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--config",
+                str(path),
+                "--runs-dir",
+                str(tmp_path / "first"),
+                "--record",
+                str(ref),
+                "--tolerance",
+                "0.01",
+                "--data",
+                str(data),
+            ]
+        )
+        == 0
+    )
     meta = json.loads((ref / META).read_text())
     assert meta["version"] and meta["machine"]["torch"] and meta["tolerance_bits"] == 0.01
     assert "--record" in meta["command"] and set(meta["arms"]) == set(ARMS)
     _train(cfg, data_dirs, tmp_path / "fresh")  # a second, independent run on this machine
     out = tmp_path / "check.png"
     capsys.readouterr()
-    assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "fresh"), "--reference", str(ref),
-                     "--out", str(out), "--data", str(data)]) == 0
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--config",
+                str(path),
+                "--runs-dir",
+                str(tmp_path / "fresh"),
+                "--reference",
+                str(ref),
+                "--out",
+                str(out),
+                "--data",
+                str(data),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert out.stat().st_size > 1000
     result = verify.compare(cfg, tmp_path / "fresh", ref)
@@ -67,8 +99,24 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     assert not result["passed"] and result["arms"]["prenorm_clip10"]["within"]
     assert (arm["column"], arm["step"], arm["within"]) == ("valid_loss_cb3", int(metrics.loc[2, "step"]), False)
     assert arm["bits"] == pytest.approx(0.2)
-    assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "fresh"), "--reference", str(ref),
-                     "--out", str(out), "--data", str(data)]) == 1
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--config",
+                str(path),
+                "--runs-dir",
+                str(tmp_path / "fresh"),
+                "--reference",
+                str(ref),
+                "--out",
+                str(out),
+                "--data",
+                str(data),
+            ]
+        )
+        == 1
+    )
     # a row missing (a run that stopped early) is an infinite difference
     metrics.iloc[:-1].to_csv(metrics_path, index=False)
     assert verify.compare(cfg, tmp_path / "fresh", ref)["arms"]["postnorm_deepnorm_clip1"]["bits"] == float("inf")
@@ -82,8 +130,20 @@ def test_a_run_of_other_settings_is_refused_by_name(data_dirs, tiny, tmp_path, c
     other["train"]["lr"] = 0.001
     path.write_text(yaml.safe_dump(other, sort_keys=False))
     capsys.readouterr()  # the training's progress lines
-    assert cli.main(["verify", "--config", str(path), "--runs-dir", str(tmp_path / "first"),
-                     "--reference", str(tmp_path / "ref")]) == 2
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--config",
+                str(path),
+                "--runs-dir",
+                str(tmp_path / "first"),
+                "--reference",
+                str(tmp_path / "ref"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "runs.prenorm_clip10: its settings differ" in err
     assert f"train.lr: 0.001 here, {cfg['train']['lr']} in the reference" in err
@@ -98,8 +158,9 @@ def test_a_reference_recorded_under_renamed_keys_is_read_under_the_new_names(roo
     ref = shutil.copytree(root / "data" / "reference" / "smoke_run", tmp_path / "ref")
     meta = json.loads((ref / META).read_text())
     old_name = {new: old for old, new in C.RENAMED_KEYS.items()}
-    meta["arms"] = {run: {old_name.get(k, k): v for k, v in settings.items()}
-                    for run, settings in verify.fingerprints(cfg).items()}
+    meta["arms"] = {
+        run: {old_name.get(k, k): v for k, v in settings.items()} for run, settings in verify.fingerprints(cfg).items()
+    }
     (ref / META).write_text(json.dumps(meta))
     assert all("tokenizer.level" in s and "tokenizer.loudness" not in s for s in meta["arms"].values())
     _, read = verify.load_reference(ref)
@@ -175,8 +236,11 @@ def _curve(shift=0.0, early=0.0, burst=None):
 def _data_folder(tmp_path):
     """A data folder with one output of each data stage."""
     data = tmp_path / "data"
-    for rel, payload in (("raw/a.flac", b"raw"), ("prepared/shard-00000/audio.npy", b"pcm"),
-                         ("codes/shard-00000/codes.npy", b"codes")):
+    for rel, payload in (
+        ("raw/a.flac", b"raw"),
+        ("prepared/shard-00000/audio.npy", b"pcm"),
+        ("codes/shard-00000/codes.npy", b"codes"),
+    ):
         (data / rel).parent.mkdir(parents=True, exist_ok=True)
         (data / rel).write_bytes(payload)
     return data
@@ -194,11 +258,19 @@ def _reference(tmp_path, cfg, data):
     ref = tmp_path / "ref"
     ref.mkdir()
     pd.concat([_curve().assign(run=run) for run in cfg["runs"]]).to_csv(ref / METRICS, index=False)
-    meta = {"package": "acoustic-mlm", "version": "0", "config": "config/smoke.yaml", "cpu_kernels": "avx2",
-            "tolerance_bits": 1e-4, "tolerance_until_step": 200, "late_tolerance_bits": 1.0,
-            "native_tolerance_bits": 0.2, "data_hashes": verify.data_hashes(data),
-            "arms": verify.fingerprints(C.from_mapping(cfg)),
-            "machine": {"cpu": "test"}}
+    meta = {
+        "package": "acoustic-mlm",
+        "version": "0",
+        "config": "config/smoke.yaml",
+        "cpu_kernels": "avx2",
+        "tolerance_bits": 1e-4,
+        "tolerance_until_step": 200,
+        "late_tolerance_bits": 1.0,
+        "native_tolerance_bits": 0.2,
+        "data_hashes": verify.data_hashes(data),
+        "arms": verify.fingerprints(C.from_mapping(cfg)),
+        "machine": {"cpu": "test"},
+    }
     (ref / META).write_text(json.dumps(meta))
     return ref
 
@@ -266,8 +338,9 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     cfg_native = copy.deepcopy(cfg)
     cfg_native["cpu_kernels"] = "native"
     (data / "codes" / "shard-00000" / "codes.npy").write_bytes(b"native codes")
-    _write_run(tmp_path / "runs", cfg_native, _curve(early=0.1, shift=0.5, burst=(16, "train_loss_cb1", 0.9)),
-               pinned=False)
+    _write_run(
+        tmp_path / "runs", cfg_native, _curve(early=0.1, shift=0.5, burst=(16, "train_loss_cb1", 0.9)), pinned=False
+    )
     # cpu_kernels differs, and is allowed to
     assert verify.fingerprints(C.from_mapping(cfg_native)) != verify.fingerprints(C.from_mapping(cfg))
     result = verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)
@@ -298,8 +371,9 @@ def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(roo
     late = broken["prenorm_clip10"]["step"] > 300
     for column in [c for c in broken["prenorm_clip10"].columns if LOSS_COLUMN.match(c)]:
         broken["prenorm_clip10"].loc[late, column] += 1.5
-    assert not verify.compare(cfg, _as_runs(broken, runs, tmp_path), root / "data" / "reference" / "default_run",
-                              data_dir=None)["passed"]
+    assert not verify.compare(
+        cfg, _as_runs(broken, runs, tmp_path), root / "data" / "reference" / "default_run", data_dir=None
+    )["passed"]
 
 
 def _as_runs(frames: dict, source, out):

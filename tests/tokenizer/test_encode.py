@@ -17,7 +17,11 @@ from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 def test_pieces_cut_long_clips_into_segments_with_left_context():
     # clips of 10 and 3 frames at offsets 0 and 12 frames; segments of 4 frames, 2 frames of context
     assert encode.pieces([0, 12 * HOP], [10 * HOP, 3 * HOP], 4, 2) == [
-        (0, 4, 0, 0), (2, 6, 2, 4), (6, 4, 2, 8), (12, 3, 0, 12)]
+        (0, 4, 0, 0),
+        (2, 6, 2, 4),
+        (6, 4, 2, 8),
+        (12, 3, 0, 12),
+    ]
     assert encode.pieces([0], [10 * HOP], 0, 2) == [(0, 10, 0, 0)]  # 0: never segment
 
 
@@ -28,8 +32,9 @@ def test_padded_batches_are_longest_first():
 
 def test_encode_settings_from_config_round_seconds_to_frames():
     tc = replace(tok_cfg().tokenizer, batch_size=2, segment_seconds=60.0, context_seconds=0.11)  # 8.25 frames
-    assert EncodeSettings.from_config(tc, "cpu") == EncodeSettings(batch_size=2, segment_frames=4500,
-                                                                   context_frames=8, device="cpu")
+    assert EncodeSettings.from_config(tc, "cpu") == EncodeSettings(
+        batch_size=2, segment_frames=4500, context_frames=8, device="cpu"
+    )
 
 
 def test_padded_batches_trim_each_clip_to_its_own_codes(calibrated, prepared):

@@ -73,8 +73,14 @@ def test_calibrated_stage_outputs(calibrated, prepared):
         if LOUDNESS["method"] == "lufs":  # one gain per clip, to the target loudness
             assert row.lufs + row.gain_db == pytest.approx(LOUDNESS["target"], abs=0.02)
         assert row.gain_db != 0.0
-    assert sorted(p.name for p in calibrated.iterdir()) == ["files.csv", "model", "shard-00000", "shard-00001",
-                                                            "shard-00002", "tokenizer.json"]
+    assert sorted(p.name for p in calibrated.iterdir()) == [
+        "files.csv",
+        "model",
+        "shard-00000",
+        "shard-00001",
+        "shard-00002",
+        "tokenizer.json",
+    ]
     assert sorted(p.name for p in (calibrated / "model").iterdir()) == ["fit.json", "tokenizer.pt"]
 
 
@@ -109,8 +115,14 @@ def test_sharded_steps_run_separately_match_the_whole_stage(calibrated, prepared
     stage.merge(cfg, prepared, out)
     for name in ("model/tokenizer.pt", "shard-00000/codes.npy", "shard-00002/codes.npy"):
         assert (out / name).read_bytes() == (calibrated / name).read_bytes(), name
-    drop = ("encode_seconds", "real_time_factor", "x_real_time", "calibration_encoder_seconds",
-            "calibration_kmeans_seconds", "calibration_seconds")
+    drop = (
+        "encode_seconds",
+        "real_time_factor",
+        "x_real_time",
+        "calibration_encoder_seconds",
+        "calibration_kmeans_seconds",
+        "calibration_seconds",
+    )
     a, b = (json.loads((d / "tokenizer.json").read_text()) for d in (out, calibrated))
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
 
@@ -123,7 +135,8 @@ def test_a_planned_shard_without_usable_clips_gets_empty_codes(calibrated, prepa
     (prep / "shard-00003").mkdir()
     np.save(prep / "shard-00003" / "audio.npy", np.zeros(0, np.float32))
     pd.DataFrame({"path": ["bad.wav"], "clip_id": ["bad"], "shard": [3], "skip": [""]}).to_csv(
-        prep / "shards.csv", index=False)
+        prep / "shards.csv", index=False
+    )
     stage.encode_shard(tok_cfg(), prep, out, 3)
     assert np.load(out / "shard-00003" / "codes.npy").shape == (8, 0)
     assert json.loads((out / "shard-00003" / "encode.json").read_text())["clips"] == 0
@@ -171,9 +184,12 @@ def test_pretrained_mode_reproduces_calibrated_codes(calibrated, prepared, tmp_p
 def test_a_tokenizer_fitted_at_another_loudness_is_refused(calibrated, prepared, tmp_path):
     shutil.copytree(calibrated, tmp_path / "codes")
     other = "lufs" if LOUDNESS["method"] == "rms" else "rms"
-    with pytest.raises(TokenizerError, match=rf"fit.json: fitted with loudness {LOUDNESS['method']} "
-                                             rf"{LOUDNESS['target']}, the config asks for {other} -20.0 "
-                                             r"\(tokenizer.loudness\); rerun `amlm tokenize --fit`"):
+    with pytest.raises(
+        TokenizerError,
+        match=rf"fit.json: fitted with loudness {LOUDNESS['method']} "
+        rf"{LOUDNESS['target']}, the config asks for {other} -20.0 "
+        r"\(tokenizer.loudness\); rerun `amlm tokenize --fit`",
+    ):
         stage.encode_shard(tok_cfg(loudness=other, loudness_target=-20.0), prepared, tmp_path / "codes", 0)
 
 
@@ -193,8 +209,18 @@ def test_merge_reports_each_files_loudness_and_warns_once_about_a_crowded_code(d
     assert expected in warnings_[0]
     files = pd.read_csv(out / "files.csv", keep_default_na=False)
     assert files["clip_id"].tolist() == [f"c{i}" for i in range(6)]
-    assert list(files.columns) == ["clip_id", "path", "split", "seconds", "rms_dbfs", "lufs", "gain_db",
-                                   "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"]
+    assert list(files.columns) == [
+        "clip_id",
+        "path",
+        "split",
+        "seconds",
+        "rms_dbfs",
+        "lufs",
+        "gain_db",
+        "cb0_codes_used",
+        "cb0_entropy_bits",
+        "cb0_top_code_share",
+    ]
     c0 = every[0, :150]  # clip c0: the first 150 columns of shard 0
     p = np.bincount(c0) / len(c0)
     assert files.loc[0, "cb0_entropy_bits"] == pytest.approx(-(p[p > 0] * np.log2(p[p > 0])).sum(), abs=1e-4)

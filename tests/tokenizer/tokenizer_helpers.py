@@ -87,8 +87,9 @@ LOUDNESS = {"method": _DEFAULT.loudness, "target": _DEFAULT.loudness_target}  # 
 def tok_cfg(**tokenizer_keys) -> config.Config:
     """The default preset (typed) with a quicker calibration, one clip per batch and these tokenizer keys."""
     cfg = config.read_yaml(ROOT / "config" / "config.yaml")
-    cfg["tokenizer"].update(calibration_frames=CALIB_FRAMES, calibration_iters=CALIB_ITERS, batch_size=1,
-                            **tokenizer_keys)
+    cfg["tokenizer"].update(
+        calibration_frames=CALIB_FRAMES, calibration_iters=CALIB_ITERS, batch_size=1, **tokenizer_keys
+    )
     return config.from_mapping(cfg)
 
 

@@ -44,8 +44,9 @@ def test_the_added_noise_is_linear_in_the_volume():
     wav = _crops()
     plan = draw_mixture(np.random.default_rng(4), GROUPS, L, 1.0, (2, 3), (50, 400))  # overlaps allowed
     unit = apply_mixture(wav, np.arange(4), GROUPS, plan, volume=1.0) - wav
-    np.testing.assert_allclose(apply_mixture(wav, np.arange(4), GROUPS, plan, volume=0.3) - wav, 0.3 * unit,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        apply_mixture(wav, np.arange(4), GROUPS, plan, volume=0.3) - wav, 0.3 * unit, rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_array_equal(apply_mixture(wav, np.arange(4), GROUPS, plan, volume=0.0), wav)
 
 

@@ -39,8 +39,11 @@ def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
                 found += 1
     assert found == 2
     # Over many batches, crops come from both shards and both are used (each shard holds train clips).
-    shards = {int(data.shard[c]) for i in range(20)
-              for c in np.random.default_rng([3, i]).choice(len(data.starts), size=2, p=data.p)}
+    shards = {
+        int(data.shard[c])
+        for i in range(20)
+        for c in np.random.default_rng([3, i]).choice(len(data.starts), size=2, p=data.p)
+    }
     assert shards == {0, 1}
 
 

@@ -17,8 +17,9 @@ TOLERANCE_BITS = 2e-3  # float reduction order differs between 1 and 2 processes
 @pytest.fixture()
 def ddp_cfg(smoke_cfg, tmp_path):
     cfg = copy.deepcopy(smoke_cfg)
-    cfg["train"].update(steps=12, warmup_steps=2, log_interval=4, batch_size=4, valid_crops=3,
-                        crop_seconds=0.4, checkpoint_interval=0)
+    cfg["train"].update(
+        steps=12, warmup_steps=2, log_interval=4, batch_size=4, valid_crops=3, crop_seconds=0.4, checkpoint_interval=0
+    )
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -26,8 +27,20 @@ def ddp_cfg(smoke_cfg, tmp_path):
 
 def _train(launcher, cfg_path, data_dirs, out):
     prepared, codes = data_dirs
-    cmd = launcher + ["train", "postnorm_deepnorm_clip1", "--config", str(cfg_path), "--threads", "1",
-                      "--prepared", str(prepared), "--codes", str(codes), "--out", str(out)]
+    cmd = launcher + [
+        "train",
+        "postnorm_deepnorm_clip1",
+        "--config",
+        str(cfg_path),
+        "--threads",
+        "1",
+        "--prepared",
+        str(prepared),
+        "--codes",
+        str(codes),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return pd.read_csv(out / "metrics.csv")
@@ -39,8 +52,12 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(data_di
     cfg["train"]["accum_steps"] = accum_steps  # 4: three backwards under no_sync, the fourth all-reduces
     ddp_cfg.write_text(yaml.safe_dump(cfg))
     one = _train([sys.executable, "-m", "acoustic_mlm"], ddp_cfg, data_dirs, tmp_path / "one")
-    two = _train([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                  "-m", "acoustic_mlm"], ddp_cfg, data_dirs, tmp_path / "two")
+    two = _train(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "acoustic_mlm"],
+        ddp_cfg,
+        data_dirs,
+        tmp_path / "two",
+    )
     assert one["step"].tolist() == two["step"].tolist() == [1, 2, 4, 8, 12]
     for col in ["train_loss_cb0", "train_loss_cb7", "valid_loss_cb0", "grad_norm"]:
         diff = (one[col] - two[col]).abs().max()
@@ -57,8 +74,22 @@ def test_one_gradient_all_reduce_and_one_scalar_all_reduce_per_update(ddp_cfg, t
     cfg["train"]["accum_steps"] = 4
     ddp_cfg.write_text(yaml.safe_dump(cfg))
     script = Path(__file__).parents[1] / "ddp_collectives.py"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(script), str(ddp_cfg), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+            str(ddp_cfg),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     k = cfg["model"]["codebooks"]
     for rank in (0, 1):

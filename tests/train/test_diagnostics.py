@@ -87,15 +87,24 @@ def test_attention_logits_are_what_softmax_attention_exponentiates(smoke_cfg):
     assert D.fp16_fraction(D.FP16_MAX) == 1.0 and D.FP16_MAX == 65504.0
 
 
-@pytest.mark.parametrize("run, static", [("prenorm_clip1", False), ("postnorm_deepnorm_clip1", False),
-                                         ("prenorm_attnrelax_clip1", False), ("prenorm_clip1", True)])
+@pytest.mark.parametrize(
+    "run, static",
+    [
+        ("prenorm_clip1", False),
+        ("postnorm_deepnorm_clip1", False),
+        ("prenorm_attnrelax_clip1", False),
+        ("prenorm_clip1", True),
+    ],
+)
 def test_valid_probe_measures_every_layer_and_the_accuracy(smoke_cfg, run, static):
     model, wav, codes, mask = _model_and_batch(smoke_cfg, run)
     model.eval()
     model.static_shapes = static  # True: the heads score every frame, as on a GPU
     inputs = []
-    hooks = [b.attn.register_forward_pre_hook(lambda mod, args: inputs.append((mod, args[0])))
-             for b in model.encoder.transformer.blocks]
+    hooks = [
+        b.attn.register_forward_pre_hook(lambda mod, args: inputs.append((mod, args[0])))
+        for b in model.encoder.transformer.blocks
+    ]
     with torch.no_grad(), D.ValidProbe(model) as probe:
         out = model(wav, codes, mask)
         h, _ = model.encoder(wav, mask)
@@ -104,8 +113,9 @@ def test_valid_probe_measures_every_layer_and_the_accuracy(smoke_cfg, run, stati
     row = probe.values()
     layers = smoke_cfg["model"]["layers"]
     with torch.no_grad():
-        expect = [float(D.attention_logits(x, mod.q_proj, mod.k_proj, mod.heads).abs().amax())
-                  for mod, x in inputs[:layers]]
+        expect = [
+            float(D.attention_logits(x, mod.q_proj, mod.k_proj, mod.heads).abs().amax()) for mod, x in inputs[:layers]
+        ]
     assert [row[f"attn_logit_max_l{i}"] for i in range(layers)] == pytest.approx(expect, rel=1e-6)
     assert row["attn_logit_max"] == pytest.approx(max(expect))
     assert row["attn_logit_fp16_frac"] == pytest.approx(max(expect) / 65504)
@@ -129,9 +139,12 @@ def test_diagnostics_do_not_change_training_and_fill_every_row(data_dirs, tiny_c
     added = set(with_d.columns) - set(without.columns)
     layers = tiny_cfg["model"]["layers"]
     blocks = ["conv", "embed"] + [f"block{i}" for i in range(layers)] + ["heads"]
-    assert added == ({f"grad_norm_{b}" for b in blocks} | {f"update_ratio_{b}" for b in blocks}
-                     | {f"attn_logit_max_l{i}" for i in range(layers)}
-                     | {"attn_logit_max", "attn_logit_fp16_frac", "valid_acc_cb0", "masked_frac"})
+    assert added == (
+        {f"grad_norm_{b}" for b in blocks}
+        | {f"update_ratio_{b}" for b in blocks}
+        | {f"attn_logit_max_l{i}" for i in range(layers)}
+        | {"attn_logit_max", "attn_logit_fp16_frac", "valid_acc_cb0", "masked_frac"}
+    )
     assert with_d[sorted(added)].notna().all().all()  # measured at every row
     per_block = with_d[[f"grad_norm_{b}" for b in blocks]].pow(2).sum(axis=1).pow(0.5)
     assert per_block.to_numpy() == pytest.approx(with_d["grad_norm"].to_numpy(), rel=1e-4)  # before clipping (clip 1)
@@ -175,9 +188,18 @@ def test_aggregate_writes_tidy_diagnostics_beside_the_curves(tmp_path, smoke_cfg
     runs_dir = tmp_path / "runs"
     for i, name in enumerate(smoke_cfg["runs"]):
         (runs_dir / name).mkdir(parents=True)
-        pd.DataFrame({"seed": [1, 1], "step": [1, 2], "train_loss_cb0": [10.0, 9.0], "valid_loss_cb0": [10.0, 9.5],
-                      "train_loss": [80.0, 70.0], "grad_norm_max": [3.0 + i, 2.0], "attn_logit_max": [1.0, 2.0],
-                      "wall_time": [0.1, 0.2]}).to_csv(runs_dir / name / "metrics.csv", index=False)
+        pd.DataFrame(
+            {
+                "seed": [1, 1],
+                "step": [1, 2],
+                "train_loss_cb0": [10.0, 9.0],
+                "valid_loss_cb0": [10.0, 9.5],
+                "train_loss": [80.0, 70.0],
+                "grad_norm_max": [3.0 + i, 2.0],
+                "attn_logit_max": [1.0, 2.0],
+                "wall_time": [0.1, 0.2],
+            }
+        ).to_csv(runs_dir / name / "metrics.csv", index=False)
     aggregate.run(smoke_cfg, runs_dir, tmp_path / "loss_curves.csv")
     d = pd.read_csv(tmp_path / aggregate.DIAGNOSTICS)
     assert list(d.columns) == aggregate.DIAGNOSTIC_COLUMNS

@@ -66,8 +66,9 @@ def test_paper_size_model_does_one_training_update_on_cpu(root):
     model = AcousticMLM(m)
     assert 300e6 < sum(p.numel() for p in model.parameters()) < 340e6
     precision = make_precision("fp32", torch.device("cpu"))
-    opt = precision.build_optimizer(model, lambda ps: torch.optim.AdamW(ps, lr=t.lr, betas=t.betas, eps=t.eps,
-                                                                        weight_decay=t.weight_decay))
+    opt = precision.build_optimizer(
+        model, lambda ps: torch.optim.AdamW(ps, lr=t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    )
     wav, codes, mask = batch(m, B=1, T=frames)
     before = model.encoder.transformer.blocks[23].ffn.fc2.weight.detach().clone()
     with precision.autocast():
@@ -98,8 +99,9 @@ def test_every_precision_trains_with_finite_losses(data_dirs, tiny_cfg, tmp_path
     assert metrics["overflow_skips"].iloc[-1] < 4
 
 
-@pytest.mark.parametrize("precision, dtype",
-                         [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+@pytest.mark.parametrize(
+    "precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)]
+)
 def test_autocast_runs_the_blocks_in_the_precision(precision, dtype):
     m = tiny_config()
     model = AcousticMLM(m)
@@ -201,9 +203,9 @@ def test_static_masked_loss_equals_the_selection(arm):
     assert torch.equal(selected.n_masked, out.n_masked)
     assert torch.allclose(out.bits, bits.detach(), rtol=1e-6, atol=0)
     assert out.loss.item() == pytest.approx(loss.item(), rel=1e-6)
-    assert out.loss.item() == pytest.approx(out.bits.sum().item() * LN2
-                                            + m.feature_penalty * out.feature_penalty.item(),
-                                            rel=1e-6)
+    assert out.loss.item() == pytest.approx(
+        out.bits.sum().item() * LN2 + m.feature_penalty * out.feature_penalty.item(), rel=1e-6
+    )
     assert int(out.n_masked) == int(mask.sum())
     grads = torch.autograd.grad(out.loss, list(model.parameters()))
     ref = torch.autograd.grad(loss, list(model.parameters()))
@@ -214,8 +216,12 @@ def test_static_masked_loss_equals_the_selection(arm):
 class _HostSyncs(TorchDispatchMode):
     """Counts the ops that read a tensor's value on the host or give a shape that depends on values."""
 
-    SYNCS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
-             "aten.is_nonzero.default"}
+    SYNCS = {
+        "aten._local_scalar_dense.default",
+        "aten.nonzero.default",
+        "aten.masked_select.default",
+        "aten.is_nonzero.default",
+    }
 
     def __init__(self):
         super().__init__()

@@ -16,21 +16,45 @@ from acoustic_mlm.train.launch import slurm_resources, torchrun, train_launcher
 
 
 def test_torchrun_on_one_machine_is_standalone():
-    assert torchrun(1, 4, "ignored:1", "ignored") == ["-m", "torch.distributed.run", "--standalone",
-                                                      "--nproc_per_node", "4"]
+    assert torchrun(1, 4, "ignored:1", "ignored") == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "4",
+    ]
 
 
 def test_torchrun_on_several_machines_meets_at_a_c10d_rendezvous():
     assert torchrun(3, 2, "node01:29500", "1234") == [
-        "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "2", "--rdzv_id", "1234",
-        "--rdzv_backend", "c10d", "--rdzv_endpoint", "node01:29500"]
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "3",
+        "--nproc_per_node",
+        "2",
+        "--rdzv_id",
+        "1234",
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        "node01:29500",
+    ]
 
 
 def test_one_process_needs_no_torchrun_and_nodes_defaults_to_one():
     assert train_launcher({"processes": 1}, "/repo/src") == 'PYTHONPATH="/repo/src" python -m acoustic_mlm'
     assert train_launcher({"processes": 2}, "src").split() == [
-        'PYTHONPATH="src"', "python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-        "acoustic_mlm"]
+        'PYTHONPATH="src"',
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "acoustic_mlm",
+    ]
     assert slurm_resources({"processes": 8}) == {}
 
 
@@ -47,28 +71,58 @@ def test_inside_a_slurm_job_the_line_runs_torchrun_with_the_first_node_and_the_j
     command on each; both are stand-ins here that print what they were given."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/sh\n'
-                                      '[ "$*" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"\n')
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/sh\n[ "$*" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"\n'
+    )
     (bin_dir / "srun").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
     line = train_launcher({"nodes": 2, "processes": 4, "device": "cuda"}, "/repo/src") + " train --config c.yaml"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu[07-08]",
-           "SLURM_JOB_ID": "4711"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+        "SLURM_JOB_ID": "4711",
+    }
     proc = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "--nodes", "2", "--ntasks-per-node", "1", "--gpus-per-task", "4", "--kill-on-bad-exit=1", "env",
-        "PYTHONPATH=/repo/src", "python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "4",
-        "--rdzv_id", "4711", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"gpu07:{launch.RDZV_PORT}",
-        "-m", "acoustic_mlm", "train", "--config", "c.yaml"]
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--gpus-per-task",
+        "4",
+        "--kill-on-bad-exit=1",
+        "env",
+        "PYTHONPATH=/repo/src",
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "4",
+        "--rdzv_id",
+        "4711",
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        f"gpu07:{launch.RDZV_PORT}",
+        "-m",
+        "acoustic_mlm",
+        "train",
+        "--config",
+        "c.yaml",
+    ]
     assert shlex.split(line)[0] == "srun"
 
 
 def test_the_module_imports_only_the_standard_library_and_loads_by_path():
     tree = ast.parse(open(launch.__file__).read())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     spec = importlib.util.spec_from_file_location("amlm_launch", launch.__file__)  # as workflow/rules/common.smk

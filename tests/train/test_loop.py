@@ -29,8 +29,19 @@ def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_pat
     seed_dir = tmp_path / "run" / "seeds" / "seed1"
     metrics = pd.read_csv(seed_dir / "metrics.csv")
     assert metrics["step"].tolist() == [1, 2, 4, 5, 8, 10, 12]
-    for col in ["train_loss_cb0", "train_loss_cb7", "valid_loss_cb0", "lr", "grad_norm", "grad_norm_max",
-                "clipped", "clip_frac", "nonfinite", "overflow_skips", "wall_time"]:
+    for col in [
+        "train_loss_cb0",
+        "train_loss_cb7",
+        "valid_loss_cb0",
+        "lr",
+        "grad_norm",
+        "grad_norm_max",
+        "clipped",
+        "clip_frac",
+        "nonfinite",
+        "overflow_skips",
+        "wall_time",
+    ]:
         assert col in metrics.columns
     assert metrics["lr"].iloc[0] == pytest.approx(tiny_cfg["train"]["lr"] / 2)
     assert (metrics["grad_norm"] > 0).all()
@@ -89,8 +100,9 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     monkeypatch.setattr(AcousticMLM, "forward", exploding)
     tiny_cfg["train"].update(steps=40, max_nonfinite=5)
     prepared, codes = data_dirs
-    summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes,
-                        tmp_path / "runs" / "postnorm_deepnorm_clip1")
+    summary = train.run(
+        tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "runs" / "postnorm_deepnorm_clip1"
+    )
     per_seed = summary["per_seed"]["1"]
     assert summary["status"] == "diverged" and per_seed["diverged_at_step"] == 11  # steps 7..11: 5 in a row
     m = pd.read_csv(tmp_path / "runs" / "postnorm_deepnorm_clip1" / "metrics.csv")
@@ -112,8 +124,14 @@ def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
     tiny_cfg["train"].update(compile=True, steps=6, log_interval=3)
     summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["status"] == "completed"
-    eager = train.run({**tiny_cfg, "train": {**tiny_cfg["train"], "compile": False}}, "prenorm_attnrelax_clip1",
-                      prepared, codes, tmp_path / "e", threads=1)
+    eager = train.run(
+        {**tiny_cfg, "train": {**tiny_cfg["train"], "compile": False}},
+        "prenorm_attnrelax_clip1",
+        prepared,
+        codes,
+        tmp_path / "e",
+        threads=1,
+    )
     # compiled kernels round differently, nothing more
     assert summary["final_train_loss_cb0"] == pytest.approx(eager["final_train_loss_cb0"], abs=0.05)
 
@@ -147,10 +165,22 @@ def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cf
 
 def _not_resumable(fp):
     """States whose checksum matches but whose content this run cannot resume from."""
-    whole = {"fingerprint": fp, "step": 4, "rows": [], "elapsed": 0.0, "nonfinite": 0, "streak": 0, "overflow": 0,
-             "clipped": 0, "accumulator": {"n": 0, "sums": None, "clipped": 0, "gmax": 0.0},
-             "model": {"w": torch.zeros(3)}, "optimizer": {"state": {}, "param_groups": [{}]}, "scaler": {},
-             "fp16": None, "rng": {"cpu": torch.get_rng_state()}}
+    whole = {
+        "fingerprint": fp,
+        "step": 4,
+        "rows": [],
+        "elapsed": 0.0,
+        "nonfinite": 0,
+        "streak": 0,
+        "overflow": 0,
+        "clipped": 0,
+        "accumulator": {"n": 0, "sums": None, "clipped": 0, "gmax": 0.0},
+        "model": {"w": torch.zeros(3)},
+        "optimizer": {"state": {}, "param_groups": [{}]},
+        "scaler": {},
+        "fp16": None,
+        "rng": {"cpu": torch.get_rng_state()},
+    }
     return [
         ({"fingerprint": fp, "step": 4}, "lacks 'rows'"),
         ({**whole, "accumulator": [0]}, "'accumulator' holds a list, not dict"),
@@ -158,8 +188,9 @@ def _not_resumable(fp):
     ]
 
 
-def test_a_state_that_is_not_this_runs_state_is_skipped_and_the_seed_trains_afresh(data_dirs, tiny_cfg, tmp_path,
-                                                                                    caplog):
+def test_a_state_that_is_not_this_runs_state_is_skipped_and_the_seed_trains_afresh(
+    data_dirs, tiny_cfg, tmp_path, caplog
+):
     from acoustic_mlm.train.state import fingerprint, save_state
 
     tiny_cfg["train"].update(steps=6, log_interval=3, checkpoint_interval=3)

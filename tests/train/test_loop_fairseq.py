@@ -17,18 +17,26 @@ from acoustic_mlm.train.schedule import lr_at
 @pytest.fixture()
 def tiny_cfg(smoke_cfg):
     cfg = copy.deepcopy(smoke_cfg)
-    cfg["train"].update(steps=12, warmup_steps=2, log_interval=4, batch_size=2, valid_crops=3, crop_seconds=0.4,
-                        checkpoint_interval=0)
+    cfg["train"].update(
+        steps=12, warmup_steps=2, log_interval=4, batch_size=2, valid_crops=3, crop_seconds=0.4, checkpoint_interval=0
+    )
     return cfg
 
 
-@pytest.mark.parametrize("keys, message", [
-    (dict(steps=100, total_updates=50, warmup_steps=10),
-     "'train.steps' (100) must not exceed 'train.total_updates' (50)"),
-    (dict(steps=100, total_updates=400, warmup_steps=400),
-     "'train.warmup_steps' (400) must be below 'train.total_updates'"),
-    (dict(nodes=2, processes=3, batch_size=8), "'train.batch_size' (8) must be divisible by the 6 processes"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (
+            dict(steps=100, total_updates=50, warmup_steps=10),
+            "'train.steps' (100) must not exceed 'train.total_updates' (50)",
+        ),
+        (
+            dict(steps=100, total_updates=400, warmup_steps=400),
+            "'train.warmup_steps' (400) must be below 'train.total_updates'",
+        ),
+        (dict(nodes=2, processes=3, batch_size=8), "'train.batch_size' (8) must be divisible by the 6 processes"),
+    ],
+)
 def test_schedule_and_world_mistakes_are_one_line(smoke_cfg, keys, message):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["train"].update(keys)

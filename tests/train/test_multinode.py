@@ -20,8 +20,9 @@ def test_launcher_for_one_process_one_node_and_several_nodes(root):
     one_node = C.read_yaml(root / "config" / "paper-1node.yaml")["train"]
     smoke = C.read_yaml(root / "config" / "smoke.yaml")["train"]
     assert train_launcher(smoke, "src") == 'PYTHONPATH="src" python -m acoustic_mlm'
-    assert train_launcher(one_node, "src") == ('PYTHONPATH="src" python -m torch.distributed.run --standalone '
-                                               "--nproc_per_node 8 -m acoustic_mlm")
+    assert train_launcher(one_node, "src") == (
+        'PYTHONPATH="src" python -m torch.distributed.run --standalone --nproc_per_node 8 -m acoustic_mlm'
+    )
     cmd = train_launcher(paper, "src")
     assert cmd.startswith("srun --nodes 8 --ntasks-per-node 1 --gpus-per-task 8 ")
     assert "--nnodes 8 --nproc_per_node 8" in cmd and "--rdzv_backend c10d" in cmd
@@ -35,8 +36,12 @@ def test_slurm_dry_run_shows_multinode_training_jobs(root, tmp_path):
     from helpers import copy_repo
 
     repo = copy_repo(root, tmp_path / "repo")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--configfile",
-                           "config/paper.yaml", "-n"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--configfile", "config/paper.yaml", "-n"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     blocks = [b for b in out.split("\n\n") if "rule train:" in b]
@@ -54,22 +59,51 @@ def _free_port() -> int:
 
 def _cmd(launcher, cfg_path, data_dirs, out):
     prepared, codes = data_dirs
-    return launcher + ["train", "postnorm_deepnorm_clip1", "--config", str(cfg_path), "--threads", "1",
-                       "--prepared", str(prepared), "--codes", str(codes), "--out", str(out)]
+    return launcher + [
+        "train",
+        "postnorm_deepnorm_clip1",
+        "--config",
+        str(cfg_path),
+        "--threads",
+        "1",
+        "--prepared",
+        str(prepared),
+        "--codes",
+        str(codes),
+        "--out",
+        str(out),
+    ]
 
 
 def test_two_nodes_match_one_process(data_dirs, smoke_cfg, tmp_path):
     cfg = copy.deepcopy(smoke_cfg)
-    cfg["train"].update(steps=12, warmup_steps=2, log_interval=4, batch_size=4, valid_crops=3, crop_seconds=0.4,
-                        checkpoint_interval=0, nodes=2, processes=1)
+    cfg["train"].update(
+        steps=12,
+        warmup_steps=2,
+        log_interval=4,
+        batch_size=4,
+        valid_crops=3,
+        crop_seconds=0.4,
+        checkpoint_interval=0,
+        nodes=2,
+        processes=1,
+    )
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    one = subprocess.run(_cmd([sys.executable, "-m", "acoustic_mlm"], path, data_dirs, tmp_path / "one"),
-                         capture_output=True, text=True, timeout=600)
+    one = subprocess.run(
+        _cmd([sys.executable, "-m", "acoustic_mlm"], path, data_dirs, tmp_path / "one"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     node = [sys.executable] + torchrun(2, 1, f"127.0.0.1:{_free_port()}", "amlm-test") + ["-m", "acoustic_mlm"]
-    procs = [subprocess.Popen(_cmd(node, path, data_dirs, tmp_path / "two"), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            _cmd(node, path, data_dirs, tmp_path / "two"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
     try:
         logs = [p.communicate(timeout=600)[0] for p in procs]
     finally:

@@ -21,12 +21,15 @@ from acoustic_mlm.train.precision import (
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name, kind, scale, retries", [
-    ("fp32", AutocastPrecision, math.nan, False),
-    ("bf16", AutocastPrecision, math.nan, False),
-    ("fp16", AutocastPrecision, 2.0**16, False),  # torch's GradScaler
-    ("fp16_fairseq", FairseqPrecision, 2.0**7, True),  # fairseq's fp16_init_scale
-])
+@pytest.mark.parametrize(
+    "name, kind, scale, retries",
+    [
+        ("fp32", AutocastPrecision, math.nan, False),
+        ("bf16", AutocastPrecision, math.nan, False),
+        ("fp16", AutocastPrecision, 2.0**16, False),  # torch's GradScaler
+        ("fp16_fairseq", FairseqPrecision, 2.0**7, True),  # fairseq's fp16_init_scale
+    ],
+)
 def test_one_precision_object_per_setting_with_one_scale_and_a_state_of_the_same_format(name, kind, scale, retries):
     """The resumable state keeps 'scaler' (torch's GradScaler, {} when disabled) and 'fp16' (the fairseq
     masters and scaler, None otherwise), as states written before the precision was one object."""
@@ -41,8 +44,9 @@ def test_one_precision_object_per_setting_with_one_scale_and_a_state_of_the_same
     assert (state["fp16"] is not None) is (name == "fp16_fairseq")
     if name == "fp16_fairseq":
         assert precision.scaler.window == scale_window(2, 4)
-    assert precision.state_problem({"fp16": None}) == (None if name != "fp16_fairseq" else
-                                                       "lacks 'fp16' (the fp16_fairseq optimizer's state)")
+    assert precision.state_problem({"fp16": None}) == (
+        None if name != "fp16_fairseq" else "lacks 'fp16' (the fp16_fairseq optimizer's state)"
+    )
     again = make_precision(name, CPU, world=2, accum_steps=4)
     again.build_optimizer(again.prepare(_model()), _adam)
     again.load_state_dict(state)

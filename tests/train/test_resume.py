@@ -22,8 +22,15 @@ TIMING = ["wall_time"]
 @pytest.fixture()
 def resume_cfg(smoke_cfg, tmp_path):
     cfg = copy.deepcopy(smoke_cfg)
-    cfg["train"].update(steps=300, warmup_steps=10, log_interval=20, batch_size=2, valid_crops=3,
-                        crop_seconds=0.4, checkpoint_interval=10)
+    cfg["train"].update(
+        steps=300,
+        warmup_steps=10,
+        log_interval=20,
+        batch_size=2,
+        valid_crops=3,
+        crop_seconds=0.4,
+        checkpoint_interval=10,
+    )
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return cfg, path
@@ -31,8 +38,24 @@ def resume_cfg(smoke_cfg, tmp_path):
 
 def _cli(cfg_path, data_dirs, out):
     prepared, codes = data_dirs
-    return [sys.executable, "-m", "acoustic_mlm", "train", "--config", str(cfg_path), "--run", "prenorm_clip1",
-            "--threads", "1", "--prepared", str(prepared), "--codes", str(codes), "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "acoustic_mlm",
+        "train",
+        "--config",
+        str(cfg_path),
+        "--run",
+        "prenorm_clip1",
+        "--threads",
+        "1",
+        "--prepared",
+        str(prepared),
+        "--codes",
+        str(codes),
+        "--out",
+        str(out),
+    ]
 
 
 def _kill_after_state(cmd, out, min_step: int) -> None:

@@ -24,7 +24,6 @@ def test_only_unreadable_states_start_afresh(tmp_path):
     assert load_latest_state(tmp_path, {"a": 1}) is None
 
 
-
 def test_only_the_newest_states_are_kept_and_the_newest_intact_one_is_loaded(tmp_path):
     for step in (10, 20, 30):
         save_state(tmp_path, step, {"fingerprint": {"a": 1}, "step": step, "w": torch.full((3,), float(step))})
@@ -66,15 +65,18 @@ def test_the_rng_state_puts_the_cpu_generator_back():
 GOOD = {"fingerprint": {"a": 1}, "step": 10, "w": torch.zeros(2)}
 
 
-@pytest.mark.parametrize("content, why", [
-    ([1, 2, 3], "holds a list, not a resumable state"),
-    (torch.ones(3), "holds a Tensor, not a resumable state"),
-    ({"step": 20, "w": torch.zeros(2)}, "lacks 'fingerprint'"),
-    ({"fingerprint": [1], "step": 20}, "'fingerprint' holds a list, not dict"),
-    ({"fingerprint": {"a": 1}, "w": torch.zeros(2)}, "lacks 'step'"),
-    ({"fingerprint": {"a": 1}, "step": 20.0, "w": torch.zeros(2)}, "'step' holds a float, not int"),
-    ({"fingerprint": {"a": 1}, "step": True, "w": torch.zeros(2)}, "'step' holds a bool, not int"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ([1, 2, 3], "holds a list, not a resumable state"),
+        (torch.ones(3), "holds a Tensor, not a resumable state"),
+        ({"step": 20, "w": torch.zeros(2)}, "lacks 'fingerprint'"),
+        ({"fingerprint": [1], "step": 20}, "'fingerprint' holds a list, not dict"),
+        ({"fingerprint": {"a": 1}, "w": torch.zeros(2)}, "lacks 'step'"),
+        ({"fingerprint": {"a": 1}, "step": 20.0, "w": torch.zeros(2)}, "'step' holds a float, not int"),
+        ({"fingerprint": {"a": 1}, "step": True, "w": torch.zeros(2)}, "'step' holds a bool, not int"),
+    ],
+)
 def test_a_checksummed_file_that_is_not_a_state_is_skipped_with_a_warning(tmp_path, caplog, content, why):
     save_state(tmp_path, 10, GOOD)
     save_state(tmp_path, 20, content)  # its checksum matches: the content itself is wrong

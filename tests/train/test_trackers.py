@@ -51,8 +51,9 @@ def test_loggers_do_not_change_results_nor_the_fingerprint(tiny_cfg):
     with_tb["train"].update(loggers=["csv", "tensorboard", "wandb"], wandb_project="other")
     for step in C.STEP_KEYS:
         run = "prenorm_clip1" if step == "train" else None
-        assert (C.settings(tiny_cfg, C.result_keys(step, tiny_cfg, run))
-                == C.settings(with_tb, C.result_keys(step, with_tb, run)))
+        assert C.settings(tiny_cfg, C.result_keys(step, tiny_cfg, run)) == C.settings(
+            with_tb, C.result_keys(step, with_tb, run)
+        )
     assert fingerprint(tiny_cfg, "prenorm_clip1", 1) == fingerprint(with_tb, "prenorm_clip1", 1)
 
 
@@ -131,14 +132,22 @@ def test_a_named_tracker_whose_package_is_missing_stops_before_training(monkeypa
 
 
 BROKEN = {  # what an installed package can raise while it is imported: (its code, the error's text)
-    "AttributeError": ("raise AttributeError(\"module 'numpy' has no attribute 'float_'\")",
-                       "module 'numpy' has no attribute 'float_'"),
-    "ImportError": ("raise ImportError(\"cannot import name 'builder' from 'google.protobuf.internal'\")",
-                    "cannot import name 'builder' from 'google.protobuf.internal'"),
-    "OSError": ("raise OSError(\"libstdc++.so.6: version GLIBCXX_3.4.30 not found\")",
-                "libstdc++.so.6: version GLIBCXX_3.4.30 not found"),
-    "ModuleNotFoundError": ("import a_dependency_it_lacks",  # a missing dependency of an installed package
-                            "No module named 'a_dependency_it_lacks'"),
+    "AttributeError": (
+        "raise AttributeError(\"module 'numpy' has no attribute 'float_'\")",
+        "module 'numpy' has no attribute 'float_'",
+    ),
+    "ImportError": (
+        "raise ImportError(\"cannot import name 'builder' from 'google.protobuf.internal'\")",
+        "cannot import name 'builder' from 'google.protobuf.internal'",
+    ),
+    "OSError": (
+        'raise OSError("libstdc++.so.6: version GLIBCXX_3.4.30 not found")',
+        "libstdc++.so.6: version GLIBCXX_3.4.30 not found",
+    ),
+    "ModuleNotFoundError": (
+        "import a_dependency_it_lacks",  # a missing dependency of an installed package
+        "No module named 'a_dependency_it_lacks'",
+    ),
 }
 
 
@@ -156,18 +165,23 @@ def _broken_package(tmp_path, monkeypatch, package: str, error: str, forget=()):
 
 
 @pytest.mark.parametrize("error", list(BROKEN))
-@pytest.mark.parametrize("logger, package, forget", [
-    ("wandb", "wandb", ()),
-    ("tensorboard", "tensorboard", ("torch.utils.tensorboard",)),  # torch's writer imports it
-])
-def test_a_tracker_installed_but_failing_to_import_stops_like_a_missing_one(tmp_path, monkeypatch, logger, package,
-                                                                             forget, error):
+@pytest.mark.parametrize(
+    "logger, package, forget",
+    [
+        ("wandb", "wandb", ()),
+        ("tensorboard", "tensorboard", ("torch.utils.tensorboard",)),  # torch's writer imports it
+    ],
+)
+def test_a_tracker_installed_but_failing_to_import_stops_like_a_missing_one(
+    tmp_path, monkeypatch, logger, package, forget, error
+):
     _broken_package(tmp_path, monkeypatch, package, error, forget)
     with pytest.raises(UserError) as err:
         trackers.check_available(["csv", logger])
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith(f"'train.loggers' names {logger}, whose package '{package}' is "
-                                              f"installed but fails to import ({error}: "), msg
+    assert "\n" not in msg and msg.startswith(
+        f"'train.loggers' names {logger}, whose package '{package}' is installed but fails to import ({error}: "
+    ), msg
     assert f"({error}: {BROKEN[error][1]})" in msg, msg
     assert f"or remove {logger} from train.loggers" in msg
 
@@ -184,13 +198,35 @@ def test_amlm_train_with_a_broken_tracker_stops_before_the_first_step(data_dirs,
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(tiny_cfg))
     prepared, codes = data_dirs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "acoustic_mlm", "train", "prenorm_clip1", "--config",
-                        str(tmp_path / "cfg.yaml"), "--prepared", str(prepared), "--codes", str(codes), "--out",
-                        str(tmp_path / "run"), "--threads", "1"], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acoustic_mlm",
+            "train",
+            "prenorm_clip1",
+            "--config",
+            str(tmp_path / "cfg.yaml"),
+            "--prepared",
+            str(prepared),
+            "--codes",
+            str(codes),
+            "--out",
+            str(tmp_path / "run"),
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()
-    assert len(last) == 1 and last[0].startswith("amlm train: error: 'train.loggers' names wandb, whose package "
-                                                 "'wandb' is installed but fails to import (AttributeError: "), r.stderr
+    assert len(last) == 1 and last[0].startswith(
+        "amlm train: error: 'train.loggers' names wandb, whose package "
+        "'wandb' is installed but fails to import (AttributeError: "
+    ), r.stderr
     assert not (tmp_path / "run" / "seeds").exists()  # nothing trained, no step taken
 
 

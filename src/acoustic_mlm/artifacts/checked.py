@@ -65,8 +65,9 @@ def read_json(path: str | Path, what: str, stage: str, required: dict[str, type 
     try:
         obj = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ReadError(f"{path}: not valid JSON ({one_line(exc)}); it was cut short or edited: "
-                        f"{rerun_advice(stage)}") from None
+        raise ReadError(
+            f"{path}: not valid JSON ({one_line(exc)}); it was cut short or edited: {rerun_advice(stage)}"
+        ) from None
     if not isinstance(obj, dict):
         raise ReadError(f"{path}: a JSON {type(obj).__name__}, not an object; {rerun_advice(stage)}")
     for key, kind in (required or {}).items():
@@ -75,8 +76,10 @@ def read_json(path: str | Path, what: str, stage: str, required: dict[str, type 
         value = obj[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise ReadError(f"{path}: '{key}' is {short_value(value)}, not {' or '.join(k.__name__ for k in kinds)}; "
-                            f"{rerun_advice(stage)}")
+            raise ReadError(
+                f"{path}: '{key}' is {short_value(value)}, not {' or '.join(k.__name__ for k in kinds)}; "
+                f"{rerun_advice(stage)}"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise ReadError(f"{path}: '{key}' is {value}; {rerun_advice(stage)}")
     return obj
@@ -90,15 +93,27 @@ def short_value(value: Any, limit: int = 40) -> str:
 def check_choice(path: Path, obj: dict, key: str, allowed: tuple, stage: str) -> None:
     """obj[key] is one of `allowed`; else one ReadError line naming the file and the key."""
     if obj[key] not in allowed:
-        raise ReadError(f"{path}: '{key}' is {short_value(obj[key])}, not one of {', '.join(allowed)}; "
-                        f"{rerun_advice(stage)}")
+        raise ReadError(
+            f"{path}: '{key}' is {short_value(obj[key])}, not one of {', '.join(allowed)}; {rerun_advice(stage)}"
+        )
 
 
 # ----------------------------------------------------------------------------- CSV
 
 
-def read_csv_table(path: str | Path, what: str, stage: str, columns, *, ints=(), numbers=(), finite=(),
-                   choices: dict | None = None, dtype: dict | None = None, empty_ok: bool = False) -> pd.DataFrame:
+def read_csv_table(
+    path: str | Path,
+    what: str,
+    stage: str,
+    columns,
+    *,
+    ints=(),
+    numbers=(),
+    finite=(),
+    choices: dict | None = None,
+    dtype: dict | None = None,
+    empty_ok: bool = False,
+) -> pd.DataFrame:
     """A CSV the package wrote (or the user gave), checked whole: it ends with a newline, every row
     has every field, `ints` are whole numbers, `numbers` are numbers (an empty field is NaN),
     `finite` are finite numbers, `choices` hold allowed values. Other columns stay text."""
@@ -111,15 +126,15 @@ def read_csv_table(path: str | Path, what: str, stage: str, columns, *, ints=(),
             raise ReadError(f"{path}: an empty file; {rerun_advice(stage)}")
         fh.seek(-1, 2)
         if fh.read(1) != b"\n":
-            raise ReadError(f"{path}: cut short (its last row does not end with a line break); "
-                            f"{rerun_advice(stage)}")
+            raise ReadError(f"{path}: cut short (its last row does not end with a line break); {rerun_advice(stage)}")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[], encoding="utf-8")
     except UnicodeDecodeError:
         raise ReadError(f"{path}: not UTF-8 text; {rerun_advice(stage)}") from None
     except Exception as exc:  # noqa: BLE001 - pandas' parser errors (a row with extra fields, ...)
-        raise ReadError(f"{path}: not a readable CSV ({one_line(exc).splitlines()[0]}); "
-                        f"{rerun_advice(stage)}") from None
+        raise ReadError(
+            f"{path}: not a readable CSV ({one_line(exc).splitlines()[0]}); {rerun_advice(stage)}"
+        ) from None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ReadError(f"{path}: missing column(s) {', '.join(missing)}; {rerun_advice(stage)}")
@@ -131,8 +146,10 @@ def read_csv_table(path: str | Path, what: str, stage: str, columns, *, ints=(),
         bad = ~frame[col].isin(list(allowed))
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ReadError(f"{path}: column '{col}', row {i + 2}: {frame[col].iloc[i][:30]!r} is not one of "
-                            f"{', '.join(map(str, allowed))}; {rerun_advice(stage)}")
+            raise ReadError(
+                f"{path}: column '{col}', row {i + 2}: {frame[col].iloc[i][:30]!r} is not one of "
+                f"{', '.join(map(str, allowed))}; {rerun_advice(stage)}"
+            )
     for col, kind in (dtype or {}).items():
         if col in frame.columns and col not in ints and col not in numbers and col not in finite:
             frame[col] = frame[col].astype(kind)
@@ -144,8 +161,10 @@ def _check_fields(path: Path, width: int, stage: str) -> None:
     with open(path, newline="", encoding="utf-8") as fh:
         for i, row in enumerate(csv.reader(fh)):
             if len(row) != width and row:
-                raise ReadError(f"{path}: row {i + 1} has {len(row)} fields, the header {width} (cut short or "
-                                f"edited); {rerun_advice(stage)}")
+                raise ReadError(
+                    f"{path}: row {i + 1} has {len(row)} fields, the header {width} (cut short or "
+                    f"edited); {rerun_advice(stage)}"
+                )
 
 
 def convert_columns(frame: pd.DataFrame, path: Path, stage: str, ints=(), numbers=(), finite=()) -> None:
@@ -159,22 +178,28 @@ def convert_columns(frame: pd.DataFrame, path: Path, stage: str, ints=(), number
         bad = values.isna() & ~text.str.lower().isin(["", "nan", "-nan"])
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ReadError(f"{path}: column '{col}', row {i + 2}: {frame[col].iloc[i][:30]!r} is not a number; "
-                            f"{rerun_advice(stage)}")
+            raise ReadError(
+                f"{path}: column '{col}', row {i + 2}: {frame[col].iloc[i][:30]!r} is not a number; "
+                f"{rerun_advice(stage)}"
+            )
         if col in ints or col in finite:
             arr = values.to_numpy(dtype=float)
             nonfinite = ~np.isfinite(arr)
             if nonfinite.any():
                 i = int(np.flatnonzero(nonfinite)[0])
-                raise ReadError(f"{path}: column '{col}', row {i + 2} is {frame[col].iloc[i] or 'empty'}; it must be "
-                                f"a finite number; {rerun_advice(stage)}")
+                raise ReadError(
+                    f"{path}: column '{col}', row {i + 2} is {frame[col].iloc[i] or 'empty'}; it must be "
+                    f"a finite number; {rerun_advice(stage)}"
+                )
         if col in ints:
             if values.dtype.kind == "f":
                 frac = values.to_numpy() != np.floor(values.to_numpy())
                 if frac.any():
                     i = int(np.flatnonzero(frac)[0])
-                    raise ReadError(f"{path}: column '{col}', row {i + 2}: {frame[col].iloc[i]!r} is not a whole "
-                                    f"number; {rerun_advice(stage)}")
+                    raise ReadError(
+                        f"{path}: column '{col}', row {i + 2}: {frame[col].iloc[i]!r} is not a whole "
+                        f"number; {rerun_advice(stage)}"
+                    )
                 values = values.astype(np.int64)
         elif values.dtype.kind != "f":
             values = values.astype(np.float64)

@@ -82,14 +82,16 @@ def read_tokenizer_summary(path: str | Path) -> dict:
     meta = read_json(path, "", "tokenize", SUMMARY_KEYS)
     n, top = meta["n_codebooks"], meta["max_code"]
     if n < 1 or len(top) != n:
-        raise ReadError(f"{path}: 'n_codebooks' is {n} but 'max_code' lists {len(top)} codebooks; rerun the "
-                        "tokenize stage")
+        raise ReadError(
+            f"{path}: 'n_codebooks' is {n} but 'max_code' lists {len(top)} codebooks; rerun the tokenize stage"
+        )
     if not all(isinstance(c, int) and not isinstance(c, bool) for c in top):
         raise ReadError(f"{path}: 'max_code' must list whole numbers, one per codebook; rerun the tokenize stage")
     bad = [c for c in top if not -1 <= c < meta["codebook_size"]]
     if bad:
-        raise ReadError(f"{path}: 'max_code' holds {bad[0]}, outside 0-{meta['codebook_size'] - 1}; rerun the "
-                        "tokenize stage")
+        raise ReadError(
+            f"{path}: 'max_code' holds {bad[0]}, outside 0-{meta['codebook_size'] - 1}; rerun the tokenize stage"
+        )
     return meta
 
 
@@ -113,8 +115,9 @@ def open_codes(codes_dir: Path, shard: int) -> np.ndarray:
         raise UserError(f"{path}: not a readable .npy array ({exc})") from None
 
 
-def read_codes(path: str | Path, frames: int, codebooks: int | None, codebook_size: int,
-               what: str = "codes") -> np.ndarray:
+def read_codes(
+    path: str | Path, frames: int, codebooks: int | None, codebook_size: int, what: str = "codes"
+) -> np.ndarray:
     """A shard's codes.npy, memory-mapped read-only: an integer array of at least `codebooks` rows
     (None: all it has) and `frames` columns whose every value of those rows lies in
     [0, codebook_size), or is -1 (a frame outside every clip). Every value is checked once (one
@@ -130,14 +133,18 @@ def read_codes(path: str | Path, frames: int, codebooks: int | None, codebook_si
     if codes.ndim == 2 and codebooks is None:
         codebooks = codes.shape[0]
     if codes.ndim != 2 or codes.shape[0] < codebooks or codes.shape[1] != frames:
-        raise ReadError(f"{path}: shape {codes.shape}, expected ({codebooks}+, {frames}) for its shard's audio; "
-                        "rerun the tokenize stage")
+        raise ReadError(
+            f"{path}: shape {codes.shape}, expected ({codebooks}+, {frames}) for its shard's audio; "
+            "rerun the tokenize stage"
+        )
     step = max(1, SCAN_BLOCK // max(codebooks, 1))
     for start in range(0, frames, step):
         block = np.asarray(codes[:codebooks, start : start + step])
         low, high = int(block.min()), int(block.max())
         if low < -1 or high >= codebook_size:
             row, col = np.argwhere((block < -1) | (block >= codebook_size))[0]
-            raise ReadError(f"{path}: code {int(block[row, col])} at codebook {row}, frame {start + col} lies outside "
-                            f"the codebook (0-{codebook_size - 1}); rerun the tokenize stage")
+            raise ReadError(
+                f"{path}: code {int(block[row, col])} at codebook {row}, frame {start + col} lies outside "
+                f"the codebook (0-{codebook_size - 1}); rerun the tokenize stage"
+            )
     return codes

@@ -91,8 +91,13 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     as non-finite, a statistic without samples), never text or a cut row."""
     path = Path(path)
     frame = read_csv_table(path, "metrics", "train", ["step"], ints=["step"])
-    convert_columns(frame, path, "train", ints=["seed"] if "seed" in frame else [],
-                    numbers=[c for c in frame.columns if c not in ("step", "seed")])
+    convert_columns(
+        frame,
+        path,
+        "train",
+        ints=["seed"] if "seed" in frame else [],
+        numbers=[c for c in frame.columns if c not in ("step", "seed")],
+    )
     if FIGURE_LOSS not in frame.columns:
         raise ReadError(f"{path}: missing column {FIGURE_LOSS} (the figure's loss); rerun the train stage")
     for _, steps in frame.groupby("seed", sort=False)["step"] if "seed" in frame else [(None, frame["step"])]:
@@ -112,7 +117,9 @@ def read_partial_metrics(path: str | Path) -> pd.DataFrame:
     if "loss_scale" in frame.columns and "overflow_skips" not in frame.columns:
         missing.append("overflow_skips")
     if missing:
-        raise ReadError(f"{path}: missing column(s) {', '.join(missing)} (a seed's rows so far have "
-                        f"{', '.join(PARTIAL_COLUMNS)}); it was edited or written by another program: rerun the train "
-                        "stage")
+        raise ReadError(
+            f"{path}: missing column(s) {', '.join(missing)} (a seed's rows so far have "
+            f"{', '.join(PARTIAL_COLUMNS)}); it was edited or written by another program: rerun the train "
+            "stage"
+        )
     return frame

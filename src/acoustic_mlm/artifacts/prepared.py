@@ -35,8 +35,18 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import OutOfSpaceError, atomic_path, is_out_of_space, recover_replaced
 
 MANIFEST = "manifest.csv"  # written last: it marks the corpus complete
-MANIFEST_COLUMNS = ("clip_id", "path", "shard", "split", "offset", "num_samples", "num_frames",
-                    "orig_sample_rate", "orig_channels", "duration_s")
+MANIFEST_COLUMNS = (
+    "clip_id",
+    "path",
+    "shard",
+    "split",
+    "offset",
+    "num_samples",
+    "num_frames",
+    "orig_sample_rate",
+    "orig_channels",
+    "duration_s",
+)
 REJECTS = "rejects.csv"  # the corpus's and each shard's: audio-named files left out, and why
 REJECTS_COLUMNS = ("path", "reason")
 REQUIRED_COLUMNS = ("clip_id", "shard", "split", "offset", "num_samples", "num_frames")  # what readers need
@@ -47,9 +57,18 @@ SHARD_RECORD = "shard.json"  # shard-<k>/shard.json: the shard's counts
 RECORD = "prepare.json"  # the corpus's counts
 PLAN = "shards.csv"  # the plan: every audio-named path, its clip id, its shard, why it is skipped (if it is)
 PLAN_COLUMNS = ("path", "clip_id", "shard", "skip")
-MANIFEST_DTYPES = {"clip_id": str, "path": str, "shard": np.int64, "split": str, "offset": np.int64,
-                   "num_samples": np.int64, "num_frames": np.int64, "orig_sample_rate": np.int64,
-                   "orig_channels": np.int64, "duration_s": np.float64}
+MANIFEST_DTYPES = {
+    "clip_id": str,
+    "path": str,
+    "shard": np.int64,
+    "split": str,
+    "offset": np.int64,
+    "num_samples": np.int64,
+    "num_frames": np.int64,
+    "orig_sample_rate": np.int64,
+    "orig_channels": np.int64,
+    "duration_s": np.float64,
+}
 
 
 def shard_name(shard: int) -> str:
@@ -70,8 +89,7 @@ def read_plan(out_dir: Path) -> pd.DataFrame:
     path = Path(out_dir) / PLAN
     if not path.is_file():
         raise UserError(f"{path}: not found (run `amlm prepare --plan` first)")
-    frame = read_csv_table(path, "the shard plan", "prepare --plan", PLAN_COLUMNS, ints=["shard"],
-                                   empty_ok=True)
+    frame = read_csv_table(path, "the shard plan", "prepare --plan", PLAN_COLUMNS, ints=["shard"], empty_ok=True)
     if (frame["shard"] < 0).any():
         raise UserError(f"{path}: a negative shard; rerun the prepare --plan stage")
     return frame
@@ -106,8 +124,9 @@ class AudioWriter:
         except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
             if not is_out_of_space(exc):
                 raise
-            raise OutOfSpaceError(self.path, os.fstat(self.f.fileno()).st_size,
-                                  self.header_bytes + 4 * (self.n + len(x))) from None
+            raise OutOfSpaceError(
+                self.path, os.fstat(self.f.fileno()).st_size, self.header_bytes + 4 * (self.n + len(x))
+            ) from None
         self.n += len(x)
         return offset
 
@@ -153,9 +172,15 @@ def read_shard_tables(folder: Path, shard: int) -> tuple[pd.DataFrame, pd.DataFr
         if not (folder / name).is_file():
             raise UserError(f"{folder / name}: not found (run `amlm prepare --shard {shard}` first)")
     rerun = f"prepare --shard {shard}"
-    clips = read_csv_table(folder / CLIPS, "a shard's clips", rerun, SHARD_COLUMNS, empty_ok=True,
-                                   ints=[c for c in SHARD_COLUMNS if MANIFEST_DTYPES[c] is np.int64],
-                                   numbers=["duration_s"])
+    clips = read_csv_table(
+        folder / CLIPS,
+        "a shard's clips",
+        rerun,
+        SHARD_COLUMNS,
+        empty_ok=True,
+        ints=[c for c in SHARD_COLUMNS if MANIFEST_DTYPES[c] is np.int64],
+        numbers=["duration_s"],
+    )
     rejects = read_csv_table(folder / REJECTS, "a shard's rejects", rerun, REJECTS_COLUMNS, empty_ok=True)
     return clips, rejects
 
@@ -220,8 +245,9 @@ def load_prepared(prepared_dir: Path) -> Corpus:
         raise UserError(f"{manifest_path}: not found (run the prepare stage first)")
     # every field of every row, whole numbers where they must be; a clip called "NA" stays a string
     ints = [c for c, kind in MANIFEST_DTYPES.items() if kind is np.int64]
-    manifest = read_csv_table(manifest_path, "the manifest", "prepare", REQUIRED_COLUMNS, ints=ints,
-                                      numbers=["duration_s"], empty_ok=True)
+    manifest = read_csv_table(
+        manifest_path, "the manifest", "prepare", REQUIRED_COLUMNS, ints=ints, numbers=["duration_s"], empty_ok=True
+    )
     if manifest.empty:
         raise UserError(f"{manifest_path}: no clips")
     bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
@@ -234,8 +260,10 @@ def load_prepared(prepared_dir: Path) -> Corpus:
         ((s <= 0) | (s % encodec.HOP != 0), f"num_samples is not a positive multiple of {encodec.HOP}"),
         (nf != s // encodec.HOP, f"num_frames != num_samples // {encodec.HOP}"),
         ((o < 0) | (o % encodec.HOP != 0), f"offset is not a non-negative multiple of {encodec.HOP}"),
-        (o + s > np.array([length[k] for k in sh]), "offset + num_samples exceeds its shard's audio.npy "
-                                                    "(the manifest does not match the audio; rerun prepare)"),
+        (
+            o + s > np.array([length[k] for k in sh]),
+            "offset + num_samples exceeds its shard's audio.npy (the manifest does not match the audio; rerun prepare)",
+        ),
     ]
     for bad, what in checks:
         if bad.any():

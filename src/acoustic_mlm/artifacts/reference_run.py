@@ -24,8 +24,10 @@ from acoustic_mlm.utils import atomic_path, write_json
 METRICS = "metrics.csv"  # every arm's rows, with a `run` column
 META = "reference.json"
 # the `stage` of a reference's files: its advice is to restore it, not to rerun a stage
-REFERENCE_RUN = Advice("the reference is damaged, not the run being checked: restore it (git checkout -- "
-                       "data/reference) or record it again (amlm verify --record DIR)")
+REFERENCE_RUN = Advice(
+    "the reference is damaged, not the run being checked: restore it (git checkout -- "
+    "data/reference) or record it again (amlm verify --record DIR)"
+)
 REFERENCE_RUN_COLUMNS = ("run", "seed", "step", "train_loss_cb0")  # what verify matches rows on and draws
 
 
@@ -73,41 +75,55 @@ def read_reference_json(path: str | Path) -> dict:
     one ReferenceDamaged line naming the file."""
     path = Path(path)
     if not path.is_file() and not path.exists():
-        raise ReadError(f"{path}: not found; a reference folder holds metrics.csv and reference.json "
-                        "(amlm verify --record DIR writes one)")
+        raise ReadError(
+            f"{path}: not found; a reference folder holds metrics.csv and reference.json "
+            "(amlm verify --record DIR writes one)"
+        )
     meta = _reference(read_json, path, "", REFERENCE_RUN, {"arms": dict, "config": str})
     advice = _reference_advice()
     if not meta["arms"]:
         raise ReferenceDamaged(f"{path}: 'arms' is empty (no arm's settings); {advice}")
     for run, settings in meta["arms"].items():
         if not isinstance(settings, dict):
-            raise ReferenceDamaged(f"{path}: 'arms.{run}' is {short_value(settings)}, not an object of settings; "
-                                   f"{advice}")
+            raise ReferenceDamaged(
+                f"{path}: 'arms.{run}' is {short_value(settings)}, not an object of settings; {advice}"
+            )
     if "tolerance_bits" in meta and not (_finite_number(meta["tolerance_bits"]) and meta["tolerance_bits"] >= 0):
-        raise ReferenceDamaged(f"{path}: 'tolerance_bits' is {short_value(meta['tolerance_bits'])}, not a finite "
-                               f"number >= 0; {advice}")
+        raise ReferenceDamaged(
+            f"{path}: 'tolerance_bits' is {short_value(meta['tolerance_bits'])}, not a finite number >= 0; {advice}"
+        )
     until = meta.get("tolerance_until_step")
     if until is not None:
         if isinstance(until, bool) or not isinstance(until, int) or until < 0:
-            raise ReferenceDamaged(f"{path}: 'tolerance_until_step' is {short_value(until)}, not a whole number >= 0 "
-                                   f"or null; {advice}")
+            raise ReferenceDamaged(
+                f"{path}: 'tolerance_until_step' is {short_value(until)}, not a whole number >= 0 or null; {advice}"
+            )
         late = meta.get("late_tolerance_bits")
         if not (_finite_number(late) and late >= 0):
-            raise ReferenceDamaged(f"{path}: 'late_tolerance_bits' is "
-                                   f"{short_value(late) if 'late_tolerance_bits' in meta else 'missing'}, "
-                                   "not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); "
-                                   f"{advice}")
+            raise ReferenceDamaged(
+                f"{path}: 'late_tolerance_bits' is "
+                f"{short_value(late) if 'late_tolerance_bits' in meta else 'missing'}, "
+                "not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); "
+                f"{advice}"
+            )
     native = meta.get("native_tolerance_bits")
     if native is not None and not (_finite_number(native) and native >= 0):
-        raise ReferenceDamaged(f"{path}: 'native_tolerance_bits' is {short_value(native)}, not a finite number >= 0 "
-                               f"or null; {advice}")
+        raise ReferenceDamaged(
+            f"{path}: 'native_tolerance_bits' is {short_value(native)}, not a finite number >= 0 or null; {advice}"
+        )
     if meta.get("cpu_kernels") not in (None, "avx2", "native"):
-        raise ReferenceDamaged(f"{path}: 'cpu_kernels' is {short_value(meta['cpu_kernels'])}, not avx2, native or "
-                               f"null; {advice}")
+        raise ReferenceDamaged(
+            f"{path}: 'cpu_kernels' is {short_value(meta['cpu_kernels'])}, not avx2, native or null; {advice}"
+        )
     hashes = meta.get("data_hashes")
-    if hashes is not None and not (isinstance(hashes, dict) and all(
-            isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) == 64
-                                            for k, v in files.items()) for files in hashes.values())):
+    if hashes is not None and not (
+        isinstance(hashes, dict)
+        and all(
+            isinstance(files, dict)
+            and all(isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in files.items())
+            for files in hashes.values()
+        )
+    ):
         raise ReferenceDamaged(f"{path}: 'data_hashes' must map each stage to {{file: sha256}}; {advice}")
     if "machine" in meta and not isinstance(meta["machine"], (dict, type(None))):
         raise ReferenceDamaged(f"{path}: 'machine' is {short_value(meta['machine'])}, not an object; {advice}")
@@ -123,20 +139,26 @@ def read_reference_metrics(path: str | Path, columns=REFERENCE_RUN_COLUMNS) -> p
     ReferenceDamaged line naming the file, the column and the row."""
     path = Path(path)
     if not path.is_file() and not path.exists():
-        raise ReadError(f"{path}: not found; a reference folder holds metrics.csv and reference.json "
-                        "(amlm verify --record DIR writes one)")
+        raise ReadError(
+            f"{path}: not found; a reference folder holds metrics.csv and reference.json "
+            "(amlm verify --record DIR writes one)"
+        )
     advice = _reference_advice()
     frame = _reference(read_csv_table, path, "", REFERENCE_RUN, list(dict.fromkeys([*REFERENCE_RUN_COLUMNS, *columns])))
     losses = loss_columns(frame)
-    codebooks = {split: sorted(int(LOSS_COLUMN.match(c).group(2)) for c in losses if c.startswith(split))
-                 for split in ("train", "valid")}
+    codebooks = {
+        split: sorted(int(LOSS_COLUMN.match(c).group(2)) for c in losses if c.startswith(split))
+        for split in ("train", "valid")
+    }
     for split, ks in codebooks.items():
         if ks and ks != list(range(len(ks))):
             gap = next(k for k in range(len(ks) + 1) if k not in ks)
             raise ReferenceDamaged(f"{path}: has {split}_loss_cb{ks[-1]} but no {split}_loss_cb{gap}; {advice}")
     if codebooks["valid"] and codebooks["valid"] != codebooks["train"]:
-        raise ReferenceDamaged(f"{path}: {len(codebooks['train'])} train_loss_cb<k> columns but "
-                               f"{len(codebooks['valid'])} valid_loss_cb<k>; {advice}")
+        raise ReferenceDamaged(
+            f"{path}: {len(codebooks['train'])} train_loss_cb<k> columns but "
+            f"{len(codebooks['valid'])} valid_loss_cb<k>; {advice}"
+        )
     others = [c for c in frame.columns if c not in ("run", "seed", "step") and c not in losses]
     _reference(convert_columns, frame, path, REFERENCE_RUN, ints=["seed", "step"], finite=losses, numbers=others)
     if (frame["run"].str.strip() == "").any():
@@ -145,8 +167,10 @@ def read_reference_metrics(path: str | Path, columns=REFERENCE_RUN_COLUMNS) -> p
     for (run, seed), steps in frame.groupby(["run", "seed"], sort=False)["step"]:
         s = steps.to_numpy()
         if (s < 0).any() or (np.diff(s) <= 0).any():
-            raise ReferenceDamaged(f"{path}: arm {run!r}, seed {seed}: 'step' must increase from row to row "
-                                   f"(a row repeated, reordered or edited); {advice}")
+            raise ReferenceDamaged(
+                f"{path}: arm {run!r}, seed {seed}: 'step' must increase from row to row "
+                f"(a row repeated, reordered or edited); {advice}"
+            )
     return frame
 
 
@@ -158,26 +182,34 @@ def read_reference_run(folder: str | Path) -> tuple[pd.DataFrame, dict]:
     folder = Path(folder)
     if not folder.is_dir():
         what = "not found" if not folder.exists() else "not a folder"
-        raise ReadError(f"{folder}: {what}; a reference is a folder holding metrics.csv and reference.json "
-                        "(amlm verify --record DIR writes one)")
+        raise ReadError(
+            f"{folder}: {what}; a reference is a folder holding metrics.csv and reference.json "
+            "(amlm verify --record DIR writes one)"
+        )
     meta = read_reference_json(folder / "reference.json")
     metrics = read_reference_metrics(folder / "metrics.csv")
     advice = _reference_advice()
     have = list(dict.fromkeys(metrics["run"]))
     lacking = [r for r in meta["arms"] if r not in have]
     if lacking:
-        raise ReferenceDamaged(f"{folder / 'metrics.csv'}: no rows of arm {lacking[0]!r}, which "
-                               f"{folder / 'reference.json'} lists; {advice}")
+        raise ReferenceDamaged(
+            f"{folder / 'metrics.csv'}: no rows of arm {lacking[0]!r}, which "
+            f"{folder / 'reference.json'} lists; {advice}"
+        )
     extra = [r for r in have if r not in meta["arms"]]
     if extra:
-        raise ReferenceDamaged(f"{folder / 'metrics.csv'}: rows of arm {extra[0]!r}, which {folder / 'reference.json'} "
-                               f"does not list; {advice}")
+        raise ReferenceDamaged(
+            f"{folder / 'metrics.csv'}: rows of arm {extra[0]!r}, which {folder / 'reference.json'} "
+            f"does not list; {advice}"
+        )
     for (run, seed), rows in metrics.groupby(["run", "seed"], sort=False):
         steps = meta["arms"][run].get("train.steps")
         last = rows.iloc[-1]
         diverged = "diverged" in rows.columns and _finite_number(last["diverged"]) and last["diverged"] > 0
         if _finite_number(steps) and not diverged and int(last["step"]) != int(steps):
-            raise ReferenceDamaged(f"{folder / 'metrics.csv'}: arm {run!r}, seed {seed} ends at step "
-                                   f"{int(last['step'])}, "
-                                   f"not at its train.steps ({int(steps)}) nor marked diverged (rows lost); {advice}")
+            raise ReferenceDamaged(
+                f"{folder / 'metrics.csv'}: arm {run!r}, seed {seed} ends at step "
+                f"{int(last['step'])}, "
+                f"not at its train.steps ({int(steps)}) nor marked diverged (rows lost); {advice}"
+            )
     return metrics, meta

@@ -29,8 +29,13 @@ from acoustic_mlm.utils import write_json
 SUMMARY = "summary.json"
 COMPLETED, COMPLETED_WITH_NONFINITE, DIVERGED = SEED_STATUSES = ("completed", "completed_with_nonfinite", "diverged")
 # completed_with_nonfinite: every step ran, some updates skipped as non-finite; the statuses go from best to worst
-SEED_SUMMARY_KEYS = {"status": str, "final_train_loss_cb0": (int, float), "final_valid_loss_cb0": (int, float),
-                     "nonfinite_steps": int, "fingerprint": dict}
+SEED_SUMMARY_KEYS = {
+    "status": str,
+    "final_train_loss_cb0": (int, float),
+    "final_valid_loss_cb0": (int, float),
+    "nonfinite_steps": int,
+    "fingerprint": dict,
+}
 ARM_SUMMARY_KEYS = {"per_seed": dict, "run": str}
 
 

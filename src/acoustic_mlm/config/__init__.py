@@ -53,15 +53,41 @@ from acoustic_mlm.errors import ConfigError  # the error every check raises, as 
 
 __all__ = [
     # sections.py
-    "SCHEMA_PATH", "NORMS", "ATTENTIONS", "ROLES", "PRECISIONS", "CQT_IMPLS",
-    "Config", "DataConfig", "TokenizerConfig", "ModelSection", "ModelConfig", "TrainSection", "TrainConfig",
-    "RunConfig", "FigureConfig", "ClaimThresholds", "to_dict", "world_size",
+    "SCHEMA_PATH",
+    "NORMS",
+    "ATTENTIONS",
+    "ROLES",
+    "PRECISIONS",
+    "CQT_IMPLS",
+    "Config",
+    "DataConfig",
+    "TokenizerConfig",
+    "ModelSection",
+    "ModelConfig",
+    "TrainSection",
+    "TrainConfig",
+    "RunConfig",
+    "FigureConfig",
+    "ClaimThresholds",
+    "to_dict",
+    "world_size",
     # load.py
-    "load", "read_yaml", "from_mapping", "typed",
+    "load",
+    "read_yaml",
+    "from_mapping",
+    "typed",
     # checks.py
-    "validate", "RENAMED_KEYS", "renamed_settings", "MAX_RUN_NAME_BYTES", "MAX_LABEL_CHARS", "check_run_name",
+    "validate",
+    "RENAMED_KEYS",
+    "renamed_settings",
+    "MAX_RUN_NAME_BYTES",
+    "MAX_LABEL_CHARS",
+    "check_run_name",
     # steps.py
-    "STEP_KEYS", "DVC_STAGES", "result_keys", "settings",
+    "STEP_KEYS",
+    "DVC_STAGES",
+    "result_keys",
+    "settings",
     # errors.py
     "ConfigError",
 ]

@@ -94,10 +94,12 @@ def _check_renamed_keys(cfg: Any, source: str) -> None:
     """Keys of earlier versions get a sentence saying what replaced them, not 'unknown key'."""
     claims = cfg.get("claims") if isinstance(cfg, dict) else None
     if isinstance(claims, dict) and "final_fraction" in claims:
-        raise ConfigError(f"{source}: 'claims.final_fraction' was removed: the final loss has one definition, the "
-                          "mean over the last 10% of the steps (acoustic_mlm.curves); delete the key")
+        raise ConfigError(
+            f"{source}: 'claims.final_fraction' was removed: the final loss has one definition, the "
+            "mean over the last 10% of the steps (acoustic_mlm.curves); delete the key"
+        )
     runs = cfg.get("runs") if isinstance(cfg, dict) else None
-    for name, run in (runs.items() if isinstance(runs, dict) else ()):
+    for name, run in runs.items() if isinstance(runs, dict) else ():
         for old in RENAMED_RUN_KEYS:
             if isinstance(run, dict) and old in run:
                 raise ConfigError(f"{source}: 'runs.{name}.{old}' was replaced by {RENAMED_RUN_KEYS[old]}")
@@ -155,8 +157,10 @@ def _check_arms(cfg: dict, source: str) -> None:
     for name, run in cfg["runs"].items():
         role = run.get("role")
         if role is not None and role in seen_roles:
-            raise ConfigError(f"{source}: 'runs.{name}.role' is {role}, as is 'runs.{seen_roles[role]}.role': "
-                              "each of the paper's curves is reproduced by one arm")
+            raise ConfigError(
+                f"{source}: 'runs.{name}.role' is {role}, as is 'runs.{seen_roles[role]}.role': "
+                "each of the paper's curves is reproduced by one arm"
+            )
         if role is not None:
             seen_roles[role] = name
     labels = [r["label"] for r in cfg["runs"].values()]
@@ -186,9 +190,11 @@ def _check_train(cfg: dict, source: str) -> None:
     t = cfg["train"]
     world = world_size(t)
     if t["batch_size"] % world:
-        raise ConfigError(f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} "
-                          "processes "
-                          "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them")
+        raise ConfigError(
+            f"{source}: 'train.batch_size' ({t['batch_size']}) must be divisible by the {world} "
+            "processes "
+            "('train.nodes' x 'train.processes'): it is the global micro-batch, split between them"
+        )
     total = t.get("total_updates") or t["steps"]
     if t["warmup_steps"] >= total:
         key = "train.total_updates" if t.get("total_updates") else "train.steps"
@@ -212,11 +218,13 @@ def _check_recipe(cfg: dict, source: str) -> None:
         crop = crop_frames(cfg) * encodec.HOP
         (n_min, n_max), (len_min, len_max) = m["mixture_segments"], m["mixture_samples"]
         if n_min > n_max or len_min > len_max:
-            raise ConfigError(f"{source}: 'model.mixture_segments' and 'model.mixture_samples' must be [min, max] "
-                              "ranges")
+            raise ConfigError(
+                f"{source}: 'model.mixture_segments' and 'model.mixture_samples' must be [min, max] ranges"
+            )
         if len_max > crop:
-            raise ConfigError(f"{source}: 'model.mixture_samples' reaches {len_max} samples, longer than a crop "
-                              f"({crop})")
+            raise ConfigError(
+                f"{source}: 'model.mixture_samples' reaches {len_max} samples, longer than a crop ({crop})"
+            )
         smallest = min(len(g) for g in groups)
         if (smallest - 1) * crop < len_max:
             raise ConfigError(
@@ -280,8 +288,16 @@ def _check_point(cfg: dict, source: str) -> None:
     """The rules across keys that read model., train. or runs: (what a sweep point changes: model./train.
     values, and runs: holding the point). The rest of validate reads only sections a point shares with
     its file (data, claims, figure; the labels and roles of its arm), which passed already."""
-    for check in (_check_model, _check_train, _check_recipe, _check_crop, _check_tokenizer, check_codebooks,
-                  _check_arm_names, check_seeds):
+    for check in (
+        _check_model,
+        _check_train,
+        _check_recipe,
+        _check_crop,
+        _check_tokenizer,
+        check_codebooks,
+        _check_arm_names,
+        check_seeds,
+    ):
         check(cfg, source)
 
 
@@ -339,8 +355,10 @@ def check_run_name(name: str, source: str = "config", key: str | None = None) ->
     key = key if key is not None else f"runs.{name}"
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_RUN_NAME_BYTES:
-        raise ConfigError(f"{source}: '{shorten(key)}': the run name is {size} bytes; at most {MAX_RUN_NAME_BYTES} "
-                          "(results/logs/train/<run>.log must fit the file system's 255-byte name limit); shorten it")
+        raise ConfigError(
+            f"{source}: '{shorten(key)}': the run name is {size} bytes; at most {MAX_RUN_NAME_BYTES} "
+            "(results/logs/train/<run>.log must fit the file system's 255-byte name limit); shorten it"
+        )
     if not name or "/" in name or "\0" in name or name in (".", ".."):
         raise ConfigError(f"{source}: '{shorten(key)}': {name!r} cannot be a folder name; use letters, digits and _")
 
@@ -349,8 +367,10 @@ def check_seed(seed: int, source: str = "config", key: str = "seed", processes: 
     """A seed torch accepts in every one of `processes` DDP processes (seed + rank * 1,000,003)."""
     top = TORCH_SEED_MAX - RANK_SEED_STRIDE * (processes - 1)
     if not 0 <= seed <= top:
-        raise ConfigError(f"{source}: '{key}' has seed {seed}; seeds run from 0 to {top} (torch.manual_seed takes "
-                          f"at most 2^64 - 1{', less 1000003 per further process' if processes > 1 else ''})")
+        raise ConfigError(
+            f"{source}: '{key}' has seed {seed}; seeds run from 0 to {top} (torch.manual_seed takes "
+            f"at most 2^64 - 1{', less 1000003 per further process' if processes > 1 else ''})"
+        )
 
 
 def check_seeds(cfg: dict, source: str = "config") -> None:
@@ -366,8 +386,10 @@ def check_label_length(label: str, source: str = "config", key: str = "label") -
     """A legend label the figure can draw beside the curves (MAX_LABEL_CHARS characters, one line)."""
     if len(label) > MAX_LABEL_CHARS or "\n" in label:
         what = "holds a line break" if "\n" in label else f"is {len(label)} characters long"
-        raise ConfigError(f"{source}: '{key}' {json.dumps(shorten(label))} {what}; the legend draws one line of at "
-                          f"most {MAX_LABEL_CHARS} characters: shorten it (the run name can carry the rest)")
+        raise ConfigError(
+            f"{source}: '{key}' {json.dumps(shorten(label))} {what}; the legend draws one line of at "
+            f"most {MAX_LABEL_CHARS} characters: shorten it (the run name can carry the rest)"
+        )
 
 
 # ----------------------------------------------------------------------------- checks the schema cannot express
@@ -399,11 +421,15 @@ def check_integers(cfg: Any, schema: dict, source: str = "config", at: tuple = (
     """Refuse a float where the schema asks for an integer. JSON schema counts 150.0 as an
     integer, but the code would receive a float (range(150.0) fails deep inside training)."""
     kind = schema.get("type")
-    wants_int = kind == "integer" or (isinstance(kind, list) and "integer" in kind) or (
-        isinstance(schema.get("const"), int) and not isinstance(schema.get("const"), bool))
+    wants_int = (
+        kind == "integer"
+        or (isinstance(kind, list) and "integer" in kind)
+        or (isinstance(schema.get("const"), int) and not isinstance(schema.get("const"), bool))
+    )
     if isinstance(cfg, float) and wants_int:
-        raise ConfigError(f"{source}: '{_dotted(at)}' is {cfg!r}; it must be a whole number, written without "
-                          "a decimal point")
+        raise ConfigError(
+            f"{source}: '{_dotted(at)}' is {cfg!r}; it must be a whole number, written without a decimal point"
+        )
     if isinstance(cfg, dict):
         props, other = schema.get("properties", {}), schema.get("additionalProperties")
         for k, v in cfg.items():
@@ -426,8 +452,10 @@ def check_codebooks(cfg: dict, source: str = "config") -> None:
             "or raise tokenizer.bandwidth"
         )
     if m["codebook_size"] < encodec.CODEBOOK_SIZE:
-        raise ConfigError(f"{source}: 'model.codebook_size' is {m['codebook_size']} but EnCodec codes run from 0 "
-                          f"to {encodec.CODEBOOK_SIZE - 1}; set it to {encodec.CODEBOOK_SIZE}")
+        raise ConfigError(
+            f"{source}: 'model.codebook_size' is {m['codebook_size']} but EnCodec codes run from 0 "
+            f"to {encodec.CODEBOOK_SIZE - 1}; set it to {encodec.CODEBOOK_SIZE}"
+        )
 
 
 def check_labels(cfg: dict, source: str = "config") -> None:
@@ -450,8 +478,10 @@ def check_labels(cfg: dict, source: str = "config") -> None:
             parser.parse(label)
         except ValueError as exc:
             why = " ".join([line for line in str(exc).splitlines() if line.strip()][-1].split())
-            raise ConfigError(f"{source}: 'runs.{name}.label' \"{shorten(label)}\" cannot be drawn by matplotlib "
-                              f"({why}); fix the math or write a literal dollar sign as \\$") from None
+            raise ConfigError(
+                f"{source}: 'runs.{name}.label' \"{shorten(label)}\" cannot be drawn by matplotlib "
+                f"({why}); fix the math or write a literal dollar sign as \\$"
+            ) from None
 
 
 def crop_frames(cfg: dict) -> int:

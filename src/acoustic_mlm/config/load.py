@@ -44,8 +44,10 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise ConfigError(f"line {event.start_mark.line + 1}: YAML alias '*{shorten(event.anchor)}' is not "
-                              "supported in a configuration; write the value out")
+            raise ConfigError(
+                f"line {event.start_mark.line + 1}: YAML alias '*{shorten(event.anchor)}' is not "
+                "supported in a configuration; write the value out"
+            )
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
@@ -57,8 +59,10 @@ class _StrictLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: PyYAML's own error follows
                 continue
             if first != key_node.start_mark.line + 1:
-                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {shorten(key)!r} "
-                                  f"(first at line {first}); keep one")
+                raise ConfigError(
+                    f"line {key_node.start_mark.line + 1}: duplicate key {shorten(key)!r} "
+                    f"(first at line {first}); keep one"
+                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -75,8 +79,9 @@ def read_yaml(path: str | Path):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); "
-                          "save the file as UTF-8") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); save the file as UTF-8"
+        ) from None
     try:
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except ConfigError as exc:

@@ -64,13 +64,17 @@ def arm_params(cfg) -> list[str]:
     lists = {}
     for arm in cfg["runs"]:
         prefix = f"runs.{arm}."
-        lists[arm] = [f"runs.${{key}}.{k[len(prefix):]}" if k.startswith(prefix) else k
-                      for k in compact(cfg, stage_keys(cfg, "train", arm))]
+        lists[arm] = [
+            f"runs.${{key}}.{k[len(prefix) :]}" if k.startswith(prefix) else k
+            for k in compact(cfg, stage_keys(cfg, "train", arm))
+        ]
     first = next(iter(lists.values()))
     for arm, keys in lists.items():
         if keys != first:
-            raise UserError(f"config: the arms' training keys differ ({arm} has {sorted(set(keys) ^ set(first))}); "
-                            "dvc.yaml's train stage needs the same keys in every arm")
+            raise UserError(
+                f"config: the arms' training keys differ ({arm} has {sorted(set(keys) ^ set(first))}); "
+                "dvc.yaml's train stage needs the same keys in every arm"
+            )
     return first
 
 
@@ -92,7 +96,7 @@ def point_params(cfg, point: S.Point, grid: int) -> list[str]:
         if key in swept:
             continue
         if key.startswith(own):
-            leaf = key[len(own):]
+            leaf = key[len(own) :]
             key = f"sweep.{grid}.grid.{S.SEEDS}" if leaf == "seeds" and seeds_from_grid else f"runs.{point.arm}.{leaf}"
         keys.append(key)
     return compact(cfg, keys)

@@ -244,14 +244,26 @@ class Config:
         data = _typed(DataConfig, cfg["data"], synthetic=_typed(SyntheticConfig, cfg["data"]["synthetic"]))
         sweep = None
         if cfg.get("sweep") is not None:
-            sweep = tuple(SweepGrid(grid=tuple((k, tuple(v)) for k, v in g["grid"].items()),
-                                    arms=tuple(g["arms"]) if g.get("arms") is not None else None)
-                          for g in cfg["sweep"])
-        return cls(source=source, cpu_kernels=cfg["cpu_kernels"], data=data,
-                   tokenizer=_typed(TokenizerConfig, cfg["tokenizer"]),
-                   model=ModelSection.from_mapping(cfg["model"]), train=_typed(TrainSection, cfg["train"]), runs=runs,
-                   figure=_typed(FigureConfig, cfg["figure"]), claims=ClaimThresholds.from_dict(cfg["claims"]),
-                   sweep=sweep, mapping=cfg)
+            sweep = tuple(
+                SweepGrid(
+                    grid=tuple((k, tuple(v)) for k, v in g["grid"].items()),
+                    arms=tuple(g["arms"]) if g.get("arms") is not None else None,
+                )
+                for g in cfg["sweep"]
+            )
+        return cls(
+            source=source,
+            cpu_kernels=cfg["cpu_kernels"],
+            data=data,
+            tokenizer=_typed(TokenizerConfig, cfg["tokenizer"]),
+            model=ModelSection.from_mapping(cfg["model"]),
+            train=_typed(TrainSection, cfg["train"]),
+            runs=runs,
+            figure=_typed(FigureConfig, cfg["figure"]),
+            claims=ClaimThresholds.from_dict(cfg["claims"]),
+            sweep=sweep,
+            mapping=cfg,
+        )
 
     # ---------------------------------------------------------------- one arm
 
@@ -334,4 +346,3 @@ def get(cfg: dict, dotted: str) -> Any:
     for part in dotted.split("."):
         node = node[part]
     return node
-

@@ -17,23 +17,40 @@ from acoustic_mlm.config.sections import get
 # how fast or where a step runs, not what it writes.
 STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # cpu_kernels: the pinned (avx2) or native kernels compute different bits (acoustic_mlm.kernels)
-    "fetch": (("data", "cpu_kernels"),
-              ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed")),
+    "fetch": (
+        ("data", "cpu_kernels"),
+        ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed"),
+    ),
     "plan": (("data.shard_files",), ()),
     # clips shorter than a crop are rejected
     "prepare_shard": (("data.sample_rate", "train.crop_seconds", "cpu_kernels"), ()),
     "prepare_merge": (("data.valid_fraction", "data.split_seed"), ()),
     # the fitted tokenizer is the same at any thread count (measured: 1 and 2 threads give one tokenizer.pt)
-    "tokenize_fit": (("tokenizer", "cpu_kernels"), ("tokenizer.batch_size", "tokenizer.device",
-                                                    "tokenizer.segment_seconds", "tokenizer.context_seconds",
-                                                    "tokenizer.threads")),
+    "tokenize_fit": (
+        ("tokenizer", "cpu_kernels"),
+        (
+            "tokenizer.batch_size",
+            "tokenizer.device",
+            "tokenizer.segment_seconds",
+            "tokenizer.context_seconds",
+            "tokenizer.threads",
+        ),
+    ),
     # batch size, segments, device and threads move codes at near-ties
     "tokenize_shard": (("tokenizer", "cpu_kernels"), ()),
     "tokenize_merge": (("tokenizer.batch_size",), ()),
-    "train": (("model", "train", "runs.{run}", "cpu_kernels"),
-              ("train.threads", "train.workers", "train.checkpoint_interval",
-                                                 "train.loggers", "train.wandb_project",  # trackers watch, never change
-                                                 "runs.{run}.label", "runs.{run}.role")),
+    "train": (
+        ("model", "train", "runs.{run}", "cpu_kernels"),
+        (
+            "train.threads",
+            "train.workers",
+            "train.checkpoint_interval",
+            "train.loggers",
+            "train.wandb_project",  # trackers watch, never change
+            "runs.{run}.label",
+            "runs.{run}.role",
+        ),
+    ),
     # The summary steps read every arm's label and role; they take the whole `runs:` section (which
     # DVC can name), since an arm's other settings reach them through its retrained metrics anyway.
     "aggregate": (("runs",), ()),
@@ -50,7 +67,9 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 # The steps before each step, whose settings also shape its outputs.
 UPSTREAM = {
-    "fetch": (), "plan": ("fetch",), "prepare_shard": ("fetch", "plan"),
+    "fetch": (),
+    "plan": ("fetch",),
+    "prepare_shard": ("fetch", "plan"),
     "prepare_merge": ("fetch", "plan", "prepare_shard"),
     "tokenize_fit": ("fetch", "plan", "prepare_shard", "prepare_merge"),
     "tokenize_shard": ("fetch", "plan", "prepare_shard", "prepare_merge", "tokenize_fit"),
@@ -59,10 +78,18 @@ UPSTREAM = {
 UPSTREAM["train"] = UPSTREAM["tokenize_merge"] + ("tokenize_merge",)
 # DVC runs each group of steps as one stage.
 DVC_STAGES = {
-    "fetch": ("fetch",), "prepare": ("plan", "prepare_shard", "prepare_merge"),
-    "tokenize": ("tokenize_fit", "tokenize_shard", "tokenize_merge"), "train": ("train",),
-    "aggregate": ("aggregate",), "figure": ("figure",), "claims": ("claims",), "compare": ("compare",),
-    "stability": ("stability",), "map": ("map",), "map_figure": ("map_figure",), "map_claims": ("map_claims",),
+    "fetch": ("fetch",),
+    "prepare": ("plan", "prepare_shard", "prepare_merge"),
+    "tokenize": ("tokenize_fit", "tokenize_shard", "tokenize_merge"),
+    "train": ("train",),
+    "aggregate": ("aggregate",),
+    "figure": ("figure",),
+    "claims": ("claims",),
+    "compare": ("compare",),
+    "stability": ("stability",),
+    "map": ("map",),
+    "map_figure": ("map_figure",),
+    "map_claims": ("map_claims",),
     "decide": ("decide",),
 }
 

@@ -97,13 +97,17 @@ def _check_arms(cfg: dict, grid: dict, where: str, source: str) -> list[str]:
         return list(cfg["runs"])
     arms = grid["arms"]
     if not isinstance(arms, list) or not arms:
-        raise ConfigError(f"{source}: '{where}.arms' must be a non-empty list of arm names (- prenorm_clip1); leave "
-                          "it out to sweep every arm")
+        raise ConfigError(
+            f"{source}: '{where}.arms' must be a non-empty list of arm names (- prenorm_clip1); leave "
+            "it out to sweep every arm"
+        )
     seen = set()
     for arm in arms:
         if not isinstance(arm, str) or arm not in cfg["runs"]:
-            raise ConfigError(f"{source}: '{where}.arms' names {_show(arm)}, which is not an arm under 'runs' "
-                              f"(the arms: {', '.join(cfg['runs'])})")
+            raise ConfigError(
+                f"{source}: '{where}.arms' names {_show(arm)}, which is not an arm under 'runs' "
+                f"(the arms: {', '.join(cfg['runs'])})"
+            )
         if arm in seen:
             raise ConfigError(f"{source}: '{where}.arms' lists '{arm}' twice; list each arm once (a point is one run)")
         seen.add(arm)
@@ -117,7 +121,8 @@ def _check_values(key: str, values, where: str, source: str, allowed) -> None:
         raise ConfigError(
             f"{source}: '{where}.grid.{key}' is not a setting of a training run; a sweep may set "
             "'seeds' and the model./train. keys training depends on (not threads, workers, "
-            "checkpoint_interval or a whole section)")
+            "checkpoint_interval or a whole section)"
+        )
     if not isinstance(values, list) or not values:
         raise ConfigError(f"{source}: '{where}.grid.{key}' must be a non-empty list of values")
     named: dict[str, object] = {}
@@ -126,19 +131,22 @@ def _check_values(key: str, values, where: str, source: str, allowed) -> None:
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ConfigError(f"{source}: '{where}.grid.seeds' holds {v!r}; seeds are whole numbers")
         elif isinstance(v, (list, dict)) or v is None:
-            raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; a sweep sets numbers, "
-                              "strings or booleans")
+            raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; a sweep sets numbers, strings or booleans")
         elif isinstance(v, str) and not _PART.match(v):
-            raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; string values in a sweep "
-                              "use a-z, 0-9 and _ (they become part of run names)")
+            raise ConfigError(
+                f"{source}: '{where}.grid.{key}' holds {v!r}; string values in a sweep "
+                "use a-z, 0-9 and _ (they become part of run names)"
+            )
         name = format_value(v) if key != SEEDS else str(v)
         if name in named:
             first = named[name]
             if first == v and type(first) is type(v) or key == SEEDS:
                 raise ConfigError(f"{source}: '{where}.grid.{key}' lists {_show(v)} twice; list each value once")
-            raise ConfigError(f"{source}: '{where}.grid.{key}' holds {_show(first)} and {_show(v)}, which name one "
-                              f"point ('{_short(key)}-{name}': a point's name keeps 7 significant digits); keep "
-                              "one, or make them differ within 7 digits")
+            raise ConfigError(
+                f"{source}: '{where}.grid.{key}' holds {_show(first)} and {_show(v)}, which name one "
+                f"point ('{_short(key)}-{name}': a point's name keeps 7 significant digits); keep "
+                "one, or make them differ within 7 digits"
+            )
         named[name] = v
 
 
@@ -151,8 +159,7 @@ _CACHE_SIZE = 8
 def _cache_key(cfg: dict, source: str, allowed) -> str:
     runs = cfg.get("runs")
     seeds = {a: r.get("seeds") for a, r in runs.items()} if isinstance(runs, dict) else runs
-    return json.dumps([cfg.get("sweep"), seeds, source, sorted(allowed) if allowed is not None else None],
-                      default=repr)
+    return json.dumps([cfg.get("sweep"), seeds, source, sorted(allowed) if allowed is not None else None], default=repr)
 
 
 def points(cfg: dict, source: str = "config", allowed=None) -> dict[str, Point]:
@@ -189,8 +196,10 @@ def _points(cfg: dict, source: str, allowed) -> dict[str, Point]:
             _check_values(key, grid["grid"][key], where, source, allowed)
         swept = [k for k in keys if k != SEEDS]
         if not swept:
-            raise ConfigError(f"{source}: '{where}.grid' sets only 'seeds'; a grid sweeps at least one model./train. "
-                              "setting (an arm's own seeds are 'runs.<arm>.seeds')")
+            raise ConfigError(
+                f"{source}: '{where}.grid' sets only 'seeds'; a grid sweeps at least one model./train. "
+                "setting (an arm's own seeds are 'runs.<arm>.seeds')"
+            )
         seeds = grid["grid"].get(SEEDS)
         for arm in arms:
             arm_seeds = tuple(seeds) if seeds else tuple(cfg["runs"][arm]["seeds"])
@@ -199,16 +208,23 @@ def _points(cfg: dict, source: str, allowed) -> dict[str, Point]:
                 name = point_name(arm, values)
                 if name in out:
                     before = out[name].values
-                    differ = [f"{k} {_show(a)} there, {_show(b)} here" for (k, a), (_, b) in zip(before, values)
-                              if a != b or type(a) is not type(b)]
-                    raise ConfigError(f"{source}: '{where}' gives point '{name}', which 'sweep[{origin[name]}]' gives "
-                                      f"too{' (' + '; '.join(differ) + ')' if differ else ''}; each point is one run: "
-                                      "take it out of one grid")
+                    differ = [
+                        f"{k} {_show(a)} there, {_show(b)} here"
+                        for (k, a), (_, b) in zip(before, values)
+                        if a != b or type(a) is not type(b)
+                    ]
+                    raise ConfigError(
+                        f"{source}: '{where}' gives point '{name}', which 'sweep[{origin[name]}]' gives "
+                        f"too{' (' + '; '.join(differ) + ')' if differ else ''}; each point is one run: "
+                        "take it out of one grid"
+                    )
                 if name in cfg["runs"]:
                     raise ConfigError(f"{source}: sweep point '{name}' has the name of an arm under 'runs'")
                 if len(name.encode()) > MAX_NAME_BYTES:
-                    raise ConfigError(f"{source}: sweep point '{name[:60]}...' has a {len(name.encode())}-byte "
-                                      f"name; shorten the arm name or sweep fewer keys (at most {MAX_NAME_BYTES})")
+                    raise ConfigError(
+                        f"{source}: sweep point '{name[:60]}...' has a {len(name.encode())}-byte "
+                        f"name; shorten the arm name or sweep fewer keys (at most {MAX_NAME_BYTES})"
+                    )
                 out[name] = Point(name, arm, values, arm_seeds)
                 origin[name] = g
     return out

@@ -44,8 +44,16 @@ if TYPE_CHECKING:
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 # What reading a damaged archive raises (zip: bad CRC, unsupported method; gzip/xz: bad stream).
-_READ_ERRORS = (zipfile.BadZipFile, tarfile.TarError, EOFError, NotImplementedError, RuntimeError,
-                zlib.error, lzma.LZMAError, OSError)
+_READ_ERRORS = (
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    lzma.LZMAError,
+    OSError,
+)
 
 
 NAME_MAX = 255  # bytes in one path component (Linux, macOS, Windows)
@@ -182,8 +190,11 @@ def check_members(members: list[Member], archive_name: str) -> None:
     """Fill each member's normalised path; raise UnsafeArchiveError on the first unsafe member."""
     for m in members:
         m.path, why = _relative(m.name)
-        if (why is None and m.kind in ("symlink", "hardlink")
-                and _link_escapes(m.path, m.link or "", m.kind == "hardlink")):
+        if (
+            why is None
+            and m.kind in ("symlink", "hardlink")
+            and _link_escapes(m.path, m.link or "", m.kind == "hardlink")
+        ):
             why = f"is a {'hard' if m.kind == 'hardlink' else 'symbolic'} link to {m.link!r}, outside the archive"
         if why is None and m.kind == "file" and m.path is None:
             why = "has an empty name"
@@ -212,8 +223,10 @@ def _check_conflicts(members: list[Member], archive_name: str) -> None:
             continue
         other = seen.get(m.path)
         if other is not None and not (m.kind == other.kind == "dir"):
-            raise UnsafeArchiveError(f"refusing {archive_name}: members {other.name!r} and {m.name!r} have the same "
-                                     "path; nothing was extracted")
+            raise UnsafeArchiveError(
+                f"refusing {archive_name}: members {other.name!r} and {m.name!r} have the same "
+                "path; nothing was extracted"
+            )
         seen.setdefault(m.path, m)
     for m in members:
         if m.path is None:
@@ -221,8 +234,10 @@ def _check_conflicts(members: list[Member], archive_name: str) -> None:
         for parent in m.path.parents:
             holder = seen.get(parent)
             if holder is not None and holder.kind != "dir":
-                raise UnsafeArchiveError(f"refusing {archive_name}: member {m.name!r} needs {holder.name!r} to be a "
-                                         f"folder, but it is a {holder.kind}; nothing was extracted")
+                raise UnsafeArchiveError(
+                    f"refusing {archive_name}: member {m.name!r} needs {holder.name!r} to be a "
+                    f"folder, but it is a {holder.kind}; nothing was extracted"
+                )
 
 
 def check_limits(members: list[Member], archive: Path, limits: ExtractLimits) -> None:
@@ -230,20 +245,27 @@ def check_limits(members: list[Member], archive: Path, limits: ExtractLimits) ->
     files = [m for m in members if m.kind == "file"]
     total = sum(m.size for m in files)
     if total > limits.max_bytes:
-        raise UnsafeArchiveError(f"refusing {archive.name}: its files expand to {total} bytes, over the limit of "
-                                 f"{limits.max_bytes} (data.max_extract_gb); nothing was extracted")
+        raise UnsafeArchiveError(
+            f"refusing {archive.name}: its files expand to {total} bytes, over the limit of "
+            f"{limits.max_bytes} (data.max_extract_gb); nothing was extracted"
+        )
     for m in files:
         if m.compressed is not None and m.size >= RATIO_MIN_BYTES and m.size > limits.max_ratio * max(m.compressed, 1):
             raise UnsafeArchiveError(
                 f"refusing {archive.name}: member {m.name!r} expands {m.size / max(m.compressed, 1):.0f}x "
                 f"({m.compressed} -> {m.size} bytes), over data.max_compression_ratio ({limits.max_ratio:g}); "
-                "nothing was extracted")
+                "nothing was extracted"
+            )
     stored = archive.stat().st_size
-    if (any(m.compressed is None for m in files) and total >= RATIO_MIN_BYTES
-            and total > limits.max_ratio * max(stored, 1)):
+    if (
+        any(m.compressed is None for m in files)
+        and total >= RATIO_MIN_BYTES
+        and total > limits.max_ratio * max(stored, 1)
+    ):
         raise UnsafeArchiveError(
             f"refusing {archive.name}: it expands {total / max(stored, 1):.0f}x ({stored} -> {total} bytes), over "
-            f"data.max_compression_ratio ({limits.max_ratio:g}); nothing was extracted")
+            f"data.max_compression_ratio ({limits.max_ratio:g}); nothing was extracted"
+        )
 
 
 def list_members(archive: Path) -> list[Member]:
@@ -263,8 +285,9 @@ def list_members(archive: Path) -> list[Member]:
     return members
 
 
-def extract(archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name: True,
-            limits: ExtractLimits | None = None) -> Extracted:
+def extract(
+    archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name: True, limits: ExtractLimits | None = None
+) -> Extracted:
     """Write the regular files of `archive` that `keep(relative path)` selects under `dest`.
 
     `dest` should be a fresh (temporary) folder: the caller makes the result appear atomically.
@@ -337,5 +360,3 @@ class _Budget:
             if why:
                 raise UnsafeArchiveError(f"refusing {self.archive.name}: member {m.name!r} {why}; extraction stopped")
             out.write(block)
-
-

@@ -38,4 +38,5 @@ def check_calibration_data(cfg: Config, manifest: pd.DataFrame, where: str = "pr
             f"tokenizer needs at least {CODEBOOK_SIZE} ({CODEBOOK_SIZE / FRAME_RATE / 60:.2f} min of train audio, "
             f"about {CODEBOOK_SIZE / FRAME_RATE / 60 / share:.2f} min in all with data.valid_fraction "
             f"{cfg.data.valid_fraction}): add at least {(CODEBOOK_SIZE - have) / FRAME_RATE / 60 / share:.2f} "
-            "min of audio, or set tokenizer.mode: pretrained")
+            "min of audio, or set tokenizer.mode: pretrained"
+        )

@@ -144,8 +144,10 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     except Exception as exc:  # libsndfile: not audio, malformed, lost sync, ...
         raise Unusable(f"not decodable: {_libsndfile_reason(exc)}") from None
     if not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
-        raise Unusable(f"implausible sample rate: {sr} Hz, outside {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz "
-                       "(a damaged header or not audio)")
+        raise Unusable(
+            f"implausible sample rate: {sr} Hz, outside {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz "
+            "(a damaged header or not audio)"
+        )
     declared = max(declared, header_frames(path))  # WAV, AIFF, AU: libsndfile reports what is there
     if declared > 0 and len(mono) < (1 - TRUNCATION_TOLERANCE) * declared:
         raise Unusable(f"truncated or corrupt: decoded {len(mono)} of the {declared} frames its header declares")
@@ -155,15 +157,18 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
         raise Unusable("non-finite samples (NaN or infinity)")
     peak = float(np.abs(mono).max())
     if peak > MAX_ABS_SAMPLE:
-        raise Unusable(f"samples out of range: peak {peak:.3g}, beyond +-{MAX_ABS_SAMPLE:g} "
-                       f"({20 * math.log10(MAX_ABS_SAMPLE):.0f} dB over full scale)")
+        raise Unusable(
+            f"samples out of range: peak {peak:.3g}, beyond +-{MAX_ABS_SAMPLE:g} "
+            f"({20 * math.log10(MAX_ABS_SAMPLE):.0f} dB over full scale)"
+        )
     if peak <= SILENCE_PEAK:
         raise Unusable(f"digital silence (peak {peak:.2g})")
     audio = _resample(mono, sr, sample_rate)
     n = len(audio) // encodec.HOP * encodec.HOP  # whole EnCodec frames only
     if n < min_samples:
-        raise Unusable(f"shorter than one training crop ({len(audio) / sample_rate:.3f} s < "
-                       f"{min_samples / sample_rate:.3f} s)")
+        raise Unusable(
+            f"shorter than one training crop ({len(audio) / sample_rate:.3f} s < {min_samples / sample_rate:.3f} s)"
+        )
     return np.ascontiguousarray(audio[:n], dtype=np.float32), sr, channels
 
 

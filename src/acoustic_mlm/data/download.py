@@ -74,8 +74,10 @@ class ResumableHTTPDownloader:
             expected = have + int(length) if length is not None else None
             if resumed:
                 log.info("fetch: resuming %s at %.1f MB", self.part.name, have / 1e6)
-            with open(self.part, "ab" if resumed else "wb") as out, \
-                    Progress(int(length or 0), f"download {self.part.stem}", unit="B") as bar:
+            with (
+                open(self.part, "ab" if resumed else "wb") as out,
+                Progress(int(length or 0), f"download {self.part.stem}", unit="B") as bar,
+            ):
                 for chunk in self._chunks(response):
                     out.write(chunk)
                     bar.update(len(chunk))
@@ -120,8 +122,9 @@ def _range_start(response) -> int | None:
         return None
 
 
-def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEFAULT_RETRIES,
-             timeout: float = DEFAULT_TIMEOUT_S) -> Path:
+def download(
+    src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEFAULT_RETRIES, timeout: float = DEFAULT_TIMEOUT_S
+) -> Path:
     """The archive `src` in `downloads_dir`: reused when its hash matches, else downloaded and checked."""
     import pooch
     import requests
@@ -129,15 +132,25 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
     downloads_dir = Path(downloads_dir)
     # pooch downloads and checks the hash; the retries are ours, because pooch would also retry a
     # hash mismatch, downloading a whole archive again (93 GiB for fma_large) for a wrong known_hash.
-    store = pooch.create(path=downloads_dir, base_url="", registry={src.filename: src.known_hash},
-                         urls={src.filename: src.url}, retry_if_failed=0)
+    store = pooch.create(
+        path=downloads_dir,
+        base_url="",
+        registry={src.filename: src.known_hash},
+        urls={src.filename: src.url},
+        retry_if_failed=0,
+    )
     http = urlsplit(src.url).scheme.lower() in ("http", "https")
     downloader = ResumableHTTPDownloader(downloads_dir / f"{src.filename}.part", timeout) if http else None
     attempts = f"{retries + 1} attempt{'s' if retries else ''}"
     kept = downloads_dir / src.filename
     if kept.is_file():  # pooch re-hashes it: minutes for the largest corpora
-        log.info("fetch: checking the %s of %s (%.1f MB) against %s", src.algorithm, kept.name,
-                 kept.stat().st_size / 1e6, src.known_hash)
+        log.info(
+            "fetch: checking the %s of %s (%.1f MB) against %s",
+            src.algorithm,
+            kept.name,
+            kept.stat().st_size / 1e6,
+            src.known_hash,
+        )
     for attempt in range(retries + 1):
         try:
             return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
@@ -146,18 +159,25 @@ def download(src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEF
         except requests.RequestException as exc:  # network: retry, resuming where the transfer broke
             if attempt == retries:
                 raise DownloadError(f"fetch: downloading {src.url} failed after {attempts}: {one_line(exc)}") from None
-            log.warning("fetch: download of %s failed (%s); %d more attempt(s)", src.filename, one_line(exc),
-                        retries - attempt)
+            log.warning(
+                "fetch: download of %s failed (%s); %d more attempt(s)", src.filename, one_line(exc), retries - attempt
+            )
             time.sleep(min(attempt + 1, 10))
         except ftplib.all_errors as exc:
             raise DownloadError(f"fetch: downloading {src.url} failed: {one_line(exc)}") from None
         except ValueError as exc:  # pooch: hash mismatch (the download is deleted)
             if downloader is not None and downloader.resumed and attempt < retries:
                 # the bytes of an earlier, broken transfer may be at fault: once more, from the start
-                log.warning("fetch: the resumed download of %s failed its hash check; downloading it again",
-                            src.filename)
+                log.warning(
+                    "fetch: the resumed download of %s failed its hash check; downloading it again", src.filename
+                )
                 continue
-            hint = ("; check data.known_hash" if src.name == "url"
-                    else "; check data.base_url" if src.name in sources.FILE_SETS else "")
+            hint = (
+                "; check data.known_hash"
+                if src.name == "url"
+                else "; check data.base_url"
+                if src.name in sources.FILE_SETS
+                else ""
+            )
             raise DownloadError(f"fetch: {src.url}: {one_line(exc)}{hint}") from None
     raise AssertionError("unreachable")

@@ -69,8 +69,13 @@ class Context:
 def _fetch_synthetic(cfg: C.Config, out: Path, ctx: Context) -> dict:
     """Procedural music (acoustic_mlm.data.synth): offline, identical for a seed."""
     p = cfg.data.synthetic
-    log.info("fetch: generating %d synthetic clips of %.1f s at %d Hz (seed %d)",
-             p.n_clips, p.clip_seconds, p.sample_rate, p.seed)
+    log.info(
+        "fetch: generating %d synthetic clips of %.1f s at %d Hz (seed %d)",
+        p.n_clips,
+        p.clip_seconds,
+        p.sample_rate,
+        p.seed,
+    )
     paths = synth.generate_corpus(out, p.n_clips, p.clip_seconds, p.sample_rate, p.seed)
     return {
         "params": {k: getattr(p, k) for k in ("n_clips", "clip_seconds", "sample_rate", "seed")},
@@ -83,6 +88,7 @@ def _fetch_synthetic(cfg: C.Config, out: Path, ctx: Context) -> dict:
 
 def _archive_skipped(path: Path, done: archive.Extracted, src: sources.ArchiveSource) -> list[dict]:
     """Every archive member not extracted (but folders), with its reason, for SOURCE.json and the rejects."""
+
     def why(rel: str) -> str:
         if src.excluded(rel):
             return f"known-corrupt track of {src.name} (not extracted)"
@@ -99,9 +105,15 @@ def _archive_skipped(path: Path, done: archive.Extracted, src: sources.ArchiveSo
                 reason = f"{'hard' if m.kind == 'hardlink' else 'symbolic'} link inside the archive (not extracted)"
             else:
                 ref = m.ref
-                kind = ("FIFO" if getattr(ref, "isfifo", lambda: False)() else
-                        "character device" if getattr(ref, "ischr", lambda: False)() else
-                        "block device" if getattr(ref, "isblk", lambda: False)() else "special file")
+                kind = (
+                    "FIFO"
+                    if getattr(ref, "isfifo", lambda: False)()
+                    else "character device"
+                    if getattr(ref, "ischr", lambda: False)()
+                    else "block device"
+                    if getattr(ref, "isblk", lambda: False)()
+                    else "special file"
+                )
                 reason = f"not a regular file ({kind}) in the archive (not extracted)"
             skipped.append({"path": m.path.as_posix(), "reason": reason})
     return sorted(skipped, key=lambda d: d["path"])
@@ -112,19 +124,32 @@ def _fetch_archive(cfg: C.Config, out: Path, ctx: Context) -> dict:
     src = sources.archive_for(cfg.data)
     path = download(src, ctx.downloads_dir, ctx.retries, ctx.timeout)
     log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
-    done = archive.extract(path, out, keep=lambda rel: sources.is_audio_name(rel) and not src.excluded(rel),
-                           limits=archive.ExtractLimits.from_config(cfg.data))
+    done = archive.extract(
+        path,
+        out,
+        keep=lambda rel: sources.is_audio_name(rel) and not src.excluded(rel),
+        limits=archive.ExtractLimits.from_config(cfg.data),
+    )
     excluded = sorted(r for r in done.not_kept if sources.is_audio_name(r))
     if not done.files:
-        raise UserError(f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
-                         + (f" besides {len(excluded)} known-corrupt ones" if excluded else ""))
+        raise UserError(
+            f"fetch: {path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)})"
+            + (f" besides {len(excluded)} known-corrupt ones" if excluded else "")
+        )
     off_layout = [f for f in done.files if not src.expects(f)]
     if src.layout is not None and len(off_layout) == len(done.files):
-        raise UserError(f"fetch: {path.name} does not look like {src.name}: no audio member matches "
-                         f"{src.layout!r} (first: {off_layout[0]!r})")
+        raise UserError(
+            f"fetch: {path.name} does not look like {src.name}: no audio member matches "
+            f"{src.layout!r} (first: {off_layout[0]!r})"
+        )
     if off_layout:
-        log.warning("fetch: %d audio files in %s do not match %s's layout (first: %s); kept",
-                    len(off_layout), path.name, src.name, off_layout[0])
+        log.warning(
+            "fetch: %d audio files in %s do not match %s's layout (first: %s); kept",
+            len(off_layout),
+            path.name,
+            src.name,
+            off_layout[0],
+        )
     if excluded:
         log.info("fetch: left out %d known-corrupt tracks: %s", len(excluded), ", ".join(excluded))
     skipped = _archive_skipped(path, done, src)
@@ -148,8 +173,12 @@ def _fetch_archive(cfg: C.Config, out: Path, ctx: Context) -> dict:
 def _log_skipped(skipped: list[dict], where: str) -> None:
     if skipped:
         kinds = Counter(s["reason"].split(" (")[0].split(";")[0] for s in skipped)
-        log.info("fetch: left out %d files of %s (%s); prepare lists them in rejects.csv", len(skipped), where,
-                 ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+        log.info(
+            "fetch: left out %d files of %s (%s); prepare lists them in rejects.csv",
+            len(skipped),
+            where,
+            ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
+        )
 
 
 def _libsndfile_reads(path: Path) -> bool:
@@ -198,10 +227,16 @@ def _fetch_folder(cfg: C.Config, out: Path, ctx: Context) -> dict:
             hashes[rel] = file_sha256(dest)  # the snapshot: prepare refuses a file changed since
             bar.update(1)
     _log_skipped(skipped, str(folder))
-    return {"folder": str(folder), "files": len(files), "bytes": size, "hard_linked": linked, "copied": copied,
-            "sha256": hashes,
-            "hidden_skipped": sum(s["reason"] == sources.HIDDEN for s in skipped),
-            "skipped": skipped}  # every other path under the folder: prepare lists them in rejects.csv
+    return {
+        "folder": str(folder),
+        "files": len(files),
+        "bytes": size,
+        "hard_linked": linked,
+        "copied": copied,
+        "sha256": hashes,
+        "hidden_skipped": sum(s["reason"] == sources.HIDDEN for s in skipped),
+        "skipped": skipped,
+    }  # every other path under the folder: prepare lists them in rejects.csv
 
 
 def _fetch_file_set(cfg: C.Config, out: Path, ctx: Context) -> dict:
@@ -224,8 +259,15 @@ def _fetch_file_set(cfg: C.Config, out: Path, ctx: Context) -> dict:
             bar.update(1)
     audio = sum(sources.is_audio_name(f) for f in fs.files)
     log.info("fetch: %s: %d files (%d audio) from %s, every sha256 checked", fs.name, len(fs.files), audio, fs.base_url)
-    return {"base_url": fs.base_url, "files": len(fs.files), "audio_files": audio, "bytes": size,
-            "hard_linked": linked, "known_hashes": dict(sorted(fs.files.items())), "skipped": []}
+    return {
+        "base_url": fs.base_url,
+        "files": len(fs.files),
+        "audio_files": audio,
+        "bytes": size,
+        "hard_linked": linked,
+        "known_hashes": dict(sorted(fs.files.items())),
+        "skipped": [],
+    }
 
 
 # data.source -> function(cfg, temporary out folder, context) -> description for SOURCE.json
@@ -238,8 +280,14 @@ SOURCES: dict[str, Callable[[C.Config, Path, Context], dict]] = {
 }
 
 
-def run(cfg: C.Config | dict, out_dir: Path, downloads_dir: Path | None = None, *, retries: int = DEFAULT_RETRIES,
-        timeout: float = DEFAULT_TIMEOUT_S) -> None:
+def run(
+    cfg: C.Config | dict,
+    out_dir: Path,
+    downloads_dir: Path | None = None,
+    *,
+    retries: int = DEFAULT_RETRIES,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> None:
     """Fill `out_dir` with the raw audio of `data.source`, plus `SOURCE.json` describing it.
 
     Archives are downloaded into and kept in `downloads_dir` (default: `out_dir.parent /
@@ -265,6 +313,5 @@ def run(cfg: C.Config | dict, out_dir: Path, downloads_dir: Path | None = None, 
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty: a kept .part or archive stays
         raise
-    amount = (f"{info['total_seconds']:.1f} s of audio" if "total_seconds" in info
-              else f"{info['bytes'] / 1e6:.1f} MB")
+    amount = f"{info['total_seconds']:.1f} s of audio" if "total_seconds" in info else f"{info['bytes'] / 1e6:.1f} MB"
     log.info("fetch: %s: %d files, %s in %s", source, info["files"], amount, out_dir)

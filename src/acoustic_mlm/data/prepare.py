@@ -146,9 +146,11 @@ def check_snapshot(raw_dir: Path, rel_path: str, record: dict | None) -> None:
     source in place reaches data/raw) still has that content; refused in one line otherwise."""
     expected = (record or {}).get("sha256", {}).get(rel_path)
     if expected is not None and file_sha256(raw_dir / rel_path) != expected:
-        raise UserError(f"{raw_dir / rel_path}: changed since it was fetched (its sha256 differs from "
-                        f"{raw_dir / SOURCE_RECORD}); the source folder was edited: rerun the fetch stage "
-                        "(snakemake --forcerun fetch, or dvc repro -f fetch)")
+        raise UserError(
+            f"{raw_dir / rel_path}: changed since it was fetched (its sha256 differs from "
+            f"{raw_dir / SOURCE_RECORD}); the source folder was edited: rerun the fetch stage "
+            "(snakemake --forcerun fetch, or dvc repro -f fetch)"
+        )
 
 
 def reason_kind(reason: str) -> str:
@@ -181,8 +183,13 @@ def plan(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     frame.insert(2, "shard", np.arange(len(frame)) // int(cfg.data.shard_files))
     frame = frame[list(PLAN_COLUMNS)]
     write_plan(out_dir, frame)
-    log.info("prepare: %d files (%d to decode) in %d shard(s) of up to %d files", len(frame), len(files),
-             frame["shard"].nunique(), cfg.data.shard_files)
+    log.info(
+        "prepare: %d files (%d to decode) in %d shard(s) of up to %d files",
+        len(frame),
+        len(files),
+        frame["shard"].nunique(),
+        cfg.data.shard_files,
+    )
     return frame
 
 
@@ -201,16 +208,19 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
     todo = read_plan(out_dir)
     todo = todo[todo["shard"] == int(shard)]
     if todo.empty:
-        raise UserError(f"{out_dir / PLAN}: no shard {shard} (the plan has shards "
-                        f"0-{read_plan(out_dir)['shard'].max()})")
+        raise UserError(
+            f"{out_dir / PLAN}: no shard {shard} (the plan has shards 0-{read_plan(out_dir)['shard'].max()})"
+        )
     rows, rejects = [], []
     record = _fetch_record(raw_dir)
     for rel_path, skip in zip(todo["path"], todo["skip"]):  # before writing anything
         if not skip and (raw_dir / rel_path).is_file():
             check_snapshot(raw_dir, rel_path, record)
     with atomic_dir(out_dir / shard_name(shard)) as tmp:
-        with AudioWriter(tmp / AUDIO) as writer, \
-                Progress(len(todo), f"prepare {shard_name(shard)}", unit="file") as bar:
+        with (
+            AudioWriter(tmp / AUDIO) as writer,
+            Progress(len(todo), f"prepare {shard_name(shard)}", unit="file") as bar,
+        ):
             for rel_path, clip_id, skip in zip(todo["path"], todo["clip_id"], todo["skip"]):
                 try:
                     if skip:
@@ -224,13 +234,27 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
                     rejects.append((rel_path, reason))
                 else:
                     n = len(audio)
-                    rows.append(dict(clip_id=clip_id, path=rel_path, offset=writer.append(audio), num_samples=n,
-                                     num_frames=n // encodec.HOP, orig_sample_rate=orig_sr, orig_channels=orig_ch,
-                                     duration_s=n / sample_rate))
+                    rows.append(
+                        dict(
+                            clip_id=clip_id,
+                            path=rel_path,
+                            offset=writer.append(audio),
+                            num_samples=n,
+                            num_frames=n // encodec.HOP,
+                            orig_sample_rate=orig_sr,
+                            orig_channels=orig_ch,
+                            duration_s=n / sample_rate,
+                        )
+                    )
                 bar.update(1, kept=len(rows), rejected=len(rejects))
         write_shard_tables(tmp, rows, rejects)
-        summary = {"shard": int(shard), "files": len(todo), "kept": len(rows), "rejected": len(rejects),
-                   "samples": int(sum(r["num_samples"] for r in rows))}
+        summary = {
+            "shard": int(shard),
+            "files": len(todo),
+            "kept": len(rows),
+            "rejected": len(rejects),
+            "samples": int(sum(r["num_samples"] for r in rows)),
+        }
         write_json(tmp / SHARD_RECORD, summary)
     log.info("prepare %s: kept %d files, rejected %d", shard_name(shard), len(rows), len(rejects))
     return summary
@@ -258,12 +282,17 @@ def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
     accounted = sorted(manifest["path"].tolist() + rejects["path"].tolist())
     if accounted != sorted(todo["path"].tolist()):
         lost = sorted(set(todo["path"]) ^ set(accounted))
-        raise UserError(f"{out_dir}: the shards do not match {PLAN} (e.g. {lost[0] if lost else 'a duplicate'}); "
-                         "rerun prepare")
+        raise UserError(
+            f"{out_dir}: the shards do not match {PLAN} (e.g. {lost[0] if lost else 'a duplicate'}); rerun prepare"
+        )
     by_kind = dict(sorted(Counter(reason_kind(r) for r in rejects["reason"]).items()))
     kinds = ", ".join(f"{v} {k}" for k, v in by_kind.items())
-    log.info("prepare: kept %d files, rejected %d%s", len(manifest), len(rejects),
-             f" ({kinds}); see rejects.csv" if len(rejects) else "")
+    log.info(
+        "prepare: kept %d files, rejected %d%s",
+        len(manifest),
+        len(rejects),
+        f" ({kinds}); see rejects.csv" if len(rejects) else "",
+    )
     if manifest.empty:
         raise UserError(f"prepare: no usable audio: all {len(rejects)} files rejected ({kinds})")
     manifest["split"] = assign_splits(manifest["clip_id"].tolist(), cfg.data.valid_fraction, cfg.data.split_seed)
@@ -272,25 +301,34 @@ def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
     write_rejects(out_dir, rejects)
     by_split = manifest.groupby("split")
     total = int(manifest["num_samples"].sum())
-    write_json(out_dir / RECORD, {
-        "sample_rate": sample_rate,
-        "hop": encodec.HOP,
-        "shards": int(todo["shard"].nunique()),
-        "shard_files": int(cfg.data.shard_files),
-        "clips": {s: int(by_split.size().get(s, 0)) for s in ("train", "valid")},
-        "seconds": {s: round(float(by_split["duration_s"].sum().get(s, 0.0)), 3) for s in ("train", "valid")},
-        "total_samples": total,
-        "valid_fraction": cfg.data.valid_fraction,
-        "split_seed": cfg.data.split_seed,
-        "min_seconds": min_samples / sample_rate,
-        "kept": len(manifest),
-        "rejected": len(rejects),
-        "rejected_by_reason": by_kind,
-    })
+    write_json(
+        out_dir / RECORD,
+        {
+            "sample_rate": sample_rate,
+            "hop": encodec.HOP,
+            "shards": int(todo["shard"].nunique()),
+            "shard_files": int(cfg.data.shard_files),
+            "clips": {s: int(by_split.size().get(s, 0)) for s in ("train", "valid")},
+            "seconds": {s: round(float(by_split["duration_s"].sum().get(s, 0.0)), 3) for s in ("train", "valid")},
+            "total_samples": total,
+            "valid_fraction": cfg.data.valid_fraction,
+            "split_seed": cfg.data.split_seed,
+            "min_seconds": min_samples / sample_rate,
+            "kept": len(manifest),
+            "rejected": len(rejects),
+            "rejected_by_reason": by_kind,
+        },
+    )
     write_manifest(out_dir, manifest)  # last: the manifest marks the corpus complete
-    log.info("prepare: %d clips (%d train, %d valid), %.1f s at %d Hz in %d shard(s)", len(manifest),
-             (manifest["split"] == "train").sum(), (manifest["split"] == "valid").sum(),
-             total / sample_rate, sample_rate, todo["shard"].nunique())
+    log.info(
+        "prepare: %d clips (%d train, %d valid), %.1f s at %d Hz in %d shard(s)",
+        len(manifest),
+        (manifest["split"] == "train").sum(),
+        (manifest["split"] == "valid").sum(),
+        total / sample_rate,
+        sample_rate,
+        todo["shard"].nunique(),
+    )
     return manifest
 
 

@@ -60,6 +60,7 @@ LIBRISPEECH_SHA256 = {
 # librosa's registry, librosa/util/example_data/registry.txt (github.com/librosa/librosa); base URL
 # from librosa/util/files.py. The .hq.ogg variants in that registry are left out.
 LIBROSA_URL = "https://librosa.org/data/audio/"
+# fmt: off
 LIBROSA_SHA256 = {
     "147793__setuniman__sweet-waltz-0i-22mi.ogg": "4baff8ebf1771c33618b58aa12ac3fbac1e0462894ae74247f2fb8e649d1c63b",
     "147793__setuniman__sweet-waltz-0i-22mi.txt": "6e6e9265ae9a9a36033ce305a893abdc15f43bb5a41ec29efba368ad91905f43",
@@ -98,11 +99,26 @@ LIBROSA_SHA256 = {
     "sorohanro_-_solo-trumpet-06.ogg": "8374466fd3951d24509da6e799b132a0db0bdeda69d99c69d989a6888d3d727d",
     "sorohanro_-_solo-trumpet-06.txt": "750a191b9d0cc94b2f19cfbf11acc13783f75bedcccfcf562f5b076efd068aba",
 }
+# fmt: on
 HASH_ALGORITHMS = ("sha256", "sha1", "md5")  # the prefixes data.known_hash may carry
 # File names of formats libsndfile decodes: what fetch extracts from archives without looking inside.
 # In a folder, fetch and prepare also take a file of any other name whose content libsndfile reads.
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au", ".snd",
-                  ".caf", ".w64", ".rf64")
+AUDIO_SUFFIXES = (
+    ".wav",
+    ".flac",
+    ".ogg",
+    ".mp3",
+    ".oga",
+    ".opus",
+    ".aif",
+    ".aiff",
+    ".aifc",
+    ".au",
+    ".snd",
+    ".caf",
+    ".w64",
+    ".rf64",
+)
 # Audio formats libsndfile cannot decode: named as such in the rejects, with what to do.
 UNSUPPORTED_AUDIO = (".m4a", ".mp4", ".m4b", ".aac", ".alac", ".wma", ".ape", ".wv", ".mka", ".webm", ".amr", ".ac3")
 SOURCE_RECORD = "SOURCE.json"  # fetch's record at the top of the raw folder: never audio, never a clip
@@ -126,8 +142,12 @@ def safe_name(rel: str) -> str:
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-_FILE_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-               (stat.S_ISSOCK, "socket"))
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -177,9 +197,13 @@ def walk(folder: Path, skip_top: tuple[str, ...] = ()) -> Listing:
                 try:
                     mode = os.stat(e.path).st_mode
                 except OSError as exc:
-                    reason = ("symbolic link loop" if exc.errno == errno.ELOOP
-                              else "broken symbolic link" if exc.errno == errno.ENOENT
-                              else f"unreadable symbolic link ({exc.strerror})")
+                    reason = (
+                        "symbolic link loop"
+                        if exc.errno == errno.ELOOP
+                        else "broken symbolic link"
+                        if exc.errno == errno.ENOENT
+                        else f"unreadable symbolic link ({exc.strerror})"
+                    )
                 else:
                     if stat.S_ISDIR(mode):
                         reason = "symbolic link to a folder (not followed)"
@@ -267,8 +291,10 @@ class FileSetSource:
 
     def members(self) -> list[ArchiveSource]:
         """One download per file (download.download's unit), in name order."""
-        return [ArchiveSource(name=self.name, url=self.base_url + quote(f), known_hash=h, filename=f)
-                for f, h in sorted(self.files.items())]
+        return [
+            ArchiveSource(name=self.name, url=self.base_url + quote(f), known_hash=h, filename=f)
+            for f, h in sorted(self.files.items())
+        ]
 
 
 FILE_SETS: dict[str, dict[str, str]] = {  # data.source -> {file: known_hash}; the default base URL is below
@@ -293,8 +319,9 @@ def normalise_hash(known_hash: str, key: str = "data.known_hash") -> str:
     alg, digest = alg.lower(), digest.lower()
     lengths = {"sha256": 64, "sha1": 40, "md5": 32}
     if not sep or alg not in lengths or not re.fullmatch(r"[0-9a-f]+", digest):
-        raise UserError(f"{key}: '{known_hash}' is not <algorithm>:<hex> with algorithm one of "
-                         f"{', '.join(HASH_ALGORITHMS)}")
+        raise UserError(
+            f"{key}: '{known_hash}' is not <algorithm>:<hex> with algorithm one of {', '.join(HASH_ALGORITHMS)}"
+        )
     if len(digest) != lengths[alg]:
         raise UserError(f"{key}: a {alg} digest has {lengths[alg]} hex digits, '{known_hash}' has {len(digest)}")
     return f"{alg}:{digest}"
@@ -320,5 +347,6 @@ def archive_for(data: DataConfig) -> ArchiveSource:
         raise UserError(f"data.url: '{url}' is not an http(s):// or ftp:// URL")
     if not data.known_hash:
         raise UserError("data.known_hash: required for data.source url (sha256:<hex>, sha1:<hex> or md5:<hex>)")
-    return ArchiveSource(name="url", url=url, known_hash=normalise_hash(data.known_hash),
-                         filename=filename_from_url(url))
+    return ArchiveSource(
+        name="url", url=url, known_hash=normalise_hash(data.known_hash), filename=filename_from_url(url)
+    )

@@ -20,6 +20,7 @@ the clips as FLAC files. The structure (bars, repetition, harmony) is what makes
 learnable; the randomness of timbre and mix is what makes them varied. Same seed, same clip, on
 any machine.
 """
+
 from __future__ import annotations
 
 import math
@@ -191,16 +192,34 @@ def _frame(rng: np.random.Generator, seconds: float) -> tuple[Score, _Grid]:
     sevenths = rng.random() < 0.35
     n_bars = int(math.ceil(seconds / (bar_steps * step_s))) + 1
     score = Score(
-        seconds=seconds, tempo=tempo, beats_per_bar=beats_per_bar, key=key, mode=mode, scale=scale_name,
-        progression=tuple(int(d) for d in progression), bars_per_chord=bars_per_chord, swing=swing,
-        stereo=bool(rng.random() < 0.35), reverb_seconds=rng.uniform(0.3, 1.5),
+        seconds=seconds,
+        tempo=tempo,
+        beats_per_bar=beats_per_bar,
+        key=key,
+        mode=mode,
+        scale=scale_name,
+        progression=tuple(int(d) for d in progression),
+        bars_per_chord=bars_per_chord,
+        swing=swing,
+        stereo=bool(rng.random() < 0.35),
+        reverb_seconds=rng.uniform(0.3, 1.5),
         reverb_wet=float(rng.choice([0.0, rng.uniform(0.05, 0.3)], p=[0.3, 0.7])),
         level=0.9 * 10.0 ** (rng.uniform(-12.0, 0.0) / 20.0),
     )
     degrees = [progression[(bar // bars_per_chord) % len(progression)] for bar in range(n_bars)]
-    grid = _Grid(tempo=tempo, beats_per_bar=beats_per_bar, bar_steps=bar_steps, step_s=step_s, swing=swing,
-                 n_bars=n_bars, bars_per_chord=bars_per_chord, cycle_bars=len(progression) * bars_per_chord,
-                 key=key, scale=SCALES[scale_name], chords=[_chord_pcs(key, mode, d, sevenths) for d in degrees])
+    grid = _Grid(
+        tempo=tempo,
+        beats_per_bar=beats_per_bar,
+        bar_steps=bar_steps,
+        step_s=step_s,
+        swing=swing,
+        n_bars=n_bars,
+        bars_per_chord=bars_per_chord,
+        cycle_bars=len(progression) * bars_per_chord,
+        key=key,
+        scale=SCALES[scale_name],
+        chords=[_chord_pcs(key, mode, d, sevenths) for d in degrees],
+    )
     return score, grid
 
 
@@ -240,8 +259,16 @@ def _lead(rng: np.random.Generator, g: _Grid) -> Track:
             pitch.append(m)
             accent = 0.15 if s % STEPS_PER_BEAT == 0 else 0.0
             vel.append(np.clip(rng.uniform(0.6, 0.85) + accent, 0.0, 1.0))
-    return Track("lead", _humanise(rng, np.array(on)), np.array(gate), np.array(pitch), np.array(vel),
-                 _timbre(rng, "lead"), gain=rng.uniform(0.7, 1.0), pan=rng.uniform(0.3, 0.7))
+    return Track(
+        "lead",
+        _humanise(rng, np.array(on)),
+        np.array(gate),
+        np.array(pitch),
+        np.array(vel),
+        _timbre(rng, "lead"),
+        gain=rng.uniform(0.7, 1.0),
+        pan=rng.uniform(0.3, 0.7),
+    )
 
 
 def _note_weights(density: float, tempo: float) -> np.ndarray:
@@ -252,8 +279,9 @@ def _note_weights(density: float, tempo: float) -> np.ndarray:
     return w
 
 
-def _motif(rng: np.random.Generator, total: int, weights: np.ndarray,
-           p_rest: float) -> list[tuple[int, int, bool, int]]:
+def _motif(
+    rng: np.random.Generator, total: int, weights: np.ndarray, p_rest: float
+) -> list[tuple[int, int, bool, int]]:
     """(step, duration, rest, degree offset) covering `total` steps: a bounded walk over the scale."""
     notes, pos, deg = [], 0, 0
     while pos < total:
@@ -265,8 +293,9 @@ def _motif(rng: np.random.Generator, total: int, weights: np.ndarray,
     return notes
 
 
-def _lead_pitch(rng: np.random.Generator, chord: list[int], notes: np.ndarray, centre: int, deg: int,
-                on_beat: bool) -> float:
+def _lead_pitch(
+    rng: np.random.Generator, chord: list[int], notes: np.ndarray, centre: int, deg: int, on_beat: bool
+) -> float:
     """`deg` scale notes above the chord's root (the one in the octave around `centre`), now and then
     one off; on a beat most often moved to the nearest chord tone; folded into centre - 8 .. centre + 10."""
     anchor = centre - 6 + (chord[0] - (centre - 6)) % 12
@@ -305,9 +334,18 @@ def _bass(rng: np.random.Generator, g: _Grid) -> list[Track]:
             on.append(g.times(bar, s))
             gate.append((e - s) * g.step_s * legato)
             pitch.append(root + above[tone])
-    return [Track("bass", _humanise(rng, np.array(on), 0.003), np.array(gate), np.array(pitch, dtype=np.float64),
-                  np.clip(rng.uniform(0.7, 0.95, len(on)), 0, 1), _timbre(rng, "bass"),
-                  gain=rng.uniform(0.5, 1.0), pan=0.5)]
+    return [
+        Track(
+            "bass",
+            _humanise(rng, np.array(on), 0.003),
+            np.array(gate),
+            np.array(pitch, dtype=np.float64),
+            np.clip(rng.uniform(0.7, 0.95, len(on)), 0, 1),
+            _timbre(rng, "bass"),
+            gain=rng.uniform(0.5, 1.0),
+            pan=0.5,
+        )
+    ]
 
 
 # ---- chords: pads, strums or arpeggios ------------------------------------------------------
@@ -323,8 +361,18 @@ def _chord_layer(rng: np.random.Generator, g: _Grid) -> list[Track]:
     for style in styles:
         play, role = {"pad": (_pad, "pad"), "strum": (_strum, "pluck"), "arp": (_arpeggio, "pluck")}[style]
         on, gate, pitch, vel = play(rng, g, centre)
-        tracks.append(Track(style, _humanise(rng, np.array(on), 0.003), np.array(gate), np.array(pitch),
-                            np.array(vel), _timbre(rng, role), gain=rng.uniform(0.3, 0.7), pan=rng.uniform(0.15, 0.85)))
+        tracks.append(
+            Track(
+                style,
+                _humanise(rng, np.array(on), 0.003),
+                np.array(gate),
+                np.array(pitch),
+                np.array(vel),
+                _timbre(rng, role),
+                gain=rng.uniform(0.3, 0.7),
+                pan=rng.uniform(0.15, 0.85),
+            )
+        )
     return tracks
 
 
@@ -401,8 +449,11 @@ def _drums(rng: np.random.Generator, g: _Grid) -> list[DrumTrack]:
         if not t:
             continue
         v = np.clip(np.array(v) * rng.uniform(0.85, 1.1, len(v)), 0.0, 1.0)
-        tracks.append(DrumTrack(name, _humanise(rng, np.array(t, dtype=np.float64), 0.002), v, params[name],
-                                gains[name], pans[name]))
+        tracks.append(
+            DrumTrack(
+                name, _humanise(rng, np.array(t, dtype=np.float64), 0.002), v, params[name], gains[name], pans[name]
+            )
+        )
     return tracks
 
 
@@ -421,8 +472,9 @@ def _drum_pattern(rng: np.random.Generator, g: _Grid) -> tuple[list[int], list[i
     return kick, snare, hat, hat_every
 
 
-def _drum_hits(g: _Grid, kick: list[int], snare: list[int], hat: list[int], fills: bool,
-               enter: int) -> dict[str, tuple[list, list]]:
+def _drum_hits(
+    g: _Grid, kick: list[int], snare: list[int], hat: list[int], fills: bool, enter: int
+) -> dict[str, tuple[list, list]]:
     """Onsets and velocities of each drum from bar `enter` on; with `fills`, a snare run ends each cycle."""
     hits: dict[str, tuple[list, list]] = {"kick": ([], []), "snare": ([], []), "hat": ([], [])}
     for bar in range(enter, g.n_bars):
@@ -446,12 +498,24 @@ def _drum_kit(rng: np.random.Generator, long_hat: bool) -> tuple[dict, dict, dic
     """(voice parameters, gains, pans) of kick, snare and hat; `long_hat`: open hats ring longer."""
     u = rng.uniform
     params = {
-        "kick": dict(f_start=u(100.0, 200.0), f_end=u(40.0, 65.0), sweep_tau=u(0.015, 0.05),
-                     decay=u(0.12, 0.35), click=u(0.0, 0.3)),
-        "snare": dict(tone_hz=u(160.0, 260.0), tone_decay=u(0.03, 0.08), noise_hz=u(1500.0, 5000.0),
-                      noise_q=u(0.6, 1.5), noise_decay=u(0.06, 0.2), tone_mix=u(0.2, 0.6)),
-        "hat": dict(noise_hz=u(7000.0, 11000.0), noise_q=u(0.8, 2.0),
-                    decay=u(0.15, 0.35) if long_hat else u(0.02, 0.06)),
+        "kick": dict(
+            f_start=u(100.0, 200.0),
+            f_end=u(40.0, 65.0),
+            sweep_tau=u(0.015, 0.05),
+            decay=u(0.12, 0.35),
+            click=u(0.0, 0.3),
+        ),
+        "snare": dict(
+            tone_hz=u(160.0, 260.0),
+            tone_decay=u(0.03, 0.08),
+            noise_hz=u(1500.0, 5000.0),
+            noise_q=u(0.6, 1.5),
+            noise_decay=u(0.06, 0.2),
+            tone_mix=u(0.2, 0.6),
+        ),
+        "hat": dict(
+            noise_hz=u(7000.0, 11000.0), noise_q=u(0.8, 2.0), decay=u(0.15, 0.35) if long_hat else u(0.02, 0.06)
+        ),
     }
     gains = {"kick": u(0.6, 1.0), "snare": u(0.4, 0.8), "hat": u(0.15, 0.4)}
     pans = {"kick": 0.5, "snare": u(0.4, 0.6), "hat": u(0.25, 0.75)}

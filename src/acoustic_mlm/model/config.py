@@ -68,8 +68,9 @@ class ModelSection:
 
     def with_arm(self, norm: str, attention: str) -> "ModelConfig":
         """This section with one arm's norm and attention: the configuration of that arm's model."""
-        return ModelConfig(**{f.name: getattr(self, f.name) for f in fields(ModelSection)},
-                           norm=norm, attention=attention)
+        return ModelConfig(
+            **{f.name: getattr(self, f.name) for f in fields(ModelSection)}, norm=norm, attention=attention
+        )
 
     @property
     def stride(self) -> int:

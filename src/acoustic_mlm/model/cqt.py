@@ -78,8 +78,16 @@ class _FFTPlan:
     """The fft path's constants for one crop length on one device: the kernels' spectra on the kept
     blocks, W (M, blocks, bins) complex64, with the blocks' indices and the FFT length N = hop M."""
 
-    def __init__(self, kernels: torch.Tensor, lengths: torch.Tensor, samples: int, hop: int, tol: float,
-                 device: torch.device, dtype: torch.dtype = torch.complex64):
+    def __init__(
+        self,
+        kernels: torch.Tensor,
+        lengths: torch.Tensor,
+        samples: int,
+        hop: int,
+        tol: float,
+        device: torch.device,
+        dtype: torch.dtype = torch.complex64,
+    ):
         # kernels: (bins, K) complex128, nnAudio's h_k (K taps, centred on tap K // 2), conjugated as
         # nnAudio applies them (real part minus i imaginary part)
         bins, K = kernels.shape
@@ -94,8 +102,8 @@ class _FFTPlan:
 
         def spectra(lo: int, hi: int) -> torch.Tensor:  # (hi - lo, hop, M) complex128: V_k / hop x sqrt(l_k)
             h = torch.zeros(hi - lo, self.N, dtype=torch.complex128)
-            h[:, :half] = kernels[lo:hi, centre:centre + half]  # the kernel centred on sample 0 (circularly)
-            h[:, self.N - half:] = kernels[lo:hi, centre - half:centre]
+            h[:, :half] = kernels[lo:hi, centre : centre + half]  # the kernel centred on sample 0 (circularly)
+            h[:, self.N - half :] = kernels[lo:hi, centre - half : centre]
             v = self.N * torch.fft.ifft(h, dim=1) * scale[lo:hi, None]
             return v.reshape(hi - lo, hop, self.M)
 
@@ -123,9 +131,22 @@ def _nnaudio_cqt(sample_rate: int, hop: int, fmin: float, bins: int, bins_per_oc
     """nnAudio's CQT module (its kernels built once per process and setting; each device gets a copy)."""
     from nnAudio.features.cqt import CQT  # the maintained CQT that MERT uses (PyPI: nnAudio)
 
-    return CQT(sr=sample_rate, hop_length=hop, fmin=fmin, fmax=None, n_bins=bins, bins_per_octave=bins_per_octave,
-               filter_scale=1, norm=1, window="hann", center=True, pad_mode="constant", trainable=False,
-               output_format="Magnitude", verbose=False)
+    return CQT(
+        sr=sample_rate,
+        hop_length=hop,
+        fmin=fmin,
+        fmax=None,
+        n_bins=bins,
+        bins_per_octave=bins_per_octave,
+        filter_scale=1,
+        norm=1,
+        window="hann",
+        center=True,
+        pad_mode="constant",
+        trainable=False,
+        output_format="Magnitude",
+        verbose=False,
+    )
 
 
 _PLANS: dict[tuple, _FFTPlan] = {}  # the fft path's constants, per setting, crop length and device
@@ -138,14 +159,23 @@ class CQTTarget:
     domain; equal to float32 rounding, a small fraction of the cost). See the module's docstring.
     """
 
-    def __init__(self, bins: int = 336, bins_per_octave: int = 48, fmin: float = 32.7,
-                 sample_rate: int = encodec.SAMPLE_RATE, hop: int = encodec.HOP, impl: str = "nnaudio",
-                 fft_tol: float = FFT_BLOCK_TOL):
+    def __init__(
+        self,
+        bins: int = 336,
+        bins_per_octave: int = 48,
+        fmin: float = 32.7,
+        sample_rate: int = encodec.SAMPLE_RATE,
+        hop: int = encodec.HOP,
+        impl: str = "nnaudio",
+        fft_tol: float = FFT_BLOCK_TOL,
+    ):
         if impl not in CQT_IMPLS:
             raise ValueError(f"CQT impl must be one of {', '.join(CQT_IMPLS)}, got {impl!r}")
         if cqt_top_frequency(fmin, bins, bins_per_octave) >= sample_rate / 2:
-            raise ValueError(f"CQT bins up to {cqt_top_frequency(fmin, bins, bins_per_octave):.0f} Hz exceed "
-                             f"Nyquist ({sample_rate / 2:.0f} Hz)")
+            raise ValueError(
+                f"CQT bins up to {cqt_top_frequency(fmin, bins, bins_per_octave):.0f} Hz exceed "
+                f"Nyquist ({sample_rate / 2:.0f} Hz)"
+            )
         self.hop = hop
         self.impl = impl
         self.fft_tol = fft_tol
@@ -167,8 +197,9 @@ class CQTTarget:
             half = max(centre - int(support.min()), int(support.max()) - centre + 1)
             lo, hi = centre - half, min(centre + half, K)  # the centre stays at index half: (half taps) + (the rest)
             kernels = torch.complex(re[:, lo:hi].double(), -im[:, lo:hi].double())
-            self._plans[key] = _PLANS[(*self._setting, *key)] = _FFTPlan(kernels, s.lenghts.cpu(), samples, self.hop,
-                                                                         self.fft_tol, device)
+            self._plans[key] = _PLANS[(*self._setting, *key)] = _FFTPlan(
+                kernels, s.lenghts.cpu(), samples, self.hop, self.fft_tol, device
+            )
         return self._plans[key]
 
     @torch.no_grad()

@@ -178,8 +178,15 @@ class MultiheadSelfAttention(nn.Module):
     No padding mask: every crop in a batch has the same length.
     """
 
-    def __init__(self, dim: int, heads: int, dropout: float = 0.0, relax_alpha: float | None = None,
-                 attention: str | None = None, qk_gain: float = 1.0):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        dropout: float = 0.0,
+        relax_alpha: float | None = None,
+        attention: str | None = None,
+        qk_gain: float = 1.0,
+    ):
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
@@ -330,8 +337,19 @@ class TransformerEncoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.layerdrop = cfg.encoder_layerdrop
         self.blocks = nn.ModuleList(
-            EncoderBlock(cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.norm, alpha, relax,
-                         cfg.activation_dropout, cfg.attention, cfg.qk_gain)
+            EncoderBlock(
+                cfg.dim,
+                cfg.heads,
+                cfg.ffn_dim,
+                cfg.dropout,
+                cfg.attention_dropout,
+                cfg.norm,
+                alpha,
+                relax,
+                cfg.activation_dropout,
+                cfg.attention,
+                cfg.qk_gain,
+            )
             for _ in range(cfg.layers)
         )
         self.apply(init_bert_params)  # Linear and LayerNorm only; the positional conv keeps its init

@@ -73,8 +73,9 @@ def compute_mask_indices(
     return mask
 
 
-def compute_group_masks(batch: int, T: int, mask_prob: float, mask_length: int, min_masks: int,
-                        rng: np.random.Generator, group: int = 0) -> np.ndarray:
+def compute_group_masks(
+    batch: int, T: int, mask_prob: float, mask_length: int, min_masks: int, rng: np.random.Generator, group: int = 0
+) -> np.ndarray:
     """(batch, T) span masks whose masked-frame count is equal within each group of `mask_groups`.
 
     fairseq's require_same_masks equalises the rows of one compute_mask_indices call, and
@@ -129,8 +130,15 @@ class CodebookHeads(nn.Module):
     has V + S classes; `target_ids` applies the offset.
     """
 
-    def __init__(self, dim: int, final_dim: int, codebooks: int, codebook_size: int, special_symbols: int = 0,
-                 fp16_logits: bool = False):
+    def __init__(
+        self,
+        dim: int,
+        final_dim: int,
+        codebooks: int,
+        codebook_size: int,
+        special_symbols: int = 0,
+        fp16_logits: bool = False,
+    ):
         super().__init__()
         self.fp16_logits = fp16_logits  # model.fp16_logits: MERT's rounding of the logits (cosine_logits)
         self.codebooks = codebooks
@@ -145,8 +153,9 @@ class CodebookHeads(nn.Module):
 
     def forward(self, h: torch.Tensor, temp: float) -> torch.Tensor:
         z = self.proj(h).chunk(self.codebooks, dim=-1)  # K x (N, F)
-        logits = [cosine_logits(z[k], self.codewords[k], temp,
-                                self.fp16_logits) for k in range(self.codebooks)]  # K x (N, V)
+        logits = [
+            cosine_logits(z[k], self.codewords[k], temp, self.fp16_logits) for k in range(self.codebooks)
+        ]  # K x (N, V)
         return torch.stack(logits, dim=1)  # (N, K, V)
 
 
@@ -177,8 +186,9 @@ class CQTHead(nn.Module):
         return (err * w).sum() / w.sum()
 
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                         weights: torch.Tensor | None = None) -> torch.Tensor:
+def masked_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-codebook mean cross-entropy in nats over the frames with weight 1 (None: every frame).
 
     logits (N, K, V), targets (N, K), weights (N,) of 0 / 1 -> (K,): sum_n w_n CE_nk / sum_n w_n.
@@ -212,14 +222,19 @@ class AcousticMLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.encoder = AcousticEncoder(cfg)
-        self.heads = CodebookHeads(cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size, cfg.special_symbols,
-                                   cfg.fp16_logits)
-        self.cqt = (CQTHead(cfg.dim, cfg.cqt_bins, cfg.cqt_bins_per_octave, cfg.cqt_fmin, cfg.cqt_impl)
-                    if cfg.cqt_loss_weight > 0 else None)
+        self.heads = CodebookHeads(
+            cfg.dim, cfg.final_dim, cfg.codebooks, cfg.codebook_size, cfg.special_symbols, cfg.fp16_logits
+        )
+        self.cqt = (
+            CQTHead(cfg.dim, cfg.cqt_bins, cfg.cqt_bins_per_octave, cfg.cqt_fmin, cfg.cqt_impl)
+            if cfg.cqt_loss_weight > 0
+            else None
+        )
         self.static_shapes: bool | None = None
 
-    def forward(self, wav: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor,
-                clean: torch.Tensor | None = None) -> MLMOutput:
+    def forward(
+        self, wav: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor, clean: torch.Tensor | None = None
+    ) -> MLMOutput:
         """`clean`: the crops before noise mixing (augment.py), for the CQT target; None: `wav`."""
         B, K, T = codes.shape
         if K != self.cfg.codebooks:

@@ -64,5 +64,10 @@ def step_flops(m: ModelConfig, batch: int, frames: int, scope: str = "step") -> 
         return pos_conv_flops(m, batch, frames) + blocks_flops(m, batch, frames)
     if scope != "step":
         raise ValueError(f"scope must be 'step' or 'transformer', got {scope!r}")
-    return (conv_frontend_flops(m, batch, frames) + projection_flops(m, batch, frames)
-            + pos_conv_flops(m, batch, frames) + blocks_flops(m, batch, frames) + heads_flops(m, batch, frames))
+    return (
+        conv_frontend_flops(m, batch, frames)
+        + projection_flops(m, batch, frames)
+        + pos_conv_flops(m, batch, frames)
+        + blocks_flops(m, batch, frames)
+        + heads_flops(m, batch, frames)
+    )

@@ -47,8 +47,11 @@ class MemoryProbe:
     def __init__(self, device: torch.device):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.kind = ("peak CUDA memory allocated by torch (torch.cuda.max_memory_allocated)" if self.cuda else
-                     "peak resident set size (RSS) of the process above its size before the arm's model was built")
+        self.kind = (
+            "peak CUDA memory allocated by torch (torch.cuda.max_memory_allocated)"
+            if self.cuda
+            else "peak resident set size (RSS) of the process above its size before the arm's model was built"
+        )
         self.resettable = self.cuda or self._reset_rss_peak()
 
     @staticmethod
@@ -166,11 +169,17 @@ def cpu_matmul_gflops(size: int = 768, repeats: int = 4) -> float:
     t0 = time.perf_counter()
     for _ in range(repeats):
         a @ b
-    return repeats * 2 * size ** 3 / (time.perf_counter() - t0) / 1e9
+    return repeats * 2 * size**3 / (time.perf_counter() - t0) / 1e9
 
 
-def bounded_frames(m: C.ModelConfig, preset_frames: int, micro_batch: int, gflops: float,
-                   budget_s: float = CPU_BUDGET_S, efficiency: float = CPU_STEP_EFFICIENCY) -> int:
+def bounded_frames(
+    m: C.ModelConfig,
+    preset_frames: int,
+    micro_batch: int,
+    gflops: float,
+    budget_s: float = CPU_BUDGET_S,
+    efficiency: float = CPU_STEP_EFFICIENCY,
+) -> int:
     """The most frames (at most the preset's, at least MIN_FRAMES) whose counted FLOPs for one micro-batch
     of the model (forward and backward, plus nnAudio's CQT when it is on) fit `budget_s` at `efficiency`
     of `gflops`."""
@@ -253,8 +262,9 @@ def synthetic_batch(m: C.ModelConfig, batch: int, frames: int, device: torch.dev
     g = torch.Generator().manual_seed(seed)
     wav = 0.1 * torch.randn(batch, frames * encodec.HOP, generator=g)
     codes = torch.randint(m.codebook_size, (batch, m.codebooks, frames), generator=g)
-    mask = compute_mask_indices((batch, frames), m.mask_prob, m.mask_length, m.mask_min_masks,
-                                np.random.default_rng(seed))
+    mask = compute_mask_indices(
+        (batch, frames), m.mask_prob, m.mask_length, m.mask_min_masks, np.random.default_rng(seed)
+    )
     return wav.to(device), codes.to(device), torch.from_numpy(mask).to(device)
 
 
@@ -300,8 +310,17 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
 
-def measure_arm(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, precision: str, frames: int,
-                plan: Plan, n_micro_update: int, probe: MemoryProbe, bar: Progress | None = None) -> dict:
+def measure_arm(
+    m: C.ModelConfig,
+    t: C.TrainConfig,
+    device: torch.device,
+    precision: str,
+    frames: int,
+    plan: Plan,
+    n_micro_update: int,
+    probe: MemoryProbe,
+    bar: Progress | None = None,
+) -> dict:
     """Time and memory of one arm's updates, built and stepped by train.build_trainer and
     train.update as `amlm train` steps them: micro-batches and steps timed apart, and (if short) one
     whole update.
@@ -398,7 +417,8 @@ def fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, ba
     micro-batch measured, micro-batches that did not fit)."""
     tried_out = []
     candidates = [plan.micro_batch] + sorted(
-        (d for d in range(1, plan.micro_batch) if crops_per_process % d == 0), reverse=True)
+        (d for d in range(1, plan.micro_batch) if crops_per_process % d == 0), reverse=True
+    )
     for mb in candidates:
         try:
             p = dataclasses.replace(plan, micro_batch=mb)
@@ -410,8 +430,9 @@ def fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, ba
     raise UserError(f"preflight: the model does not fit on {device} even at micro-batch 1")
 
 
-def fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int,
-                 precision: str = "fp32") -> dict:
+def fit_summary(
+    res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int, precision: str = "fp32"
+) -> dict:
     """Whether the preset's micro-batch fits, the largest that fits, and the setting that keeps the global batch.
 
     CUDA: decided by trying (the micro-batch measured is the largest that fitted). CPU: the peak
@@ -435,8 +456,10 @@ def fit_summary(res: dict, device: torch.device, preset_micro: int, crops_per_pr
 
         fits = peak_at(preset_micro) <= avail
         max_fit = int((avail - steady) // per_crop) if per_crop > 0 and peak_at(1) <= avail else 0
-        how = ("estimated: weights, gradients, master weights and Adam state plus the measured activations per "
-               "crop times the micro-batch, against the memory available here")
+        how = (
+            "estimated: weights, gradients, master weights and Adam state plus the measured activations per "
+            "crop times the micro-batch, against the memory available here"
+        )
         best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(max_fit, crops_per_process))
     return {
         "fits": fits if fits is None else bool(fits),

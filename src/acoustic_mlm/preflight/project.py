@@ -106,8 +106,10 @@ def micro_batches_per_update(batch_size: int, accum_steps: int, processes: int, 
     """Micro-batches each process runs per update: its share of the global batch / the micro-batch."""
     crops = batch_size * accum_steps // processes
     if crops % micro_batch:
-        raise UserError(f"--micro-batch {micro_batch} does not divide the {crops} crops per update and process "
-                        "(train.batch_size x train.accum_steps / train.processes)")
+        raise UserError(
+            f"--micro-batch {micro_batch} does not divide the {crops} crops per update and process "
+            "(train.batch_size x train.accum_steps / train.processes)"
+        )
     return crops // micro_batch
 
 
@@ -159,8 +161,9 @@ def disk_estimate(cfg: C.Config, params: int, arms: list[dict], slots: int, corp
     seeds = sum(a["seeds"] for a in arms)
     out = {
         "corpus_seconds": seconds,
-        "corpus_note": None if seconds is not None else
-        f"data.source {cfg.data.source}: size unknown before fetching; pass --corpus-hours",
+        "corpus_note": None
+        if seconds is not None
+        else f"data.source {cfg.data.source}: size unknown before fetching; pass --corpus-hours",
         "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
         "codes_gb": None if seconds is None else seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB,
         "codebooks_stored": k,
@@ -183,8 +186,17 @@ def steady_bytes_per_param(precision: str) -> int:
 # ----------------------------------------------------------------------------- on named GPUs, from counted FLOPs
 
 
-def gpu_projection(cfg: C.Config, arms: list[dict], precision: str, utilisation: float, processes: int, nodes: int,
-                   slots: int, intra_gb_s: float, inter_gb_s: float) -> list[dict]:
+def gpu_projection(
+    cfg: C.Config,
+    arms: list[dict],
+    precision: str,
+    utilisation: float,
+    processes: int,
+    nodes: int,
+    slots: int,
+    intra_gb_s: float,
+    inter_gb_s: float,
+) -> list[dict]:
     """A projection, not a measurement: per GPU of PROJECTION_GPUS, one update of each arm from its
     counted FLOPs (flops.step_flops, per process) at `utilisation` of the GPU's peak for `precision`,
     plus what the gradient all-reduce leaves exposed; the figure's hours from those."""
@@ -194,18 +206,34 @@ def gpu_projection(cfg: C.Config, arms: list[dict], precision: str, utilisation:
         gpu_peak = half if precision in HALF_PRECISIONS else fp32
         hours, per_arm = [], []
         for a in arms:
-            micro_ms = update_ms_at(step_flops(cfg.model_for(a["run"]), a["measured_micro_batch"], frames),
-                                    gpu_peak, utilisation)
+            micro_ms = update_ms_at(
+                step_flops(cfg.model_for(a["run"]), a["measured_micro_batch"], frames), gpu_peak, utilisation
+            )
             compute = a["micro_batches_per_update"] * micro_ms
             comm = allreduce_ms(a["grad_bytes"], processes, nodes, intra_gb_s, inter_gb_s)
             ms, exposed, bound = with_communication(compute, micro_ms, comm)
-            per_arm.append({"run": a["run"], "compute_ms": compute, "allreduce_ms": comm,
-                            "exposed_allreduce_ms": exposed,
-                            "ms_per_update": ms, "bound": bound,
-                            "hours": wall_hours(a["steps"], ms, a["seeds"])})
+            per_arm.append(
+                {
+                    "run": a["run"],
+                    "compute_ms": compute,
+                    "allreduce_ms": comm,
+                    "exposed_allreduce_ms": exposed,
+                    "ms_per_update": ms,
+                    "bound": bound,
+                    "hours": wall_hours(a["steps"], ms, a["seeds"]),
+                }
+            )
             hours.append(per_arm[-1]["hours"])
-        rows.append({"gpu": gpu, "peak_tflops": gpu_peak, "utilisation": utilisation, "arms": per_arm,
-                     "wall_hours": figure_wall_hours(hours, slots), "gpu_hours": sum(hours) * processes})
+        rows.append(
+            {
+                "gpu": gpu,
+                "peak_tflops": gpu_peak,
+                "utilisation": utilisation,
+                "arms": per_arm,
+                "wall_hours": figure_wall_hours(hours, slots),
+                "gpu_hours": sum(hours) * processes,
+            }
+        )
     return rows
 
 
@@ -225,8 +253,9 @@ def sweep_projection(cfg: C.Config, utilisation: float, intra_gb_s: float, inter
             pc = cfg.point(name)
             m, t = pc.model_for(name), pc.train_for(name)
             micro = t.batch_size // t.world
-            micro_ms = update_ms_at(step_flops(m, micro, frames), half if t.precision in HALF_PRECISIONS else fp32,
-                                    utilisation)
+            micro_ms = update_ms_at(
+                step_flops(m, micro, frames), half if t.precision in HALF_PRECISIONS else fp32, utilisation
+            )
             grad_bytes = sum(p.numel() for p in _param_shapes(m)) * (2 if t.precision == "fp16_fairseq" else 4)
             comm = allreduce_ms(grad_bytes, t.world, t.nodes, intra_gb_s, inter_gb_s)
             ms, _, _ = with_communication(t.accum_steps * micro_ms, micro_ms, comm)
@@ -234,8 +263,14 @@ def sweep_projection(cfg: C.Config, utilisation: float, intra_gb_s: float, inter
             gpu_hours += hours
             key = f"{m.layers} layers, {t.precision}"
             panels[key] = panels.get(key, 0.0) + hours
-        rows.append({"gpu": gpu, "utilisation": utilisation, "gpu_hours": gpu_hours,
-                     "panels": {k: round(v, 3) for k, v in panels.items()}})
+        rows.append(
+            {
+                "gpu": gpu,
+                "utilisation": utilisation,
+                "gpu_hours": gpu_hours,
+                "panels": {k: round(v, 3) for k, v in panels.items()},
+            }
+        )
     return {"points": len(pts), "runs": sum(len(p.seeds) for p in pts.values()), "gpus": rows}
 
 
@@ -245,8 +280,14 @@ def _param_shapes(m: C.ModelConfig) -> list:
         return list(AcousticMLM(m).parameters())
 
 
-def gpu_memory_projection(params: int, precision: str, activation_bytes_per_crop: float, micro_batch: int,
-                          counted_frames: int, preset_frames: int) -> dict:
+def gpu_memory_projection(
+    params: int,
+    precision: str,
+    activation_bytes_per_crop: float,
+    micro_batch: int,
+    counted_frames: int,
+    preset_frames: int,
+) -> dict:
     """A projection, not a measurement: one process's memory on a GPU from counted numbers. Weights,
     gradients, master weights and Adam state: `steady_bytes_per_param(precision)` per counted parameter;
     activations: the bytes autograd saved for one crop of `counted_frames` frames in float32 (counted
@@ -260,15 +301,26 @@ def gpu_memory_projection(params: int, precision: str, activation_bytes_per_crop
         per_crop *= HALF_ACTIVATION_SHARE
     total = static + micro_batch * per_crop
     return {
-        "params": params, "bytes_per_param": steady_bytes_per_param(precision), "static_gb": static / GB,
-        "activation_gb_per_crop": per_crop / GB, "micro_batch": micro_batch, "total_gb": total / GB,
-        "counted_frames": counted_frames, "preset_frames": preset_frames,
-        "gpus": [{"gpu": name, "memory_gb": mem, "fits": total / GB <= mem,
-                  "max_micro_batch": max(0, int((mem * GB - static) // per_crop)) if per_crop > 0 else None}
-                 for name, mem in PROJECTION_GPU_MEMORY_GB],
+        "params": params,
+        "bytes_per_param": steady_bytes_per_param(precision),
+        "static_gb": static / GB,
+        "activation_gb_per_crop": per_crop / GB,
+        "micro_batch": micro_batch,
+        "total_gb": total / GB,
+        "counted_frames": counted_frames,
+        "preset_frames": preset_frames,
+        "gpus": [
+            {
+                "gpu": name,
+                "memory_gb": mem,
+                "fits": total / GB <= mem,
+                "max_micro_batch": max(0, int((mem * GB - static) // per_crop)) if per_crop > 0 else None,
+            }
+            for name, mem in PROJECTION_GPU_MEMORY_GB
+        ],
         "method": "counted: parameters x bytes per parameter for the precision, plus the float32 activations "
-                  "autograd saved for one crop on the CPU, linear in the frames, halved for an fp16 model, "
-                  "times the micro-batch; allocator overhead and workspaces not included",
+        "autograd saved for one crop on the CPU, linear in the frames, halved for an fp16 model, "
+        "times the micro-batch; allocator overhead and workspaces not included",
     }
 
 

@@ -35,9 +35,11 @@ def markdown(r: dict) -> str:
     if r["device_note"]:
         lines += [f"Note: {r['device_note']}.", ""]
     a0 = r["arms"][0]
-    scale = (f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} "
-             "overflowed)"
-             if a0["loss_scale"] is not None else "")
+    scale = (
+        f"; loss scale {a0['loss_scale']:g} after {a0['updates_run']} update(s) ({a0['overflow_updates']} overflowed)"
+        if a0["loss_scale"] is not None
+        else ""
+    )
     masters = f", {a0['master_dtype']} master weights" if a0["master_dtype"] else ""
     lines += [f"Weights measured: {a0['param_dtype']}{masters}{scale}.", ""]
     if r["gpu_projection"] is None:
@@ -54,8 +56,11 @@ def markdown(r: dict) -> str:
         ]
     for a in r["arms"]:
         mfu = "n/a" if a["mfu"] is None else f"{100 * a['mfu']:.1f}%"
-        suggestion = (f"{a['suggested_micro_batch']} x {a['suggested_accum_steps']}" if a["suggested_micro_batch"]
-                      else "none fits")
+        suggestion = (
+            f"{a['suggested_micro_batch']} x {a['suggested_accum_steps']}"
+            if a["suggested_micro_batch"]
+            else "none fits"
+        )
         if r["gpu_projection"] is None:
             lines.append(
                 f"| {a['run']} | {a['ms_per_update']:.1f} | {a['update_source']} | {a['exposed_allreduce_ms']:.1f} "
@@ -65,8 +70,10 @@ def markdown(r: dict) -> str:
             )
         else:
             mem = a.get("gpu_memory") or {}
-            lines.append(f"| {a['run']} | {a['ms_per_micro_batch']:.1f} | {a['peak_memory_gb']:.2f} | "
-                         f"{_num(mem.get('total_gb'), '.1f')} | {_yes_no(a['fits'])} | {suggestion} |")
+            lines.append(
+                f"| {a['run']} | {a['ms_per_micro_batch']:.1f} | {a['peak_memory_gb']:.2f} | "
+                f"{_num(mem.get('total_gb'), '.1f')} | {_yes_no(a['fits'])} | {suggestion} |"
+            )
     ic = r["interconnect"]
     lines += [
         "",
@@ -91,8 +98,9 @@ def markdown(r: dict) -> str:
             "|---|---:|---|---:|",
         ]
         for g in mem["gpus"]:
-            lines.append(f"| {g['gpu']} | {g['memory_gb']:g} | {_yes_no(g['fits'])} | "
-                         f"{_num(g['max_micro_batch'], 'd')} |")
+            lines.append(
+                f"| {g['gpu']} | {g['memory_gb']:g} | {_yes_no(g['fits'])} | {_num(g['max_micro_batch'], 'd')} |"
+            )
         lines.append("")
     if r["gpu_projection"] is not None:
         lines += [
@@ -105,11 +113,16 @@ def markdown(r: dict) -> str:
         ]
         for g in r["gpu_projection"]:
             a = g["arms"][0]
-            lines.append(f"| {g['gpu']} | {g['peak_tflops']:g} | {a['ms_per_update']:.1f} | {a['allreduce_ms']:.1f} | "
-                         f"{a['bound']} | {g['wall_hours']:.1f} | {g['gpu_hours']:.0f} |")
-        lines += ["", f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), "
-                  f"{f['processes']} process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), "
-                  f"{f['concurrent_jobs']} job(s) at once (hours: the projection above)."]
+            lines.append(
+                f"| {g['gpu']} | {g['peak_tflops']:g} | {a['ms_per_update']:.1f} | {a['allreduce_ms']:.1f} | "
+                f"{a['bound']} | {g['wall_hours']:.1f} | {g['gpu_hours']:.0f} |"
+            )
+        lines += [
+            "",
+            f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), "
+            f"{f['processes']} process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), "
+            f"{f['concurrent_jobs']} job(s) at once (hours: the projection above).",
+        ]
     else:
         lines += [
             f"**The figure**: {f['arms']} arms x {f['steps']:,} steps ({f['seeds']} seed runs), {f['processes']} "
@@ -118,10 +131,15 @@ def markdown(r: dict) -> str:
         ]
     if r.get("sweep_projection"):
         sw = r["sweep_projection"]
-        lines += ["", f"**The sweep** (a projection from counted FLOPs, not a measurement): {sw['points']} points, "
-                  f"{sw['runs']} runs one after another on one GPU, each at its own precision's peak x "
-                  f"{100 * sw['gpus'][0]['utilisation']:.0f}%, training updates only:", "",
-                  "| GPU | GPU-hours for the map | by panel |", "| --- | --- | --- |"]
+        lines += [
+            "",
+            f"**The sweep** (a projection from counted FLOPs, not a measurement): {sw['points']} points, "
+            f"{sw['runs']} runs one after another on one GPU, each at its own precision's peak x "
+            f"{100 * sw['gpus'][0]['utilisation']:.0f}%, training updates only:",
+            "",
+            "| GPU | GPU-hours for the map | by panel |",
+            "| --- | --- | --- |",
+        ]
         for g in sw["gpus"]:
             by = ", ".join(f"{k}: {v:.2f}" for k, v in g["panels"].items())
             lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {by} |")

@@ -103,8 +103,9 @@ class Options:
     def from_namespace(cls, args, threads: int | None) -> "Options":
         """The options of a parsed `amlm preflight` command line: each field from the argument of its
         name; an argument left out (None) keeps the field's default."""
-        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-                 if getattr(args, f.name, None) is not None}
+        given = {
+            f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None
+        }
         return cls(**{**given, "threads": threads})
 
 
@@ -127,8 +128,9 @@ class Hardware:
         return self.nodes * self.gpus_per_node
 
 
-def run(cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("results"),
-        options: Options = Options()) -> dict:
+def run(
+    cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()
+) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
 
     A preset for CUDA measured on CPU (no CUDA device, or --device cpu) answers in well under a
@@ -160,15 +162,25 @@ def run(cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("res
     slots = hw.gpus // t0.world  # runs at once on the figure's GPUs
     projection = None
     if substitute:
-        projection = gpu_projection(cfg, arms, hw.precision, options.utilisation, t0.world, t0.nodes, slots,
-                                    options.intra_node_gb_s, options.inter_node_gb_s)
+        projection = gpu_projection(
+            cfg,
+            arms,
+            hw.precision,
+            options.utilisation,
+            t0.world,
+            t0.nodes,
+            slots,
+            options.intra_node_gb_s,
+            options.inter_node_gb_s,
+        )
     result = {
         **_measured_on(cfg, config_path, t0, hw, plan, probe, options),
         "arms": arms,
         "figure": _figure(arms, t0, hw, slots),
         "gpu_projection": projection,
-        "sweep_projection": sweep_projection(cfg, options.utilisation, options.intra_node_gb_s,
-                                             options.inter_node_gb_s),
+        "sweep_projection": sweep_projection(
+            cfg, options.utilisation, options.intra_node_gb_s, options.inter_node_gb_s
+        ),
         "disk": disk_estimate(cfg, arms[0]["params"], arms, slots, options.corpus_hours),
     }
     out_dir = Path(out_dir)
@@ -182,9 +194,11 @@ def run(cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("res
 
 def _check_projection_options(options: Options) -> None:
     """The utilisation is a share of the peak; the bandwidths are positive."""
-    for name, value, low in (("--utilisation", options.utilisation, 1e-9),
-                             ("--intra-node-gb-s", options.intra_node_gb_s, 1e-9),
-                             ("--inter-node-gb-s", options.inter_node_gb_s, 1e-9)):
+    for name, value, low in (
+        ("--utilisation", options.utilisation, 1e-9),
+        ("--intra-node-gb-s", options.intra_node_gb_s, 1e-9),
+        ("--inter-node-gb-s", options.inter_node_gb_s, 1e-9),
+    ):
         if not value >= low:
             raise UserError(f"preflight: {name} must be above 0, got {value}")
     if options.utilisation > 1:
@@ -198,13 +212,17 @@ def _device(t0: C.TrainSection, config_path: str | Path, options: Options) -> tu
     note = None
     if options.device is None and wanted == "cuda" and not torch.cuda.is_available():  # the preset's, not asked for
         wanted = "cpu"
-        note = (f"{config_path} sets train.device cuda but torch sees no CUDA device: a bounded float32 step "
-                "measured on CPU (plumbing and the activations' bytes; the times are CPU times), the GPU time "
-                "projected from counted FLOPs and the GPU memory from counted parameters and activations")
+        note = (
+            f"{config_path} sets train.device cuda but torch sees no CUDA device: a bounded float32 step "
+            "measured on CPU (plumbing and the activations' bytes; the times are CPU times), the GPU time "
+            "projected from counted FLOPs and the GPU memory from counted parameters and activations"
+        )
     if options.device == "cpu" and t0.device == "cuda":
-        note = (f"{config_path} sets train.device cuda, measured on CPU as asked: a bounded float32 step "
-                "(plumbing and the activations' bytes; the times are CPU times), the GPU time projected from "
-                "counted FLOPs and the GPU memory from counted parameters and activations")
+        note = (
+            f"{config_path} sets train.device cuda, measured on CPU as asked: a bounded float32 step "
+            "(plumbing and the activations' bytes; the times are CPU times), the GPU time projected from "
+            "counted FLOPs and the GPU memory from counted parameters and activations"
+        )
         log.warning("preflight: %s", note)
     threads = options.threads if options.threads is not None else t0.threads
     if t0.device == "cuda" and wanted == "cpu" and hasattr(os, "sched_getaffinity"):
@@ -216,22 +234,31 @@ def _device(t0: C.TrainSection, config_path: str | Path, options: Options) -> tu
 def _with_measurement_defaults(options: Options, substitute: bool) -> Options:
     """The options with the measurement counts' defaults filled in, checked. In place of the preset's
     GPU (`substitute`), one small micro-batch by default: seconds, not minutes."""
-    defaults = dict(micro_batches=1, optimizer_steps=1, warmup=0, full_update=False) if substitute else \
-        dict(micro_batches=4, optimizer_steps=2, warmup=1, full_update=True)
+    defaults = (
+        dict(micro_batches=1, optimizer_steps=1, warmup=0, full_update=False)
+        if substitute
+        else dict(micro_batches=4, optimizer_steps=2, warmup=1, full_update=True)
+    )
     options = dataclasses.replace(options, **{k: v for k, v in defaults.items() if getattr(options, k) is None})
-    for name, value, low in (("--micro-batches", options.micro_batches, 1),
-                             ("--optimizer-steps", options.optimizer_steps, 1), ("--warmup", options.warmup, 0),
-                             ("--nodes", 1 if options.nodes is None else options.nodes, 1)):
+    for name, value, low in (
+        ("--micro-batches", options.micro_batches, 1),
+        ("--optimizer-steps", options.optimizer_steps, 1),
+        ("--warmup", options.warmup, 0),
+        ("--nodes", 1 if options.nodes is None else options.nodes, 1),
+    ):
         if value < low:
             raise UserError(f"preflight: {name} must be at least {low}, got {value}")
     if options.optimizer_steps > options.micro_batches:
-        raise UserError(f"preflight: --optimizer-steps ({options.optimizer_steps}) cannot exceed --micro-batches "
-                        f"({options.micro_batches})")
+        raise UserError(
+            f"preflight: --optimizer-steps ({options.optimizer_steps}) cannot exceed --micro-batches "
+            f"({options.micro_batches})"
+        )
     return options
 
 
-def _hardware(t0: C.TrainSection, device: torch.device, note: str | None, substitute: bool,
-              options: Options) -> Hardware:
+def _hardware(
+    t0: C.TrainSection, device: torch.device, note: str | None, substitute: bool, options: Options
+) -> Hardware:
     """The device's name and peak, and the machines of the projection: by default the GPUs here (on
     CPU the preset's processes) on the preset's run's nodes."""
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -243,15 +270,19 @@ def _hardware(t0: C.TrainSection, device: torch.device, note: str | None, substi
     if gpus_per_node is None:  # the GPUs here; on CPU, the preset's: the projection is for its hardware
         gpus_per_node = torch.cuda.device_count() if device.type == "cuda" else t0.processes
         if t0.processes > gpus_per_node:  # fewer GPUs here than one run's node: measure one, project the node
-            node = (f"this machine has {gpus_per_node} GPU(s), one run takes {t0.processes} per node: one process's "
-                    f"micro-batch measured here, the preset's node of {t0.processes} GPUs projected (the gradient "
-                    "all-reduce from its bytes at the bandwidths given)")
+            node = (
+                f"this machine has {gpus_per_node} GPU(s), one run takes {t0.processes} per node: one process's "
+                f"micro-batch measured here, the preset's node of {t0.processes} GPUs projected (the gradient "
+                "all-reduce from its bytes at the bandwidths given)"
+            )
             log.info("preflight: %s", node)
             note = node if note is None else f"{note}; {node}"
             gpus_per_node = t0.processes
     if t0.processes > gpus_per_node:
-        raise UserError(f"preflight: train.processes ({t0.processes}) exceeds --gpus-per-node ({gpus_per_node}); "
-                        "one run's processes on a node need a GPU each")
+        raise UserError(
+            f"preflight: train.processes ({t0.processes}) exceeds --gpus-per-node ({gpus_per_node}); "
+            "one run's processes on a node need a GPU each"
+        )
     nodes = t0.nodes if options.nodes is None else options.nodes  # the figure's machines: by default the run's own
     measure_precision = "fp32" if substitute else precision  # a half model's CPU kernels take minutes
     return Hardware(device, label, note, substitute, precision, measure_precision, peak, nodes, gpus_per_node)
@@ -279,11 +310,26 @@ def _plan(cfg: C.Config, t0: C.TrainSection, hw: Hardware, options: Options) -> 
     if frames is None:
         gflops = cpu_matmul_gflops()
         frames = bounded_frames(cut, cfg.crop_frames, mb, gflops, options.cpu_budget_s)
-        log.info("preflight: this CPU multiplies float32 matrices at %.0f GFLOP/s: a float32 step of %d of %d blocks "
-                 "at %d of %d frames fits %.0f s", gflops, cut.layers, m.layers, frames, cfg.crop_frames,
-                 options.cpu_budget_s)
-    return Plan(mb, options.micro_batches, options.optimizer_steps, options.warmup, options.full_update, frames,
-                cut_layers=CUT_LAYERS, count_activations=True)
+        log.info(
+            "preflight: this CPU multiplies float32 matrices at %.0f GFLOP/s: a float32 step of %d of %d blocks "
+            "at %d of %d frames fits %.0f s",
+            gflops,
+            cut.layers,
+            m.layers,
+            frames,
+            cfg.crop_frames,
+            options.cpu_budget_s,
+        )
+    return Plan(
+        mb,
+        options.micro_batches,
+        options.optimizer_steps,
+        options.warmup,
+        options.full_update,
+        frames,
+        cut_layers=CUT_LAYERS,
+        count_activations=True,
+    )
 
 
 # ----------------------------------------------------------------------------- measuring, per model
@@ -300,42 +346,69 @@ def _model_groups(cfg: C.Config, substitute: bool, every_model: bool) -> dict:
     return groups
 
 
-def _measure_models(cfg: C.Config, config_path: str | Path, t0: C.TrainSection, hw: Hardware, plan: Plan,
-                    probe: MemoryProbe, groups: dict) -> dict[str, dict]:
+def _measure_models(
+    cfg: C.Config,
+    config_path: str | Path,
+    t0: C.TrainSection,
+    hw: Hardware,
+    plan: Plan,
+    probe: MemoryProbe,
+    groups: dict,
+) -> dict[str, dict]:
     """Each group's first arm measured (on CUDA at the largest micro-batch that fits) with whether the
     preset fits; {arm: its group's measurement, `measured_as` the arm measured}."""
     frames = cfg.crop_frames
     crops_per_process = t0.crops_per_update // t0.world
     units = len(groups) * (plan.warmup + plan.micro_batches + plan.optimizer_steps)
-    log.info("preflight %s on %s (%s): %d models, micro-batch %d of %d frames", config_path, hw.label,
-             hw.measure_precision, len(groups), plan.micro_batch, plan.frames or frames)
+    log.info(
+        "preflight %s on %s (%s): %d models, micro-batch %d of %d frames",
+        config_path,
+        hw.label,
+        hw.measure_precision,
+        len(groups),
+        plan.micro_batch,
+        plan.frames or frames,
+    )
     measured: dict[str, dict] = {}
     with Progress(units, "preflight", unit="step") as bar:
         for names in groups.values():
             m, t = cfg.model_for(names[0]), cfg.train_for(names[0])
             avail = probe.available()
             if hw.device.type == "cuda":
-                res, used_mb, no_fit = fit_cuda(m, t, hw.device, hw.precision, frames, plan, crops_per_process,
-                                                probe, bar)
+                res, used_mb, no_fit = fit_cuda(
+                    m, t, hw.device, hw.precision, frames, plan, crops_per_process, probe, bar
+                )
             else:
-                res = measure_arm(m, t, hw.device, hw.measure_precision, frames, plan,
-                                  crops_per_process // plan.micro_batch, probe, bar)
+                res = measure_arm(
+                    m,
+                    t,
+                    hw.device,
+                    hw.measure_precision,
+                    frames,
+                    plan,
+                    crops_per_process // plan.micro_batch,
+                    probe,
+                    bar,
+                )
                 used_mb, no_fit = plan.micro_batch, []
-            res.update(measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit,
-                       gpu_memory=None)
+            res.update(
+                measured_micro_batch=used_mb, available_memory_gb=avail / GB, did_not_fit=no_fit, gpu_memory=None
+            )
             if hw.substitute:
                 res.update(_projected_fit(m, res, hw, t0, frames, crops_per_process))
             else:
-                res.update(fit_summary(res, hw.device, t0.batch_size // t0.world, crops_per_process, avail,
-                                       hw.precision))
+                res.update(
+                    fit_summary(res, hw.device, t0.batch_size // t0.world, crops_per_process, avail, hw.precision)
+                )
             for name in names:
                 measured[name] = {**res, "measured_as": names[0]}
             bar.update(0, model=names[0])
     return measured
 
 
-def _projected_fit(m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainSection, frames: int,
-                   crops_per_process: int) -> dict:
+def _projected_fit(
+    m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainSection, frames: int, crops_per_process: int
+) -> dict:
     """In place of the preset's GPU: the whole model's counted parameters and gradient bytes, its GPU memory
     projected from counted parameters and activations, and whether the preset's micro-batch fits an 80 GB GPU."""
     params = full_params(m)
@@ -344,8 +417,11 @@ def _projected_fit(m: C.ModelConfig, res: dict, hw: Hardware, t0: C.TrainSection
     mem = gpu_memory_projection(params, hw.precision, per_crop, preset_micro, res["measured_frames"], frames)
     eighty = next(g for g in mem["gpus"] if g["memory_gb"] == 80.0)
     fits = eighty["fits"]
-    best = preset_micro if fits else suggest_micro_batch(crops_per_process, min(eighty["max_micro_batch"] or 0,
-                                                                                crops_per_process))
+    best = (
+        preset_micro
+        if fits
+        else suggest_micro_batch(crops_per_process, min(eighty["max_micro_batch"] or 0, crops_per_process))
+    )
     return {
         "params": params,  # the whole model's (the measured cut's: measured_params)
         "grad_bytes": params * (2 if hw.precision == "fp16_fairseq" else 4),
@@ -377,7 +453,11 @@ def _arm(cfg: C.Config, name: str, res: dict, t0: C.TrainSection, hw: Hardware, 
     tflops = flops / (compute_ms / 1000) / 1e12
     hours = None if hw.substitute else wall_hours(t0.steps, update_ms, len(rc.seeds))
     return {
-        "run": name, "label": rc.label, "seeds": len(rc.seeds), "steps": t0.steps, **res,
+        "run": name,
+        "label": rc.label,
+        "seeds": len(rc.seeds),
+        "steps": t0.steps,
+        **res,
         "micro_batches_per_update": n_micro,
         "update_source": "measured" if res["ms_per_update_measured"] else "projected",
         "ms_per_update_compute": compute_ms,
@@ -400,16 +480,29 @@ def _arm(cfg: C.Config, name: str, res: dict, t0: C.TrainSection, hw: Hardware, 
 def _figure(arms: list[dict], t0: C.TrainSection, hw: Hardware, slots: int) -> dict:
     """The whole figure: every arm's job on the figure's GPUs, `slots` at once, longest first."""
     return {
-        "arms": len(arms), "jobs": len(arms), "seeds": sum(a["seeds"] for a in arms), "steps": t0.steps,
-        "processes": t0.world, "nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node, "gpus": hw.gpus,
+        "arms": len(arms),
+        "jobs": len(arms),
+        "seeds": sum(a["seeds"] for a in arms),
+        "steps": t0.steps,
+        "processes": t0.world,
+        "nodes": hw.nodes,
+        "gpus_per_node": hw.gpus_per_node,
+        "gpus": hw.gpus,
         "concurrent_jobs": min(slots, len(arms)),
         "wall_hours": None if hw.substitute else figure_wall_hours([a["hours"] for a in arms], slots),
         "gpu_hours": None if hw.substitute else sum(a["gpu_hours"] for a in arms),
     }
 
 
-def _measured_on(cfg: C.Config, config_path: str | Path, t0: C.TrainSection, hw: Hardware, plan: Plan,
-                 probe: MemoryProbe, options: Options) -> dict:
+def _measured_on(
+    cfg: C.Config,
+    config_path: str | Path,
+    t0: C.TrainSection,
+    hw: Hardware,
+    plan: Plan,
+    probe: MemoryProbe,
+    options: Options,
+) -> dict:
     """preflight.json's head: what was measured, where and how."""
     return {
         "config": str(config_path),
@@ -433,15 +526,20 @@ def _measured_on(cfg: C.Config, config_path: str | Path, t0: C.TrainSection, hw:
         "preset_micro_batch": t0.batch_size // t0.world,
         "micro_batch": plan.micro_batch,
         "measured_frames": plan.frames or cfg.crop_frames,
-        "measured_layers": (None if plan.cut_layers is None else
-                            min(cfg.model_for(next(iter(cfg.runs))).layers, plan.cut_layers)),
+        "measured_layers": (
+            None if plan.cut_layers is None else min(cfg.model_for(next(iter(cfg.runs))).layers, plan.cut_layers)
+        ),
         "measurement": _what_was_measured(cfg, t0, hw, plan),
         "micro_batches_measured": plan.micro_batches,
         "optimizer_steps_measured": plan.optimizer_steps,
         "warmup_updates": plan.warmup,
-        "interconnect": {"intra_node_gb_s": options.intra_node_gb_s, "inter_node_gb_s": options.inter_node_gb_s,
-                         "link": "none (one process)" if t0.world == 1 else
-                         ("NVLink, within one node" if t0.nodes == 1 else "InfiniBand, across nodes")},
+        "interconnect": {
+            "intra_node_gb_s": options.intra_node_gb_s,
+            "inter_node_gb_s": options.inter_node_gb_s,
+            "link": "none (one process)"
+            if t0.world == 1
+            else ("NVLink, within one node" if t0.nodes == 1 else "InfiniBand, across nodes"),
+        },
     }
 
 
@@ -449,15 +547,19 @@ def _what_was_measured(cfg: C.Config, t0: C.TrainSection, hw: Hardware, plan: Pl
     """One sentence: what this preflight measured, and what it projected."""
     frames, preset = plan.frames or cfg.crop_frames, cfg.crop_frames
     if not hw.substitute:
-        return (f"measured on {hw.label}: the preset's step ({hw.precision}) at micro-batch {plan.micro_batch} of "
-                f"{frames} frames; the update, arm and figure times projected from it")
+        return (
+            f"measured on {hw.label}: the preset's step ({hw.precision}) at micro-batch {plan.micro_batch} of "
+            f"{frames} frames; the update, arm and figure times projected from it"
+        )
     layers = cfg.model_for(next(iter(cfg.runs))).layers
-    return (f"measured on this CPU, a bounded check, not the preset's step: float32 (the preset: {hw.precision}), the "
-            f"model cut to {min(layers, plan.cut_layers)} of its {layers} blocks, micro-batch {plan.micro_batch} of "
-            f"{frames} of the preset's {preset} frames, {plan.micro_batches} micro-batch(es) and "
-            f"{plan.optimizer_steps} optimizer step(s): plumbing, a finite loss and the bytes autograd saves; "
-            "projected: the GPU time from counted FLOPs at the stated utilisation, the GPU memory from counted "
-            "parameters and activations")
+    return (
+        f"measured on this CPU, a bounded check, not the preset's step: float32 (the preset: {hw.precision}), the "
+        f"model cut to {min(layers, plan.cut_layers)} of its {layers} blocks, micro-batch {plan.micro_batch} of "
+        f"{frames} of the preset's {preset} frames, {plan.micro_batches} micro-batch(es) and "
+        f"{plan.optimizer_steps} optimizer step(s): plumbing, a finite loss and the bytes autograd saves; "
+        "projected: the GPU time from counted FLOPs at the stated utilisation, the GPU memory from counted "
+        "parameters and activations"
+    )
 
 
 def _write(result: dict, out_dir: Path) -> None:
@@ -472,17 +574,38 @@ def _log_summary(result: dict, out_dir: Path, utilisation: float) -> None:
     sweep, projection, figure = result["sweep_projection"], result["gpu_projection"], result["figure"]
     if sweep is not None:
         g = sweep["gpus"][0]
-        log.info("preflight: the sweep's %d points (%d runs) project to %.2f GPU-hours on one %s at %.0f%% of its peak",
-                 sweep["points"], sweep["runs"], g["gpu_hours"], g["gpu"], 100 * utilisation)
+        log.info(
+            "preflight: the sweep's %d points (%d runs) project to %.2f GPU-hours on one %s at %.0f%% of its peak",
+            sweep["points"],
+            sweep["runs"],
+            g["gpu_hours"],
+            g["gpu"],
+            100 * utilisation,
+        )
     if projection is not None:
         best = projection[0]
         mem = result["arms"][0]["gpu_memory"]
         log.info("preflight: %s", result["measurement"])
-        log.info("preflight: projected GPU memory per process %.1f GB (%s)", mem["total_gb"],
-                 ", ".join(f"{g['gpu']}: {'fits' if g['fits'] else 'does not fit'}" for g in mem["gpus"]))
-        log.info("preflight: measured on CPU (CPU times); projected on %s at %.0f%% of its peak: the figure takes "
-                 "%.1f h on %d GPU(s) (%.0f GPU-hours); results in %s", best["gpu"], 100 * utilisation,
-                 best["wall_hours"], figure["gpus"], best["gpu_hours"], out_dir / "preflight.md")
+        log.info(
+            "preflight: projected GPU memory per process %.1f GB (%s)",
+            mem["total_gb"],
+            ", ".join(f"{g['gpu']}: {'fits' if g['fits'] else 'does not fit'}" for g in mem["gpus"]),
+        )
+        log.info(
+            "preflight: measured on CPU (CPU times); projected on %s at %.0f%% of its peak: the figure takes "
+            "%.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
+            best["gpu"],
+            100 * utilisation,
+            best["wall_hours"],
+            figure["gpus"],
+            best["gpu_hours"],
+            out_dir / "preflight.md",
+        )
     else:
-        log.info("preflight: the figure takes %.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
-                 figure["wall_hours"], figure["gpus"], figure["gpu_hours"], out_dir / "preflight.md")
+        log.info(
+            "preflight: the figure takes %.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
+            figure["wall_hours"],
+            figure["gpus"],
+            figure["gpu_hours"],
+            out_dir / "preflight.md",
+        )

@@ -35,8 +35,9 @@ def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
         metrics = metrics.assign(seed=run.seeds[0])
     if "nonfinite" not in metrics.columns:
         metrics = metrics.assign(nonfinite=0)
-    long = metrics.melt(id_vars=["seed", "step", "nonfinite"], value_vars=loss_cols, var_name="column",
-                        value_name="loss_bits")
+    long = metrics.melt(
+        id_vars=["seed", "step", "nonfinite"], value_vars=loss_cols, var_name="column", value_name="loss_bits"
+    )
     parts = long["column"].str.extract(LOSS_COLUMN)
     long["split"], long["codebook"] = parts[0], parts[1].astype(int)
     long["run"], long["label"] = run.name, run.label
@@ -55,8 +56,13 @@ def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     return long[DIAGNOSTIC_COLUMNS]
 
 
-def run(cfg: C.Config | dict, runs_dir: Path, out_path: Path, diagnostics_path: Path | None = None,
-        finals_path: Path | None = None) -> pd.DataFrame:
+def run(
+    cfg: C.Config | dict,
+    runs_dir: Path,
+    out_path: Path,
+    diagnostics_path: Path | None = None,
+    finals_path: Path | None = None,
+) -> pd.DataFrame:
     """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path);
     with finals_path, also each arm's final codebook-0 loss under a short name (final_losses)."""
     cfg = C.typed(cfg)
@@ -79,8 +85,14 @@ def run(cfg: C.Config | dict, runs_dir: Path, out_path: Path, diagnostics_path: 
         write_json(finals_path, final_losses(cfg.runs, curves))
     with atomic_path(out_path) as tmp:  # last: the stage's declared first output
         curves.to_csv(tmp, index=False)
-    log.info("aggregate: %d rows from %d runs -> %s, %d diagnostics rows -> %s", len(curves), len(frames), out_path,
-             len(diagnostics), diagnostics_path)
+    log.info(
+        "aggregate: %d rows from %d runs -> %s, %d diagnostics rows -> %s",
+        len(curves),
+        len(frames),
+        out_path,
+        len(diagnostics),
+        diagnostics_path,
+    )
     return curves
 
 

@@ -65,18 +65,29 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(v)) if v else math.nan
 
 
-def _compare(a: str, b: str, gap: float, spreads: tuple[float, float], resolution: float,
-             multi_seed: bool, unit: str, how_range: bool = True) -> tuple[bool | None, str]:
+def _compare(
+    a: str,
+    b: str,
+    gap: float,
+    spreads: tuple[float, float],
+    resolution: float,
+    multi_seed: bool,
+    unit: str,
+    how_range: bool = True,
+) -> tuple[bool | None, str]:
     """Is `gap` (expected positive) clearly positive? True / False / None (undecided), and why."""
     spread = max(spreads)
     num = (lambda x: f"{x:+,.0f}") if unit == "steps" else (lambda x: f"{x:+.3f}")
     if multi_seed and abs(gap) <= spread:
-        return None, (f"{a} vs {b}: difference {num(gap)} {unit} is within the seed spread "
-                      f"({num(spread)[1:]} {unit}, {'max - min' if how_range else 'two std'})")
+        return None, (
+            f"{a} vs {b}: difference {num(gap)} {unit} is within the seed spread "
+            f"({num(spread)[1:]} {unit}, {'max - min' if how_range else 'two std'})"
+        )
     if abs(gap) <= resolution:
-        return None, (f"{a} vs {b}: difference {num(gap)} {unit} is a tie (at most {resolution:g} {unit}: "
-                      + ("within the noise rounding alone makes, claims.min_final_gap)" if unit == "bits"
-                         else "a tie)"))
+        return None, (
+            f"{a} vs {b}: difference {num(gap)} {unit} is a tie (at most {resolution:g} {unit}: "
+            + ("within the noise rounding alone makes, claims.min_final_gap)" if unit == "bits" else "a tie)")
+        )
     beyond = f", beyond the {resolution:g} {unit} rounding alone makes (claims.min_final_gap)" if unit == "bits" else ""
     return gap > 0, f"{a} vs {b}: difference {num(gap)} {unit}{beyond}"
 
@@ -111,20 +122,31 @@ PB_RELAX_FINDING = (
 )
 
 CLAIMS = {
-    "a": ("Every arm starts near 10 bits (a uniform guess over 1024 codes)",
-          "first points ~9.3-9.5 bits for all four arms"),
-    "b": ("Gradient Clip=10 reaches the lowest final loss",
-          "clip 10 ends lowest, ~5.7 bits (key observations); stated plateaus: clip 10 5.7-5.8, "
-          "Post-Norm 5.6-5.7, Attn. Relax 5.7-5.8, clip 1 5.8-5.9"),
-    "c": ("Gradient Clip=1 converges slowest",
-          "clip 1 reaches ~5.9 only by 50K steps; clip 10 ~5.8 by 10K, Attn. Relax ~5.8 by 30K, "
-          "Post-Norm ~5.7 by 30K"),
-    "d": ("Post-Norm with DeepNorm shows a transient loss spike and recovers",
-          "spike from ~5.9 to ~9.2 bits at 20K, back to ~5.7 by 30K; no other arm spikes"),
-    "e": ("Attention relaxation lies between clip 10 and clip 1 in convergence speed",
-          "Attn. Relax ~5.8 by 30K: after clip 10 (~10K), before clip 1 (~50K)"),
-    "f": ("Every arm stabilises by 30-40 % of the x-range",
-          "'after ~30K-40K steps' of 100K for most arms; clip 1 stabilises only after ~60K"),
+    "a": (
+        "Every arm starts near 10 bits (a uniform guess over 1024 codes)",
+        "first points ~9.3-9.5 bits for all four arms",
+    ),
+    "b": (
+        "Gradient Clip=10 reaches the lowest final loss",
+        "clip 10 ends lowest, ~5.7 bits (key observations); stated plateaus: clip 10 5.7-5.8, "
+        "Post-Norm 5.6-5.7, Attn. Relax 5.7-5.8, clip 1 5.8-5.9",
+    ),
+    "c": (
+        "Gradient Clip=1 converges slowest",
+        "clip 1 reaches ~5.9 only by 50K steps; clip 10 ~5.8 by 10K, Attn. Relax ~5.8 by 30K, Post-Norm ~5.7 by 30K",
+    ),
+    "d": (
+        "Post-Norm with DeepNorm shows a transient loss spike and recovers",
+        "spike from ~5.9 to ~9.2 bits at 20K, back to ~5.7 by 30K; no other arm spikes",
+    ),
+    "e": (
+        "Attention relaxation lies between clip 10 and clip 1 in convergence speed",
+        "Attn. Relax ~5.8 by 30K: after clip 10 (~10K), before clip 1 (~50K)",
+    ),
+    "f": (
+        "Every arm stabilises by 30-40 % of the x-range",
+        "'after ~30K-40K steps' of 100K for most arms; clip 1 stabilises only after ~60K",
+    ),
 }
 
 
@@ -137,8 +159,9 @@ def role_map(by_role: dict[str, str]) -> dict[str, str]:
     return {role: by_role.get(role, f"(no arm with role {role})") for role in C.ROLES}
 
 
-def evaluate(curves: pd.DataFrame, thresholds: ClaimThresholds | None, by_role: dict[str, str],
-             split: str = "train") -> list[dict]:
+def evaluate(
+    curves: pd.DataFrame, thresholds: ClaimThresholds | None, by_role: dict[str, str], split: str = "train"
+) -> list[dict]:
     """The six claims on codebook-0 curves of `split`; one dict per claim, in order a-f.
 
     Each dict: id, claim (text), paper (what the paper shows), measured (numbers), verdict,
@@ -167,15 +190,24 @@ class _Context:
         notes = [n for n in notes if n]
         if self.stats and not self.multi_seed:
             notes.append("rests on one seed per arm: no seed spread to judge differences against")
-        return {"id": cid, "claim": text, "paper": paper, "measured": measured, "verdict": verdict,
-                "note": "; ".join(notes)}
+        return {
+            "id": cid,
+            "claim": text,
+            "paper": paper,
+            "measured": measured,
+            "verdict": verdict,
+            "note": "; ".join(notes),
+        }
 
     # helpers
     def per_seed(self, attr: str, roles=None) -> dict[str, dict[str, float]]:
         roles = roles or list(self.present)
         nd = 0 if attr.endswith("_step") else 4
-        return {self.roles[r]: {str(s.seed): rounded(getattr(s, attr), nd) for s in self.stats[self.roles[r]]}
-                for r in roles if r in self.present}
+        return {
+            self.roles[r]: {str(s.seed): rounded(getattr(s, attr), nd) for s in self.stats[self.roles[r]]}
+            for r in roles
+            if r in self.present
+        }
 
     def values(self, role: str, attr: str) -> list[float]:
         return [getattr(s, attr) for s in self.stats[self.roles[role]]]
@@ -191,9 +223,13 @@ class _Context:
         return f"run(s) missing from the curves: {', '.join(gone)}" if gone else ""
 
     def diverged_note(self, roles) -> str:
-        out = [f"{s.run} seed {s.seed} diverged (non-finite loss from step {s.diverged_step})"
-               for r in roles if r in self.present for s in self.stats[self.roles[r]]
-               if s.diverged_step is not None]
+        out = [
+            f"{s.run} seed {s.seed} diverged (non-finite loss from step {s.diverged_step})"
+            for r in roles
+            if r in self.present
+            for s in self.stats[self.roles[r]]
+            if s.diverged_step is not None
+        ]
         return "; ".join(out)
 
     def measured(self, attrs: list[str], roles=None) -> dict:
@@ -221,8 +257,11 @@ class _Context:
     # a: every arm starts near 10 bits
     def _claim_a(self):
         th, roles = self.th, list(self.roles)
-        passes = {r: [th.start_min <= s.first_bits <= th.start_max for s in self.stats[self.roles[r]]]
-                  for r in roles if r in self.present}
+        passes = {
+            r: [th.start_min <= s.first_bits <= th.start_max for s in self.stats[self.roles[r]]]
+            for r in roles
+            if r in self.present
+        }
         measured = self.measured(["first_bits", "first_step"])
         measured["band_bits"] = [th.start_min, th.start_max]
         notes = [self.missing_note(roles), self.diverged_note(roles)]
@@ -246,9 +285,16 @@ class _Context:
         rival = min(others, key=others.get)
         gap = others[rival] - mine
         measured["gap_bits"] = rounded(gap)
-        ok, why = _compare(self.roles["clip10"], self.roles[rival], gap,
-                           (self.spread("clip10", "final_bits"), self.spread(rival, "final_bits")),
-                           self.th.min_final_gap, self.multi_seed, "bits", self.th.seed_spread == "range")
+        ok, why = _compare(
+            self.roles["clip10"],
+            self.roles[rival],
+            gap,
+            (self.spread("clip10", "final_bits"), self.spread(rival, "final_bits")),
+            self.th.min_final_gap,
+            self.multi_seed,
+            "bits",
+            self.th.seed_spread == "range",
+        )
         notes.insert(0, f"lowest other arm: {why}")
         verdict = _combine([ok])
         if verdict == REPRODUCED and self.missing:
@@ -258,12 +304,16 @@ class _Context:
     def _steps_ready(self, roles) -> tuple[bool, list[str]]:
         """Are the converged steps of these roles all defined? Else why not."""
         notes = [self.missing_note(roles), self.diverged_note(roles)]
-        never = [f"{s.run} seed {s.seed}" for r in roles if r in self.present for s in self.stats[self.roles[r]]
-                 if s.diverged_step is None and not math.isfinite(s.converged_step)]
+        never = [
+            f"{s.run} seed {s.seed}"
+            for r in roles
+            if r in self.present
+            for s in self.stats[self.roles[r]]
+            if s.diverged_step is None and not math.isfinite(s.converged_step)
+        ]
         if never:
             notes.append(f"never within {self.th.converge_margin:g} bits of its final loss: {', '.join(never)}")
-        ok = all(r in self.present and all(math.isfinite(v) for v in self.values(r, "converged_step"))
-                 for r in roles)
+        ok = all(r in self.present and all(math.isfinite(v) for v in self.values(r, "converged_step")) for r in roles)
         return ok, notes
 
     # c: clip 1 converges slowest
@@ -278,9 +328,16 @@ class _Context:
         rival = max(others, key=others.get)
         gap = self.mean("clip1", "converged_step") - others[rival]
         measured["gap_steps"] = rounded(gap, 0)
-        ok, why = _compare(self.roles["clip1"], self.roles[rival], gap,
-                           (self.spread("clip1", "converged_step"), self.spread(rival, "converged_step")),
-                           0.0, self.multi_seed, "steps", self.th.seed_spread == "range")
+        ok, why = _compare(
+            self.roles["clip1"],
+            self.roles[rival],
+            gap,
+            (self.spread("clip1", "converged_step"), self.spread(rival, "converged_step")),
+            0.0,
+            self.multi_seed,
+            "steps",
+            self.th.seed_spread == "range",
+        )
         notes.insert(0, f"slowest other arm: {why}")
         return _combine([ok]), measured, notes
 
@@ -295,15 +352,23 @@ class _Context:
         for s in self.stats[self.roles["deepnorm"]]:
             recovered = [k for k in s.spikes if k["recovery_step"] is not None]
             pick = max(recovered or s.spikes, key=lambda k: k["height_bits"], default=None)
-            per_seed[str(s.seed)] = None if pick is None else {
-                k: (rounded(v) if isinstance(v, float) else v) for k, v in pick.items()}
+            per_seed[str(s.seed)] = (
+                None if pick is None else {k: (rounded(v) if isinstance(v, float) else v) for k, v in pick.items()}
+            )
             passes.append(bool(recovered))
             if s.spikes and not recovered:
-                notes.append(f"seed {s.seed}: rose {pick['height_bits']:.3g} bits at step {pick['peak_step']} "
-                             "and did not recover by the last step")
+                notes.append(
+                    f"seed {s.seed}: rose {pick['height_bits']:.3g} bits at step {pick['peak_step']} "
+                    "and did not recover by the last step"
+                )
         measured["spike"] = per_seed  # seed -> the largest recovered spike (else the largest), or None
-        elsewhere = {self.roles[r]: len(s.spikes) for r in self.present if r != "deepnorm"
-                     for s in self.stats[self.roles[r]] if s.spikes}
+        elsewhere = {
+            self.roles[r]: len(s.spikes)
+            for r in self.present
+            if r != "deepnorm"
+            for s in self.stats[self.roles[r]]
+            if s.spikes
+        }
         measured["spikes_in_other_arms"] = elsewhere
         if elsewhere:
             notes.append(f"other arms spike too (the paper shows none): {', '.join(elsewhere)}")
@@ -322,15 +387,24 @@ class _Context:
         results = []
         for lo, hi in (("clip10", "attn_relax"), ("attn_relax", "clip1")):
             gap = self.mean(hi, "converged_step") - self.mean(lo, "converged_step")
-            ok, why = _compare(self.roles[hi], self.roles[lo], gap,
-                               (self.spread(lo, "converged_step"), self.spread(hi, "converged_step")),
-                               0.0, self.multi_seed, "steps", self.th.seed_spread == "range")
+            ok, why = _compare(
+                self.roles[hi],
+                self.roles[lo],
+                gap,
+                (self.spread(lo, "converged_step"), self.spread(hi, "converged_step")),
+                0.0,
+                self.multi_seed,
+                "steps",
+                self.th.seed_spread == "range",
+            )
             results.append(ok)
             notes.insert(len(results) - 1, f"{why} (expected > 0)")
         verdict = _combine(results)
         if verdict != REPRODUCED:
-            notes.append("PB-Relax equals softmax attention in exact arithmetic: in fp32 the Attn. Relax arm "
-                         "should match clip 1 up to seed noise")
+            notes.append(
+                "PB-Relax equals softmax attention in exact arithmetic: in fp32 the Attn. Relax arm "
+                "should match clip 1 up to seed noise"
+            )
         notes.append(PB_RELAX_FINDING)
         return verdict, measured, notes
 
@@ -340,16 +414,30 @@ class _Context:
         measured = self.measured(["converged_step", "last_step", "converged_fraction"])
         measured["max_fraction"] = th.stabilise_fraction
         notes = [self.missing_note(roles), self.diverged_note(roles)]
-        passes = {r: [math.isfinite(s.converged_fraction) and s.converged_fraction <= th.stabilise_fraction + _EPS
-                      for s in self.stats[self.roles[r]]] for r in roles if r in self.present}
+        passes = {
+            r: [
+                math.isfinite(s.converged_fraction) and s.converged_fraction <= th.stabilise_fraction + _EPS
+                for s in self.stats[self.roles[r]]
+            ]
+            for r in roles
+            if r in self.present
+        }
         return self.every_arm(passes, f"not stabilised by {th.stabilise_fraction:.0%} of the x-range", measured, notes)
 
 
 # ----------------------------------------------------------------------------- the stage
 
 
-def run(cfg: C.Config | dict, curves_path, out_json, out_md, *, reference_path=None, check_reference: bool = True,
-        diagnostics_path=None) -> list[dict]:
+def run(
+    cfg: C.Config | dict,
+    curves_path,
+    out_json,
+    out_md,
+    *,
+    reference_path=None,
+    check_reference: bool = True,
+    diagnostics_path=None,
+) -> list[dict]:
     """Evaluate the claims on `curves_path`; write `out_json` and `out_md` atomically.
 
     Thresholds from the config's `claims:` section, arms by their `role`, the split drawn in the
@@ -368,8 +456,10 @@ def run(cfg: C.Config | dict, curves_path, out_json, out_md, *, reference_path=N
     have = set(curves.loc[(curves["split"] == split) & (curves["codebook"] == 0), "run"])
     missing = [name for name in cfg.runs if name not in have]
     if missing:  # an arm left out would turn its claims inconclusive without a word
-        raise UserError(f"{curves_path}: no {split} codebook-0 rows for run(s) {', '.join(missing)} of the "
-                        "configuration; rerun the aggregate stage")
+        raise UserError(
+            f"{curves_path}: no {split} codebook-0 rows for run(s) {', '.join(missing)} of the "
+            "configuration; rerun the aggregate stage"
+        )
     roles = role_map(cfg.runs_by_role())
     claims = evaluate(curves, th, roles, split=split)
     explained = None
@@ -393,8 +483,10 @@ def run(cfg: C.Config | dict, curves_path, out_json, out_md, *, reference_path=N
             log.warning("claims: %s; skipping the check on the paper's curves", exc)
 
     data = curves[(curves["split"] == split) & (curves["codebook"] == 0)]
-    seeds = {name: sorted(int(s) for s in data.loc[data["run"] == name, "seed"].unique())
-             if "seed" in data.columns else [] for name in roles.values()}
+    seeds = {
+        name: sorted(int(s) for s in data.loc[data["run"] == name, "seed"].unique()) if "seed" in data.columns else []
+        for name in roles.values()
+    }
     header = {
         "curves": str(curves_path),
         "split": split,

@@ -36,7 +36,7 @@ def measured_text(measured: dict) -> str:
 
 
 def _range_text(per_seed: dict | None) -> str:
-    """" (min-max)" over seeds when there are several, else ""."""
+    """ " (min-max)" over seeds when there are several, else ""."""
     v = [x for x in (per_seed or {}).values() if x is not None]
     return f" ({_fmt(min(v))}-{_fmt(max(v))})" if len(v) > 1 else ""
 
@@ -57,7 +57,8 @@ def to_markdown(claims: list[dict], header: dict, paper_verdicts: dict[str, str]
         "# Findings: the figure's claims on the reproduced curves",
         "",
         f"Source: `{header['curves']}`, codebook 0, split `{header['split']}`; seeds per run: "
-        + ", ".join(f"`{r}` {n}" for r, n in header["n_seeds"].items()) + ".",
+        + ", ".join(f"`{r}` {n}" for r, n in header["n_seeds"].items())
+        + ".",
         "Thresholds: " + ", ".join(f"`{k}` {v}" for k, v in header["thresholds"].items()) + ".",
         "",
     ]
@@ -71,10 +72,13 @@ def to_markdown(claims: list[dict], header: dict, paper_verdicts: dict[str, str]
     lines += ["", "## Notes", ""]
     lines += [f"- **{c['id']}** ({c['verdict']}): {c['note'] or '-'}" for c in claims]
     if paper_verdicts:
-        lines += ["", "The last column applies the same checks to the paper's curves as digitised from a "
-                      "textual description of the figure (`data/reference/paper_curves.csv`, about "
-                      "0.1 bits and 20 % in steps): where it is not \"reproduced\", the paper's own numbers "
-                      "do not support the claim at these thresholds."]
+        lines += [
+            "",
+            "The last column applies the same checks to the paper's curves as digitised from a "
+            "textual description of the figure (`data/reference/paper_curves.csv`, about "
+            '0.1 bits and 20 % in steps): where it is not "reproduced", the paper\'s own numbers '
+            "do not support the claim at these thresholds.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -90,17 +94,23 @@ def spikes_markdown(explained: list[dict], factor: float = UNUSUAL_FACTOR) -> st
     lines = ["", "## What the diagnostics show at each spike", ""]
     if not explained:
         return "\n".join(lines + ["No arm spikes, so there is nothing to explain.", ""])
-    lines.append(f"From the onset row to the peak row of each spike (`diagnostics.csv`); \"unusual\" is {factor:g} "
-                 f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, "
-                 "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before "
-                 "clipping since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers.")
+    lines.append(
+        f'From the onset row to the peak row of each spike (`diagnostics.csv`); "unusual" is {factor:g} '
+        f"times the median of the last {BASELINE_ROWS} rows before the onset or more, any skipped update, "
+        "or an attention logit beyond float16's largest value (65504). Gradient norm: the largest before "
+        "clipping since the previous row; attention logit: the largest |q.k|/sqrt(d) over layers."
+    )
     lines.append("")
     for e in explained:
-        skipped = ", ".join(f"{e[n]} for {SKIP_NAMES[n]}" if e[n] is not None else f"{SKIP_NAMES[n]} not counted"
-                            for n in SKIP_NAMES)
-        reading = ("**unusual**: " + "; ".join(e["unusual"]) if e["unusual"]
-                   else "**nothing unusual** in the diagnostics")
-        lines.append(f"- `{e['run']}` seed {e['seed']}, spike +{e['height_bits']:.2f} bits, onset step "
-                     f"{e['onset_step']}, peak step {e['peak_step']}: {_seen_text('gradient norm', e['grad_norm'])}; "
-                     f"{_seen_text('attention logit', e['attn_logit'])}; skipped updates: {skipped}. {reading}.")
+        skipped = ", ".join(
+            f"{e[n]} for {SKIP_NAMES[n]}" if e[n] is not None else f"{SKIP_NAMES[n]} not counted" for n in SKIP_NAMES
+        )
+        reading = (
+            "**unusual**: " + "; ".join(e["unusual"]) if e["unusual"] else "**nothing unusual** in the diagnostics"
+        )
+        lines.append(
+            f"- `{e['run']}` seed {e['seed']}, spike +{e['height_bits']:.2f} bits, onset step "
+            f"{e['onset_step']}, peak step {e['peak_step']}: {_seen_text('gradient norm', e['grad_norm'])}; "
+            f"{_seen_text('attention logit', e['attn_logit'])}; skipped updates: {skipped}. {reading}."
+        )
     return "\n".join(lines) + "\n"

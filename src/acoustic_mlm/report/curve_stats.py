@@ -63,8 +63,9 @@ def curve_stats(run: str, seed: int, steps, loss, th: ClaimThresholds) -> CurveS
     )
 
 
-def collect(curves: pd.DataFrame, runs: list[str], th: ClaimThresholds, split: str = "train",
-            codebook: int = 0) -> dict[str, list[CurveStats]]:
+def collect(
+    curves: pd.DataFrame, runs: list[str], th: ClaimThresholds, split: str = "train", codebook: int = 0
+) -> dict[str, list[CurveStats]]:
     """Statistics per run (those present in `curves`), one entry per seed, seeds ascending."""
     need = {"run", "step", "split", "codebook", "loss_bits"}
     if not need <= set(curves.columns):

@@ -44,10 +44,33 @@ SPIKE_THRESHOLD, SPIKE_RECOVERY = 0.5, 0.2  # curves.detect_spikes, as claim (d)
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, MIXED = "supported", "not supported", "inconclusive", "mixed"
 CELL_KEYS = ["layers", "lr", "precision", "warmup_steps", "feature_grad_mult", "qk_gain"]
-RUN_COLUMNS = ["run", "arm", "seed", *CELL_KEYS, "steps", "norm", "attention", "clip", "status",
-               "first_loss", "final_loss", "capped_loss", "lowest_loss", "lowest_step", "late_fall", "spikes",
-               "plateau", "trained", "collapsed", "failed", "nonfinite_steps", "overflow_skips",
-               "max_grad_norm", "attn_logit_max", "wall_time_s"]
+RUN_COLUMNS = [
+    "run",
+    "arm",
+    "seed",
+    *CELL_KEYS,
+    "steps",
+    "norm",
+    "attention",
+    "clip",
+    "status",
+    "first_loss",
+    "final_loss",
+    "capped_loss",
+    "lowest_loss",
+    "lowest_step",
+    "late_fall",
+    "spikes",
+    "plateau",
+    "trained",
+    "collapsed",
+    "failed",
+    "nonfinite_steps",
+    "overflow_skips",
+    "max_grad_norm",
+    "attn_logit_max",
+    "wall_time_s",
+]
 
 
 # ----------------------------------------------------------------------------- arms by their settings
@@ -64,9 +87,14 @@ class Kind:
 
 def kind_name(norm: str, attention: str, clip: float) -> str | None:
     """The rules' names for the arms they compare; None for any other arm."""
-    table = {("pre", "softmax", 1.0): "clip1", ("pre", "softmax", 10.0): "clip10",
-             ("deepnorm", "softmax", 1.0): "deepnorm", ("post", "softmax", 1.0): "postnorm",
-             ("pre", "pb_relax", 1.0): "pb_relax", ("pre", "unfused", 1.0): "unfused"}
+    table = {
+        ("pre", "softmax", 1.0): "clip1",
+        ("pre", "softmax", 10.0): "clip10",
+        ("deepnorm", "softmax", 1.0): "deepnorm",
+        ("post", "softmax", 1.0): "postnorm",
+        ("pre", "pb_relax", 1.0): "pb_relax",
+        ("pre", "unfused", 1.0): "unfused",
+    }
     return table.get((norm, attention, float(clip)))
 
 
@@ -89,18 +117,31 @@ def run_outcomes(steps, loss, plateau: float, margin: float = PLATEAU_MARGIN) ->
     keep = np.isfinite(loss)
     steps, loss = steps[keep], loss[keep]
     if not len(loss):
-        return {"first_loss": math.nan, "final_loss": math.nan, "capped_loss": math.nan, "lowest_loss": math.nan,
-                "lowest_step": math.nan, "late_fall": math.nan, "spikes": 0, "trained": False, "collapsed": False}
+        return {
+            "first_loss": math.nan,
+            "final_loss": math.nan,
+            "capped_loss": math.nan,
+            "lowest_loss": math.nan,
+            "lowest_step": math.nan,
+            "late_fall": math.nan,
+            "spikes": 0,
+            "trained": False,
+            "collapsed": False,
+        }
     first, final = float(loss[0]), curves.final_loss(steps, loss)
     low = int(np.argmin(loss))
     line = plateau - margin
     trained = bool(final <= line)
     return {
-        "first_loss": first, "final_loss": final, "capped_loss": float(min(final, first)),
-        "lowest_loss": float(loss[low]), "lowest_step": float(steps[low]),
+        "first_loss": first,
+        "final_loss": final,
+        "capped_loss": float(min(final, first)),
+        "lowest_loss": float(loss[low]),
+        "lowest_step": float(steps[low]),
         "late_fall": curves.late_change(steps, loss) if len(loss) >= 3 else math.nan,
         "spikes": len(curves.detect_spikes(steps, loss, SPIKE_THRESHOLD, SPIKE_RECOVERY)),
-        "trained": trained, "collapsed": bool(not trained and loss[low] <= line),
+        "trained": trained,
+        "collapsed": bool(not trained and loss[low] <= line),
     }
 
 
@@ -109,7 +150,7 @@ def _setting(settings: dict, key: str, default=None):
     if key in settings:
         return settings[key]
     if key.startswith("runs.*."):
-        tail = key[len("runs.*."):]
+        tail = key[len("runs.*.") :]
         for k, v in settings.items():
             if k.startswith("runs.") and k.endswith("." + tail):
                 return v
@@ -131,27 +172,41 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
         seed = int(seed_key)
         m = metrics[metrics["seed"] == seed]
         if m.empty:
-            raise UserError(f"{run_dir / METRICS}: no rows of seed {seed}; rerun the train stage for "
-                            f"{run_dir.name}")
+            raise UserError(f"{run_dir / METRICS}: no rows of seed {seed}; rerun the train stage for {run_dir.name}")
         out = run_outcomes(m["step"], m["train_loss_cb0"], plateau)
-        logit = float(m["attn_logit_max"].max()) if "attn_logit_max" in m and m["attn_logit_max"].notna().any() \
+        logit = (
+            float(m["attn_logit_max"].max())
+            if "attn_logit_max" in m and m["attn_logit_max"].notna().any()
             else math.nan
+        )
         status = one.get("status")
         nonfinite = int(one.get("nonfinite_steps", 0))
-        rows.append({
-            "run": run_dir.name, "arm": kind_name(norm, attention, clip), "seed": seed,
-            "layers": int(_setting(settings, "model.layers")), "lr": float(_setting(settings, "train.lr")),
-            "precision": _setting(settings, "train.precision"),
-            "warmup_steps": int(_setting(settings, "train.warmup_steps")),
-            "feature_grad_mult": float(_setting(settings, "model.feature_grad_mult", 1.0)),
-            "qk_gain": float(_setting(settings, "model.qk_gain", 1.0)),
-            "steps": int(_setting(settings, "train.steps")), "norm": norm, "attention": attention, "clip": clip,
-            "status": status, **out, "plateau": plateau,
-            "failed": bool(status == "diverged" or nonfinite > 0), "nonfinite_steps": nonfinite,
-            "overflow_skips": int(one.get("overflow_skips", 0)),
-            "max_grad_norm": float(one.get("max_grad_norm", math.nan)),
-            "attn_logit_max": logit, "wall_time_s": float(one.get("wall_time_s", math.nan)),
-        })
+        rows.append(
+            {
+                "run": run_dir.name,
+                "arm": kind_name(norm, attention, clip),
+                "seed": seed,
+                "layers": int(_setting(settings, "model.layers")),
+                "lr": float(_setting(settings, "train.lr")),
+                "precision": _setting(settings, "train.precision"),
+                "warmup_steps": int(_setting(settings, "train.warmup_steps")),
+                "feature_grad_mult": float(_setting(settings, "model.feature_grad_mult", 1.0)),
+                "qk_gain": float(_setting(settings, "model.qk_gain", 1.0)),
+                "steps": int(_setting(settings, "train.steps")),
+                "norm": norm,
+                "attention": attention,
+                "clip": clip,
+                "status": status,
+                **out,
+                "plateau": plateau,
+                "failed": bool(status == "diverged" or nonfinite > 0),
+                "nonfinite_steps": nonfinite,
+                "overflow_skips": int(one.get("overflow_skips", 0)),
+                "max_grad_norm": float(one.get("max_grad_norm", math.nan)),
+                "attn_logit_max": logit,
+                "wall_time_s": float(one.get("wall_time_s", math.nan)),
+            }
+        )
     return rows
 
 
@@ -159,10 +214,16 @@ def plateau_bits(codes_dir: Path) -> float:
     """U: the codebook-0 unigram entropy of the training codes (tokenizer.json), in bits."""
     path = Path(codes_dir) / CODES_SUMMARY
     entropy = read_tokenizer_summary(path).get("unigram_entropy_bits")
-    if not (isinstance(entropy, list) and entropy and isinstance(entropy[0], (int, float))
-            and math.isfinite(entropy[0]) and entropy[0] > 0):
-        raise UserError(f"{path}: 'unigram_entropy_bits' must list a positive number per codebook; rerun the "
-                        "tokenize stage")
+    if not (
+        isinstance(entropy, list)
+        and entropy
+        and isinstance(entropy[0], (int, float))
+        and math.isfinite(entropy[0])
+        and entropy[0] > 0
+    ):
+        raise UserError(
+            f"{path}: 'unigram_entropy_bits' must list a positive number per codebook; rerun the tokenize stage"
+        )
     return float(entropy[0])
 
 
@@ -182,6 +243,7 @@ def run_table(runs_dir: Path, codes_dir: Path) -> pd.DataFrame:
 def resolution(a, b, aa: float) -> tuple[float, float]:
     """(r, SE): r = max(2 SE, AA, MIN_GAP), SE = sqrt(s_a^2 / n_a + s_b^2 / n_b) over the seeds
     (sample standard deviations; a single seed contributes no spread). A NaN AA is left out."""
+
     def var_over_n(x):
         x = np.asarray(x, dtype=float)
         return float(np.var(x, ddof=1)) / len(x) if len(x) > 1 else 0.0
@@ -223,7 +285,7 @@ def seeds_to_decide(a: pd.DataFrame, b: pd.DataFrame, aa: float, most: int = 64)
     sd = [float(np.std(x, ddof=1)) if len(x) > 1 else 0.0 for x in (a["capped_loss"], b["capped_loss"])]
     loss = None
     if gap > max(aa if math.isfinite(aa) else 0.0, MIN_GAP):
-        loss = max(2, math.ceil(4 * (sd[0] ** 2 + sd[1] ** 2) / gap ** 2))
+        loss = max(2, math.ceil(4 * (sd[0] ** 2 + sd[1] ** 2) / gap**2))
     return {"seeds_for_survival": survival, "seeds_for_loss": loss}
 
 
@@ -238,14 +300,31 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, aa: float) -> dict:
     for_a = (loss == "A lower" and not void) or survival == "A survives"
     for_b = (loss == "B lower" and not void) or survival == "B survives"
     verdict = SUPPORTED if for_a and not for_b else NOT_SUPPORTED if for_b and not for_a else INCONCLUSIVE
-    return {"n_a": len(a), "n_b": len(b), "mean_a": float(a["capped_loss"].mean()),
-            "mean_b": float(b["capped_loss"].mean()), "gap": gap, "se": se, "aa": aa, "resolution": r,
-            "loss_outcome": loss, "loser_late_fall": float(np.nanmean((b if gap < 0 else a)["late_fall"])),
-            "void": void, "trained_a": int(a["trained"].sum()), "trained_b": int(b["trained"].sum()),
-            "p_a": p_a, "p_b": p_b, "survival": survival, "verdict": verdict,
-            "run_seconds": float(pd.concat([a, b])["wall_time_s"].mean()) if "wall_time_s" in a else math.nan,
-            **(seeds_to_decide(a, b, aa) if verdict == INCONCLUSIVE else
-               {"seeds_for_survival": None, "seeds_for_loss": None})}
+    return {
+        "n_a": len(a),
+        "n_b": len(b),
+        "mean_a": float(a["capped_loss"].mean()),
+        "mean_b": float(b["capped_loss"].mean()),
+        "gap": gap,
+        "se": se,
+        "aa": aa,
+        "resolution": r,
+        "loss_outcome": loss,
+        "loser_late_fall": float(np.nanmean((b if gap < 0 else a)["late_fall"])),
+        "void": void,
+        "trained_a": int(a["trained"].sum()),
+        "trained_b": int(b["trained"].sum()),
+        "p_a": p_a,
+        "p_b": p_b,
+        "survival": survival,
+        "verdict": verdict,
+        "run_seconds": float(pd.concat([a, b])["wall_time_s"].mean()) if "wall_time_s" in a else math.nan,
+        **(
+            seeds_to_decide(a, b, aa)
+            if verdict == INCONCLUSIVE
+            else {"seeds_for_survival": None, "seeds_for_loss": None}
+        ),
+    }
 
 
 # ----------------------------------------------------------------------------- the A/A floor
@@ -254,8 +333,12 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, aa: float) -> dict:
 def aa_difference(runs: pd.DataFrame, layers: int, lr: float, steps: int) -> float:
     """|mean capped loss of the A/A arm - that of clip 1| over their common seeds in fp32 at this
     depth and rate: at this budget if measured there, else at any budget (warm-up as measured)."""
-    fp32 = runs[(runs["precision"] == "fp32") & (runs["layers"] == layers) & np.isclose(runs["lr"], lr)
-                & np.isclose(runs["qk_gain"], 1.0)]
+    fp32 = runs[
+        (runs["precision"] == "fp32")
+        & (runs["layers"] == layers)
+        & np.isclose(runs["lr"], lr)
+        & np.isclose(runs["qk_gain"], 1.0)
+    ]
     for pick in (fp32[fp32["steps"] == steps], fp32):
         x, y = pick[pick["arm"] == AA_PAIR[0]], pick[pick["arm"] == AA_PAIR[1]]
         for budget in sorted(set(x["steps"]) & set(y["steps"]), reverse=True):
@@ -263,8 +346,12 @@ def aa_difference(runs: pd.DataFrame, layers: int, lr: float, steps: int) -> flo
             xs, ys = [g[g["warmup_steps"] == g["warmup_steps"].max()] for g in (xs, ys)]
             seeds = sorted(set(xs["seed"]) & set(ys["seed"]))
             if seeds:
-                return abs(float(xs[xs["seed"].isin(seeds)]["capped_loss"].mean()
-                                 - ys[ys["seed"].isin(seeds)]["capped_loss"].mean()))
+                return abs(
+                    float(
+                        xs[xs["seed"].isin(seeds)]["capped_loss"].mean()
+                        - ys[ys["seed"].isin(seeds)]["capped_loss"].mean()
+                    )
+                )
     return math.nan
 
 
@@ -301,8 +388,16 @@ def cell_verdicts(cells: pd.DataFrame) -> pd.DataFrame:
         budgets = sorted(g["steps"])
         at = dict(zip(g["steps"], g["verdict"]))
         agree = len(budgets) >= 2 and len(set(at.values())) == 1 and g["verdict"].iloc[0] != INCONCLUSIVE
-        out.append({"promise": promise, "cell": cell, "budgets": budgets, "at_budget": at,
-                    "verdict": g["verdict"].iloc[0] if agree else INCONCLUSIVE, "two_budgets": len(budgets) >= 2})
+        out.append(
+            {
+                "promise": promise,
+                "cell": cell,
+                "budgets": budgets,
+                "at_budget": at,
+                "verdict": g["verdict"].iloc[0] if agree else INCONCLUSIVE,
+                "two_budgets": len(budgets) >= 2,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -327,11 +422,16 @@ def forced_logit_verdict(runs: pd.DataFrame) -> dict:
     for gain, g in fp16.groupby("qk_gain"):
         unfused, relax, fused = (g[g["arm"] == k] for k in ("unfused", "pb_relax", "clip1"))
         reached = unfused[unfused["attn_logit_max"] >= FP16_MAX]
-        row = {arm: {"runs": len(x), "failed": int(x["failed"].sum()),
-                     "reached": int((x["attn_logit_max"] >= FP16_MAX).sum()),
-                     "largest_logit": float(x["attn_logit_max"].max()) if len(x) else math.nan,
-                     "final_loss": float(x["final_loss"].mean()) if len(x) else math.nan}
-               for arm, x in (("unfused", unfused), ("pb_relax", relax), ("fused", fused))}
+        row = {
+            arm: {
+                "runs": len(x),
+                "failed": int(x["failed"].sum()),
+                "reached": int((x["attn_logit_max"] >= FP16_MAX).sum()),
+                "largest_logit": float(x["attn_logit_max"].max()) if len(x) else math.nan,
+                "final_loss": float(x["final_loss"].mean()) if len(x) else math.nan,
+            }
+            for arm, x in (("unfused", unfused), ("pb_relax", relax), ("fused", fused))
+        }
         if len(reached) and len(relax):
             if relax["failed"].any() or not reached["failed"].all():
                 outcome = NOT_SUPPORTED
@@ -342,8 +442,15 @@ def forced_logit_verdict(runs: pd.DataFrame) -> dict:
             outcomes.append(outcome)
             row["outcome"] = outcome
         by_gain[f"{gain:g}"] = row
-    verdict = INCONCLUSIVE if not outcomes else NOT_SUPPORTED if NOT_SUPPORTED in outcomes else \
-        SUPPORTED if SUPPORTED in outcomes else INCONCLUSIVE
+    verdict = (
+        INCONCLUSIVE
+        if not outcomes
+        else NOT_SUPPORTED
+        if NOT_SUPPORTED in outcomes
+        else SUPPORTED
+        if SUPPORTED in outcomes
+        else INCONCLUSIVE
+    )
     return {"id": "pb_relax_training", "verdict": verdict, "by_gain": by_gain}
 
 
@@ -361,29 +468,45 @@ def numerics_verdict(numerics: pd.DataFrame | None) -> dict:
         r = numerics[(numerics["path"] == "pb_relax") & (numerics["logit_max"] == s)]
         good.append(bool(len(r) and r["finite"].all() and (r["rel_error"] < 1e-2).all()))
     verdict = INCONCLUSIVE if not scales else SUPPORTED if any(good) else NOT_SUPPORTED
-    return {"id": "pb_relax_arithmetic", "verdict": verdict, "unfused_fails_at": [float(s) for s in scales],
-            "pb_relax_good_at": [float(s) for s, ok in zip(scales, good) if ok]}
+    return {
+        "id": "pb_relax_arithmetic",
+        "verdict": verdict,
+        "unfused_fails_at": [float(s) for s in scales],
+        "pb_relax_good_at": [float(s) for s, ok in zip(scales, good) if ok],
+    }
 
 
 def judge(runs: pd.DataFrame, numerics: pd.DataFrame | None = None) -> dict:
     """Every promise's verdict with its cells' numbers."""
     cells = cell_table(runs)
-    per_cell = (cell_verdicts(cells) if len(cells)
-                else pd.DataFrame(columns=["promise", "cell", "verdict", "two_budgets"]))
+    per_cell = (
+        cell_verdicts(cells) if len(cells) else pd.DataFrame(columns=["promise", "cell", "verdict", "two_budgets"])
+    )
     promises = []
     for promise, arm_a, arm_b, text in PROMISES:
         mine = per_cell[per_cell["promise"] == promise]
         two = mine[mine["two_budgets"]]
-        promises.append({"id": promise, "promise": text, "favoured": arm_a, "against": arm_b,
-                         "verdict": combine(list(two["verdict"])),
-                         "cells": [_clean(r) for r in mine.to_dict("records")],
-                         "rows": [_clean(r) for r in cells[cells["promise"] == promise].to_dict("records")]
-                         if len(cells) else []})
+        promises.append(
+            {
+                "id": promise,
+                "promise": text,
+                "favoured": arm_a,
+                "against": arm_b,
+                "verdict": combine(list(two["verdict"])),
+                "cells": [_clean(r) for r in mine.to_dict("records")],
+                "rows": [_clean(r) for r in cells[cells["promise"] == promise].to_dict("records")]
+                if len(cells)
+                else [],
+            }
+        )
     promises.append(numerics_verdict(numerics))
     promises.append(forced_logit_verdict(runs))
-    return {"rules": "docs/stability.md#decisive-experiments-the-rules-written-before-the-runs",
-            "plateau_bits": float(runs["plateau"].iloc[0]) if len(runs) else math.nan,
-            "plateau_margin": PLATEAU_MARGIN, "promises": promises}
+    return {
+        "rules": "docs/stability.md#decisive-experiments-the-rules-written-before-the-runs",
+        "plateau_bits": float(runs["plateau"].iloc[0]) if len(runs) else math.nan,
+        "plateau_margin": PLATEAU_MARGIN,
+        "promises": promises,
+    }
 
 
 def _clean(row: dict) -> dict:
@@ -408,56 +531,84 @@ def _clean(row: dict) -> dict:
 
 
 def to_markdown(result: dict) -> str:
-    lines = ["# Decisive experiments: verdicts", "",
-             f"Rules: docs/stability.md (written before the runs). Plateau U = {result['plateau_bits']:.4f} bits "
-             f"(codebook-0 unigram entropy of the training codes); trained: final loss <= U - {PLATEAU_MARGIN:g}.", ""]
+    lines = [
+        "# Decisive experiments: verdicts",
+        "",
+        f"Rules: docs/stability.md (written before the runs). Plateau U = {result['plateau_bits']:.4f} bits "
+        f"(codebook-0 unigram entropy of the training codes); trained: final loss <= U - {PLATEAU_MARGIN:g}.",
+        "",
+    ]
     for p in result["promises"]:
         lines += [f"## {p['id']}: **{p['verdict']}**", ""]
         if "promise" in p:
-            lines += [f"{p['promise']} ({p['favoured']} against {p['against']}).", "",
-                      "| cell | budget | mean A | mean B | gap | resolution (2 SE, A/A) | late fall of the loser "
-                      "| void | trained A / B | p (A more) | p (B more) | at this budget |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [
+                f"{p['promise']} ({p['favoured']} against {p['against']}).",
+                "",
+                "| cell | budget | mean A | mean B | gap | resolution (2 SE, A/A) | late fall of the loser "
+                "| void | trained A / B | p (A more) | p (B more) | at this budget |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
             for r in p["rows"]:
                 lines.append(
                     f"| {r['cell']} | {r['steps']} | {_f(r['mean_a'])} | {_f(r['mean_b'])} | {_f(r['gap'], '+.3f')} "
                     f"| {_f(r['resolution'])} ({_f(2 * r['se'] if r['se'] is not None else None)}, {_f(r['aa'])}) "
                     f"| {_f(r['loser_late_fall'])} | {'yes' if r['void'] else 'no'} | {r['trained_a']}/{r['n_a']} "
-                    f"/ {r['trained_b']}/{r['n_b']} | {_f(r['p_a'])} | {_f(r['p_b'])} | {r['verdict']} |")
+                    f"/ {r['trained_b']}/{r['n_b']} | {_f(r['p_a'])} | {_f(r['p_b'])} | {r['verdict']} |"
+                )
             undecided = [r for r in p["rows"] if r["verdict"] == INCONCLUSIVE]
             for r in undecided:
-                need = {test: int(r[f"seeds_for_{test}"]) for test in ("survival", "loss")
-                        if r.get(f"seeds_for_{test}") is not None and math.isfinite(r[f"seeds_for_{test}"])}
+                need = {
+                    test: int(r[f"seeds_for_{test}"])
+                    for test in ("survival", "loss")
+                    if r.get(f"seeds_for_{test}") is not None and math.isfinite(r[f"seeds_for_{test}"])
+                }
                 if need:
                     test = min(need, key=need.get)
                     n = need[test]
                     extra = max(0, n - int(min(r["n_a"], r["n_b"]))) * 2
                     hours = extra * (r.get("run_seconds") or math.nan) / 3600
-                    lines.append(f"- {r['cell']} at {r['steps']} updates would be decided, if the observed numbers "
-                                 f"held, by {n} seeds per arm ({test}): {extra} more runs, about {hours:.1f} "
-                                 "core-hours at this cell's measured run time")
+                    lines.append(
+                        f"- {r['cell']} at {r['steps']} updates would be decided, if the observed numbers "
+                        f"held, by {n} seeds per arm ({test}): {extra} more runs, about {hours:.1f} "
+                        "core-hours at this cell's measured run time"
+                    )
                 else:
-                    lines.append(f"- {r['cell']} at {r['steps']} updates: no number of seeds decides it (the gap is "
-                                 "within the A/A floor and the trained shares are equal)")
-            lines += [""] + [f"- {c['cell']}: **{c['verdict']}** (budgets {', '.join(str(b) for b in c['budgets'])}: "
-                             f"{', '.join(f'{k} {v}' for k, v in c['at_budget'].items())}"
-                             f"{'' if c['two_budgets'] else '; one budget: an indication, not a verdict'})"
-                             for c in p["cells"]] + [""]
+                    lines.append(
+                        f"- {r['cell']} at {r['steps']} updates: no number of seeds decides it (the gap is "
+                        "within the A/A floor and the trained shares are equal)"
+                    )
+            lines += (
+                [""]
+                + [
+                    f"- {c['cell']}: **{c['verdict']}** (budgets {', '.join(str(b) for b in c['budgets'])}: "
+                    f"{', '.join(f'{k} {v}' for k, v in c['at_budget'].items())}"
+                    f"{'' if c['two_budgets'] else '; one budget: an indication, not a verdict'})"
+                    for c in p["cells"]
+                ]
+                + [""]
+            )
         elif p["id"] == "pb_relax_training":
-            lines += ["| qk_gain | arm | runs | failed | reached 65,504 | largest logit | final loss |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [
+                "| qk_gain | arm | runs | failed | reached 65,504 | largest logit | final loss |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+            ]
             for gain, row in p["by_gain"].items():
                 for arm in ("unfused", "fused", "pb_relax"):
                     x = row[arm]
-                    lines.append(f"| {gain} | {arm} | {x['runs']} | {x['failed']} | {x['reached']} "
-                                 f"| {_f(x['largest_logit'], '.4g')} | {_f(x['final_loss'])} |")
+                    lines.append(
+                        f"| {gain} | {arm} | {x['runs']} | {x['failed']} | {x['reached']} "
+                        f"| {_f(x['largest_logit'], '.4g')} | {_f(x['final_loss'])} |"
+                    )
             lines.append("")
         elif "unfused_fails_at" in p:
             fails = ", ".join(f"{x:g}" for x in p["unfused_fails_at"]) or "none"
             good = ", ".join(f"{x:g}" for x in p["pb_relax_good_at"]) or "none"
-            lines += [f"Largest logits where the unfused order returns a non-finite output or gradient: {fails}; "
-                      f"where PB-Relax is finite with a relative error below 1e-2 there: {good} "
-                      "(benchmarks/attention_fp16.py's table).", ""]
+            lines += [
+                f"Largest logits where the unfused order returns a non-finite output or gradient: {fails}; "
+                f"where PB-Relax is finite with a relative error below 1e-2 there: {good} "
+                "(benchmarks/attention_fp16.py's table).",
+                "",
+            ]
         else:
             lines += [p.get("note", ""), ""]
     return "\n".join(lines) + "\n"
@@ -472,9 +623,14 @@ def run(runs_dir: Path, codes_dir: Path, out_dir: Path, numerics: Path | None = 
     runs = run_table(Path(runs_dir), Path(codes_dir))
     table = None
     if numerics is not None:
-        table = read_csv_table(Path(numerics), "attention numerics table", "benchmarks/attention_fp16.py",
-                                       ["path", "logit_max", "finite", "rel_error"], numbers=["logit_max", "rel_error"],
-                                       choices={"finite": ("True", "False")})
+        table = read_csv_table(
+            Path(numerics),
+            "attention numerics table",
+            "benchmarks/attention_fp16.py",
+            ["path", "logit_max", "finite", "rel_error"],
+            numbers=["logit_max", "rel_error"],
+            choices={"finite": ("True", "False")},
+        )
         table["finite"] = table["finite"] == "True"
     result = judge(runs, table)
     out_dir = Path(out_dir)

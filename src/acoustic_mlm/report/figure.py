@@ -60,8 +60,9 @@ ROLE_STYLES = {
     "attn_relax": ArmStyle(_TAB10[6], "^", (4, 2), hollow=True),
 }
 # Arms without a role get the remaining tab10 colours and other markers, dash-dotted.
-EXTRA_STYLES = [ArmStyle(_TAB10[i], mk, (6, 2, 1, 2)) for i,
-                mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))]
+EXTRA_STYLES = [
+    ArmStyle(_TAB10[i], mk, (6, 2, 1, 2)) for i, mk in zip((3, 4, 5, 7, 8, 9), ("s", "D", "v", "P", "X", "*"))
+]
 
 
 def step_label(x: float, _pos=None) -> str:
@@ -128,10 +129,24 @@ def mark_divergence(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> 
         if finite.all() or not finite.any() or label not in styles:
             continue
         last = g[finite].iloc[-1]
-        ax.plot([last["step"]], [last["loss_bits"]], marker="X", markersize=11, color=styles[label].color,
-                markeredgecolor="black", linestyle="none", zorder=5)
-        ax.annotate(f"diverged (seed {seed})", (last["step"], last["loss_bits"]), textcoords="offset points",
-                    xytext=(6, 6), fontsize=8, color=styles[label].color)
+        ax.plot(
+            [last["step"]],
+            [last["loss_bits"]],
+            marker="X",
+            markersize=11,
+            color=styles[label].color,
+            markeredgecolor="black",
+            linestyle="none",
+            zorder=5,
+        )
+        ax.annotate(
+            f"diverged (seed {seed})",
+            (last["step"], last["loss_bits"]),
+            textcoords="offset points",
+            xytext=(6, 6),
+            fontsize=8,
+            color=styles[label].color,
+        )
         marked.append(label)
     return marked
 
@@ -149,9 +164,15 @@ def mark_nonfinite(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> l
         if not skipped or finite.empty or len(finite) < len(g) or label not in styles:
             continue  # clean, or diverged (marked by mark_divergence)
         last = finite.iloc[-1]
-        ax.annotate(f"{skipped} non-finite update{'s' * (skipped > 1)} skipped (seed {seed})",
-                    (last["step"], last["loss_bits"]), textcoords="offset points", xytext=(-6, 8), ha="right",
-                    fontsize=7, color=styles[label].color)
+        ax.annotate(
+            f"{skipped} non-finite update{'s' * (skipped > 1)} skipped (seed {seed})",
+            (last["step"], last["loss_bits"]),
+            textcoords="offset points",
+            xytext=(-6, 8),
+            ha="right",
+            fontsize=7,
+            color=styles[label].color,
+        )
         marked.append(label)
     return marked
 
@@ -160,11 +181,22 @@ def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], a
     """The arms' mean curves (and 95 % bands over seeds), in their styles."""
     present = [lab for lab in labels if lab in set(data["label"])]
     before = len(ax.get_lines())
-    sns.lineplot(data=data, x="step", y="loss_bits", hue="label", hue_order=present, style="label",
-                 style_order=present, palette={k: styles[k].color for k in present},
-                 markers={k: styles[k].marker for k in present}, dashes={k: styles[k].dashes for k in present},
-                 errorbar=("ci", 95),  # a band only appears when an arm has several seeds
-                 linewidth=1.4, markersize=markersize, ax=ax)
+    sns.lineplot(
+        data=data,
+        x="step",
+        y="loss_bits",
+        hue="label",
+        hue_order=present,
+        style="label",
+        style_order=present,
+        palette={k: styles[k].color for k in present},
+        markers={k: styles[k].marker for k in present},
+        dashes={k: styles[k].dashes for k in present},
+        errorbar=("ci", 95),  # a band only appears when an arm has several seeds
+        linewidth=1.4,
+        markersize=markersize,
+        ax=ax,
+    )
     for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
         line.set_markevery(0.08)  # equal spacing along the line: readable on a log axis
         if styles[label].hollow:
@@ -256,9 +288,17 @@ def overlay(ax, reference: pd.DataFrame, runs: dict[str, C.RunConfig], legend: b
         if r.role is None or rows.empty:
             continue
         st = styles[r.label]
-        (line,) = ax.plot(rows["step"], rows["loss_bits"], linestyle="--", linewidth=1.2, color=st.color,
-                          marker=st.marker, markersize=5, markerfacecolor="none",
-                          label=f"_paper {r.label}")  # "_": not in the legend
+        (line,) = ax.plot(
+            rows["step"],
+            rows["loss_bits"],
+            linestyle="--",
+            linewidth=1.2,
+            color=st.color,
+            marker=st.marker,
+            markersize=5,
+            markerfacecolor="none",
+            label=f"_paper {r.label}",
+        )  # "_": not in the legend
         lines.append(line)
     if legend and ax.get_legend() is not None:
         handles, texts = ax.get_legend_handles_labels()
@@ -268,8 +308,13 @@ def overlay(ax, reference: pd.DataFrame, runs: dict[str, C.RunConfig], legend: b
     return lines
 
 
-def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict[str, C.RunConfig],
-                 fig_cfg: C.FigureConfig, codebook: int = 0):
+def side_by_side(
+    curves: pd.DataFrame,
+    reference: pd.DataFrame,
+    runs: dict[str, C.RunConfig],
+    fig_cfg: C.FigureConfig,
+    codebook: int = 0,
+):
     """Left: the paper's curves (dashed); right: the reproduction. Returns (fig, (ax_paper, ax_repro))."""
     split = fig_cfg.split
     labels, styles = labels_of(runs), arm_styles(runs)
@@ -303,9 +348,17 @@ def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, runs: dict[str, 
 
 def _handle(style: ArmStyle) -> Line2D:
     """A legend entry drawn as `_lines` draws the arm: colour, marker, dashes, hollow markers."""
-    return Line2D([], [], color=style.color, marker=style.marker, linewidth=1.4, markersize=5,
-                  linestyle=(0, style.dashes) if style.dashes else "-",
-                  markerfacecolor="none" if style.hollow else style.color, markeredgecolor=style.color)
+    return Line2D(
+        [],
+        [],
+        color=style.color,
+        marker=style.marker,
+        linewidth=1.4,
+        markersize=5,
+        linestyle=(0, style.dashes) if style.dashes else "-",
+        markerfacecolor="none" if style.hollow else style.color,
+        markeredgecolor=style.color,
+    )
 
 
 def _read_curves(path: Path) -> pd.DataFrame:

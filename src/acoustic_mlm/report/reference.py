@@ -24,14 +24,16 @@ def load_reference(path: str | Path | None = None) -> pd.DataFrame:
     path = Path(path) if path is not None else REFERENCE_PATH
     ref = read_reference(path)  # every step and loss finite, steps positive, roles known
     order = {run: i for i, run in enumerate(dict.fromkeys(ref["run"]))}
-    return ref.sort_values(["run", "step"], key=lambda c: c.map(order) if c.name == "run" else c,
-                           kind="stable").reset_index(drop=True)
+    return ref.sort_values(
+        ["run", "step"], key=lambda c: c.map(order) if c.name == "run" else c, kind="stable"
+    ).reset_index(drop=True)
 
 
 def as_curves(reference: pd.DataFrame) -> pd.DataFrame:
     """The reference in loss_curves.csv's tidy shape (train split, codebook 0, seed 0)."""
     return reference.assign(seed=0, split="train", codebook=0)[
-        ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]]
+        ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
+    ]
 
 
 def runs_of(reference: pd.DataFrame) -> dict:

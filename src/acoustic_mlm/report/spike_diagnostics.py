@@ -24,12 +24,12 @@ def _before_and_during(series: pd.Series, onset: int, peak: int) -> tuple[float,
     of a step-indexed series."""
     before = series[(series.index < onset) & np.isfinite(series.to_numpy())].sort_index().iloc[-BASELINE_ROWS:]
     during = series[(series.index >= onset) & (series.index <= peak)]
-    return (float(before.median()) if len(before) else math.nan,
-            float(during.max()) if len(during) else math.nan)
+    return (float(before.median()) if len(before) else math.nan, float(during.max()) if len(during) else math.nan)
 
 
-def explain_spikes(stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame,
-                   factor: float = UNUSUAL_FACTOR) -> list[dict]:
+def explain_spikes(
+    stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame, factor: float = UNUSUAL_FACTOR
+) -> list[dict]:
     """For every spike in `stats` (claim d's spikes, every arm and seed), what the diagnostics show
     from its onset to its peak: the largest gradient norm before clipping and attention logit,
     each against its median over the last BASELINE_ROWS rows before the onset, and the updates
@@ -44,16 +44,25 @@ def explain_spikes(stats: dict[str, list[CurveStats]], diagnostics: pd.DataFrame
             wide = rows.pivot_table(index="step", columns="diagnostic", values="value", aggfunc="mean", dropna=False)
             for k in s.spikes:
                 onset, peak = k["onset_step"], k["peak_step"]
-                seen = {"run": run, "seed": s.seed, "onset_step": onset, "peak_step": peak,
-                        "height_bits": k["height_bits"], "unusual": []}
+                seen = {
+                    "run": run,
+                    "seed": s.seed,
+                    "onset_step": onset,
+                    "peak_step": peak,
+                    "height_bits": k["height_bits"],
+                    "unusual": [],
+                }
                 for name, column in (("grad_norm", "grad_norm_max"), ("attn_logit", "attn_logit_max")):
                     label = {"grad_norm": "gradient norm", "attn_logit": "attention logit"}[name]
                     if column not in wide.columns:
                         seen[name] = None  # not measured (train.diagnostics false)
                         continue
                     median, top = _before_and_during(wide[column], onset, peak)
-                    seen[name] = {"max": rounded(top), "median_before": rounded(median),
-                                  "ratio": rounded(top / median) if median > 0 else None}
+                    seen[name] = {
+                        "max": rounded(top),
+                        "median_before": rounded(median),
+                        "ratio": rounded(top / median) if median > 0 else None,
+                    }
                     if math.isfinite(top) and median > 0 and top >= factor * median:
                         seen["unusual"].append(f"{label} {top / median:.1f}x its median")
                 if seen["attn_logit"] and (seen["attn_logit"]["max"] or 0) >= FP16_MAX:

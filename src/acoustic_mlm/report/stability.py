@@ -66,10 +66,23 @@ def _lines(ax, data: pd.DataFrame, labels: list[str], styles: dict, band: bool, 
     """The arms' mean `value` per step in the main figure's styles (a 95 % band over seeds if `band`)."""
     present = [lab for lab in labels if lab in set(data["label"])]
     before = len(ax.get_lines())
-    sns.lineplot(data=data, x="step", y="value", hue="label", hue_order=present, style="label", style_order=present,
-                 palette={k: styles[k].color for k in present}, markers={k: styles[k].marker for k in present},
-                 dashes={k: styles[k].dashes for k in present}, errorbar=("ci", 95) if band else None,
-                 linewidth=1.3, markersize=5, legend=legend, ax=ax)
+    sns.lineplot(
+        data=data,
+        x="step",
+        y="value",
+        hue="label",
+        hue_order=present,
+        style="label",
+        style_order=present,
+        palette={k: styles[k].color for k in present},
+        markers={k: styles[k].marker for k in present},
+        dashes={k: styles[k].dashes for k in present},
+        errorbar=("ci", 95) if band else None,
+        linewidth=1.3,
+        markersize=5,
+        legend=legend,
+        ax=ax,
+    )
     for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
         line.set_markevery(0.08)
         if styles[label].hollow:
@@ -77,8 +90,14 @@ def _lines(ax, data: pd.DataFrame, labels: list[str], styles: dict, band: bool, 
             line.set_markeredgecolor(styles[label].color)
 
 
-def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, C.RunConfig],
-         fig_cfg: C.FigureConfig, spike_threshold: float, recovery_margin: float):
+def draw(
+    loss_curves: pd.DataFrame,
+    diagnostics: pd.DataFrame,
+    runs: dict[str, C.RunConfig],
+    fig_cfg: C.FigureConfig,
+    spike_threshold: float,
+    recovery_margin: float,
+):
     """The panels on a new figure; returns (fig, {panel key: ax}, spikes).
 
     `runs`: run name -> its arm (label, clip), in legend order. `loss_curves` and
@@ -88,8 +107,9 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, C
     labels, styles = figure.labels_of(runs), figure.arm_styles(runs)
     label_of = {n: runs[n].label for n in names}  # the config's labels, whatever the files say
     split = fig_cfg.split
-    loss = loss_curves[(loss_curves["split"] == split) & (loss_curves["codebook"] == 0)
-                       & loss_curves["run"].isin(names)]
+    loss = loss_curves[
+        (loss_curves["split"] == split) & (loss_curves["codebook"] == 0) & loss_curves["run"].isin(names)
+    ]
     loss = loss.assign(label=loss["run"].map(label_of))
     missing = [n for n in names if n not in set(loss.dropna(subset=["loss_bits"])["run"])]
     if missing:
@@ -111,8 +131,16 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, C
             if log_y:
                 data = data[data["value"] > 0]
         if data.empty:
-            ax.text(0.5, 0.5, f"not measured ({column} absent: train.diagnostics false?)", transform=ax.transAxes,
-                    ha="center", va="center", fontsize=9, color="0.4")
+            ax.text(
+                0.5,
+                0.5,
+                f"not measured ({column} absent: train.diagnostics false?)",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="0.4",
+            )
         else:
             _lines(ax, data, labels, styles, band=key == "loss", legend=key == "loss")
         if log_y:
@@ -122,13 +150,27 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, C
     for clip in sorted({float(r.clip) for r in runs.values() if float(r.clip) > 0}):
         line = axes["grad_norm"].axhline(clip, color="0.3", linestyle=":", linewidth=1.0)
         line.set_gid(CLIP_GID.format(clip))
-        axes["grad_norm"].annotate(f"clip {clip:g}", (0.005, clip), xycoords=("axes fraction", "data"),
-                                   xytext=(2, 2), textcoords="offset points", fontsize=7, color="0.3")
+        axes["grad_norm"].annotate(
+            f"clip {clip:g}",
+            (0.005, clip),
+            xycoords=("axes fraction", "data"),
+            xytext=(2, 2),
+            textcoords="offset points",
+            fontsize=7,
+            color="0.3",
+        )
     ax = axes["attn_logit"]
     line = ax.axhline(FP16_MAX, color="firebrick", linestyle="--", linewidth=1.0)
     line.set_gid(FP16_GID)
-    ax.annotate("fp16 max 65504", (0.005, FP16_MAX), xycoords=("axes fraction", "data"), xytext=(2, -9),
-                textcoords="offset points", fontsize=7, color="firebrick")
+    ax.annotate(
+        "fp16 max 65504",
+        (0.005, FP16_MAX),
+        xycoords=("axes fraction", "data"),
+        xytext=(2, -9),
+        textcoords="offset points",
+        fontsize=7,
+        color="firebrick",
+    )
     low = ax.get_ylim()[0] if ax.get_yscale() == "log" and ax.has_data() else 1e-2
     ax.set_ylim(min(low, FP16_MAX / 10), FP16_MAX * 8)
     # spikes: one dashed line per spike on every panel, at its peak step
@@ -139,9 +181,15 @@ def draw(loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, runs: dict[str, C
             line = ax.axvline(k["peak_step"], color=colour[k["run"]], linestyle="--", linewidth=1.0, alpha=0.8)
             line.set_gid(SPIKE_GID.format(**k))
         same = sum(1 for j in found[: found.index(k)] if j["peak_step"] == k["peak_step"])  # stacked, not overlaid
-        axes["loss"].annotate(f"spike +{k['height_bits']:.2f} bits", (k["peak_step"], k["peak_bits"]), ha="right",
-                              xytext=(-4, -10 - 9 * same), textcoords="offset points", fontsize=7,
-                              color=colour[k["run"]])
+        axes["loss"].annotate(
+            f"spike +{k['height_bits']:.2f} bits",
+            (k["peak_step"], k["peak_bits"]),
+            ha="right",
+            xytext=(-4, -10 - 9 * same),
+            textcoords="offset points",
+            fontsize=7,
+            color=colour[k["run"]],
+        )
     steps = pd.concat([loss["step"], diag["step"]])
     last = axes[panels[-1][0]]
     figure.log_step_axis(last, float(steps.min()), fig_cfg.x_max or float(steps.max()))
@@ -164,8 +212,9 @@ def run(cfg: C.Config | dict, curves_path: Path, diagnostics_path: Path, out_dir
     need = {"run", "seed", "step", "diagnostic", "value"}
     if not need <= set(diagnostics.columns):
         raise UserError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")
-    fig, _, found = draw(loss_curves, diagnostics, cfg.runs, cfg.figure, cfg.claims.spike_threshold,
-                         cfg.claims.recovery_margin)
+    fig, _, found = draw(
+        loss_curves, diagnostics, cfg.runs, cfg.figure, cfg.claims.spike_threshold, cfg.claims.recovery_margin
+    )
     written = figure.save_formats(fig, out_dir, STEM)
     plt.close(fig)
     log.info("stability: %d spike(s) marked; wrote %s", len(found), ", ".join(str(p) for p in written))

@@ -44,11 +44,31 @@ log = logging.getLogger(__name__)
 FULL_RANGE = ("fp32", "bf16")  # precisions with fp32's exponent range: no float16 overflow (the other panels are fp16)
 STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
 FIGURE_STEM = "lr_sensitivity"
-COLUMNS = ["run", "arm", "role", "lr", "layers", "precision", "seed", "status", "diverged_at_step", "steps",
-           "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0", "capped_loss", "flattened",
-           "late_change_share",
-           "max_grad_norm", "attn_logit_max", "attn_logit_fp16_frac", "clipped_frac", "overflow_skips",
-           "nonfinite_steps", "wall_time_s"]
+COLUMNS = [
+    "run",
+    "arm",
+    "role",
+    "lr",
+    "layers",
+    "precision",
+    "seed",
+    "status",
+    "diverged_at_step",
+    "steps",
+    "first_train_loss_cb0",
+    "final_train_loss_cb0",
+    "final_valid_loss_cb0",
+    "capped_loss",
+    "flattened",
+    "late_change_share",
+    "max_grad_norm",
+    "attn_logit_max",
+    "attn_logit_fp16_frac",
+    "clipped_frac",
+    "overflow_skips",
+    "nonfinite_steps",
+    "wall_time_s",
+]
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -96,14 +116,17 @@ def check_trained_as_point(cfg: C.Config, run_dir: Path, name: str, seeds) -> No
     for seed in seeds:
         path = Path(run_dir) / "seeds" / f"seed{seed}" / SUMMARY
         got = C.renamed_settings(read_seed_summary(path)["fingerprint"].get("settings", {}))
-        differ = sorted((k for k in set(want) | set(got) if want.get(k) != got.get(k)),
-                        key=lambda k: (k not in swept, k))
+        differ = sorted(
+            (k for k in set(want) | set(got) if want.get(k) != got.get(k)), key=lambda k: (k not in swept, k)
+        )
         if differ:
             k = differ[0]
-            raise UserError(f"{path}: run {name} was trained with {k} {got.get(k, '(unset)')!r}, but its sweep point "
-                            f"sets {want.get(k, '(unset)')!r}" + (f" (and {len(differ) - 1} more settings differ)"
-                                                               if len(differ) > 1 else "")
-                            + f"; rerun the train stage for {name} (snakemake --forcerun train, or amlm train {name})")
+            raise UserError(
+                f"{path}: run {name} was trained with {k} {got.get(k, '(unset)')!r}, but its sweep point "
+                f"sets {want.get(k, '(unset)')!r}"
+                + (f" (and {len(differ) - 1} more settings differ)" if len(differ) > 1 else "")
+                + f"; rerun the train stage for {name} (snakemake --forcerun train, or amlm train {name})"
+            )
 
 
 def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict, dict]:
@@ -144,37 +167,53 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
         m, s, settings = _read_run(Path(runs_dir) / name, name)
         lacking = [k for k in ("train.lr", "model.layers", "train.precision", *extra) if k not in settings]
         if lacking:
-            raise UserError(f"{Path(runs_dir) / name / SUMMARY}: 'settings' lacks {lacking[0]}; rerun the train "
-                            f"stage for {name}")
+            raise UserError(
+                f"{Path(runs_dir) / name / SUMMARY}: 'settings' lacks {lacking[0]}; rerun the train stage for {name}"
+            )
         for seed in p.seeds:
             one = s["per_seed"].get(str(seed))
             if one is None:
-                raise UserError(f"{Path(runs_dir) / name / SUMMARY}: no seed {seed}; rerun the train stage "
-                                f"for {name}")
+                raise UserError(f"{Path(runs_dir) / name / SUMMARY}: no seed {seed}; rerun the train stage for {name}")
             rm = m[m["seed"] == seed]
             finite = rm[np.isfinite(rm["train_loss_cb0"])]
-            logit = float(rm["attn_logit_max"].max()) if "attn_logit_max" in rm and rm["attn_logit_max"].notna().any() \
+            logit = (
+                float(rm["attn_logit_max"].max())
+                if "attn_logit_max" in rm and rm["attn_logit_max"].notna().any()
                 else math.nan
+            )
             diverged = one["status"] == "diverged"
             final, first = float(one["final_train_loss_cb0"]), float(one["first_train_loss_cb0"])
             final = math.nan if diverged else final
-            rows.append({
-                "run": name, "arm": p.arm, "role": cfg.runs[p.arm].role,  # the arm's role in the figure
-                "lr": settings["train.lr"], "layers": settings["model.layers"],
-                "precision": settings["train.precision"],
-                "seed": seed, "status": one["status"], "diverged_at_step": one.get("diverged_at_step"),
-                "steps": one["steps"], "first_train_loss_cb0": first, "final_train_loss_cb0": final,
-                "final_valid_loss_cb0": math.nan if diverged else float(one["final_valid_loss_cb0"]),
-                "capped_loss": capped_loss(final, first),
-                "flattened": bool(not diverged and len(finite) >= 3
-                                  and curves.flattened(finite["step"], finite["train_loss_cb0"])),
-                "late_change_share": _late_share(finite) if not diverged else math.nan,
-                "max_grad_norm": float(one["max_grad_norm"]), "attn_logit_max": logit,
-                "attn_logit_fp16_frac": logit / FP16_MAX, "clipped_frac": one["clipped_frac"],
-                "overflow_skips": int(one["overflow_skips"]), "nonfinite_steps": int(one["nonfinite_steps"]),
-                "wall_time_s": float(one["wall_time_s"]),
-                **{k: settings[k] for k in extra},
-            })
+            rows.append(
+                {
+                    "run": name,
+                    "arm": p.arm,
+                    "role": cfg.runs[p.arm].role,  # the arm's role in the figure
+                    "lr": settings["train.lr"],
+                    "layers": settings["model.layers"],
+                    "precision": settings["train.precision"],
+                    "seed": seed,
+                    "status": one["status"],
+                    "diverged_at_step": one.get("diverged_at_step"),
+                    "steps": one["steps"],
+                    "first_train_loss_cb0": first,
+                    "final_train_loss_cb0": final,
+                    "final_valid_loss_cb0": math.nan if diverged else float(one["final_valid_loss_cb0"]),
+                    "capped_loss": capped_loss(final, first),
+                    "flattened": bool(
+                        not diverged and len(finite) >= 3 and curves.flattened(finite["step"], finite["train_loss_cb0"])
+                    ),
+                    "late_change_share": _late_share(finite) if not diverged else math.nan,
+                    "max_grad_norm": float(one["max_grad_norm"]),
+                    "attn_logit_max": logit,
+                    "attn_logit_fp16_frac": logit / FP16_MAX,
+                    "clipped_frac": one["clipped_frac"],
+                    "overflow_skips": int(one["overflow_skips"]),
+                    "nonfinite_steps": int(one["nonfinite_steps"]),
+                    "wall_time_s": float(one["wall_time_s"]),
+                    **{k: settings[k] for k in extra},
+                }
+            )
     return pd.DataFrame(rows, columns=COLUMNS + extra)
 
 
@@ -190,13 +229,31 @@ def run_table(cfg: C.Config | dict, runs_dir: Path, out: Path) -> Path:
 def read_map(path: Path) -> pd.DataFrame:
     """results/stability_map.csv through the shared CSV reader: the columns, numbers where numbers
     belong, a rate and an initial loss in every row."""
-    t = read_csv_table(Path(path), "stability map", "map", COLUMNS, ints=["layers", "seed", "steps"],
-                       numbers=["lr", "first_train_loss_cb0", "final_train_loss_cb0", "final_valid_loss_cb0",
-                                "capped_loss", "late_change_share", "max_grad_norm", "attn_logit_max",
-                                "attn_logit_fp16_frac", "clipped_frac", "wall_time_s", "diverged_at_step",
-                                "overflow_skips", "nonfinite_steps"],
-                       finite=["lr", "first_train_loss_cb0", "capped_loss"],
-                       choices={"flattened": ("True", "False")})
+    t = read_csv_table(
+        Path(path),
+        "stability map",
+        "map",
+        COLUMNS,
+        ints=["layers", "seed", "steps"],
+        numbers=[
+            "lr",
+            "first_train_loss_cb0",
+            "final_train_loss_cb0",
+            "final_valid_loss_cb0",
+            "capped_loss",
+            "late_change_share",
+            "max_grad_norm",
+            "attn_logit_max",
+            "attn_logit_fp16_frac",
+            "clipped_frac",
+            "wall_time_s",
+            "diverged_at_step",
+            "overflow_skips",
+            "nonfinite_steps",
+        ],
+        finite=["lr", "first_train_loss_cb0", "capped_loss"],
+        choices={"flattened": ("True", "False")},
+    )
     t["flattened"] = t["flattened"] == "True"
     t["role"] = t["role"].where(t["role"] != "", None)
     return t
@@ -212,8 +269,11 @@ def panel_columns(t: pd.DataFrame) -> list[str]:
 
 
 def panel_label(values: dict) -> str:
-    extra = [f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
-             for k, v in values.items() if k not in ("layers", "precision")]
+    extra = [
+        f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+        for k, v in values.items()
+        if k not in ("layers", "precision")
+    ]
     return ", ".join([f"{int(values['layers'])} layers", str(values["precision"])] + extra)
 
 
@@ -223,8 +283,9 @@ def panels(t: pd.DataFrame) -> list[dict]:
     out = [dict(zip(cols, vals)) for vals in t[cols].drop_duplicates().itertuples(index=False)]
     for p in out:
         p["label"] = panel_label(p)
-    return sorted(out, key=lambda p: (p["precision"] not in FULL_RANGE, str(p["precision"]), int(p["layers"]),
-                                      p["label"]))
+    return sorted(
+        out, key=lambda p: (p["precision"] not in FULL_RANGE, str(p["precision"]), int(p["layers"]), p["label"])
+    )
 
 
 def _in_panel(t: pd.DataFrame, panel: dict) -> pd.Series:
@@ -267,23 +328,30 @@ def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
             mean_capped = by_rate["capped_loss"].mean()
             best = float(mean_capped.idxmin())
             stable = [float(lr) for lr, gr in by_rate if (gr["status"] == STABLE).all()]
-            out.append({
-                "arm": arm, "role": g["role"].iloc[0] if g["role"].notna().any() else None,
-                "panel": panel["label"], "layers": int(panel["layers"]), "precision": panel["precision"],
-                "seeds": int(g["seed"].nunique()), "rates": len(rates),
-                "sensitivity": float(np.mean(per_seed)) if per_seed else math.nan,
-                "sensitivity_spread": seed_spread(g, per_seed, how),
-                "sensitivity_per_seed": [round(x, 4) for x in per_seed],
-                "mean_capped_loss": float(np.mean(expected)) if expected else math.nan,
-                "mean_capped_loss_spread": seed_spread(g, expected, how),
-                "best_lr": best, "best_loss": float(mean_capped.min()),
-                "best_flattened": bool(g[g["lr"] == best]["flattened"].all()),
-                "best_seeds": int(g[g["lr"] == best]["seed"].nunique()),
-                "largest_stable_lr": max(stable) if stable else math.nan,
-                "diverged_runs": int((g["status"] == "diverged").sum()),
-                "lowest_lr_loss": float(mean_capped.iloc[0]),
-                "attn_logit_max": float(g["attn_logit_max"].max()),
-            })
+            out.append(
+                {
+                    "arm": arm,
+                    "role": g["role"].iloc[0] if g["role"].notna().any() else None,
+                    "panel": panel["label"],
+                    "layers": int(panel["layers"]),
+                    "precision": panel["precision"],
+                    "seeds": int(g["seed"].nunique()),
+                    "rates": len(rates),
+                    "sensitivity": float(np.mean(per_seed)) if per_seed else math.nan,
+                    "sensitivity_spread": seed_spread(g, per_seed, how),
+                    "sensitivity_per_seed": [round(x, 4) for x in per_seed],
+                    "mean_capped_loss": float(np.mean(expected)) if expected else math.nan,
+                    "mean_capped_loss_spread": seed_spread(g, expected, how),
+                    "best_lr": best,
+                    "best_loss": float(mean_capped.min()),
+                    "best_flattened": bool(g[g["lr"] == best]["flattened"].all()),
+                    "best_seeds": int(g[g["lr"] == best]["seed"].nunique()),
+                    "largest_stable_lr": max(stable) if stable else math.nan,
+                    "diverged_runs": int((g["status"] == "diverged").sum()),
+                    "lowest_lr_loss": float(mean_capped.iloc[0]),
+                    "attn_logit_max": float(g["attn_logit_max"].max()),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -313,9 +381,20 @@ def _pair(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
 
 
 def _numbers(*arms: dict) -> dict:
-    keys = ("sensitivity", "sensitivity_spread", "mean_capped_loss", "mean_capped_loss_spread", "best_lr", "best_loss",
-            "best_flattened", "best_seeds", "largest_stable_lr",
-            "diverged_runs", "lowest_lr_loss", "attn_logit_max")
+    keys = (
+        "sensitivity",
+        "sensitivity_spread",
+        "mean_capped_loss",
+        "mean_capped_loss_spread",
+        "best_lr",
+        "best_loss",
+        "best_flattened",
+        "best_seeds",
+        "largest_stable_lr",
+        "diverged_runs",
+        "lowest_lr_loss",
+        "attn_logit_max",
+    )
     return {f"{a['arm']} ({a['panel']})": {k: _round(a[k]) for k in keys} for a in arms}
 
 
@@ -353,11 +432,18 @@ def verdict_clipping(stats: pd.DataFrame, floor: float) -> dict:
             continue
         how, diff, res = _pair(a, b, floor)
         outcomes.append({"lower": SUPPORTED, "higher": NOT_SUPPORTED}.get(how, INCONCLUSIVE))
-        notes.append(f"{panel}: clip 1 - clip 10 sensitivity {diff:+.3f} bits (resolution {res:.3f}); "
-                     f"largest stable rate {a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}; at the lowest "
-                     f"rate clip 1 ends {a['lowest_lr_loss'] - b['lowest_lr_loss']:+.3f} bits from clip 10")
-    return {"id": "clipping", "promise": "gradient clip 1 survives higher learning rates than clip 10",
-            "verdict": _combine(outcomes), "notes": notes, "measured": _numbers(*arms)}
+        notes.append(
+            f"{panel}: clip 1 - clip 10 sensitivity {diff:+.3f} bits (resolution {res:.3f}); "
+            f"largest stable rate {a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}; at the lowest "
+            f"rate clip 1 ends {a['lowest_lr_loss'] - b['lowest_lr_loss']:+.3f} bits from clip 10"
+        )
+    return {
+        "id": "clipping",
+        "promise": "gradient clip 1 survives higher learning rates than clip 10",
+        "verdict": _combine(outcomes),
+        "notes": notes,
+        "measured": _numbers(*arms),
+    }
 
 
 def _pair_mean(a: dict, b: dict, floor: float) -> tuple[str, float, float]:
@@ -376,8 +462,13 @@ def verdict_deepnorm(stats: pd.DataFrame, floor: float, control: str | None) -> 
     no deep panel) inconclusive."""
     fp32 = [p for p in _stat_panels(stats) if p[2] in FULL_RANGE]
     deepest = max((p[1] for p in fp32), default=None)
-    base = {"id": "deepnorm", "promise": "DeepNorm trains Post-Norm at depths where plain Post-Norm fails",
-            "verdict": INCONCLUSIVE, "notes": [], "measured": {}}
+    base = {
+        "id": "deepnorm",
+        "promise": "DeepNorm trains Post-Norm at depths where plain Post-Norm fails",
+        "verdict": INCONCLUSIVE,
+        "notes": [],
+        "measured": {},
+    }
     if control is None or deepest is None or deepest < 16:
         base["notes"].append("needs a plain Post-Norm control arm and a full-range panel of 16 or more layers")
         return base
@@ -392,10 +483,12 @@ def verdict_deepnorm(stats: pd.DataFrame, floor: float, control: str | None) -> 
         return base
     how, diff, res = _pair_mean(a, b, floor)
     base["verdict"] = {"lower": SUPPORTED, "higher": NOT_SUPPORTED}.get(how, INCONCLUSIVE)
-    base["notes"].append(f"{panel}: DeepNorm - Post-Norm mean capped loss over the rates {diff:+.3f} bits "
-                         f"(resolution {res:.3f}); sensitivity {a['sensitivity']:.3f} vs {b['sensitivity']:.3f}; "
-                         f"best loss {a['best_loss']:.3f} vs {b['best_loss']:.3f}; largest stable rate "
-                         f"{a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}")
+    base["notes"].append(
+        f"{panel}: DeepNorm - Post-Norm mean capped loss over the rates {diff:+.3f} bits "
+        f"(resolution {res:.3f}); sensitivity {a['sensitivity']:.3f} vs {b['sensitivity']:.3f}; "
+        f"best loss {a['best_loss']:.3f} vs {b['best_loss']:.3f}; largest stable rate "
+        f"{a['largest_stable_lr']:g} vs {b['largest_stable_lr']:g}"
+    )
     return base
 
 
@@ -414,21 +507,29 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
             continue
         arms += [a, b]
         if not b["attn_logit_max"] >= reach:
-            notes.append(f"{panel}: softmax logits reached {b['attn_logit_max']:.4g}, below "
-                         f"{reach:.4g} where PB-Relax matters")
+            notes.append(
+                f"{panel}: softmax logits reached {b['attn_logit_max']:.4g}, below {reach:.4g} where PB-Relax matters"
+            )
             continue
         how, diff, res = _pair(a, b, floor)
         larger = a["largest_stable_lr"] > b["largest_stable_lr"] or (
-            math.isfinite(a["largest_stable_lr"]) and not math.isfinite(b["largest_stable_lr"]))
+            math.isfinite(a["largest_stable_lr"]) and not math.isfinite(b["largest_stable_lr"])
+        )
         outcomes.append(SUPPORTED if how == "lower" or larger else NOT_SUPPORTED)
-        notes.append(f"{panel}: Attn. Relax - clip 1 sensitivity {diff:+.3f} bits "
-                     f"(resolution {res:.3f}); largest stable rate {a['largest_stable_lr']:g} vs "
-                     f"{b['largest_stable_lr']:g}")
+        notes.append(
+            f"{panel}: Attn. Relax - clip 1 sensitivity {diff:+.3f} bits "
+            f"(resolution {res:.3f}); largest stable rate {a['largest_stable_lr']:g} vs "
+            f"{b['largest_stable_lr']:g}"
+        )
     if not arms:
         notes.append("no fp16 panel holds both the clip-1 and the Attn. Relax arm")
-    return {"id": "pb_relax", "promise": "PB-Relax keeps fp16 training stable where attention logits near "
-            "float16's limit", "verdict": _combine(outcomes) if outcomes else INCONCLUSIVE, "notes": notes,
-            "measured": _numbers(*arms)}
+    return {
+        "id": "pb_relax",
+        "promise": "PB-Relax keeps fp16 training stable where attention logits near float16's limit",
+        "verdict": _combine(outcomes) if outcomes else INCONCLUSIVE,
+        "notes": notes,
+        "measured": _numbers(*arms),
+    }
 
 
 def control_arm(cfg: C.Config) -> str | None:
@@ -444,23 +545,32 @@ def verdicts(cfg: C.Config | dict, t: pd.DataFrame) -> tuple[pd.DataFrame, list[
     th = cfg.claims
     stats = arm_stats(t, th.seed_spread)
     floor = th.min_final_gap
-    return stats, [verdict_clipping(stats, floor), verdict_deepnorm(stats, floor, control_arm(cfg)),
-                   verdict_pb_relax(stats, floor, relax_reach(cfg.model.relax_alpha))]
+    return stats, [
+        verdict_clipping(stats, floor),
+        verdict_deepnorm(stats, floor, control_arm(cfg)),
+        verdict_pb_relax(stats, floor, relax_reach(cfg.model.relax_alpha)),
+    ]
 
 
 def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
-    lines = ["# The stability map: LR sensitivity of each arm", "",
-             f"{len(t)} runs ({t['run'].nunique()} points); LR sensitivity after Wortsman et al. 2023 "
-             "(arXiv 2309.14322): the mean over the rates of min(L, L0) - L*, in bits of codebook-0 training "
-             "loss; lower is less sensitive. Rules of the verdicts: docs/stability.md.", "",
-             "| arm | panel | LR sensitivity (seed spread) | mean capped loss | best rate | loss there | "
-             "flattened there (seeds) | largest stable rate | diverged runs | largest attention logit |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# The stability map: LR sensitivity of each arm",
+        "",
+        f"{len(t)} runs ({t['run'].nunique()} points); LR sensitivity after Wortsman et al. 2023 "
+        "(arXiv 2309.14322): the mean over the rates of min(L, L0) - L*, in bits of codebook-0 training "
+        "loss; lower is less sensitive. Rules of the verdicts: docs/stability.md.",
+        "",
+        "| arm | panel | LR sensitivity (seed spread) | mean capped loss | best rate | loss there | "
+        "flattened there (seeds) | largest stable rate | diverged runs | largest attention logit |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in stats.itertuples():
-        lines.append(f"| {r.arm} | {r.panel} | {r.sensitivity:.3f} ({r.sensitivity_spread:.3f}) | "
-                     f"{r.mean_capped_loss:.3f} | {r.best_lr:g} | {r.best_loss:.3f} | "
-                     f"{'yes' if r.best_flattened else 'no'} ({r.best_seeds}) | "
-                     f"{r.largest_stable_lr:g} | {r.diverged_runs} | {r.attn_logit_max:.4g} |")
+        lines.append(
+            f"| {r.arm} | {r.panel} | {r.sensitivity:.3f} ({r.sensitivity_spread:.3f}) | "
+            f"{r.mean_capped_loss:.3f} | {r.best_lr:g} | {r.best_loss:.3f} | "
+            f"{'yes' if r.best_flattened else 'no'} ({r.best_seeds}) | "
+            f"{r.largest_stable_lr:g} | {r.diverged_runs} | {r.attn_logit_max:.4g} |"
+        )
     lines += ["", "| promise | verdict | numbers |", "| --- | --- | --- |"]
     for v in vs:
         lines.append(f"| {v['promise']} | **{v['verdict']}** | {'; '.join(v['notes']) or '-'} |")
@@ -475,8 +585,13 @@ def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Pat
     cfg = C.typed(cfg)
     t = read_map(map_path)
     stats, vs = verdicts(cfg, t)
-    result = {"kind": "stability_map", "runs": len(t), "points": int(t["run"].nunique()),
-              "arms": [{k: _round(v) for k, v in r.items()} for r in stats.to_dict("records")], "verdicts": vs}
+    result = {
+        "kind": "stability_map",
+        "runs": len(t),
+        "points": int(t["run"].nunique()),
+        "arms": [{k: _round(v) for k, v in r.items()} for r in stats.to_dict("records")],
+        "verdicts": vs,
+    }
     write_json(Path(out_json), result)
     with atomic_path(Path(out_md)) as tmp:
         tmp.write_text(_md(stats, vs, t))
@@ -513,8 +628,16 @@ def draw(cfg: C.Config, t: pd.DataFrame):
             lr = np.array(sorted(g["lr"].unique()), dtype=float)
             mean, lo, hi = (by["capped_loss"].agg(f).reindex(lr).to_numpy() for f in ("mean", "min", "max"))
             dashes = st.dashes if st.dashes else (None, None)
-            (line,) = top.plot(lr, mean, color=st.color, marker=st.marker, markersize=5, linewidth=1.4,
-                               markerfacecolor="none" if st.hollow else st.color, label=run.label)
+            (line,) = top.plot(
+                lr,
+                mean,
+                color=st.color,
+                marker=st.marker,
+                markersize=5,
+                linewidth=1.4,
+                markerfacecolor="none" if st.hollow else st.color,
+                label=run.label,
+            )
             if st.dashes:
                 line.set_dashes(st.dashes)
             handles.setdefault(run.label, line)
@@ -522,11 +645,17 @@ def draw(cfg: C.Config, t: pd.DataFrame):
                 top.fill_between(lr, lo, hi, color=st.color, alpha=0.18, linewidth=0)
             div = g[g["status"] == "diverged"]
             if len(div):
-                top.scatter(div["lr"], div["capped_loss"], marker="x", s=60, color=st.color, zorder=5,
-                            linewidths=2)
+                top.scatter(div["lr"], div["capped_loss"], marker="x", s=60, color=st.color, zorder=5, linewidths=2)
             logit = by["attn_logit_max"].max().reindex(lr).to_numpy()
-            (l2,) = bottom.plot(lr, logit, color=st.color, marker=st.marker, markersize=5, linewidth=1.2,
-                                markerfacecolor="none" if st.hollow else st.color)
+            (l2,) = bottom.plot(
+                lr,
+                logit,
+                color=st.color,
+                marker=st.marker,
+                markersize=5,
+                linewidth=1.2,
+                markerfacecolor="none" if st.hollow else st.color,
+            )
             if st.dashes:
                 l2.set_dashes(dashes)
         top.set_xscale("log")
@@ -538,18 +667,28 @@ def draw(cfg: C.Config, t: pd.DataFrame):
         bottom.axhline(reach, color="grey", linewidth=1, linestyle=":")
         bottom.grid(True, which="major", alpha=0.3)
         bottom.set_xlabel("Peak learning rate")
-        ymax = max(FP16_MAX * 2, float(np.nanmax(panel["attn_logit_max"])) * 2 if panel["attn_logit_max"].notna().any()
-                   else 0)
+        ymax = max(
+            FP16_MAX * 2, float(np.nanmax(panel["attn_logit_max"])) * 2 if panel["attn_logit_max"].notna().any() else 0
+        )
         bottom.set_ylim(top=ymax)
     axes[0, 0].set_ylabel("Final codebook-0 loss (bits)\nmin(L, L0); diverged = x at L0")
     axes[1, 0].set_ylabel("Largest attention logit")
-    axes[1, 0].text(0.02, FP16_MAX, " float16 limit", transform=axes[1, 0].get_yaxis_transform(), va="bottom",
-                    fontsize=8)
-    axes[1, 0].text(0.02, reach, f" limit / {cfg.model.relax_alpha:g} (PB-Relax)",
-                    transform=axes[1, 0].get_yaxis_transform(), va="bottom", fontsize=8, color="grey")
+    axes[1, 0].text(
+        0.02, FP16_MAX, " float16 limit", transform=axes[1, 0].get_yaxis_transform(), va="bottom", fontsize=8
+    )
+    axes[1, 0].text(
+        0.02,
+        reach,
+        f" limit / {cfg.model.relax_alpha:g} (PB-Relax)",
+        transform=axes[1, 0].get_yaxis_transform(),
+        va="bottom",
+        fontsize=8,
+        color="grey",
+    )
     fig.suptitle("LR sensitivity: final codebook-0 loss vs peak learning rate")
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(3, len(handles)), fontsize=8,
-               frameon=False)
+    fig.legend(
+        list(handles.values()), list(handles), loc="lower center", ncol=min(3, len(handles)), fontsize=8, frameon=False
+    )
     fig.tight_layout(rect=(0, 0.04 + 0.025 * math.ceil(len(handles) / 3), 1, 0.96))
     return fig
 

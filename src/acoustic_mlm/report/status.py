@@ -85,8 +85,9 @@ def _last_cb0(rows: pd.DataFrame) -> float:
     return float(finite.iloc[-1]) if len(finite) else math.nan
 
 
-def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | None = None,
-                stale_after: float = STALE_AFTER_S) -> SeedStatus:
+def seed_status(
+    run_dir: Path, run: str, seed: int, total: int, now: float | None = None, stale_after: float = STALE_AFTER_S
+) -> SeedStatus:
     """One seed's line, from its files alone."""
     now = time.time() if now is None else now
     seed_dir = Path(run_dir) / "seeds" / f"seed{seed}"
@@ -97,8 +98,18 @@ def seed_status(run_dir: Path, run: str, seed: int, total: int, now: float | Non
         steps = int(summary["steps"])
         scale, skips = _scaler(rows) if rows is not None else (math.nan, None)
         wall = float(summary.get("wall_time_s", math.nan))
-        return SeedStatus(run, seed, steps, total, _last_cb0(rows) if rows is not None else math.nan,
-                          steps / wall if wall > 0 else math.nan, math.nan, scale, skips, summary["status"])
+        return SeedStatus(
+            run,
+            seed,
+            steps,
+            total,
+            _last_cb0(rows) if rows is not None else math.nan,
+            steps / wall if wall > 0 else math.nan,
+            math.nan,
+            scale,
+            skips,
+            summary["status"],
+        )
     partial = seed_dir / PARTIAL
     rows = _rows(partial) if partial.is_file() else None
     if rows is None:
@@ -134,18 +145,25 @@ def check_runs_dir(runs_dir: Path) -> None:
         return
     if runs_dir.exists() or runs_dir.is_symlink():
         what = "a file, not a folder" if runs_dir.is_file() else "a broken link, a device or a FIFO, not a folder"
-        raise UserError(f"{runs_dir}: --runs-dir names {what}; name the folder training writes its runs into "
-                        "(default results/runs)")
-    raise UserError(f"{runs_dir}: --runs-dir names no folder (it does not exist); name the folder training writes "
-                    "its runs into (default results/runs), or start training first")
+        raise UserError(
+            f"{runs_dir}: --runs-dir names {what}; name the folder training writes its runs into (default results/runs)"
+        )
+    raise UserError(
+        f"{runs_dir}: --runs-dir names no folder (it does not exist); name the folder training writes "
+        "its runs into (default results/runs), or start training first"
+    )
 
 
-def collect(cfg: C.Config | dict, runs_dir: Path, now: float | None = None,
-            stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
+def collect(
+    cfg: C.Config | dict, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S
+) -> list[SeedStatus]:
     """Every run (a sweep's points, else the arms) and seed of the config, in config order."""
     cfg = C.typed(cfg)
-    return [seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
-            for run, seeds, total in runs_of(cfg) for seed in seeds]
+    return [
+        seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
+        for run, seeds, total in runs_of(cfg)
+        for seed in seeds
+    ]
 
 
 def _duration(seconds: float) -> str:
@@ -171,12 +189,17 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str
     sw = max([len("step")] + [len(x) for x in steps])
     head = f"{'run':<{width}}  seed  {'step':>{sw}}  {'cb0':>6}  {'upd/s':>6}  {'left':>6}"
     head += f"  {'scale':>7}  {'skips':>5}" if fp16 else ""  # the fp16 loss scale and its overflow skips
-    lines = [f"{runs_dir}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last "
-             "codebook-0 training loss (bits); stopped: no new "
-             f"metrics row or state for {_duration(stale_after)} (idle time shown)", head + "  status"]
+    lines = [
+        f"{runs_dir}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last "
+        "codebook-0 training loss (bits); stopped: no new "
+        f"metrics row or state for {_duration(stale_after)} (idle time shown)",
+        head + "  status",
+    ]
     for s, step in zip(statuses, steps):
-        line = (f"{s.run:<{width}}  {s.seed:>4}  {step:>{sw}}  {_num(s.cb0, '.3f'):>6}  "
-                f"{_num(s.rate, '.3g'):>6}  {_duration(s.left_s):>6}")
+        line = (
+            f"{s.run:<{width}}  {s.seed:>4}  {step:>{sw}}  {_num(s.cb0, '.3f'):>6}  "
+            f"{_num(s.rate, '.3g'):>6}  {_duration(s.left_s):>6}"
+        )
         if fp16:
             line += f"  {_num(s.loss_scale, '.4g'):>7}  {'-' if s.overflow_skips is None else s.overflow_skips:>5}"
         status = s.status + (f" {_duration(s.idle_s)}" if s.status == "stopped" else "")  # idle for

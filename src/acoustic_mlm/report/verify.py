@@ -50,8 +50,11 @@ from acoustic_mlm.utils import atomic_path, log
 DEFAULT_TOLERANCE_BITS = 0.05  # a reference written without a measurement of its own (see reference.json)
 # The data stages' outputs a reference hashes, in the pipeline's order: (stage, glob under the data folder).
 # Only the arrays: the stages' reports beside them hold timings.
-DATA_OUTPUTS = (("fetch", "raw/**/*.flac"), ("prepare", "prepared/shard-*/audio.npy"),
-                ("tokenize", "codes/shard-*/codes.npy"))
+DATA_OUTPUTS = (
+    ("fetch", "raw/**/*.flac"),
+    ("prepare", "prepared/shard-*/audio.npy"),
+    ("tokenize", "codes/shard-*/codes.npy"),
+)
 MAX_STATISTIC, MEDIAN_STATISTIC = "largest", "median"
 
 
@@ -110,8 +113,10 @@ def _sha256(path: Path) -> str:
 def data_hashes(data_dir: Path) -> dict:
     """{stage: {path relative to data_dir: sha256}} of DATA_OUTPUTS present under data_dir."""
     data_dir = Path(data_dir)
-    return {stage: {str(p.relative_to(data_dir)): _sha256(p) for p in sorted(data_dir.glob(pattern)) if p.is_file()}
-            for stage, pattern in DATA_OUTPUTS}
+    return {
+        stage: {str(p.relative_to(data_dir)): _sha256(p) for p in sorted(data_dir.glob(pattern)) if p.is_file()}
+        for stage, pattern in DATA_OUTPUTS
+    }
 
 
 def compare_data(mine: dict, theirs: dict) -> dict:
@@ -126,8 +131,14 @@ def compare_data(mine: dict, theirs: dict) -> dict:
             stages.append({"stage": stage, "outcome": "not here", "file": None})
             continue
         bad = sorted(f for f in set(ref) | set(here) if ref.get(f) != here.get(f))
-        stages.append({"stage": stage, "outcome": "differs" if bad else "same", "file": bad[0] if bad else None,
-                       "files": len(ref)})
+        stages.append(
+            {
+                "stage": stage,
+                "outcome": "differs" if bad else "same",
+                "file": bad[0] if bad else None,
+                "files": len(ref),
+            }
+        )
         if bad and first is None:
             first = stage
     return {"stages": stages, "first_differing_stage": first}
@@ -148,16 +159,26 @@ def run_kernels(cfg: C.Config, runs_dir: Path) -> str:
     return "pinned"
 
 
-def record(cfg: C.Config | dict, config_path: Path, runs_dir: Path, out_dir: Path, command: str,
-           tolerance_bits: float = DEFAULT_TOLERANCE_BITS, measurement: dict | None = None,
-           until_step: int | None = None, late_tolerance_bits: float | None = None,
-           native_tolerance_bits: float | None = None, data_dir: Path | None = Path("data")) -> Path:
+def record(
+    cfg: C.Config | dict,
+    config_path: Path,
+    runs_dir: Path,
+    out_dir: Path,
+    command: str,
+    tolerance_bits: float = DEFAULT_TOLERANCE_BITS,
+    measurement: dict | None = None,
+    until_step: int | None = None,
+    late_tolerance_bits: float | None = None,
+    native_tolerance_bits: float | None = None,
+    data_dir: Path | None = Path("data"),
+) -> Path:
     """Write a reference: every arm's metrics (one CSV) and reference.json; with `until_step`, the
     rows after it are held to `late_tolerance_bits` (see the module's docstring)."""
     cfg = C.typed(cfg)
     if (until_step is None) != (late_tolerance_bits is None):
-        raise UserError("--until-step and --late-tolerance go together: the rows after the step need their own "
-                        "tolerance")
+        raise UserError(
+            "--until-step and --late-tolerance go together: the rows after the step need their own tolerance"
+        )
     import torch
 
     arm_metrics = {run: _arm_metrics(runs_dir, run) for run in cfg.runs}
@@ -165,14 +186,21 @@ def record(cfg: C.Config | dict, config_path: Path, runs_dir: Path, out_dir: Pat
     import platform
 
     meta = {
-        "package": "acoustic-mlm", "version": __version__,
+        "package": "acoustic-mlm",
+        "version": __version__,
         "commit": _git_commit(Path(__file__).resolve().parent),
         "command": command,
         "config": str(config_path),
         "config_sha256": hashlib.sha256(Path(config_path).read_bytes()).hexdigest(),
-        "machine": {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_threads": int(cfg.train.threads), "device": cfg.train.device},
+        "machine": {
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_threads": int(cfg.train.threads),
+            "device": cfg.train.device,
+        },
         "tolerance_bits": float(tolerance_bits),
         "tolerance_until_step": until_step,
         "late_tolerance_bits": late_tolerance_bits,
@@ -203,12 +231,19 @@ COMPARED_ACROSS = ("cpu_kernels",)
 
 def _settings_differ(mine: dict, theirs: dict) -> list[str]:
     keys = sorted((set(mine) | set(theirs)) - set(COMPARED_ACROSS))
-    return [f"{k}: {mine.get(k, '(unset)')!r} here, {theirs.get(k, '(unset)')!r} in the reference"
-            for k in keys if mine.get(k) != theirs.get(k)]
+    return [
+        f"{k}: {mine.get(k, '(unset)')!r} here, {theirs.get(k, '(unset)')!r} in the reference"
+        for k in keys
+        if mine.get(k) != theirs.get(k)
+    ]
 
 
-def difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float] = (-math.inf, math.inf),
-               statistic: str = MAX_STATISTIC) -> dict:
+def difference(
+    mine: pd.DataFrame,
+    ref: pd.DataFrame,
+    steps: tuple[float, float] = (-math.inf, math.inf),
+    statistic: str = MAX_STATISTIC,
+) -> dict:
     """How far an arm's loss columns are from the reference's, in bits, over the rows (seed, step)
     with steps[0] < step <= steps[1]: per column the largest |difference| over the rows, or their
     median; the largest over the columns, with where it is.
@@ -231,8 +266,12 @@ def difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float]
     if (joined["_merge"] != "both").any():
         row = joined[joined["_merge"] != "both"].iloc[0]
         where = "the reference only" if row["_merge"] == "left_only" else "this run only"
-        return {"bits": math.inf, "column": None, "step": int(row["step"]),
-                "why": f"step {int(row['step'])} in {where} (rows at other steps: another schedule or a stop)"}
+        return {
+            "bits": math.inf,
+            "column": None,
+            "step": int(row["step"]),
+            "why": f"step {int(row['step'])} in {where} (rows at other steps: another schedule or a stop)",
+        }
     best = {"bits": 0.0, "column": columns[0], "step": int(joined["step"].iloc[0]), "why": None}
     for c in columns:
         a, b = joined[c + "_ref"].to_numpy(float), joined[c].to_numpy(float)
@@ -241,13 +280,18 @@ def difference(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float]
         i = int(np.argmax(diff))
         value = float(diff[i]) if statistic == MAX_STATISTIC else float(np.median(diff))
         if value > best["bits"]:
-            best = {"bits": value, "column": c, "step": int(joined["step"].iloc[i]) if statistic == MAX_STATISTIC
-                    else None, "why": None if statistic == MAX_STATISTIC else f"median of {c} over {len(diff)} rows"}
+            best = {
+                "bits": value,
+                "column": c,
+                "step": int(joined["step"].iloc[i]) if statistic == MAX_STATISTIC else None,
+                "why": None if statistic == MAX_STATISTIC else f"median of {c} over {len(diff)} rows",
+            }
     return best
 
 
-def largest_difference(mine: pd.DataFrame, ref: pd.DataFrame,
-                       steps: tuple[float, float] = (-math.inf, math.inf)) -> dict:
+def largest_difference(
+    mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float] = (-math.inf, math.inf)
+) -> dict:
     """`difference` with the largest over the rows (every row held to the tolerance)."""
     return difference(mine, ref, steps, MAX_STATISTIC)
 
@@ -260,22 +304,39 @@ def windows(meta: dict, tolerance_bits: float | None = None, kernels: str = "pin
     until = meta.get("tolerance_until_step")
     legacy = "cpu_kernels" not in meta
     if until is None:
-        return [{"name": "every step", "steps": (-math.inf, math.inf), "statistic": MAX_STATISTIC,
-                 "tolerance_bits": tol if tolerance_bits is None else tolerance_bits}]
+        return [
+            {
+                "name": "every step",
+                "steps": (-math.inf, math.inf),
+                "statistic": MAX_STATISTIC,
+                "tolerance_bits": tol if tolerance_bits is None else tolerance_bits,
+            }
+        ]
     exact = legacy or (kernels == "pinned" and meta.get("cpu_kernels") == "avx2")
-    early = {"name": f"steps <= {until}", "steps": (-math.inf, float(until)),
-             "statistic": MAX_STATISTIC if exact else MEDIAN_STATISTIC,
-             "tolerance_bits": tol if exact else float(meta.get("native_tolerance_bits", tol))}
+    early = {
+        "name": f"steps <= {until}",
+        "steps": (-math.inf, float(until)),
+        "statistic": MAX_STATISTIC if exact else MEDIAN_STATISTIC,
+        "tolerance_bits": tol if exact else float(meta.get("native_tolerance_bits", tol)),
+    }
     if tolerance_bits is not None:
         early["tolerance_bits"] = tolerance_bits
-    late = {"name": f"steps > {until}", "steps": (float(until), math.inf),
-            "statistic": MAX_STATISTIC if legacy else MEDIAN_STATISTIC,
-            "tolerance_bits": float(meta["late_tolerance_bits"])}
+    late = {
+        "name": f"steps > {until}",
+        "steps": (float(until), math.inf),
+        "statistic": MAX_STATISTIC if legacy else MEDIAN_STATISTIC,
+        "tolerance_bits": float(meta["late_tolerance_bits"]),
+    }
     return [early, late]
 
 
-def compare(cfg: C.Config | dict, runs_dir: Path, ref_dir: Path, tolerance_bits: float | None = None,
-            data_dir: Path | None = Path("data")) -> dict:
+def compare(
+    cfg: C.Config | dict,
+    runs_dir: Path,
+    ref_dir: Path,
+    tolerance_bits: float | None = None,
+    data_dir: Path | None = Path("data"),
+) -> dict:
     """The data stages' hashes, then per arm and window of steps: the difference in bits by the
     window's statistic, where it is, and whether it is within that window's tolerance."""
     cfg = C.typed(cfg)
@@ -286,32 +347,50 @@ def compare(cfg: C.Config | dict, runs_dir: Path, ref_dir: Path, tolerance_bits:
     if meta.get("data_hashes") and data_dir is not None and Path(data_dir).is_dir():
         data = compare_data(data_hashes(Path(data_dir)), meta["data_hashes"])
         # pinned on both sides: the data must be the reference's bytes; native: other codes are expected
-        data["fails"] = bool(kernels == "pinned" and meta.get("cpu_kernels") == "avx2"
-                             and data["first_differing_stage"] is not None)
+        data["fails"] = bool(
+            kernels == "pinned" and meta.get("cpu_kernels") == "avx2" and data["first_differing_stage"] is not None
+        )
     mine_settings = fingerprints(cfg)
     arms = {}
     for run in cfg.runs:
         if run not in meta["arms"]:
-            raise UserError(f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
-                            f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
-                            f"({meta['config']})")
+            raise UserError(
+                f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
+                f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
+                f"({meta['config']})"
+            )
         differ = _settings_differ(mine_settings[run], meta["arms"][run])
         if differ:
-            raise UserError(f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
-                            + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""))
+            raise UserError(
+                f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
+                + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
+            )
         mine = _arm_metrics(runs_dir, run)
         parts = []
         for w in wins:
             got = difference(mine, ref[ref["run"] == run], w["steps"], w["statistic"])
-            parts.append({**got, "window": w["name"], "tolerance_bits": w["tolerance_bits"],
-                          "statistic": w["statistic"],
-                          "within": got["bits"] <= w["tolerance_bits"]})
+            parts.append(
+                {
+                    **got,
+                    "window": w["name"],
+                    "tolerance_bits": w["tolerance_bits"],
+                    "statistic": w["statistic"],
+                    "within": got["bits"] <= w["tolerance_bits"],
+                }
+            )
         worst = max(parts, key=lambda p: (not p["within"], p["bits"]))
         arms[run] = {**worst, "within": all(p["within"] for p in parts), "windows": parts}
-    return {"reference": str(ref_dir), "windows": wins, "kernels": kernels,
-            "reference_kernels": meta.get("cpu_kernels"), "data": data,
-            "passed": all(a["within"] for a in arms.values()) and not (data or {}).get("fails", False), "arms": arms,
-            "reference_machine": meta.get("machine"), "reference_version": meta.get("version")}
+    return {
+        "reference": str(ref_dir),
+        "windows": wins,
+        "kernels": kernels,
+        "reference_kernels": meta.get("cpu_kernels"),
+        "data": data,
+        "passed": all(a["within"] for a in arms.values()) and not (data or {}).get("fails", False),
+        "arms": arms,
+        "reference_machine": meta.get("machine"),
+        "reference_version": meta.get("version"),
+    }
 
 
 def draw(cfg: C.Config, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> Path:
@@ -339,12 +418,15 @@ def draw(cfg: C.Config, runs_dir: Path, ref_dir: Path, result: dict, out: Path) 
         log_step_axis(ax, float(steps.min()), float(steps.max()))
         arm = result["arms"][run]
         verdict = "within" if arm["within"] else "OUTSIDE"
-        ax.set_title(f"{cfg.runs[run].label}\nlargest difference {arm['bits']:.3g} bits "
-                     f"({verdict} {arm['tolerance_bits']:g} at {arm['window']})", fontsize=9)
+        ax.set_title(
+            f"{cfg.runs[run].label}\nlargest difference {arm['bits']:.3g} bits "
+            f"({verdict} {arm['tolerance_bits']:g} at {arm['window']})",
+            fontsize=9,
+        )
         ax.set_ylabel("codebook-0 loss (bits)")
         ax.set_xlabel("training step")
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(runs):]:
+    for ax in list(axes.flat)[len(runs) :]:
         ax.set_visible(False)
     fig.tight_layout()
     out = Path(out)
@@ -359,10 +441,12 @@ def report(result: dict) -> str:
     """The lines `amlm verify` prints: one per arm, then the verdict."""
     width = max(len(r) for r in result["arms"])
     tolerances = ", ".join(f"{w['tolerance_bits']:g} bits at {w['name']}" for w in result["windows"])
-    lines = [f"against {result['reference']} (tolerance {tolerances}; "
-             f"reference made by acoustic-mlm {result['reference_version']} on "
-             f"{(result['reference_machine'] or {}).get('cpu', 'an unrecorded machine')}, CPU kernels "
-             f"{result.get('reference_kernels') or 'not recorded'}; this run's: {result.get('kernels')})"]
+    lines = [
+        f"against {result['reference']} (tolerance {tolerances}; "
+        f"reference made by acoustic-mlm {result['reference_version']} on "
+        f"{(result['reference_machine'] or {}).get('cpu', 'an unrecorded machine')}, CPU kernels "
+        f"{result.get('reference_kernels') or 'not recorded'}; this run's: {result.get('kernels')})"
+    ]
     data = result.get("data")
     if data:
         for st in data["stages"]:
@@ -370,27 +454,42 @@ def report(result: dict) -> str:
             lines.append(f"data: {st['stage']:<9} {st['outcome']}{note}")
         first = data["first_differing_stage"]
         if first and data["fails"]:
-            lines.append(f"data: the {first} stage computed other bytes than the reference's, with the same pinned "
-                         f"kernels: this installation's {first} stage is not the reference's (a broken or changed "
-                         "stage)")
+            lines.append(
+                f"data: the {first} stage computed other bytes than the reference's, with the same pinned "
+                f"kernels: this installation's {first} stage is not the reference's (a broken or changed "
+                "stage)"
+            )
         elif first:
-            lines.append(f"data: the {first} stage's outputs differ, as expected with native kernels (this CPU's own "
-                         "vector width; cpu_kernels: avx2 makes them the reference's bytes)")
+            lines.append(
+                f"data: the {first} stage's outputs differ, as expected with native kernels (this CPU's own "
+                "vector width; cpu_kernels: avx2 makes them the reference's bytes)"
+            )
     for run, arm in result["arms"].items():
         for part in arm["windows"]:
             where = part["why"] or f"{part['column']} at step {part['step']}"
             window = f" at {part['window']}" if len(arm["windows"]) > 1 else ""
             largest = part.get("statistic", MAX_STATISTIC) == MAX_STATISTIC
             stat = "largest difference" if largest else "median difference"
-            lines.append(f"{run:<{width}}  {stat}{window} {part['bits']:.3g} bits ({where})  "
-                         f"{'ok' if part['within'] else 'DIFFERS'}")
-    lines.append("this installation trains as the reference" if result["passed"] else
-                 "some arm differs from the reference by more than the tolerance: see docs/reference_run.md")
+            lines.append(
+                f"{run:<{width}}  {stat}{window} {part['bits']:.3g} bits ({where})  "
+                f"{'ok' if part['within'] else 'DIFFERS'}"
+            )
+    lines.append(
+        "this installation trains as the reference"
+        if result["passed"]
+        else "some arm differs from the reference by more than the tolerance: see docs/reference_run.md"
+    )
     return "\n".join(lines)
 
 
-def run(cfg: C.Config | dict, runs_dir: Path, ref_dir: Path, out: Path | None, tolerance_bits: float | None = None,
-        data_dir: Path | None = Path("data")) -> int:
+def run(
+    cfg: C.Config | dict,
+    runs_dir: Path,
+    ref_dir: Path,
+    out: Path | None,
+    tolerance_bits: float | None = None,
+    data_dir: Path | None = Path("data"),
+) -> int:
     cfg = C.typed(cfg)
     result = compare(cfg, runs_dir, ref_dir, tolerance_bits, data_dir)
     print(report(result), flush=True)

@@ -127,9 +127,15 @@ def _pick_crops(windows: list, frames: int, bins: int, generator: torch.Generato
     if available < bins:
         raise TokenizerError(f"calibration needs at least {bins} train frames; the train split has {available}")
     if available < frames:
-        log.warning("calibration: tokenizer.calibration_frames is %d (%.0f per code), the train split has %d "
-                    "(%.1f per code, %.1f min); fitting on all of it", frames, frames / bins, available,
-                    available / bins, available / encodec.FRAME_RATE / 60)
+        log.warning(
+            "calibration: tokenizer.calibration_frames is %d (%.0f per code), the train split has %d "
+            "(%.1f per code, %.1f min); fitting on all of it",
+            frames,
+            frames / bins,
+            available,
+            available / bins,
+            available / encodec.FRAME_RATE / 60,
+        )
     picked, have = [], 0
     for i in torch.randperm(len(windows), generator=generator).tolist():
         if have >= frames:
@@ -163,8 +169,12 @@ def _embed_crops(model, chunks, windows, batch_size: int, gains: dict | None = N
             group = by_len[length]
             for s in range(0, len(group), batch_size):
                 batch = group[s : s + batch_size]
-                wav = np.stack([scaled_frames(chunks[ci], gains.get(ci) if gains else None, st - ctx, st + keep)
-                                for ci, st, ctx, keep in batch])
+                wav = np.stack(
+                    [
+                        scaled_frames(chunks[ci], gains.get(ci) if gains else None, st - ctx, st + keep)
+                        for ci, st, ctx, keep in batch
+                    ]
+                )
                 emb = model.encoder(torch.from_numpy(wav.astype(np.float32, copy=False))[:, None])  # (B, D, T)
                 for b, (_, _, ctx, keep) in enumerate(batch):
                     out.append(emb[b, :, ctx : ctx + keep].t())  # (keep, D)
@@ -201,13 +211,17 @@ def _fit_codebooks(model, emb: torch.Tensor, iters: int, generator: torch.Genera
         residual_energy.append(float(residual.pow(2).sum()) / max(energy0, 1e-30))
         log.info(
             "calibrate: level %d: %d/%d codes used, residual variance %.3f",
-            level, distinct[-1], bins, residual_energy[-1],
+            level,
+            distinct[-1],
+            bins,
+            residual_energy[-1],
         )
     return distinct, residual_energy
 
 
-def _fit_level(layer, residual: torch.Tensor, bins: int, iters: int,
-               generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _fit_level(
+    layer, residual: torch.Tensor, bins: int, iters: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One RVQ level: k-means on `residual` (N, D), the centroids loaded into the level's codebook;
     returns the level's codes (N,) and the residual carried to the next level (N, D)."""
     centroids, counts = kmeans(residual, bins, iters, generator)

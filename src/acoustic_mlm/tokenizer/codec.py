@@ -68,8 +68,9 @@ def _verify(path: Path, prefix: str, where: str | Path | None = None) -> str:
     """The file's sha256, which must start with `prefix`; the error names `where` (default: the file)."""
     digest = file_sha256(path)
     if not digest.startswith(prefix.lower()):
-        raise TokenizerError(f"{where or path}: sha256 mismatch: expected a digest starting with {prefix}, "
-                             f"got {digest}")
+        raise TokenizerError(
+            f"{where or path}: sha256 mismatch: expected a digest starting with {prefix}, got {digest}"
+        )
     return digest
 
 

@@ -37,9 +37,12 @@ class EncodeSettings:
     def from_config(cls, tc: TokenizerConfig, device: torch.device | str) -> "EncodeSettings":
         """From the typed `tokenizer:` section (`Config.tokenizer`; its seconds rounded to whole frames)
         and the device picked for it."""
-        return cls(batch_size=int(tc.batch_size),
-                   segment_frames=int(round(tc.segment_seconds * encodec.FRAME_RATE)),
-                   context_frames=int(round(tc.context_seconds * encodec.FRAME_RATE)), device=device)
+        return cls(
+            batch_size=int(tc.batch_size),
+            segment_frames=int(round(tc.segment_seconds * encodec.FRAME_RATE)),
+            context_frames=int(round(tc.context_seconds * encodec.FRAME_RATE)),
+            device=device,
+        )
 
 
 def padded_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -48,8 +51,9 @@ def padded_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
 
 
-def pieces(offsets: Sequence[int], lengths: Sequence[int], segment_frames: int = 0,
-           context_frames: int = 0) -> list[tuple[int, int, int, int]]:
+def pieces(
+    offsets: Sequence[int], lengths: Sequence[int], segment_frames: int = 0, context_frames: int = 0
+) -> list[tuple[int, int, int, int]]:
     """What to encode for each clip, in frames: (first input frame, input frames, leading frames to
     drop, first output column). A clip longer than `segment_frames` (> 0) is cut into segments,
     each encoded with up to `context_frames` frames of the clip before it as left context, whose
@@ -68,8 +72,14 @@ def pieces(offsets: Sequence[int], lengths: Sequence[int], segment_frames: int =
 
 @torch.no_grad()
 def encode_clips(
-    model, audio: np.ndarray, clips, settings: EncodeSettings = EncodeSettings(), *,
-    frame_gain: np.ndarray | None = None, out: np.ndarray | None = None, label: str = "tokenize",
+    model,
+    audio: np.ndarray,
+    clips,
+    settings: EncodeSettings = EncodeSettings(),
+    *,
+    frame_gain: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    label: str = "tokenize",
 ) -> np.ndarray:
     """Codes of every clip through `model.encode`, aligned with `audio`: (K, len(audio) // 320) int16.
 
@@ -96,8 +106,12 @@ def encode_clips(
         raise ValueError(f"encode_clips: out must be int16 {shape}, got {out.dtype} {out.shape}")
     codes = out
     codes[:] = -1
-    todo = pieces(clips["offset"].to_numpy(np.int64), clips["num_samples"].to_numpy(np.int64),
-                  settings.segment_frames, settings.context_frames)
+    todo = pieces(
+        clips["offset"].to_numpy(np.int64),
+        clips["num_samples"].to_numpy(np.int64),
+        settings.segment_frames,
+        settings.context_frames,
+    )
     frames = [p[1] for p in todo]
     total = sum(p[1] - p[2] for p in todo)
     t0, done = time.perf_counter(), 0

@@ -103,8 +103,9 @@ def frame_gains(clip: np.ndarray, method: str, target_db: float) -> np.ndarray:
         return gains
     body, window = clip[: n * encodec.HOP], LOUDNESS_WINDOW_FRAMES * encodec.HOP
     if method == "rms":
-        return _window_gains(np.array([rms_dbfs(body[st : st + window]) for st in range(0, len(body), window)]),
-                             n, target_db)
+        return _window_gains(
+            np.array([rms_dbfs(body[st : st + window]) for st in range(0, len(body), window)]), n, target_db
+        )
     if method == "kweighted":
         return _window_gains(window_loudness(body, window), n, target_db)
     raise _unknown_method(method)
@@ -148,11 +149,14 @@ def loudness_record(method: str, target: float | None = None) -> dict:
         raise _unknown_method(method)
     window = f"window of {LOUDNESS_WINDOW_FRAMES} frames"
     unit = {"lufs": "LUFS", "kweighted": "LUFS", "rms": "dBFS RMS"}.get(method)
-    return {"method": method, "target": target, "unit": unit,
-            "per": {"lufs": "clip", "rms": window, "kweighted": window}.get(method),
-            "silence_gate_db": {"lufs": LUFS_GATE_DB, "rms": WINDOW_SILENCE_DB,
-                                "kweighted": WINDOW_SILENCE_DB}.get(method),
-            "applies_to": "the tokenizer's input only; the model trains on the raw waveform"}
+    return {
+        "method": method,
+        "target": target,
+        "unit": unit,
+        "per": {"lufs": "clip", "rms": window, "kweighted": window}.get(method),
+        "silence_gate_db": {"lufs": LUFS_GATE_DB, "rms": WINDOW_SILENCE_DB, "kweighted": WINDOW_SILENCE_DB}.get(method),
+        "applies_to": "the tokenizer's input only; the model trains on the raw waveform",
+    }
 
 
 def clip_loudness(audio: np.ndarray, clips, loudness: dict) -> tuple:
@@ -167,6 +171,12 @@ def clip_loudness(audio: np.ndarray, clips, loudness: dict) -> tuple:
         gains = frame_gains(clip, method, target or 0.0)
         if frame_gain is not None:
             frame_gain[o // encodec.HOP : o // encodec.HOP + len(gains)] = gains
-        rows.append((cid, round(rms_dbfs(clip), 2), round(loudness_lufs(clip), 2),
-                     round(float(np.mean(20 * np.log10(gains))) if len(gains) else 0.0, 2)))
+        rows.append(
+            (
+                cid,
+                round(rms_dbfs(clip), 2),
+                round(loudness_lufs(clip), 2),
+                round(float(np.mean(20 * np.log10(gains))) if len(gains) else 0.0, 2),
+            )
+        )
     return pd.DataFrame(rows, columns=list(LOUDNESS_COLUMNS)), frame_gain

@@ -92,8 +92,7 @@ def _check_config(cfg: C.Config) -> None:
     if sr != encodec.SAMPLE_RATE:
         raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {encodec.SAMPLE_RATE}")
     if cfg.tokenizer.mode not in ("calibrated", "pretrained"):
-        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got "
-                             f"{cfg.tokenizer.mode!r}")
+        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {cfg.tokenizer.mode!r}")
     loudness_of(cfg.tokenizer)  # a known loudness method
 
 
@@ -111,8 +110,15 @@ def fit(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 
     tc = cfg.tokenizer
     mode, bandwidth, seed = tc.mode, float(tc.bandwidth), int(tc.seed)
     loudness = loudness_of(tc)
-    info: dict = {"mode": mode, "bandwidth": bandwidth, "seed": seed, "checkpoint": None, "loudness": loudness,
-                  "calibration_frames_requested": None, "calibration_iters": None}
+    info: dict = {
+        "mode": mode,
+        "bandwidth": bandwidth,
+        "seed": seed,
+        "checkpoint": None,
+        "loudness": loudness,
+        "calibration_frames_requested": None,
+        "calibration_iters": None,
+    }
     with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
         if mode == "calibrated":
             corpus = read_prepared(prepared_dir)
@@ -122,11 +128,21 @@ def fit(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 
             check_calibration_data(cfg, corpus.manifest, where=str(Path(prepared_dir) / MANIFEST))
             model = build_encodec(bandwidth, seed)
             chunks = [corpus.clip(int(i)) for i in train]
-            info.update(calibrate(model, chunks, int(tc.calibration_frames), int(tc.calibration_iters), seed,
-                                  loudness=(loudness["method"], loudness["target"] or 0.0)))
-            info.update(calibration_frames_requested=int(tc.calibration_frames),
-                        calibration_frames_per_code=round(info["calibration_frames"] / encodec.CODEBOOK_SIZE, 2),
-                        calibration_iters=int(tc.calibration_iters))
+            info.update(
+                calibrate(
+                    model,
+                    chunks,
+                    int(tc.calibration_frames),
+                    int(tc.calibration_iters),
+                    seed,
+                    loudness=(loudness["method"], loudness["target"] or 0.0),
+                )
+            )
+            info.update(
+                calibration_frames_requested=int(tc.calibration_frames),
+                calibration_frames_per_code=round(info["calibration_frames"] / encodec.CODEBOOK_SIZE, 2),
+                calibration_iters=int(tc.calibration_iters),
+            )
             torch.save(model.state_dict(), tmp / "tokenizer.pt")
         else:
             load_pretrained(tc.checkpoint, bandwidth)
@@ -145,9 +161,11 @@ def load_tokenizer(cfg: C.Config, out_dir: Path):
     fitted = read_fit(folder / FIT).get("loudness", loudness_record("none"))  # no loudness record in fit.json: none
     wanted = loudness_of(tc)
     if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
-        raise TokenizerError(f"{folder / FIT}: fitted with loudness {fitted['method']} {fitted['target']}, the "
-                             f"config asks for {wanted['method']} {wanted['target']} (tokenizer.loudness); rerun "
-                             "`amlm tokenize --fit`")
+        raise TokenizerError(
+            f"{folder / FIT}: fitted with loudness {fitted['method']} {fitted['target']}, the "
+            f"config asks for {wanted['method']} {wanted['target']} (tokenizer.loudness); rerun "
+            "`amlm tokenize --fit`"
+        )
     if tc.mode == "calibrated":
         return load_calibrated(folder / "tokenizer.pt", float(tc.bandwidth))
     return load_pretrained(tc.checkpoint, float(tc.bandwidth))
@@ -181,19 +199,40 @@ def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard:
         measured.to_csv(tmp / LOUDNESS_TABLE, index=False)
         codes = create_codes(tmp / CODES, n_codebooks(model), len(audio) // encodec.HOP)  # (K, frames of the shard)
         t0 = time.perf_counter()
-        encode_clips(model, audio, clips, EncodeSettings.from_config(tc, device), frame_gain=frame_gain, out=codes,
-                     label=f"tokenize {shard_name(shard)}")
+        encode_clips(
+            model,
+            audio,
+            clips,
+            EncodeSettings.from_config(tc, device),
+            frame_gain=frame_gain,
+            out=codes,
+            label=f"tokenize {shard_name(shard)}",
+        )
         seconds = time.perf_counter() - t0
         codes.flush()
         del codes  # close the memory map before the folder is renamed into place
         audio_s = float(clips["num_samples"].sum()) / encodec.SAMPLE_RATE
-        info = {"shard": int(shard), "clips": len(clips), "audio_seconds": round(audio_s, 3),
-                "encode_seconds": round(seconds, 3), "x_real_time": round(audio_s / max(seconds, 1e-9), 2),
-                "batch_size": int(tc.batch_size), "segment_seconds": tc.segment_seconds,
-                "context_seconds": tc.context_seconds, "device": str(device), "threads": int(threads)}
+        info = {
+            "shard": int(shard),
+            "clips": len(clips),
+            "audio_seconds": round(audio_s, 3),
+            "encode_seconds": round(seconds, 3),
+            "x_real_time": round(audio_s / max(seconds, 1e-9), 2),
+            "batch_size": int(tc.batch_size),
+            "segment_seconds": tc.segment_seconds,
+            "context_seconds": tc.context_seconds,
+            "device": str(device),
+            "threads": int(threads),
+        }
         write_encode_record(tmp, info)
-    log.info("tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)", shard_name(shard),
-             info["clips"], audio_s, seconds, info["x_real_time"])
+    log.info(
+        "tokenize %s: %d clips, %.0f s of audio in %.1f s (%.1fx real time)",
+        shard_name(shard),
+        info["clips"],
+        audio_s,
+        seconds,
+        info["x_real_time"],
+    )
     return info
 
 
@@ -252,14 +291,29 @@ def merge(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path) -> dict:
     with atomic_path(out_dir / FILES) as tmp:
         files.to_csv(tmp, index=False)
     meta["files_table"] = FILES
-    crowded = [f"level {k} code {meta['top_code'][k]} ({100 * share:.1f}%)"
-               for k, share in enumerate(meta["top_code_share"]) if share > TOP_CODE_WARNING]
+    crowded = [
+        f"level {k} code {meta['top_code'][k]} ({100 * share:.1f}%)"
+        for k, share in enumerate(meta["top_code_share"])
+        if share > TOP_CODE_WARNING
+    ]
     if crowded:
-        log.warning("tokenize: one code holds more than %d%% of a level's frames: %s; see %s for each file's loudness "
-                    "and codebook-0 entropy", round(100 * TOP_CODE_WARNING), ", ".join(crowded), out_dir / FILES)
+        log.warning(
+            "tokenize: one code holds more than %d%% of a level's frames: %s; see %s for each file's loudness "
+            "and codebook-0 entropy",
+            round(100 * TOP_CODE_WARNING),
+            ", ".join(crowded),
+            out_dir / FILES,
+        )
     write_tokenizer_summary(out_dir, meta)
-    log.info("tokenize: %d clips in %d shard(s), %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
-             meta["clips"], meta["shards"], audio_s, encode_s, meta["x_real_time"], meta["distinct_codes"])
+    log.info(
+        "tokenize: %d clips in %d shard(s), %.0f s of audio in %.1f s (%.1fx real time); codes used per level %s",
+        meta["clips"],
+        meta["shards"],
+        audio_s,
+        encode_s,
+        meta["x_real_time"],
+        meta["distinct_codes"],
+    )
     return meta
 
 
@@ -272,18 +326,24 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
     path = shard_dir / LOUDNESS_TABLE
     if not path.is_file():
         raise TokenizerError(f"{path}: not found (rerun `amlm tokenize --shard {int(clips['shard'].iloc[0])}`)")
-    measured = read_csv_table(path, "a shard's loudness", "tokenize", ["clip_id", "gain_db"],
-                                      numbers=["rms_dbfs", "lufs"], finite=["gain_db"])
+    measured = read_csv_table(
+        path, "a shard's loudness", "tokenize", ["clip_id", "gain_db"], numbers=["rms_dbfs", "lufs"], finite=["gain_db"]
+    )
     rows = []
     for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):
         c = code_counts(np.asarray(codes[0, o // encodec.HOP : o // encodec.HOP + nf]))
-        rows.append((cid, int((c > 0).sum()), round(_entropy_bits(c), 4),
-                     round(float(c.max()) / max(int(c.sum()), 1), 5)))
+        rows.append(
+            (cid, int((c > 0).sum()), round(_entropy_bits(c), 4), round(float(c.max()) / max(int(c.sum()), 1), 5))
+        )
     stats = pd.DataFrame(rows, columns=["clip_id", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"])
-    table = pd.DataFrame({"clip_id": clips["clip_id"].to_numpy(),
-                          "path": clips["path"].to_numpy() if "path" in clips else clips["clip_id"].to_numpy(),
-                          "split": clips["split"].to_numpy(),
-                          "seconds": (clips["num_samples"].to_numpy(np.int64) / encodec.SAMPLE_RATE).round(3)})
+    table = pd.DataFrame(
+        {
+            "clip_id": clips["clip_id"].to_numpy(),
+            "path": clips["path"].to_numpy() if "path" in clips else clips["clip_id"].to_numpy(),
+            "split": clips["split"].to_numpy(),
+            "seconds": (clips["num_samples"].to_numpy(np.int64) / encodec.SAMPLE_RATE).round(3),
+        }
+    )
     table = table.merge(measured, on="clip_id", how="left").merge(stats, on="clip_id")
     if table["gain_db"].isna().any():
         raise TokenizerError(f"{path}: does not list every clip of its shard; rerun tokenize")
@@ -324,4 +384,3 @@ def _encodec_version() -> str | None:
 
         return version("encodec")
     return None
-

@@ -57,8 +57,9 @@ def draw_mixture(
     for group in groups:
         pool = (len(group) - 1) * crop_samples  # the other crops of the group, concatenated
         if pool < len_max:
-            raise ValueError(f"a group of {len(group)} crops of {crop_samples} samples cannot supply {len_max} noise "
-                             "samples")
+            raise ValueError(
+                f"a group of {len(group)} crops of {crop_samples} samples cannot supply {len_max} noise samples"
+            )
         for row in group:
             if rng.random() >= prob:
                 continue
@@ -70,8 +71,9 @@ def draw_mixture(
     return plan
 
 
-def apply_mixture(wav: np.ndarray, rows: np.ndarray, groups: list[np.ndarray], plan: list[Segment],
-                  volume: float) -> np.ndarray:
+def apply_mixture(
+    wav: np.ndarray, rows: np.ndarray, groups: list[np.ndarray], plan: list[Segment], volume: float
+) -> np.ndarray:
     """Mixed copies of the crops `wav` (n, L), which hold the micro-batch rows `rows` (each group
     whose rows appear must appear whole); the noise is read from the clean crops."""
     local = {int(r): j for j, r in enumerate(rows)}
@@ -82,6 +84,7 @@ def apply_mixture(wav: np.ndarray, rows: np.ndarray, groups: list[np.ndarray], p
             continue  # another process's crop
         others = [local[int(r)] for r in group_of[seg.row] if r != seg.row]  # KeyError: a group split between processes
         pool = wav[others].reshape(-1)  # (pool,) clean, in batch order
-        out[local[seg.row],
-            seg.position : seg.position + seg.length] += volume * pool[seg.pool_start : seg.pool_start + seg.length]
+        out[local[seg.row], seg.position : seg.position + seg.length] += (
+            volume * pool[seg.pool_start : seg.pool_start + seg.length]
+        )
     return out

@@ -30,9 +30,21 @@ class CropData(torch.utils.data.Dataset):
     (objective.compute_group_masks) and noise is mixed within those groups (augment.py).
     """
 
-    def __init__(self, corpus, codes_dir: Path, split: str, crop_frames: int, batch: int,
-                 m: C.ModelConfig, seed: int, rank: int = 0, world: int = 1,
-                 crop_unit: str = "frame", mask_group: int = 0, mixture: bool = False):
+    def __init__(
+        self,
+        corpus,
+        codes_dir: Path,
+        split: str,
+        crop_frames: int,
+        batch: int,
+        m: C.ModelConfig,
+        seed: int,
+        rank: int = 0,
+        world: int = 1,
+        crop_unit: str = "frame",
+        mask_group: int = 0,
+        mixture: bool = False,
+    ):
         manifest = corpus.manifest
         rows = manifest[(manifest["split"] == split) & (manifest["num_frames"] >= crop_frames)]
         if rows.empty:
@@ -87,8 +99,9 @@ class CropData(torch.utils.data.Dataset):
             self._codes[shard] = open_codes(self.codes_dir, shard)
         return self._codes[shard]
 
-    def gather(self, shards: np.ndarray, first_samples: np.ndarray,
-               first_frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(
+        self, shards: np.ndarray, first_samples: np.ndarray, first_frames: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         T, hop, K = self.crop_frames, encodec.HOP, self.m.codebooks
         wav = np.stack([self.corpus.audio(s)[a : a + T * hop] for s, a in zip(shards, first_samples)])
         codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
@@ -122,7 +135,9 @@ def check_codes(codes_dir: Path, corpus, m: C.ModelConfig) -> None:
     if meta.get("n_codebooks", 0) < m.codebooks:
         raise UserError(f"{summary}: {meta.get('n_codebooks')} codebooks, 'model.codebooks' asks for {m.codebooks}")
     if max(meta["max_code"][: m.codebooks]) >= m.codebook_size:
-        raise UserError(f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
-                         f"'model.codebook_size' ({m.codebook_size})")
+        raise UserError(
+            f"{summary}: codes up to {max(meta['max_code'][: m.codebooks])} exceed "
+            f"'model.codebook_size' ({m.codebook_size})"
+        )
     for k in corpus.shards:  # every code in range: an edited or damaged shard is refused, not trained on
         read_codes(codes_path(codes_dir, k), len(corpus.audio(k)) // encodec.HOP, m.codebooks, m.codebook_size)

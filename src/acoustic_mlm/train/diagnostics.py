@@ -70,8 +70,12 @@ def param_blocks(model: nn.Module | Iterable[tuple[str, torch.Tensor]]) -> dict[
 def _norms(groups: list[list[torch.Tensor]], device: torch.device) -> torch.Tensor:
     """L2 norm of each group of tensors in float32, (groups,) on `device`; an empty group is 0.
     One tensor: the caller copies all the norms to the host at once."""
-    out = [torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.detach().float()) for t in g]))
-           if g else torch.zeros((), device=device) for g in groups]
+    out = [
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.detach().float()) for t in g]))
+        if g
+        else torch.zeros((), device=device)
+        for g in groups
+    ]
     return torch.stack(out) if out else torch.zeros(0, device=device)
 
 
@@ -105,8 +109,9 @@ def update_ratios(blocks: dict[str, list[torch.Tensor]], before: list[list[torch
     return {f"update_ratio_{b}": float(r) if math.isfinite(r) else math.nan for b, r in zip(blocks, ratio)}
 
 
-def attention_logits(x: torch.Tensor, q_proj: nn.Linear, k_proj: nn.Linear, heads: int,
-                     qk_gain: float = 1.0) -> torch.Tensor:
+def attention_logits(
+    x: torch.Tensor, q_proj: nn.Linear, k_proj: nn.Linear, heads: int, qk_gain: float = 1.0
+) -> torch.Tensor:
     """The pre-softmax logits q.k / sqrt(hd) of self-attention on input x (B, T, D), in float32:
     (B, H, T, T). What a plain softmax kernel exponentiates; PB-Relax divides them by alpha first.
     qk_gain: the attention's forced logit growth (q and k each multiplied by it)."""
@@ -200,8 +205,7 @@ class ValidProbe:
     def _attention_hook(self, i: int):
         def hook(module, args):
             with torch.no_grad():
-                m = attention_logits(args[0], module.q_proj, module.k_proj, module.heads,
-                                     module.qk_gain).abs().amax()
+                m = attention_logits(args[0], module.q_proj, module.k_proj, module.heads, module.qk_gain).abs().amax()
             self.logit_max[i] = m if self.logit_max[i] is None else torch.maximum(self.logit_max[i], m)
 
         return hook

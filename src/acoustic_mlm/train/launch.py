@@ -23,8 +23,20 @@ def torchrun(nodes: int, processes: int, endpoint: str, rdzv_id: str) -> list[st
     """torchrun's arguments (before `-m acoustic_mlm`) for `nodes` machines of `processes` each."""
     if nodes == 1:
         return ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    return ["-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc_per_node", str(processes),
-            "--rdzv_id", rdzv_id, "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint]
+    return [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc_per_node",
+        str(processes),
+        "--rdzv_id",
+        rdzv_id,
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        endpoint,
+    ]
 
 
 def train_launcher(train: dict, src: str) -> str:
@@ -38,8 +50,10 @@ def train_launcher(train: dict, src: str) -> str:
         return f"{env} python {' '.join(torchrun(1, processes, '', ''))} -m acoustic_mlm"
     args = torchrun(nodes, processes, f'"{FIRST_NODE}:{RDZV_PORT}"', '"$SLURM_JOB_ID"')
     gpus = f"--gpus-per-task {processes} " if train.get("device") == "cuda" else ""  # each node's torchrun: its GPUs
-    return (f"srun --nodes {nodes} --ntasks-per-node 1 {gpus}--kill-on-bad-exit=1 env {env} "
-            f"python {' '.join(args)} -m acoustic_mlm")
+    return (
+        f"srun --nodes {nodes} --ntasks-per-node 1 {gpus}--kill-on-bad-exit=1 env {env} "
+        f"python {' '.join(args)} -m acoustic_mlm"
+    )
 
 
 def slurm_resources(train: dict) -> dict:

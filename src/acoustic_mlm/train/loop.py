@@ -81,8 +81,9 @@ class SeedJob:
         return self.rank == 0
 
 
-def run(cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path,
-        threads: int | None = None) -> dict:
+def run(
+    cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None
+) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
     Each seed's own metrics, summary and final checkpoint land in out_dir/seeds/seed<S>/, its
@@ -96,14 +97,29 @@ def run(cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path
     rank, world = init_distributed(cfg.train.device)
     planned = cfg.train.world
     if world != planned and rank == 0:  # the same global batch either way; only memory and speed differ
-        log.warning("train %s: %d processes, where train.nodes x train.processes is %d (launch it with the "
-                    "workflow or torchrun); the global batch is the same", run_name, world, planned)
+        log.warning(
+            "train %s: %d processes, where train.nodes x train.processes is %d (launch it with the "
+            "workflow or torchrun); the global batch is the same",
+            run_name,
+            world,
+            planned,
+        )
     if cfg.train.batch_size % world:
         raise UserError(f"'train.batch_size' ({cfg.train.batch_size}) must be divisible by the {world} processes")
-    jobs = [SeedJob(cfg=cfg, run_name=run_name, seed=seed, prepared_dir=Path(prepared_dir), codes_dir=Path(codes_dir),
-                    out_dir=out_dir / "seeds" / f"seed{seed}", state_dir=out_dir / STATE_DIR / f"seed{seed}",
-                    rank=rank, world=world)
-            for seed in rc.seeds]
+    jobs = [
+        SeedJob(
+            cfg=cfg,
+            run_name=run_name,
+            seed=seed,
+            prepared_dir=Path(prepared_dir),
+            codes_dir=Path(codes_dir),
+            out_dir=out_dir / "seeds" / f"seed{seed}",
+            state_dir=out_dir / STATE_DIR / f"seed{seed}",
+            rank=rank,
+            world=world,
+        )
+        for seed in rc.seeds
+    ]
     summaries = [train_seed(job, threads) for job in jobs]
     if rank != 0:  # only the first process writes
         return summaries[0]
@@ -169,10 +185,17 @@ class Loop:
     stop_reason: str | None = None  # why the seed stopped early: nonfinite | min_loss_scale
 
     def state(self) -> dict:
-        return {"step": self.step, "batches": self.batches, "rows": self.rows, "nonfinite": self.nonfinite,
-                "streak": self.streak,
-                "overflow": self.overflow, "clipped": self.clipped, "elapsed": self.elapsed,
-                "accumulator": self.acc.state()}
+        return {
+            "step": self.step,
+            "batches": self.batches,
+            "rows": self.rows,
+            "nonfinite": self.nonfinite,
+            "streak": self.streak,
+            "overflow": self.overflow,
+            "clipped": self.clipped,
+            "elapsed": self.elapsed,
+            "accumulator": self.acc.state(),
+        }
 
 
 class StepResult(NamedTuple):
@@ -198,10 +221,12 @@ def train_seed(job: SeedJob, threads: int | None = None) -> dict:
     # retried overflows draw micro-batches without counting, so the loader is open-ended
     last = 2**62 if s.precision.retries_overflows else t.steps * t.accum_steps
     loader = iter(batches(s.train_data, loop.batches, last, t.workers, pin=s.device.type == "cuda"))
-    with (Progress(t.steps, f"train {job.run_name}", unit="step",
-                   stream=None if s.writer else open(os.devnull, "w")) as bar,
-          Trackers(cfg, job.run_name, job.seed, job.out_dir,
-                   enabled=s.writer) as trackers):  # train.loggers beside the CSV
+    with (
+        Progress(
+            t.steps, f"train {job.run_name}", unit="step", stream=None if s.writer else open(os.devnull, "w")
+        ) as bar,
+        Trackers(cfg, job.run_name, job.seed, job.out_dir, enabled=s.writer) as trackers,
+    ):  # train.loggers beside the CSV
         bar.update(loop.step)
         while loop.step < t.steps:
             result = train_step(s, loop, loader, loop.step + 1)
@@ -214,8 +239,13 @@ def train_seed(job: SeedJob, threads: int | None = None) -> dict:
                     bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
             if loop.diverged_at:
                 break
-            if (result.counted and t.checkpoint_interval and step % t.checkpoint_interval == 0 and step < t.steps
-                    and s.writer):
+            if (
+                result.counted
+                and t.checkpoint_interval
+                and step % t.checkpoint_interval == 0
+                and step < t.steps
+                and s.writer
+            ):
                 loop.elapsed = time.monotonic() - t0
                 checkpoint(s, loop, step)
     return finish(s, loop)
@@ -229,8 +259,20 @@ def build(job: SeedJob) -> Setup:
     corpus = load_prepared(job.prepared_dir)
     check_codes(job.codes_dir, corpus, m)
     crop_frames = cfg.crop_frames
-    train_data = CropData(corpus, job.codes_dir, "train", crop_frames, t.batch_size, m, t.seed, job.rank, job.world,
-                          t.crop_unit, t.mask_group, mixture=True)
+    train_data = CropData(
+        corpus,
+        job.codes_dir,
+        "train",
+        crop_frames,
+        t.batch_size,
+        m,
+        t.seed,
+        job.rank,
+        job.world,
+        t.crop_unit,
+        t.mask_group,
+        mixture=True,
+    )
     # The validation set is fixed (crops and masks) and shared by every arm.
     valid = CropData(corpus, job.codes_dir, "valid", crop_frames, t.valid_crops, m, VALID_SEED)[0]
 
@@ -238,19 +280,39 @@ def build(job: SeedJob) -> Setup:
     job.out_dir.mkdir(parents=True, exist_ok=True)
     log.info(
         "train %s: %s, %d params, %d steps of %d x %d x %d frames on %s (%s)",
-        run_name, rc.label, sum(p.numel() for p in tr.model.parameters()), t.steps, t.accum_steps,
-        t.batch_size, crop_frames, device, t.precision,
+        run_name,
+        rc.label,
+        sum(p.numel() for p in tr.model.parameters()),
+        t.steps,
+        t.accum_steps,
+        t.batch_size,
+        crop_frames,
+        device,
+        t.precision,
     )
     rows_at = set(log_steps(t.steps, t.log_interval, t.log_powers_of_two))
-    return Setup(job=job, rc=rc, m=m, t=t, device=device, fingerprint=fingerprint(cfg, run_name, job.world), tr=tr,
-                 train_data=train_data, valid=valid, rows_at=rows_at)
+    return Setup(
+        job=job,
+        rc=rc,
+        m=m,
+        t=t,
+        device=device,
+        fingerprint=fingerprint(cfg, run_name, job.world),
+        tr=tr,
+        train_data=train_data,
+        valid=valid,
+        rows_at=rows_at,
+    )
 
 
 def restore(s: Setup) -> Loop:
     """A fresh loop, or the newest resumable state of this seed (model, optimizer, precision, RNG, rows)."""
     loop = Loop(acc=Accumulator(s.m.codebooks))
-    state = (load_latest_state(s.job.state_dir, s.fingerprint, STATE_KEYS, _resumable_by(s))
-             if s.t.checkpoint_interval else None)
+    state = (
+        load_latest_state(s.job.state_dir, s.fingerprint, STATE_KEYS, _resumable_by(s))
+        if s.t.checkpoint_interval
+        else None
+    )
     if state is None:
         return loop
     s.model.load_state_dict(state["model"])
@@ -260,8 +322,12 @@ def restore(s: Setup) -> Loop:
     loop.acc.load(state["accumulator"], s.device)
     loop.step, loop.rows, loop.elapsed = state["step"], list(state["rows"]), state["elapsed"]
     loop.batches = state.get("batches", loop.step * s.t.accum_steps)
-    loop.nonfinite, loop.streak, loop.overflow, loop.clipped = (state["nonfinite"], state["streak"],
-                                                                state["overflow"], state["clipped"])
+    loop.nonfinite, loop.streak, loop.overflow, loop.clipped = (
+        state["nonfinite"],
+        state["streak"],
+        state["overflow"],
+        state["clipped"],
+    )
     log.info("train %s seed %d: resuming after step %d from %s", s.job.run_name, s.job.seed, loop.step, s.job.state_dir)
     return loop
 
@@ -339,8 +405,13 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
         loop.streak += 1
         if t.max_nonfinite and loop.streak >= t.max_nonfinite:
             loop.diverged_at, loop.stop_reason = step, "nonfinite"  # divergence is a result: record it, stop
-            log.warning("train %s seed %d: diverged, %d non-finite steps in a row at step %d",
-                        s.job.run_name, s.job.seed, loop.streak, step)
+            log.warning(
+                "train %s seed %d: diverged, %d non-finite steps in a row at step %d",
+                s.job.run_name,
+                s.job.seed,
+                loop.streak,
+                step,
+            )
         return StepResult(lr, nan, False)
     loop.streak = 0
     loop.overflow += u.overflow
@@ -348,8 +419,7 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     loop.acc.add(u.means, u.grad_norm, u.clipped)
     if u.probe is None:
         return StepResult(lr, u.grad_norm, u.clipped)
-    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in u.outs)),
-                                         t.accum_steps * micro[0][2].numel())
+    masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in u.outs)), t.accum_steps * micro[0][2].numel())
     return StepResult(lr, u.grad_norm, u.clipped, diagnostics={**u.probe.finish(), "masked_frac": masked})
 
 
@@ -363,13 +433,24 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     probe = diagnostics.ValidProbe(s.model) if s.t.diagnostics else contextlib.nullcontext()
     with probe:  # attention logits and codebook-0 accuracy, hooked into the validation pass
         v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
-    row = {"step": step, **loop.acc.flush(), "lr": result.lr, "grad_norm": result.grad_norm,
-           "clipped": int(result.clipped)}
+    row = {
+        "step": step,
+        **loop.acc.flush(),
+        "lr": result.lr,
+        "grad_norm": result.grad_norm,
+        "clipped": int(result.clipped),
+    }
     row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
     if s.t.diagnostics:
         row.update({**(result.diagnostics or {}), **probe.values()})
-    row.update(clipped_steps=loop.clipped, nonfinite=loop.nonfinite, overflow_skips=loop.overflow,
-               loss_scale=_loss_scale(s), diverged=int(loop.diverged_at is not None), wall_time=wall_time)
+    row.update(
+        clipped_steps=loop.clipped,
+        nonfinite=loop.nonfinite,
+        overflow_skips=loop.overflow,
+        loss_scale=_loss_scale(s),
+        diverged=int(loop.diverged_at is not None),
+        wall_time=wall_time,
+    )
     loop.rows.append(row)
     write_partial(s.job.out_dir, loop.rows)  # visible progress, never the final name; a full disk: one line
     return row
@@ -383,9 +464,18 @@ def _loss_scale(s: Setup) -> float:
 def checkpoint(s: Setup, loop: Loop, step: int) -> None:
     """The resumable state after `step`: the loop, model, optimizer, precision (loss scaler, master
     weights) and RNG (state.py)."""
-    save_state(s.job.state_dir, step, {"fingerprint": s.fingerprint, **loop.state(), "model": s.model.state_dict(),
-                                       "optimizer": s.opt.state_dict(), **s.precision.state_dict(),
-                                       "rng": rng_state(s.device)})
+    save_state(
+        s.job.state_dir,
+        step,
+        {
+            "fingerprint": s.fingerprint,
+            **loop.state(),
+            "model": s.model.state_dict(),
+            "optimizer": s.opt.state_dict(),
+            **s.precision.state_dict(),
+            "rng": rng_state(s.device),
+        },
+    )
 
 
 def finish(s: Setup, loop: Loop) -> dict:
@@ -397,13 +487,25 @@ def finish(s: Setup, loop: Loop) -> dict:
     metrics = pd.DataFrame(loop.rows)
     with atomic_path(s.job.out_dir / "checkpoint.pt") as tmp:
         weights = s.precision.fp32_state_dict()  # in fp32 (fairseq's precision: its fp32 master weights)
-        torch.save({"model": weights, "model_config": C.to_dict(s.m), "train_config": C.to_dict(s.t),
-                    "run": C.to_dict(s.rc), "step": loop.diverged_at or s.t.steps}, tmp)
+        torch.save(
+            {
+                "model": weights,
+                "model_config": C.to_dict(s.m),
+                "train_config": C.to_dict(s.t),
+                "run": C.to_dict(s.rc),
+                "step": loop.diverged_at or s.t.steps,
+            },
+            tmp,
+        )
     summary = {**summarize(metrics, s.rc, s.t), "stop_reason": loop.stop_reason, "fingerprint": s.fingerprint}
     write_metrics(s.job.out_dir / METRICS, metrics)
     write_summary(s.job.out_dir / SUMMARY, summary)
     remove_partial(s.job.out_dir)
     shutil.rmtree(s.job.state_dir, ignore_errors=True)  # the seed is complete: nothing to resume
-    log.info("train %s: done in %.0f s, final codebook-0 loss %.3f bits", s.job.run_name, summary["wall_time_s"],
-             summary["final_train_loss_cb0"])
+    log.info(
+        "train %s: done in %.0f s, final codebook-0 loss %.3f bits",
+        s.job.run_name,
+        summary["wall_time_s"],
+        summary["final_train_loss_cb0"],
+    )
     return summary

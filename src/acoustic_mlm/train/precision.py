@@ -64,8 +64,14 @@ class LossScaler:
     """fairseq's DynamicLossScaler rule (fairseq/optim/dynamic_loss_scaler.py), counted in optimizer
     steps: `overflow()` after a step whose gradients overflowed, `clean()` after a step taken."""
 
-    def __init__(self, window: int, init_scale: float = INIT_SCALE, min_scale: float = MIN_LOSS_SCALE,
-                 factor: float = SCALE_FACTOR, tolerance: float = 0.0):
+    def __init__(
+        self,
+        window: int,
+        init_scale: float = INIT_SCALE,
+        min_scale: float = MIN_LOSS_SCALE,
+        factor: float = SCALE_FACTOR,
+        tolerance: float = 0.0,
+    ):
         if window < 1:
             raise ValueError(f"loss-scale window must be at least 1, got {window}")
         self.window, self.min_scale, self.factor, self.tolerance = window, min_scale, factor, tolerance
@@ -98,9 +104,14 @@ class LossScaler:
         self.iter += 1
 
     def state_dict(self) -> dict:
-        return {"scale": self.scale, "iter": self.iter, "last_overflow": self.last_overflow,
-                "last_rescale": self.last_rescale, "overflows_since_rescale": self.overflows_since_rescale,
-                "window": self.window}
+        return {
+            "scale": self.scale,
+            "iter": self.iter,
+            "last_overflow": self.last_overflow,
+            "last_rescale": self.last_rescale,
+            "overflows_since_rescale": self.overflows_since_rescale,
+            "window": self.window,
+        }
 
     def load_state_dict(self, st: dict) -> None:
         self.scale, self.iter, self.window = float(st["scale"]), int(st["iter"]), int(st["window"])
@@ -120,8 +131,10 @@ class Fp32GroupNorm(nn.GroupNorm):
 
 def _inputs_to_half(_module, args, kwargs):
     """fairseq's Trainer._prepare_sample casts floating-point inputs to half under fp16."""
+
     def half(x):
         return x.half() if torch.is_tensor(x) and x.is_floating_point() else x
+
     return tuple(half(a) for a in args), {k: half(v) for k, v in kwargs.items()}
 
 
@@ -382,8 +395,10 @@ class FairseqPrecision(Precision):
         return True
 
     def state_dict(self) -> dict:
-        return {"scaler": {}, "fp16": {"master": [m.detach().cpu() for m in self.master],
-                                       "scaler": self.scaler.state_dict()}}
+        return {
+            "scaler": {},
+            "fp16": {"master": [m.detach().cpu() for m in self.master], "scaler": self.scaler.state_dict()},
+        }
 
     def load_state_dict(self, st: dict) -> None:
         """Restore the master weights and the scaler (the fp32 optimizer's own state is loaded

@@ -70,9 +70,20 @@ def save_state(state_dir: Path, step: int, state: dict) -> None:
 # What a resumable state holds (train.loop.checkpoint), each of its kind: a state lacking one, or
 # holding another kind (a file that is not a state at all), is damaged and skipped like a bad checksum.
 STATE_KEYS: dict[str, type | tuple] = {
-    "fingerprint": dict, "step": int, "rows": list, "elapsed": (int, float), "nonfinite": int, "streak": int,
-    "overflow": int, "clipped": int, "accumulator": dict, "model": dict, "optimizer": dict, "scaler": dict,
-    "fp16": (dict, type(None)), "rng": dict,
+    "fingerprint": dict,
+    "step": int,
+    "rows": list,
+    "elapsed": (int, float),
+    "nonfinite": int,
+    "streak": int,
+    "overflow": int,
+    "clipped": int,
+    "accumulator": dict,
+    "model": dict,
+    "optimizer": dict,
+    "scaler": dict,
+    "fp16": (dict, type(None)),
+    "rng": dict,
 }
 
 
@@ -91,8 +102,9 @@ def state_problem(state, required: dict[str, type | tuple] | None = None) -> str
     return None
 
 
-def load_latest_state(state_dir: Path, fingerprint: dict, required: dict[str, type | tuple] | None = None,
-                      check=None) -> dict | None:
+def load_latest_state(
+    state_dir: Path, fingerprint: dict, required: dict[str, type | tuple] | None = None, check=None
+) -> dict | None:
     """The newest intact state in state_dir, or None. A state whose content does not match the
     sha256 written beside it (a bad copy, a flipped bit), that has none, that cannot be read, or
     whose content is not a state (another type, a missing key of `required`, or a reason from
@@ -103,12 +115,16 @@ def load_latest_state(state_dir: Path, fingerprint: dict, required: dict[str, ty
         try:
             expected, actual = side.read_text().split()[0], file_sha256(path)
         except (OSError, IndexError, UnicodeDecodeError) as exc:
-            log.warning("resume: %s has no readable checksum (%s); trying the previous state", path,
-                        str(exc).splitlines()[0] if str(exc) else "empty")
+            log.warning(
+                "resume: %s has no readable checksum (%s); trying the previous state",
+                path,
+                str(exc).splitlines()[0] if str(exc) else "empty",
+            )
             continue
         if actual != expected:
-            log.warning("resume: %s does not match its checksum %s (damaged); trying the previous state", path,
-                        side.name)
+            log.warning(
+                "resume: %s does not match its checksum %s (damaged); trying the previous state", path, side.name
+            )
             continue
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -122,8 +138,11 @@ def load_latest_state(state_dir: Path, fingerprint: dict, required: dict[str, ty
             )
         problem = problem or state_problem(state, required) or (check(state) if check is not None else None)
         if problem:
-            log.warning("resume: %s %s (not a state this run can resume from); trying the previous state", path,
-                        " ".join(str(problem).split()))
+            log.warning(
+                "resume: %s %s (not a state this run can resume from); trying the previous state",
+                path,
+                " ".join(str(problem).split()),
+            )
             continue
         return state
     return None

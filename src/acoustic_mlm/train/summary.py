@@ -36,8 +36,12 @@ class Accumulator:
         self.gmax = max(self.gmax, grad_norm) if math.isfinite(grad_norm) else self.gmax
 
     def state(self) -> dict:
-        return {"n": self.n, "sums": None if self.sums is None else self.sums.cpu(), "clipped": self.clipped,
-                "gmax": self.gmax}
+        return {
+            "n": self.n,
+            "sums": None if self.sums is None else self.sums.cpu(),
+            "clipped": self.clipped,
+            "gmax": self.gmax,
+        }
 
     def load(self, st: dict, device: torch.device) -> None:
         self.n, self.clipped, self.gmax = st["n"], st["clipped"], st["gmax"]
@@ -93,7 +97,9 @@ def summarize_arm(rc: C.RunConfig, summaries: list[dict]) -> dict:
     losses and the spread of the final training loss across seeds, and each seed's own summary."""
     finals = [s["final_train_loss_cb0"] for s in summaries]
     return {
-        "run": rc.name, "label": rc.label, "seeds": list(rc.seeds),
+        "run": rc.name,
+        "label": rc.label,
+        "seeds": list(rc.seeds),
         "status": run_status([s["status"] for s in summaries]),
         "nonfinite_steps": int(sum(s["nonfinite_steps"] for s in summaries)),
         "final_train_loss_cb0": float(np.mean(finals)),

@@ -58,8 +58,15 @@ class _WandB:
         import wandb
 
         Path(seed_dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=cfg.train.wandb_project, name=f"{run_name}-seed{seed}", group=run_name,
-                              job_type="train", dir=str(seed_dir), config=cfg.settings_dict(), reinit="create_new")
+        self.run = wandb.init(
+            project=cfg.train.wandb_project,
+            name=f"{run_name}-seed{seed}",
+            group=run_name,
+            job_type="train",
+            dir=str(seed_dir),
+            config=cfg.settings_dict(),
+            reinit="create_new",
+        )
 
     def log(self, row: dict) -> None:
         values = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, numbers.Real)}
@@ -71,8 +78,10 @@ class _WandB:
 
 _BACKENDS = {"tensorboard": _TensorBoard, "wandb": _WandB}
 # logger -> (the module its backend imports, the package that provides it, how to install it)
-_PACKAGES = {"tensorboard": ("torch.utils.tensorboard", "tensorboard", "pip install tensorboard"),
-             "wandb": ("wandb", "wandb", 'pip install -e ".[wandb]"')}
+_PACKAGES = {
+    "tensorboard": ("torch.utils.tensorboard", "tensorboard", "pip install tensorboard"),
+    "wandb": ("wandb", "wandb", 'pip install -e ".[wandb]"'),
+}
 
 
 def check_available(loggers) -> None:
@@ -90,12 +99,16 @@ def check_available(loggers) -> None:
         except Exception as exc:  # noqa: BLE001 - whatever importing it raises, the tracker cannot start
             missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == package
             if missing:
-                raise UserError(f"'train.loggers' names {name}, whose package {package!r} is not installed "
-                                f"({type(exc).__name__}: {one_line(exc)}): {install} (or remove {name} from "
-                                "train.loggers)") from None
-            raise UserError(f"'train.loggers' names {name}, whose package {package!r} is installed but fails to "
-                            f"import ({type(exc).__name__}: {one_line(exc)}); repair or reinstall it ({install}), "
-                            f"or remove {name} from train.loggers") from None
+                raise UserError(
+                    f"'train.loggers' names {name}, whose package {package!r} is not installed "
+                    f"({type(exc).__name__}: {one_line(exc)}): {install} (or remove {name} from "
+                    "train.loggers)"
+                ) from None
+            raise UserError(
+                f"'train.loggers' names {name}, whose package {package!r} is installed but fails to "
+                f"import ({type(exc).__name__}: {one_line(exc)}); repair or reinstall it ({install}), "
+                f"or remove {name} from train.loggers"
+            ) from None
 
 
 class Trackers:
@@ -150,4 +163,3 @@ class Trackers:
 
     def __exit__(self, *exc):
         self.close()
-

@@ -60,8 +60,14 @@ class Trainer:
         return sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
 
 
-def build_trainer(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, rank: int = 0, world: int = 1,
-                  model: torch.nn.Module | None = None) -> Trainer:
+def build_trainer(
+    m: C.ModelConfig,
+    t: C.TrainConfig,
+    device: torch.device,
+    rank: int = 0,
+    world: int = 1,
+    model: torch.nn.Module | None = None,
+) -> Trainer:
     """The model (seeded with t.seed; or `model`, built already) as t.precision computes, wrapped in
     DDP on several processes and compiled with t.compile, its optimizer and its precision (the loss
     scaler among it), for t.precision and t.clip."""
@@ -72,8 +78,9 @@ def build_trainer(m: C.ModelConfig, t: C.TrainConfig, device: torch.device, rank
     model = precision.prepare(model.to(device))
     step_model, ddp = model, None
     if world > 1:  # gradients are averaged over processes: with equal rows each, the global-batch mean
-        ddp = torch.nn.parallel.DistributedDataParallel(model,
-                                                        device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
         step_model = ddp
         torch.manual_seed(t.seed + 1_000_003 * rank)  # distinct dropout streams per process
     step_model = torch.compile(step_model) if t.compile else step_model  # same parameters, compiled forward
@@ -137,8 +144,12 @@ def update(tr: Trainer, micro_batches, lr: float, probe: bool = False, on_phase=
             precision.backward(out.loss, out.n_masked, n)
         if on_phase is not None:
             on_phase("micro")
-    means = torch.stack([torch.cat([o.bits.float(), o.loss.detach().float().reshape(1),
-                                    o.feature_penalty.float().reshape(1)]) for o in outs]).mean(0)
+    means = torch.stack(
+        [
+            torch.cat([o.bits.float(), o.loss.detach().float().reshape(1), o.feature_penalty.float().reshape(1)])
+            for o in outs
+        ]
+    ).mean(0)
     stats = torch.cat([bad, masked.float().reshape(1), means])  # one collective and one host read per update
     if tr.world > 1:
         dist.all_reduce(stats)
@@ -148,8 +159,11 @@ def update(tr: Trainer, micro_batches, lr: float, probe: bool = False, on_phase=
     taken_probe = None
     if finite:
         if probe:  # before unscaling and clipping
-            taken_probe = diagnostics.UpdateProbe(tr.model, precision.grad_scale(total, tr.world),
-                                                  weights=diagnostics.param_blocks(precision.named_weights()))
+            taken_probe = diagnostics.UpdateProbe(
+                tr.model,
+                precision.grad_scale(total, tr.world),
+                weights=diagnostics.param_blocks(precision.named_weights()),
+            )
         grad_norm, clipped, overflow = precision.unscale_and_clip(tr.clip, total, tr.world)
         overflow = overflow or precision.step()
     else:  # skipped: no update from a non-finite loss (may raise MinLossScaleError)
