@@ -10,7 +10,7 @@ from acoustic_mlm.dvcgen import direct_imports
 LAYERS = (
     ("errors", "utils", "devices", "encodec", "kernels"),
     ("model", "artifacts", "curves"),
-    ("config", "readers"),
+    ("config",),
     ("data",),
     ("tokenizer",),
     ("train",),
@@ -20,7 +20,7 @@ LAYERS = (
     ("__main__",),
 )
 LAYER = {top: i for i, row in enumerate(LAYERS) for top in row}
-FOUNDATION = 3  # layers below this one may import within their row (utils -> errors, readers -> config)
+FOUNDATION = 2  # layers below this one may import within their row (utils -> errors)
 
 
 def _modules(pkg) -> list[str]:

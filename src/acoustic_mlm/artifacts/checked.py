@@ -3,7 +3,7 @@ kinds (`read_json`), a CSV table with its columns, every field of every row and 
 (`read_csv_table`, `convert_columns`), and the one-line refusal (`ReadError`) naming the file, what is
 wrong and the stage to rerun (`rerun_advice`; an `Advice` instead where a file is restored, not rerun).
 
-Each artifact's reader (the modules beside this one) and every other reader (acoustic_mlm.readers)
+Each artifact's reader (the modules beside this one) and the paper's curves' (acoustic_mlm.report.reference)
 checks what it reads through here; nothing damaged is used silently. A CSV written by the package
 always ends with a newline and has every field of every row: a file cut short (an interrupted copy,
 an editor) fails those checks even where the cut falls inside a number, which would otherwise parse

@@ -1,9 +1,6 @@
 """The aggregate stage: every arm's metrics.csv into one tidy `loss_curves.csv`, and the rest of
 each row (gradient norms, clipping, learning rate, the stability diagnostics) into a tidy
-`diagnostics.csv` beside it.
-
-loss_curves.csv columns: run, label, seed, step, split (train | valid), codebook, loss_bits.
-diagnostics.csv columns: run, label, seed, step, diagnostic (a metrics column name), value.
+`diagnostics.csv` beside it (their columns, writer and readers: acoustic_mlm.artifacts.curve_tables).
 Arms appear in the order of the config's `runs:` mapping (the legend order).
 """
 
@@ -15,14 +12,11 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves as curves_mod
+from acoustic_mlm.artifacts.curve_tables import COLUMNS, DIAGNOSTIC_COLUMNS, DIAGNOSTICS, write_table
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, METRICS, loss_columns, read_metrics
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import atomic_path, log, write_json
+from acoustic_mlm.utils import log, write_json
 
-COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]
-# and `nonfinite`: updates skipped for a non-finite loss so far (cumulative), so the figure can say so
-DIAGNOSTICS = "diagnostics.csv"  # written beside loss_curves.csv
-DIAGNOSTIC_COLUMNS = ["run", "label", "seed", "step", "diagnostic", "value"]
 NOT_DIAGNOSTICS = {"seed", "step", "train_loss", "wall_time"}  # and every per-codebook loss column
 
 
@@ -79,12 +73,10 @@ def run(
     diagnostics = pd.concat(diag, ignore_index=True)
     diagnostics = diagnostics.sort_values(["run", "seed", "diagnostic", "step"], key=_run_order(cfg), kind="stable")
     diagnostics_path = Path(diagnostics_path) if diagnostics_path else Path(out_path).with_name(DIAGNOSTICS)
-    with atomic_path(diagnostics_path) as tmp:
-        diagnostics.to_csv(tmp, index=False)
+    write_table(diagnostics, diagnostics_path)
     if finals_path is not None:
         write_json(finals_path, final_losses(cfg.runs, curves))
-    with atomic_path(out_path) as tmp:  # last: the stage's declared first output
-        curves.to_csv(tmp, index=False)
+    write_table(curves, out_path)  # last: the stage's declared first output
     log.info(
         "aggregate: %d rows from %d runs -> %s, %d diagnostics rows -> %s",
         len(curves),

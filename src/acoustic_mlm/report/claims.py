@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import readers
+from acoustic_mlm.artifacts import curve_tables
 from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.config import ClaimThresholds
 from acoustic_mlm.curves import _EPS
@@ -452,7 +452,7 @@ def run(
     curves_path = Path(curves_path)
     if not curves_path.is_file():
         raise UserError(f"{curves_path}: loss curves not found; run the aggregate stage first")
-    curves = readers.read_curves(curves_path)
+    curves = curve_tables.read_curves(curves_path)
     have = set(curves.loc[(curves["split"] == split) & (curves["codebook"] == 0), "run"])
     missing = [name for name in cfg.runs if name not in have]
     if missing:  # an arm left out would turn its claims inconclusive without a word
@@ -467,7 +467,7 @@ def run(
         if not Path(diagnostics_path).is_file():
             raise UserError(f"{diagnostics_path}: diagnostics not found; run the aggregate stage first")
         stats = collect(curves, list(roles.values()), th, split=split)
-        explained = explain_spikes(stats, readers.read_diagnostics(diagnostics_path))
+        explained = explain_spikes(stats, curve_tables.read_diagnostics(diagnostics_path))
 
     paper_verdicts = None
     if check_reference:

@@ -362,7 +362,7 @@ def _handle(style: ArmStyle) -> Line2D:
 
 
 def _read_curves(path: Path) -> pd.DataFrame:
-    from acoustic_mlm.readers import read_curves
+    from acoustic_mlm.artifacts.curve_tables import read_curves
 
     return read_curves(path)
 

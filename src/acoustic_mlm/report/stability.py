@@ -30,7 +30,7 @@ import seaborn as sns  # noqa: E402
 
 from acoustic_mlm import config as C  # noqa: E402
 from acoustic_mlm import curves as K  # noqa: E402
-from acoustic_mlm import readers  # noqa: E402
+from acoustic_mlm.artifacts import curve_tables  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
 from acoustic_mlm.report import figure
 from acoustic_mlm.utils import FP16_MAX, log  # noqa: E402
@@ -208,7 +208,7 @@ def run(cfg: C.Config | dict, curves_path: Path, diagnostics_path: Path, out_dir
     for path, what in ((Path(curves_path), "loss curves"), (Path(diagnostics_path), "diagnostics")):
         if not path.is_file():
             raise UserError(f"{path}: {what} not found; run the aggregate stage first")
-    loss_curves, diagnostics = readers.read_curves(curves_path), readers.read_diagnostics(diagnostics_path)
+    loss_curves, diagnostics = curve_tables.read_curves(curves_path), curve_tables.read_diagnostics(diagnostics_path)
     need = {"run", "seed", "step", "diagnostic", "value"}
     if not need <= set(diagnostics.columns):
         raise UserError(f"{diagnostics_path}: lacks column(s) {', '.join(sorted(need - set(diagnostics.columns)))}")
