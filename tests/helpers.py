@@ -235,3 +235,21 @@ def fake_metrics(steps, start=10.0, end=6.0, k=2):
         row[f"valid_loss_cb{cb}"] = curve + cb + 0.1
     row["lr"] = 1e-3
     return pd.DataFrame(row)
+
+
+def read_refused(call, path, *needles) -> str:
+    """`call()` raises one ReadError line (a UserError, no line break) that starts with `path` and
+    names each needle: how every checked reader refuses a missing or damaged file. Returns the line."""
+    import pytest
+
+    from acoustic_mlm.artifacts.checked import ReadError
+    from acoustic_mlm.errors import UserError
+
+    with pytest.raises(ReadError) as err:
+        call()
+    msg = str(err.value)
+    assert isinstance(err.value, UserError) and "\n" not in msg, msg
+    assert msg.startswith(f"{path}: "), msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+    return msg

@@ -8,22 +8,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import read_refused
 
 from acoustic_mlm.artifacts import checked
-from acoustic_mlm.errors import UserError
-
-
-def _refused(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(checked.ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
-
 
 # ----------------------------------------------------------------------------- JSON
 
@@ -49,29 +36,29 @@ def test_read_json_reads_an_object_with_its_required_keys(tmp_path):
 def test_read_json_refuses_damage_in_one_line(tmp_path, text, needles):
     path = tmp_path / "fit.json"
     path.write_text(text)
-    _refused(lambda: checked.read_json(path, "the fit", "tokenize", {"frames": int, "loss": float}), path, *needles)
+    read_refused(lambda: checked.read_json(path, "the fit", "tokenize", {"frames": int, "loss": float}), path, *needles)
 
 
 def test_a_missing_file_names_the_stage_to_run_and_a_folder_is_not_a_file(tmp_path):
-    _refused(
+    read_refused(
         lambda: checked.read_json(tmp_path / "fit.json", "the fit", "tokenize"),
         tmp_path / "fit.json",
         "the fit not found; run the tokenize stage first",
     )
     (tmp_path / "dir.json").mkdir()
-    _refused(
+    read_refused(
         lambda: checked.read_json(tmp_path / "dir.json", "", "tokenize"),
         tmp_path / "dir.json",
         "not a regular file; rerun the tokenize stage",
     )
     restore = checked.Advice("restore it from the archive")  # a file restored, not a stage rerun
-    _refused(
+    read_refused(
         lambda: checked.read_json(tmp_path / "gone.json", "the record", restore),
         tmp_path / "gone.json",
         "the record not found; restore it from the archive",
     )
     (tmp_path / "ref.json").write_text('{"a": 1')
-    _refused(
+    read_refused(
         lambda: checked.read_json(tmp_path / "ref.json", "", restore),
         tmp_path / "ref.json",
         "cut short or edited: restore it from the archive",
@@ -120,10 +107,10 @@ def test_read_csv_table_types_the_columns_it_is_told_and_keeps_text(tmp_path):
 def test_read_csv_table_refuses_damage_in_one_line(tmp_path, text, needles):
     path = tmp_path / "t.csv"
     path.write_text(text)
-    _refused(lambda: _table(path), path, *needles, "rerun the prepare stage")
+    read_refused(lambda: _table(path), path, *needles, "rerun the prepare stage")
 
 
 def test_read_csv_table_refuses_text_that_is_not_utf8(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"name,n\ncaf\xe9,1\n")
-    _refused(lambda: checked.read_csv_table(path, "", "prepare", ["name"]), path, "not UTF-8 text")
+    read_refused(lambda: checked.read_csv_table(path, "", "prepare", ["name"]), path, "not UTF-8 text")

@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import read_refused
 
-from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.artifacts.codes import (
     ENCODE_RECORD,
     FIT,
@@ -28,34 +28,22 @@ from acoustic_mlm.artifacts.codes import (
 from acoustic_mlm.errors import UserError
 
 
-def _refused(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
-
-
 def test_the_tokenizer_summary(tmp_path):
     path = tmp_path / SUMMARY
     write_tokenizer_summary(tmp_path, {"n_codebooks": 2, "max_code": [1023, -1], "codebook_size": 1024})
     assert read_tokenizer_summary(path)["max_code"] == [1023, -1]
     path.write_text(json.dumps({"n_codebooks": 2, "max_code": [1024, 3], "codebook_size": 1024}))
-    _refused(lambda: read_tokenizer_summary(path), path, "'max_code' holds 1024, outside 0-1023")
+    read_refused(lambda: read_tokenizer_summary(path), path, "'max_code' holds 1024, outside 0-1023")
     path.write_text(json.dumps({"n_codebooks": 3, "max_code": [1, 2], "codebook_size": 1024}))
-    _refused(lambda: read_tokenizer_summary(path), path, "'n_codebooks' is 3 but 'max_code' lists 2")
+    read_refused(lambda: read_tokenizer_summary(path), path, "'n_codebooks' is 3 but 'max_code' lists 2")
     path.write_text(json.dumps({"n_codebooks": 2, "max_code": [1, True], "codebook_size": 1024}))
-    _refused(lambda: read_tokenizer_summary(path), path, "'max_code' must list whole numbers")
+    read_refused(lambda: read_tokenizer_summary(path), path, "'max_code' must list whole numbers")
 
 
 def test_the_fit_and_a_shards_encoding_record(tmp_path):
     write_fit(tmp_path, {"mode": "calibrated", "seed": 0})
     assert read_fit(tmp_path / FIT) == {"mode": "calibrated", "seed": 0}
-    _refused(
+    read_refused(
         lambda: read_fit(tmp_path / "none.json"),
         tmp_path / "none.json",
         "the tokenizer's fit not found; run the tokenize stage first",
@@ -64,7 +52,9 @@ def test_the_fit_and_a_shards_encoding_record(tmp_path):
     write_encode_record(tmp_path, record)
     assert read_encode_record(tmp_path / ENCODE_RECORD) == record
     (tmp_path / ENCODE_RECORD).write_text(json.dumps({**record, "clips": 2.5}))
-    _refused(lambda: read_encode_record(tmp_path / ENCODE_RECORD), tmp_path / ENCODE_RECORD, "'clips' is 2.5, not int")
+    read_refused(
+        lambda: read_encode_record(tmp_path / ENCODE_RECORD), tmp_path / ENCODE_RECORD, "'clips' is 2.5, not int"
+    )
 
 
 def test_codes_created_are_read_back_and_opened_by_shard(tmp_path):
@@ -90,13 +80,13 @@ def test_read_codes_reads_codes_and_refuses_wrong_shapes_types_and_values(tmp_pa
     np.save(path, codes)
     assert np.array_equal(read_codes(path, 4, 2, 1024), codes)  # the rows beyond 2 are not checked
     assert read_codes(path, 4, None, 1024).shape == (3, 4)
-    _refused(lambda: read_codes(path, 5, 2, 1024), path, "shape (3, 4), expected (2+, 5)")
-    _refused(
+    read_refused(lambda: read_codes(path, 5, 2, 1024), path, "shape (3, 4), expected (2+, 5)")
+    read_refused(
         lambda: read_codes(path, 4, 2, 512),
         path,
         "code 1023 at codebook 0, frame 3 lies outside the codebook (0-511); rerun the tokenize stage",
     )
     np.save(path, codes.astype(np.float32))
-    _refused(lambda: read_codes(path, 4, 2, 1024), path, "float32 values; codes are whole numbers")
+    read_refused(lambda: read_codes(path, 4, 2, 1024), path, "float32 values; codes are whole numbers")
     path.write_bytes(b"\x93NUMPY garbage")
-    _refused(lambda: read_codes(path, 4, 2, 1024), path, "not a readable .npy array")
+    read_refused(lambda: read_codes(path, 4, 2, 1024), path, "not a readable .npy array")

@@ -4,23 +4,9 @@ a damaged one is one ReadError line naming the file, what is wrong and the stage
 from __future__ import annotations
 
 import pandas as pd
-import pytest
+from helpers import read_refused
 
 from acoustic_mlm.artifacts import curve_tables
-from acoustic_mlm.artifacts.checked import ReadError
-from acoustic_mlm.errors import UserError
-
-
-def _refused(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
 
 
 def test_read_curves_and_diagnostics(tmp_path):
@@ -29,7 +15,7 @@ def test_read_curves_and_diagnostics(tmp_path):
     curves.write_text(",".join(curve_tables.COLUMNS) + "\n" + row.format(step=10))
     assert curve_tables.read_curves(curves)["loss_bits"].tolist() == [9.5]
     curves.write_text(",".join(curve_tables.COLUMNS) + "\n" + row.format(step=-1))
-    _refused(
+    read_refused(
         lambda: curve_tables.read_curves(curves), curves, "a negative step or codebook", "rerun the aggregate stage"
     )
     diagnostics = tmp_path / "diagnostics.csv"

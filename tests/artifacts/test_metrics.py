@@ -8,9 +8,8 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
+from helpers import read_refused
 
-from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.artifacts.metrics import (
     FIGURE_LOSS,
     LOSS_COLUMN,
@@ -25,19 +24,6 @@ from acoustic_mlm.artifacts.metrics import (
     write_metrics,
     write_partial,
 )
-from acoustic_mlm.errors import UserError
-
-
-def _refused(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
 
 
 def test_the_loss_columns():
@@ -76,9 +62,9 @@ def test_read_metrics_wants_increasing_steps_per_seed_and_the_figures_loss(tmp_p
     frame = read_metrics(path)
     assert frame["step"].tolist() == [1, 2, 1] and np.isnan(frame["train_loss_cb0"].iloc[1])
     path.write_text("seed,step,train_loss_cb0\n1,2,9.5\n1,1,9.0\n")
-    _refused(lambda: read_metrics(path), path, "'step' must increase", "rerun the train stage")
+    read_refused(lambda: read_metrics(path), path, "'step' must increase", "rerun the train stage")
     path.write_text("step,valid_loss_cb0\n1,9.5\n")
-    _refused(lambda: read_metrics(path), path, "missing column train_loss_cb0")
+    read_refused(lambda: read_metrics(path), path, "missing column train_loss_cb0")
 
 
 def test_read_partial_metrics_wants_the_columns_status_reads(tmp_path):
@@ -93,4 +79,4 @@ def test_read_partial_metrics_wants_the_columns_status_reads(tmp_path):
         ("step,train_loss_cb0,wall_time\n1,9.5,soon\n", ("column 'wall_time', row 2: 'soon' is not a number",)),
     ]:
         path.write_text(text)
-        _refused(lambda: read_partial_metrics(path), path, *needles)
+        read_refused(lambda: read_partial_metrics(path), path, *needles)

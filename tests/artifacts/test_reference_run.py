@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import read_refused
 
 from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.artifacts.reference_run import (
@@ -20,19 +21,6 @@ from acoustic_mlm.artifacts.reference_run import (
     read_reference_run,
     write_reference_run,
 )
-from acoustic_mlm.errors import UserError
-
-
-def _refused(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
 
 
 def _reference_copy(root, tmp_path, name="smoke_run"):
@@ -182,14 +170,14 @@ def test_a_reference_run_whose_two_files_disagree_or_lost_whole_rows(root, tmp_p
     path.write_text("".join(diverged))
     assert read_reference_run(folder)[0]["step"].iloc[-1] == 128
     # a path that names no reference is the user's slip, not damage: ReadError, not ReferenceDamaged
-    _refused(
+    read_refused(
         lambda: read_reference_run(tmp_path / "nothing"),
         tmp_path / "nothing",
         "not found",
         "a reference is a folder holding metrics.csv and reference.json",
     )
     (folder / "reference.json").unlink()
-    _refused(lambda: read_reference_run(folder), folder / "reference.json", "not found")
+    read_refused(lambda: read_reference_run(folder), folder / "reference.json", "not found")
 
 
 def test_a_reference_written_back_is_the_same_bytes(root, tmp_path):

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from helpers import read_refused
 
-from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.artifacts.run_summary import (
     SEED_STATUSES,
     SUMMARY,
@@ -18,20 +17,7 @@ from acoustic_mlm.artifacts.run_summary import (
     read_seed_summary,
     write_summary,
 )
-from acoustic_mlm.errors import UserError
 from acoustic_mlm.train.summary import run_status
-
-
-def _refused(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
 
 
 def test_the_statuses_go_from_best_to_worst():
@@ -51,7 +37,9 @@ def test_a_seeds_summary(tmp_path):
     write_summary(summary, good)
     assert read_seed_summary(summary) == good
     summary.write_text(json.dumps({**good, "nonfinite_steps": 0.5}))
-    _refused(lambda: read_seed_summary(summary), summary, "'nonfinite_steps' is 0.5, not int", "rerun the train stage")
+    read_refused(
+        lambda: read_seed_summary(summary), summary, "'nonfinite_steps' is 0.5, not int", "rerun the train stage"
+    )
 
 
 def test_read_seed_status_refuses_a_cut_file_a_control_character_and_an_unknown_status(tmp_path):
@@ -70,7 +58,7 @@ def test_read_seed_status_refuses_a_cut_file_a_control_character_and_an_unknown_
         (json.dumps({"status": "completed"}), ("lacks 'steps'",)),
     ]:
         path.write_text(damaged)
-        _refused(lambda: read_seed_status(path), path, *needles)
+        read_refused(lambda: read_seed_status(path), path, *needles)
     path.write_text(
         json.dumps(
             {
@@ -83,7 +71,7 @@ def test_read_seed_status_refuses_a_cut_file_a_control_character_and_an_unknown_
             }
         )
     )
-    _refused(lambda: read_seed_summary(path), path, "'status' is 'finished', not one of completed")
+    read_refused(lambda: read_seed_summary(path), path, "'status' is 'finished', not one of completed")
 
 
 def test_an_arms_summary_and_the_settings_it_was_trained_with(tmp_path):
@@ -92,15 +80,15 @@ def test_an_arms_summary_and_the_settings_it_was_trained_with(tmp_path):
     write_summary(path, arm)
     assert read_arm_summary(path) == arm and arm_settings(arm, path) == {"train.lr": 0.001}
     write_summary(path, {"run": "prenorm_clip1", "per_seed": []})
-    _refused(lambda: read_arm_summary(path), path, "'per_seed' is [], not dict", "rerun the train stage")
+    read_refused(lambda: read_arm_summary(path), path, "'per_seed' is [], not dict", "rerun the train stage")
     assert read_arm_summary(path, required={}) == {"run": "prenorm_clip1", "per_seed": []}
     old = {"run": "prenorm_clip1", "per_seed": {}}
-    _refused(
+    read_refused(
         lambda: arm_settings(old, path),
         path,
         "no 'settings' (written by an older version); rerun the train stage for prenorm_clip1",
     )
-    _refused(
+    read_refused(
         lambda: read_arm_summary(tmp_path / "none" / SUMMARY),
         tmp_path / "none" / SUMMARY,
         "the summary of none not found; run the train stage first",

@@ -6,10 +6,10 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import read_refused
 from matplotlib.colors import to_hex
 
 from acoustic_mlm import config as C
-from acoustic_mlm.artifacts.checked import ReadError
 from acoustic_mlm.curves import detect_spikes
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import claims as CL
@@ -179,18 +179,6 @@ def test_compare_writes_a_png_and_names_missing_curves(smoke_cfg, labels, tmp_pa
         figure.compare(smoke_cfg, tmp_path / "nope.csv", tmp_path / "x.png")
 
 
-def _refused_read(call, path, *needles):
-    """`call()` raises one ReadError line (a UserError) naming `path` and each needle."""
-    with pytest.raises(ReadError) as err:
-        call()
-    msg = str(err.value)
-    assert isinstance(err.value, UserError) and "\n" not in msg, msg
-    assert msg.startswith(f"{path}: "), msg
-    for needle in needles:
-        assert needle in msg, (needle, msg)
-    return msg
-
-
 def test_read_reference_reads_the_shipped_curves_and_refuses_a_step_of_zero(root, tmp_path):
     shipped = root / "data" / "reference" / "paper_curves.csv"
     frame = reference.read_reference(shipped)
@@ -200,12 +188,12 @@ def test_read_reference_reads_the_shipped_curves_and_refuses_a_step_of_zero(root
     first = text[1].split(",")
     first[3] = "0"
     bad.write_text("\n".join([text[0], ",".join(first), *text[2:]]) + "\n")
-    _refused_read(lambda: reference.read_reference(bad), bad, "column 'step', row 2 is 0; steps are positive")
-    _refused_read(
+    read_refused(lambda: reference.read_reference(bad), bad, "column 'step', row 2 is 0; steps are positive")
+    read_refused(
         lambda: reference.read_reference(tmp_path / "none.csv"),
         tmp_path / "none.csv",
         "the paper's digitised curves are not found",
     )
     one_role = pd.read_csv(shipped, keep_default_na=False)
     one_role[one_role["role"] != "deepnorm"].to_csv(bad, index=False)
-    _refused_read(lambda: reference.read_reference(bad), bad, "role deepnorm has 0 point(s)")
+    read_refused(lambda: reference.read_reference(bad), bad, "role deepnorm has 0 point(s)")

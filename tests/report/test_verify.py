@@ -30,6 +30,11 @@ def tiny(smoke_cfg, tmp_path):
     return cfg, path
 
 
+def _verify(config, runs_dir, *options) -> int:
+    """`amlm verify --config CONFIG --runs-dir RUNS_DIR OPTIONS...`: its exit status."""
+    return cli.main(["verify", "--config", str(config), "--runs-dir", str(runs_dir), *map(str, options)])
+
+
 def _train(cfg, data_dirs, runs_dir):
     prepared, codes = data_dirs
     for run in cfg["runs"]:
@@ -41,48 +46,14 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     _train(cfg, data_dirs, tmp_path / "first")
     ref = tmp_path / "ref"
     data = data_dirs[0].parent
-    assert (
-        cli.main(
-            [
-                "verify",
-                "--config",
-                str(path),
-                "--runs-dir",
-                str(tmp_path / "first"),
-                "--record",
-                str(ref),
-                "--tolerance",
-                "0.01",
-                "--data",
-                str(data),
-            ]
-        )
-        == 0
-    )
+    assert _verify(path, str(tmp_path / "first"), "--record", str(ref), "--tolerance", "0.01", "--data", str(data)) == 0
     meta = json.loads((ref / META).read_text())
     assert meta["version"] and meta["machine"]["torch"] and meta["tolerance_bits"] == 0.01
     assert "--record" in meta["command"] and set(meta["arms"]) == set(ARMS)
     _train(cfg, data_dirs, tmp_path / "fresh")  # a second, independent run on this machine
     out = tmp_path / "check.png"
     capsys.readouterr()
-    assert (
-        cli.main(
-            [
-                "verify",
-                "--config",
-                str(path),
-                "--runs-dir",
-                str(tmp_path / "fresh"),
-                "--reference",
-                str(ref),
-                "--out",
-                str(out),
-                "--data",
-                str(data),
-            ]
-        )
-        == 0
-    )
+    assert _verify(path, str(tmp_path / "fresh"), "--reference", str(ref), "--out", str(out), "--data", str(data)) == 0
     printed = capsys.readouterr().out
     assert out.stat().st_size > 1000
     result = verify.compare(cfg, tmp_path / "fresh", ref)
@@ -99,24 +70,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     assert not result["passed"] and result["arms"]["prenorm_clip10"]["within"]
     assert (arm["column"], arm["step"], arm["within"]) == ("valid_loss_cb3", int(metrics.loc[2, "step"]), False)
     assert arm["bits"] == pytest.approx(0.2)
-    assert (
-        cli.main(
-            [
-                "verify",
-                "--config",
-                str(path),
-                "--runs-dir",
-                str(tmp_path / "fresh"),
-                "--reference",
-                str(ref),
-                "--out",
-                str(out),
-                "--data",
-                str(data),
-            ]
-        )
-        == 1
-    )
+    assert _verify(path, str(tmp_path / "fresh"), "--reference", str(ref), "--out", str(out), "--data", str(data)) == 1
     # a row missing (a run that stopped early) is an infinite difference
     metrics.iloc[:-1].to_csv(metrics_path, index=False)
     assert verify.compare(cfg, tmp_path / "fresh", ref)["arms"]["postnorm_deepnorm_clip1"]["bits"] == float("inf")
@@ -130,20 +84,7 @@ def test_a_run_of_other_settings_is_refused_by_name(data_dirs, tiny, tmp_path, c
     other["train"]["lr"] = 0.001
     path.write_text(yaml.safe_dump(other, sort_keys=False))
     capsys.readouterr()  # the training's progress lines
-    assert (
-        cli.main(
-            [
-                "verify",
-                "--config",
-                str(path),
-                "--runs-dir",
-                str(tmp_path / "first"),
-                "--reference",
-                str(tmp_path / "ref"),
-            ]
-        )
-        == 2
-    )
+    assert _verify(path, str(tmp_path / "first"), "--reference", str(tmp_path / "ref")) == 2
     err = capsys.readouterr().err
     assert "runs.prenorm_clip10: its settings differ" in err
     assert f"train.lr: 0.001 here, {cfg['train']['lr']} in the reference" in err
