@@ -272,26 +272,36 @@ class Config:
         if name in self.runs:
             return self.runs[name]
         if name in self.points:
-            return self.point(name).runs[name]
-        have = ", ".join(self.run_names[:8]) + (", ..." if len(self.run_names) > 8 else "")
-        raise ConfigError(f"{self.source}: no run '{name}' under 'runs' (have: {have})")
+            return self._own(name).runs[name]
+        raise self._unknown(name)
 
     def model_for(self, run: str) -> ModelConfig:
         """The model of one arm (or sweep point): the `model:` section with its norm and attention."""
-        if run not in self.runs and run in self.points:
-            return self.point(run).model_for(run)
-        r = self.run(run)
-        return self.model.with_arm(norm=r.norm, attention=r.attention)
+        own = self._own(run)
+        r = own.runs[run]
+        return own.model.with_arm(norm=r.norm, attention=r.attention)
 
     def train_for(self, run: str, seed: int | None = None) -> TrainConfig:
         """The `train:` section with one arm's clip and one of its seeds (default: the first)."""
-        if run not in self.runs and run in self.points:
-            return self.point(run).train_for(run, seed)
-        r = self.run(run)
+        own = self._own(run)
+        r = own.runs[run]
         if seed is not None and seed not in r.seeds:
             raise ConfigError(f"{self.source}: seed {seed} is not among 'runs.{run}.seeds' {list(r.seeds)}")
-        section = {f.name: getattr(self.train, f.name) for f in fields(TrainSection)}
+        section = {f.name: getattr(own.train, f.name) for f in fields(TrainSection)}
         return TrainConfig(**section, clip=r.clip, seed=r.seeds[0] if seed is None else seed)
+
+    def _own(self, run: str) -> "Config":
+        """The configuration `run` trains under: this file's for an arm, its own for a sweep point;
+        ConfigError for a name that is neither."""
+        if run in self.runs:
+            return self
+        if run in self.points:
+            return self.point(run)
+        raise self._unknown(run)
+
+    def _unknown(self, name: str) -> ConfigError:
+        have = ", ".join(self.run_names[:8]) + (", ..." if len(self.run_names) > 8 else "")
+        return ConfigError(f"{self.source}: no run '{name}' under 'runs' (have: {have})")
 
     def runs_by_role(self) -> dict[str, str]:
         """role -> run name, for the arms that reproduce one of the paper's curves."""
