@@ -85,7 +85,12 @@ def fingerprint(config: Path) -> dict:
     }
     for name, fn in ops.items():
         out[name] = digest(fn())
-    return {"kernels": kernels.report(), "torch": torch.__version__, "fingerprint": out}
+    import os
+
+    from acoustic_mlm.report.verify import cpu_vendor
+
+    machine = {"vendor": cpu_vendor(), "MKL_CBWR": os.environ.get("MKL_CBWR")}  # MKL's branch, when a user sets one
+    return {"kernels": kernels.report(), "machine": machine, "torch": torch.__version__, "fingerprint": out}
 
 
 def compare(a: Path, b: Path) -> int:

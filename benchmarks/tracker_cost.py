@@ -12,7 +12,7 @@ Rows: --rows rows of a shipped reference run (--metrics; default the smoke prese
 hold every codebook's losses, the schedule, clipping and the stability diagnostics). Reported: the median time
 per row of each, its ratio to the CSV write, and the time to open and close each tracker.
 
-    python benchmarks/tracker_cost.py --metrics data/reference/smoke_run/metrics.csv --rows 60 --reps 3
+    python benchmarks/tracker_cost.py --metrics data/reference/smoke_run/GenuineIntel/metrics.csv --rows 60 --reps 3
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument(
         "--metrics",
         type=Path,
-        default=Path("data/reference/smoke_run/metrics.csv"),
+        default=Path("data/reference/smoke_run/GenuineIntel/metrics.csv"),
         help="reference metrics whose rows are logged (default: the smoke preset's)",
     )
     ap.add_argument("--rows", type=int, default=60, help="metrics rows per repetition (default: 60)")

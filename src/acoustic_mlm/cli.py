@@ -405,17 +405,19 @@ def build_parser() -> argparse.ArgumentParser:
         "verify",
         "compare this installation's run with the shipped reference run",
         "Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in "
-        "--runs-dir with a known-good reference run of the same preset (data/reference/default_run/: the "
-        "default; data/reference/smoke_run/: the smoke preset); print per arm the largest difference, "
-        "draw both runs' codebook-0 curves, exit 1 when an arm differs by more than the tolerance. "
-        "--record writes a reference from --runs-dir instead.",
+        "--runs-dir with a known-good reference run of the same preset and of this CPU's vendor "
+        "(data/reference/default_run/<vendor>/: the default; data/reference/smoke_run/<vendor>/: the smoke "
+        "preset): 0 bits on every row for a pinned run on a vendor with a reference, measured tolerances "
+        "otherwise; print per arm the difference, draw both runs' codebook-0 curves, exit 1 when an arm "
+        "differs by more than allowed. --record writes a reference from --runs-dir instead.",
     )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
     p.add_argument(
         "--reference",
         type=Path,
         default=None,
-        help="reference folder (default: data/reference/smoke_run for the smoke preset, else default_run)",
+        help="a reference folder, or a folder of one per CPU vendor (default: data/reference/smoke_run for the "
+        "smoke preset, else data/reference/default_run)",
     )
     p.add_argument(
         "--out",
@@ -428,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="BITS",
-        help="largest difference allowed (default: the reference's measured tolerance)",
+        help="largest difference allowed (default: 0 bits for the exact check, else the reference's measured "
+        "tolerance)",
     )
     p.add_argument(
         "--record",

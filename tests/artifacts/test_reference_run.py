@@ -27,7 +27,7 @@ def _reference_copy(root, tmp_path, name="smoke_run"):
     import shutil
 
     folder = tmp_path / name
-    shutil.copytree(root / "data" / "reference" / name, folder)
+    shutil.copytree(root / "data" / "reference" / name / "GenuineIntel", folder)
     return folder
 
 
@@ -43,7 +43,7 @@ def _reference_refused(call, path, *needles):
 
 
 def test_the_shipped_reference_runs_read_whole(root):
-    for name in ("smoke_run", "default_run"):
+    for name in ("smoke_run/GenuineIntel", "smoke_run/AuthenticAMD", "default_run/GenuineIntel"):
         metrics, meta = read_reference_run(root / "data" / "reference" / name)
         assert set(metrics["run"]) == set(meta["arms"]) and metrics["step"].dtype == np.int64
         assert np.isfinite(metrics["train_loss_cb0"]).all() and meta["tolerance_bits"] > 0
@@ -181,7 +181,7 @@ def test_a_reference_run_whose_two_files_disagree_or_lost_whole_rows(root, tmp_p
 
 
 def test_a_reference_written_back_is_the_same_bytes(root, tmp_path):
-    shipped = root / "data" / "reference" / "smoke_run"
+    shipped = root / "data" / "reference" / "smoke_run" / "AuthenticAMD"
     metrics, meta = read_reference_run(shipped)
     arms = {run: rows.drop(columns=["run"]).reset_index(drop=True) for run, rows in metrics.groupby("run", sort=False)}
     out = write_reference_run(tmp_path / "again", arms, json.loads((shipped / META).read_text()))

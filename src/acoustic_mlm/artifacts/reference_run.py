@@ -106,11 +106,12 @@ def read_reference_json(path: str | Path) -> dict:
                 "not a finite number >= 0 (it holds the rows after 'tolerance_until_step'); "
                 f"{advice}"
             )
-    native = meta.get("native_tolerance_bits")
-    if native is not None and not (_finite_number(native) and native >= 0):
-        raise ReferenceDamaged(
-            f"{path}: 'native_tolerance_bits' is {short_value(native)}, not a finite number >= 0 or null; {advice}"
-        )
+    for key in ("native_tolerance_bits", "median_tolerance_bits"):
+        value = meta.get(key)
+        if value is not None and not (_finite_number(value) and value >= 0):
+            raise ReferenceDamaged(
+                f"{path}: '{key}' is {short_value(value)}, not a finite number >= 0 or null; {advice}"
+            )
     if meta.get("cpu_kernels") not in (None, "avx2", "native"):
         raise ReferenceDamaged(
             f"{path}: 'cpu_kernels' is {short_value(meta['cpu_kernels'])}, not avx2, native or null; {advice}"

@@ -1,32 +1,37 @@
 """`amlm verify`: this installation's run against a shipped, known-good reference run.
 
-A reference (data/reference/default_run/ for the default preset, data/reference/smoke_run/ for the
-smoke preset) holds every arm's metrics rows as this package produced them, and reference.json: the
-package version and commit, the machine, the command, the CPU kernels it ran with (`cpu_kernels`),
-the sha256 of every data stage's outputs (`data_hashes`), each arm's settings
-(train.state.fingerprint) and the tolerances, set from measured differences between machines
-(docs/reproducibility.md).
+A preset's references (data/reference/default_run/ for the default preset, data/reference/smoke_run/
+for the smoke preset) are one per CPU vendor, in subfolders named by the vendor string the CPU reports
+(`GenuineIntel`, `AuthenticAMD`). Each holds every arm's metrics rows as this package produced them on
+a CPU of that vendor, and reference.json: the package version and commit, the machine (its vendor
+included), the command, the CPU kernels it ran with (`cpu_kernels`), the sha256 of every data stage's
+outputs (`data_hashes`), each arm's settings (train.state.fingerprint) and the tolerances of the
+inexact check, set from measured differences between machines (docs/reference_run.md).
 
 `amlm verify` checks in the pipeline's order. First the data: the hashes of the synthetic audio,
 the prepared audio and the codes, stage by stage; it names the first stage whose outputs differ.
 With pinned kernels (`cpu_kernels: avx2`) a difference there is a failure: every x86-64 CPU with
 AVX2 writes these files byte for byte alike (measured on Intel and AMD). With native kernels the
-codes differ between CPUs (another vector width, other roundings in the tokenizer), which is said,
-not failed. Then the curves: every loss column in bits (train_loss_cb<k> and valid_loss_cb<k>,
-every codebook, every metrics row of every seed), in two windows of steps:
+codes differ between CPUs, which is said, not failed. Then the curves: every loss column in bits
+(train_loss_cb<k> and valid_loss_cb<k>, every codebook, every metrics row of every seed).
 
-- up to `tolerance_until_step`, while the runs sit on the unigram plateau: with pinned kernels the
-  largest difference over every row and column, held to `tolerance_bits` (rounding only: measured
-  2.1e-5 bits between an Intel and an AMD CPU); with native kernels the targets themselves differ,
-  so the statistic is the one below, held to `native_tolerance_bits`;
-- after it, where a gradient burst in one run and not the other moves the curves apart for good,
-  the **median over the rows** of each column's |difference|, the largest over the columns, held to
-  `late_tolerance_bits`: one burst in one codebook's row moves a median by nothing, while a changed
-  model or a wrong target moves every row.
+- **Exact**, a pinned run on a CPU of a vendor with a reference of its own: every row of every
+  column must equal that reference's to the bit (0 bits), to the last step. Pinned runs on two CPUs
+  of one vendor are identical (measured: two AMD EPYCs, AVX2 only and AVX-512, every value; the
+  Intel reference's machine against itself); the vendors differ by MKL's matrix products (sgemm),
+  which keep one code path for Intel and another for other CPUs (benchmarks/kernel_fingerprint.py).
+- **By tolerance**, anything else (native kernels, a CPU whose vendor has no reference, a machine
+  that reports no vendor), against the primary reference (GenuineIntel's), in two windows of steps:
+  up to `tolerance_until_step` a pinned run is held row by row to `tolerance_bits` (the largest
+  cross-vendor difference of the four arms, doubled), a native run by the median over the rows of
+  each column to `native_tolerance_bits`; after it, every run by that median to
+  `late_tolerance_bits` (one burst in one run and not the other moves a median by nothing, while a
+  changed model or a wrong target moves every row). It prints why it is not exact and the size of
+  defect it can and cannot see.
 
 A reference without `cpu_kernels` (recorded before the mode) holds every row to its tolerances as
-the largest difference. `amlm verify --record DIR` writes a reference; its files are
-acoustic_mlm.artifacts.reference_run's, the metrics' columns acoustic_mlm.artifacts.metrics's.
+the largest difference. `amlm verify --record DIR` writes a reference of this machine's vendor; its
+files are acoustic_mlm.artifacts.reference_run's, the metrics' columns acoustic_mlm.artifacts.metrics's.
 """
 
 from __future__ import annotations
@@ -42,7 +47,13 @@ import pandas as pd
 from acoustic_mlm import __version__
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, METRICS, read_metrics
-from acoustic_mlm.artifacts.reference_run import META, read_reference_run, write_reference_run
+from acoustic_mlm.artifacts.reference_run import (
+    META,
+    REFERENCE_RUN,
+    ReferenceDamaged,
+    read_reference_run,
+    write_reference_run,
+)
 from acoustic_mlm.artifacts.run_summary import SUMMARY, read_arm_summary
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import atomic_path, log
@@ -60,12 +71,42 @@ MAX_STATISTIC, MEDIAN_STATISTIC = "largest", "median"
 
 REFERENCES = Path("data/reference")  # the shipped references, relative to the repository
 PRESET_REFERENCE = {"smoke": "smoke_run"}  # a preset's file stem -> its reference; any other: default_run
+# The reference a CPU without one of its own vendor is compared with, by tolerance: the first recorded.
+PRIMARY_VENDOR = "GenuineIntel"
 
 
 def default_reference(config_path: str | Path) -> Path:
-    """The shipped reference a configuration file is checked against: the smoke preset's for
-    config/smoke.yaml, the default preset's for any other file."""
+    """The shipped references a configuration file is checked against (one per CPU vendor): the
+    smoke preset's for config/smoke.yaml, the default preset's for any other file."""
     return REFERENCES / PRESET_REFERENCE.get(Path(config_path).stem, "default_run")
+
+
+def cpu_vendor(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """This CPU's vendor string as the kernel reports it (x86: `vendor_id`, e.g. GenuineIntel,
+    AuthenticAMD); None where none is reported (another architecture or operating system)."""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def reference_for(folder: str | Path, vendor: str | None) -> tuple[Path, bool]:
+    """The reference in `folder` a CPU of `vendor` is checked against, and whether it is that
+    vendor's own: a folder holding reference.json is one reference (a recorded one: its own vendor
+    decides); a folder of vendor subfolders gives this vendor's, else the primary vendor's."""
+    folder = Path(folder)
+    if (folder / META).exists() or not folder.is_dir():
+        return folder, True  # one reference (read_reference_run names what is missing)
+    vendors = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / META).exists())
+    if not vendors:
+        return folder, True  # neither: read_reference_run refuses it by name
+    if vendor in vendors:
+        return folder / vendor, True
+    return folder / (PRIMARY_VENDOR if PRIMARY_VENDOR in vendors else vendors[0]), False
 
 
 def fingerprints(cfg: C.Config) -> dict:
@@ -95,10 +136,14 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _arm_metrics(runs_dir: Path, run: str) -> pd.DataFrame:
+def _arm_metrics(runs_dir: Path, run: str, config: str | None = None) -> pd.DataFrame:
     path = Path(runs_dir) / run / METRICS
     if not path.is_file():
-        raise UserError(f"{path}: not found; train the arm first (snakemake --cores all, or amlm train {run})")
+        preset = f" --configfile {config}" if config and config != "config" else ""
+        option = f" --config {config}" if config and config != "config" else ""
+        raise UserError(
+            f"{path}: not found; train the arm first (snakemake --cores all{preset}, or amlm train {run}{option})"
+        )
     return read_metrics(path)
 
 
@@ -194,6 +239,7 @@ def record(
         "config_sha256": hashlib.sha256(Path(config_path).read_bytes()).hexdigest(),
         "machine": {
             "cpu": _cpu_model(),
+            "vendor": cpu_vendor(),
             "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),
@@ -221,6 +267,13 @@ def load_reference(ref_dir: Path) -> tuple[pd.DataFrame, dict]:
     reference is named as the reference's damage), each arm's settings under today's key names (a
     reference recorded before a key was renamed holds the same values under the old name)."""
     metrics, meta = read_reference_run(Path(ref_dir))
+    hashes = meta.get("data_hashes")
+    lacking = [stage for stage, _ in DATA_OUTPUTS if hashes is not None and stage not in hashes]
+    if lacking:
+        raise ReferenceDamaged(
+            f"{Path(ref_dir) / META}: 'data_hashes' has no entry for the {lacking[0]} stage (a reference "
+            f"hashes every data stage, an empty entry when it had none); {REFERENCE_RUN}"
+        )
     meta["arms"] = {run: C.renamed_settings(settings) for run, settings in meta.get("arms", {}).items()}
     return metrics, meta
 
@@ -297,7 +350,7 @@ def largest_difference(
 
 
 def windows(meta: dict, tolerance_bits: float | None = None, kernels: str = "pinned") -> list[dict]:
-    """The reference's windows of steps, each with its statistic and tolerance (see the module's
+    """The inexact check's windows of steps, each with its statistic and tolerance (see the module's
     docstring); `kernels` is how this run computed ('pinned' or 'native'). --tolerance sets the
     first window's tolerance."""
     tol = float(meta.get("tolerance_bits", DEFAULT_TOLERANCE_BITS))
@@ -312,22 +365,202 @@ def windows(meta: dict, tolerance_bits: float | None = None, kernels: str = "pin
                 "tolerance_bits": tol if tolerance_bits is None else tolerance_bits,
             }
         ]
-    exact = legacy or (kernels == "pinned" and meta.get("cpu_kernels") == "avx2")
+    rowwise = legacy or (kernels == "pinned" and meta.get("cpu_kernels") == "avx2")
     early = {
         "name": f"steps <= {until}",
         "steps": (-math.inf, float(until)),
-        "statistic": MAX_STATISTIC if exact else MEDIAN_STATISTIC,
-        "tolerance_bits": tol if exact else float(meta.get("native_tolerance_bits", tol)),
+        "statistic": MAX_STATISTIC if rowwise else MEDIAN_STATISTIC,
+        "tolerance_bits": tol if rowwise else float(meta.get("native_tolerance_bits", tol)),
     }
     if tolerance_bits is not None:
         early["tolerance_bits"] = tolerance_bits
+    plateau = []  # a pinned run of another vendor: most plateau rows must also agree to rounding
+    if rowwise and not legacy and meta.get("median_tolerance_bits") is not None and tolerance_bits is None:
+        plateau = [
+            {
+                "name": f"steps <= {until} (median)",
+                "steps": early["steps"],
+                "statistic": MEDIAN_STATISTIC,
+                "tolerance_bits": float(meta["median_tolerance_bits"]),
+            }
+        ]
     late = {
         "name": f"steps > {until}",
         "steps": (float(until), math.inf),
         "statistic": MAX_STATISTIC if legacy else MEDIAN_STATISTIC,
         "tolerance_bits": float(meta["late_tolerance_bits"]),
     }
-    return [early, late]
+    return [early, *plateau, late]
+
+
+TOLERANCE_FACTOR = 2.0  # an inexact check's threshold: twice the largest difference measured between machines
+
+
+def _round_up(bits: float, digits: int = 2) -> float:
+    """`bits` rounded up to `digits` significant digits (a threshold never below its measurement)."""
+    if bits <= 0:
+        return 0.0
+    scale = 10 ** (math.floor(math.log10(bits)) - digits + 1)
+    return round(math.ceil(round(bits / scale, 9)) * scale, 12)
+
+
+def _window_bits(mine: pd.DataFrame, ref: pd.DataFrame, steps: tuple[float, float], statistic: str) -> float:
+    got = difference(mine, ref, steps, statistic)
+    return math.nan if got["why"] == "no rows in this window" else got["bits"]
+
+
+def measured_differences(pairs: dict[str, tuple[pd.DataFrame, pd.DataFrame]], until_step: int) -> pd.DataFrame:
+    """Per pair of runs of one arm (`{name: (rows, reference rows)}`): the largest difference up to
+    `until_step`, the median difference (over rows, largest over columns) up to it and after it."""
+    out = []
+    for name, (mine, ref) in pairs.items():
+        early, late = (-math.inf, float(until_step)), (float(until_step), math.inf)
+        out.append(
+            {
+                "pair": name,
+                "early_largest": _window_bits(mine, ref, early, MAX_STATISTIC),
+                "early_median": _window_bits(mine, ref, early, MEDIAN_STATISTIC),
+                "late_median": _window_bits(mine, ref, late, MEDIAN_STATISTIC),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def tolerances_from(pinned: pd.DataFrame, native: pd.DataFrame | None) -> dict:
+    """The inexact check's thresholds from measured differences (measured_differences) of every arm:
+    pinned runs of two vendors give the early tolerances (row by row, and of the median over rows),
+    native runs the early median's,
+    all of them the late median's; each TOLERANCE_FACTOR times the largest, rounded up. A kind of
+    pair not measured gives None (the reference keeps the value it had, with its own measurement)."""
+    both = pd.concat([pinned, native]) if native is not None else pinned
+
+    def threshold(values) -> float | None:
+        values = values.dropna()
+        return _round_up(TOLERANCE_FACTOR * float(values.max())) if len(values) else None
+
+    return {
+        "tolerance_bits": threshold(pinned["early_largest"]),
+        "median_tolerance_bits": threshold(pinned["early_median"]),
+        "native_tolerance_bits": threshold(native["early_median"]) if native is not None else None,
+        "late_tolerance_bits": threshold(both["late_median"]),
+    }
+
+
+def exact_windows(tolerance_bits: float | None = None) -> list[dict]:
+    """The exact check: every row of every step, the largest difference, 0 bits (--tolerance
+    loosens it)."""
+    tol = 0.0 if tolerance_bits is None else float(tolerance_bits)
+    return [{"name": "every step", "steps": (-math.inf, math.inf), "statistic": MAX_STATISTIC, "tolerance_bits": tol}]
+
+
+def exactness(meta: dict, kernels: str, vendor: str | None, own: bool) -> tuple[bool, str]:
+    """Whether this run can be held to the reference bit for bit, and why (or why not): pinned
+    kernels on both sides, and the reference recorded on a CPU of this CPU's vendor."""
+    ref_vendor = (meta.get("machine") or {}).get("vendor")
+    if kernels != "pinned":
+        return False, (
+            "this run computed on native kernels (cpu_kernels: native, or a process that could not pin "
+            "them): its codes and roundings are this CPU's own"
+        )
+    if meta.get("cpu_kernels") != "avx2":
+        return False, "the reference was not recorded under pinned kernels (cpu_kernels: avx2)"
+    if vendor is None:
+        return False, "this machine reports no CPU vendor (not an x86-64 Linux): no reference is its own"
+    if not own or ref_vendor is None:
+        return False, (
+            f"no reference of this CPU's vendor ({vendor}) is shipped; compared with the "
+            f"{ref_vendor or 'unrecorded'} one, whose matrix products (MKL's sgemm) round otherwise"
+        )
+    if ref_vendor != vendor:
+        return False, (
+            f"the reference was recorded on a {ref_vendor} CPU and this is a {vendor} one: MKL's matrix "
+            "products round otherwise"
+        )
+    return (
+        True,
+        f"pinned kernels on this CPU (vendor {vendor}) against that vendor's reference: every row must be equal",
+    )
+
+
+def sees(wins: list[dict]) -> str:
+    """What the inexact check can and cannot see, from its windows: the size of a defect that moves
+    every row of a window (smaller ones pass, and so does one confined to a few rows of a median
+    window)."""
+    parts = []
+    for w in wins:
+        how = "any row by" if w["statistic"] == MAX_STATISTIC else "most rows by"
+        parts.append(f"{how} more than {w['tolerance_bits']:g} bits at {w['name']}")
+    return (
+        "it sees a defect that moves "
+        + " or ".join(parts)
+        + "; a smaller defect passes, and so do chaotic differences between machines of that size"
+    )
+
+
+def _run_settings(runs_dir: Path, run: str) -> dict | None:
+    """The settings a run recorded in its summary.json (what it was trained with), or None."""
+    path = Path(runs_dir) / run / SUMMARY
+    if not path.is_file():
+        return None
+    settings = read_arm_summary(path, required={}).get("settings")
+    return settings if isinstance(settings, dict) else None
+
+
+def _check_arm(cfg: C.Config, run: str, meta: dict, ref_dir: Path, runs_dir: Path) -> pd.DataFrame:
+    """The arm's metrics rows, once it is known to be the reference's arm, trained with the
+    reference's settings (the configuration's and the run's own record) and trained to the end."""
+    if run not in meta["arms"]:
+        raise UserError(
+            f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
+            f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
+            f"({meta['config']})"
+        )
+    differ = _settings_differ(fingerprints(cfg)[run], meta["arms"][run])
+    if differ:
+        raise UserError(
+            f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
+            + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
+        )
+    recorded = _run_settings(runs_dir, run)
+    if recorded is not None:
+        differ = _settings_differ(C.renamed_settings(recorded), meta["arms"][run])
+        if differ:
+            raise UserError(
+                f"{Path(runs_dir) / run / SUMMARY}: this run was trained with other settings than the "
+                f"reference's and the configuration's: {differ[0]}"
+                + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
+                + f"; train it again with {cfg.source}"
+            )
+    mine = _arm_metrics(runs_dir, run, cfg.source)
+    steps = cfg.train.steps
+    for seed, rows in mine.groupby("seed", sort=False) if "seed" in mine.columns else [(None, mine)]:
+        last = rows.iloc[-1]
+        diverged = "diverged" in rows.columns and pd.notna(last["diverged"]) and last["diverged"] > 0
+        if not diverged and int(last["step"]) < steps:
+            which = f", seed {seed}," if seed is not None else ""
+            raise UserError(
+                f"{Path(runs_dir) / run / METRICS}: ends{which} at step {int(last['step'])}, not at train.steps "
+                f"({steps}), and is not marked diverged: the run is unfinished or its file lost rows; finish "
+                "or train it again, then verify"
+            )
+    return mine
+
+
+def _check_data(data_dir: Path | None, meta: dict, strict: bool) -> dict | None:
+    """The data stages' hashes against the reference's; `fails` when the bytes must be equal
+    (pinned on both sides) and a stage differs or is not here to be checked."""
+    if data_dir is None or not meta.get("data_hashes"):
+        return None
+    if not Path(data_dir).is_dir():
+        raise UserError(
+            f"--data {data_dir}: no such folder; name the data folder the run was trained from "
+            "(its stages' outputs are checked against the reference's hashes)"
+        )
+    data = compare_data(data_hashes(Path(data_dir)), meta["data_hashes"])
+    missing = next((st["stage"] for st in data["stages"] if st["outcome"] == "not here"), None)
+    data["not_here"] = missing
+    data["fails"] = bool(strict and (data["first_differing_stage"] is not None or missing is not None))
+    return data
 
 
 def compare(
@@ -336,36 +569,23 @@ def compare(
     ref_dir: Path,
     tolerance_bits: float | None = None,
     data_dir: Path | None = Path("data"),
+    vendor: str | None = None,
 ) -> dict:
     """The data stages' hashes, then per arm and window of steps: the difference in bits by the
-    window's statistic, where it is, and whether it is within that window's tolerance."""
+    window's statistic, where it is, and whether it is within that window's tolerance. `ref_dir` is
+    one reference or a folder of one per vendor; `vendor` is this CPU's (default: cpu_vendor())."""
     cfg = C.typed(cfg)
+    vendor = cpu_vendor() if vendor is None else vendor or None
+    ref_dir, own = reference_for(ref_dir, vendor)
     ref, meta = load_reference(ref_dir)
     kernels = run_kernels(cfg, runs_dir)
-    wins = windows(meta, tolerance_bits, kernels)
-    data = None
-    if meta.get("data_hashes") and data_dir is not None and Path(data_dir).is_dir():
-        data = compare_data(data_hashes(Path(data_dir)), meta["data_hashes"])
-        # pinned on both sides: the data must be the reference's bytes; native: other codes are expected
-        data["fails"] = bool(
-            kernels == "pinned" and meta.get("cpu_kernels") == "avx2" and data["first_differing_stage"] is not None
-        )
-    mine_settings = fingerprints(cfg)
+    exact, why = exactness(meta, kernels, vendor, own)
+    wins = exact_windows(tolerance_bits) if exact else windows(meta, tolerance_bits, kernels)
+    pinned_both = kernels == "pinned" and meta.get("cpu_kernels") == "avx2"
     arms = {}
-    for run in cfg.runs:
-        if run not in meta["arms"]:
-            raise UserError(
-                f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
-                f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
-                f"({meta['config']})"
-            )
-        differ = _settings_differ(mine_settings[run], meta["arms"][run])
-        if differ:
-            raise UserError(
-                f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
-                + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
-            )
-        mine = _arm_metrics(runs_dir, run)
+    checked = {run: _check_arm(cfg, run, meta, ref_dir, runs_dir) for run in cfg.runs}
+    data = _check_data(data_dir, meta, strict=pinned_both)
+    for run, mine in checked.items():
         parts = []
         for w in wins:
             got = difference(mine, ref[ref["run"] == run], w["steps"], w["statistic"])
@@ -382,6 +602,10 @@ def compare(
         arms[run] = {**worst, "within": all(p["within"] for p in parts), "windows": parts}
     return {
         "reference": str(ref_dir),
+        "exact": exact,
+        "why": why,
+        "sees": None if exact else sees(wins),
+        "vendor": vendor,
         "windows": wins,
         "kernels": kernels,
         "reference_kernels": meta.get("cpu_kernels"),
@@ -393,8 +617,9 @@ def compare(
     }
 
 
-def draw(cfg: C.Config, runs_dir: Path, ref_dir: Path, result: dict, out: Path) -> Path:
-    """One panel per arm: codebook-0 training loss of the reference (dashed) and of this run."""
+def draw(cfg: C.Config, runs_dir: Path, result: dict, out: Path) -> Path:
+    """One panel per arm: codebook-0 training loss of the reference `compare` used (dashed) and of
+    this run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -402,7 +627,7 @@ def draw(cfg: C.Config, runs_dir: Path, ref_dir: Path, result: dict, out: Path) 
 
     from acoustic_mlm.report.figure import log_step_axis
 
-    ref, _ = load_reference(ref_dir)
+    ref, _ = load_reference(Path(result["reference"]))
     runs = list(cfg.runs)
     cols = min(2, len(runs))
     rows = math.ceil(len(runs) / cols)
@@ -438,7 +663,8 @@ def draw(cfg: C.Config, runs_dir: Path, ref_dir: Path, result: dict, out: Path) 
 
 
 def report(result: dict) -> str:
-    """The lines `amlm verify` prints: one per arm, then the verdict."""
+    """The lines `amlm verify` prints: the reference and how it is compared, the data stages, one
+    line per arm and window, then the verdict."""
     width = max(len(r) for r in result["arms"])
     tolerances = ", ".join(f"{w['tolerance_bits']:g} bits at {w['name']}" for w in result["windows"])
     lines = [
@@ -447,6 +673,11 @@ def report(result: dict) -> str:
         f"{(result['reference_machine'] or {}).get('cpu', 'an unrecorded machine')}, CPU kernels "
         f"{result.get('reference_kernels') or 'not recorded'}; this run's: {result.get('kernels')})"
     ]
+    if result.get("exact"):
+        lines.append(f"exact: {result['why']}")
+    elif result.get("why"):
+        lines.append(f"not exact: {result['why']}")
+        lines.append(f"by tolerance (measured between machines on all four arms): {result['sees']}")
     data = result.get("data")
     if data:
         for st in data["stages"]:
@@ -464,9 +695,16 @@ def report(result: dict) -> str:
                 f"data: the {first} stage's outputs differ, as expected with native kernels (this CPU's own "
                 "vector width; cpu_kernels: avx2 makes them the reference's bytes)"
             )
+        if data.get("not_here"):
+            lines.append(
+                f"data: the {data['not_here']} stage's outputs are not in the data folder, so they were not "
+                "checked" + (": a pinned run must show every stage (--data names the folder)" if data["fails"] else "")
+            )
     for run, arm in result["arms"].items():
         for part in arm["windows"]:
             where = part["why"] or f"{part['column']} at step {part['step']}"
+            if part["bits"] == 0 and part.get("statistic", MAX_STATISTIC) == MAX_STATISTIC:
+                where = "every row equal"
             window = f" at {part['window']}" if len(arm["windows"]) > 1 else ""
             largest = part.get("statistic", MAX_STATISTIC) == MAX_STATISTIC
             stat = "largest difference" if largest else "median difference"
@@ -474,11 +712,13 @@ def report(result: dict) -> str:
                 f"{run:<{width}}  {stat}{window} {part['bits']:.3g} bits ({where})  "
                 f"{'ok' if part['within'] else 'DIFFERS'}"
             )
-    lines.append(
-        "this installation trains as the reference"
-        if result["passed"]
-        else "some arm differs from the reference by more than the tolerance: see docs/reference_run.md"
-    )
+    if result["passed"]:
+        lines.append(
+            "this installation trains as the reference"
+            + (", bit for bit" if result.get("exact") else ", within the tolerances above")
+        )
+    else:
+        lines.append("some arm differs from the reference by more than the tolerance: see docs/reference_run.md")
     return "\n".join(lines)
 
 
@@ -494,6 +734,6 @@ def run(
     result = compare(cfg, runs_dir, ref_dir, tolerance_bits, data_dir)
     print(report(result), flush=True)
     if out is not None:
-        draw(cfg, runs_dir, ref_dir, result, out)
+        draw(cfg, runs_dir, result, out)
         print(f"figure: {out}")
     return 0 if result["passed"] else 1
