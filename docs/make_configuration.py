@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import re
 import sys
@@ -101,6 +102,15 @@ def _type_name(tp) -> str:
     return re.sub(r"<class '([\w.]+)'>", lambda m: m.group(1).rsplit(".", 1)[-1], text)
 
 
+def field_comments() -> dict[str, str]:
+    """The comment beside each field of the typed configuration's dataclasses, by dotted key."""
+    out = {}
+    for prefix, cls in TYPED.items():
+        for m in re.finditer(r"^    (\w+): [^#\n]+#\s*(.+)$", inspect.getsource(cls), re.M):
+            out[f"{prefix}.{m.group(1)}" if prefix else m.group(1)] = m.group(2).strip()
+    return out
+
+
 def yaml_comments(path: Path) -> dict[str, str]:
     """The trailing comment of each key's line in a preset, by dotted key (arms as runs.<NAME>)."""
     out, stack = {}, []
@@ -139,7 +149,7 @@ def _value(mapping: dict, key: str):
 def _allowed(schema: dict) -> str:
     parts = []
     if "enum" in schema:
-        parts.append(" \\| ".join(f"`{json.dumps(v)}`" for v in schema["enum"]))
+        parts.append(" | ".join(f"`{json.dumps(v)}`" for v in schema["enum"]))
     if "const" in schema:
         parts.append(f"`{json.dumps(schema['const'])}` only")
     if "type" in schema:
@@ -181,7 +191,7 @@ def render() -> str:
     comments = yaml_comments(ROOT / DEFAULT) | {
         k: v for k, v in yaml_comments(ROOT / SWEEP_PRESET).items() if k.startswith("sweep")
     }
-    typed, by_key = typed_fields(), _steps_of()
+    typed, by_key, fields = typed_fields(), _steps_of(), field_comments()
     lines = [
         "# Configuration reference",
         "",
@@ -206,10 +216,19 @@ def render() -> str:
         lines += [f"## {section}", "", SECTIONS[section], ""]
         lines += ["| key | allowed | typed as | default | what | reruns |", "| --- | --- | --- | --- | --- | --- |"]
         for key, sub in rows:
-            what = sub.get("description") or comments.get(key, "")
+            what = (
+                sub.get("description") or comments.get(key) or fields.get(key) or fields.get(key.rsplit(".", 1)[0], "")
+            )
             value = _value(sweep if key.startswith("sweep") else default, key)
-            cells = [f"`{key}`", _allowed(sub), f"`{typed.get(key, typed.get(key.rsplit('.', 1)[0], '-'))}`", value, what, _reruns(key, by_key)]
-            lines.append("| " + " | ".join(c.replace("|", "\\|") if i in (4,) else c for i, c in enumerate(cells)) + " |")
+            cells = [
+                f"`{key}`",
+                _allowed(sub),
+                f"`{typed.get(key, typed.get(key.rsplit('.', 1)[0], '-'))}`",
+                value,
+                what,
+                _reruns(key, by_key),
+            ]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -222,6 +241,10 @@ def missing(text: str) -> list[str]:
     # a typed field holding a mapping of free names (sweep[].grid) is entered as its rows' prefix
     gaps |= {k for k in typed_fields() if k not in rows and not any(r.startswith(k + ".") for r in rows)}
     return sorted(gaps)
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         gaps = missing(current)
         if current != text or gaps:
             print(
-                f"{OUT.relative_to(ROOT)}: stale{' (no entry for ' + ', '.join(gaps) + ')' if gaps else ''}; "
+                f"{_shown(OUT)}: stale{' (no entry for ' + ', '.join(gaps) + ')' if gaps else ''}; "
                 "run python docs/make_configuration.py",
                 file=sys.stderr,
             )
@@ -245,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with atomic_path(OUT) as tmp:
         tmp.write_text(text)
-    print(f"{OUT.relative_to(ROOT)}: {len(re.findall(r'^[|] `', text, re.M))} keys")
+    print(f"{_shown(OUT)}: {len(re.findall(r'^[|] `', text, re.M))} keys")
     return 0
 
 
