@@ -65,18 +65,21 @@ SECTIONS = {
 
 
 def schema_keys(node: dict, path: str = "") -> list[tuple[str, dict]]:
-    """Every leaf key of the schema as (dotted key, its schema), in the schema's order."""
+    """Every leaf key of the schema as (dotted key, its schema), in the schema's order; each key's
+    schema carries `_required`: whether it and every section above it are required."""
     out = []
+    required = set(node.get("required", ()))
     children = dict(node.get("properties", {}))
     if isinstance(node.get("additionalProperties"), dict):
         children[NAME] = node["additionalProperties"]
     for name, sub in children.items():
         key = f"{path}.{name}" if path else name
+        sub = sub | {"_required": (name in required or name == NAME) and node.get("_required", True)}
         items = sub.get("items") if sub.get("type") == "array" else None
         if sub.get("type") == "object" and (sub.get("properties") or isinstance(sub.get("additionalProperties"), dict)):
             out += schema_keys(sub, key)
         elif isinstance(items, dict) and items.get("type") == "object":
-            out += schema_keys(items, f"{key}[]")
+            out += schema_keys(items | {"_required": sub["_required"]}, f"{key}[]")
         else:
             out.append((key, sub))
     return out
@@ -199,15 +202,15 @@ def render() -> str:
         "config/config.yaml and the steps' settings; do not edit: regenerate. -->",
         "",
         "Every key of a configuration file, section by section. One YAML file is the whole configuration:",
-        "Snakemake's `--configfile` and DVC's params file ([pipeline.md](pipeline.md)). Every key is required",
-        "unless its section says otherwise, unknown keys are refused, and `amlm validate --config FILE` checks a",
-        "file in one line ([refusals.md](refusals.md)). *Allowed* is the schema's",
+        "Snakemake's `--configfile` and DVC's params file ([pipeline.md](pipeline.md)). A key marked *optional*",
+        "may be left out; unknown keys are refused, and `amlm validate --config FILE` checks a file in one line",
+        "([refusals.md](refusals.md)). *Allowed* is the schema's",
         "(`src/acoustic_mlm/config/config.schema.json`), *typed as* the field of the typed configuration",
         "(`acoustic_mlm.config.sections`, `acoustic_mlm.model.config`), *default* the value in",
         f"`{DEFAULT}` (the `sweep` keys: `{SWEEP_PRESET}`'s), *reruns* the pipeline steps whose outputs",
         "depend on the key (`acoustic_mlm.config.steps.STEP_KEYS`): change it and Snakemake and DVC rerun",
-        "those steps and the ones after them. Cross-key rules (DeepNorm needs `norm: deepnorm` with warm-up,",
-        "codebooks within the bandwidth, ...) are checked by `acoustic_mlm.config.checks`.",
+        "those steps and the ones after them. Rules across keys (`model.dim` divisible by `model.heads`,",
+        "`train.warmup_steps` below the updates, unique arm labels, ...) are checked by `acoustic_mlm.config.checks`.",
         "",
     ]
     keys = schema_keys(schema)
@@ -221,7 +224,7 @@ def render() -> str:
             )
             value = _value(sweep if key.startswith("sweep") else default, key)
             cells = [
-                f"`{key}`",
+                f"`{key}`" + ("" if sub["_required"] else " (optional)"),
                 _allowed(sub),
                 f"`{typed.get(key, typed.get(key.rsplit('.', 1)[0], '-'))}`",
                 value,
@@ -236,7 +239,7 @@ def render() -> str:
 def missing(text: str) -> list[str]:
     """Keys of the schema or of the typed configuration without a row in `text`."""
     schema = json.loads(sections.SCHEMA_PATH.read_text())
-    rows = set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+    rows = set(re.findall(r"^\| `([^`]+)`(?: \(optional\))? \|", text, re.M))
     gaps = {k for k, _ in schema_keys(schema) if k not in rows}
     # a typed field holding a mapping of free names (sweep[].grid) is entered as its rows' prefix
     gaps |= {k for k in typed_fields() if k not in rows and not any(r.startswith(k + ".") for r in rows)}
