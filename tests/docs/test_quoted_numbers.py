@@ -94,9 +94,9 @@ QUOTES = [
         lambda: (_number(_row("BENCHMARKS.md", "default", "`/usr/bin/time -v snakemake --cores all`")[-1]),),
     ),
     Quote(
-        "the default pipeline's disk",
-        r"GB RAM, ([\d.]+) (?:GB|MB) disk\)",
-        lambda: (_number(_bench_column("disk", "default (`config/config.yaml`)", "`du -sh data results .snakemake`")),),
+        "the default pipeline's data on disk",
+        r"GB RAM, (\d+) MB of data\)",
+        lambda: (_number(_bench_column("data", "default (`config/config.yaml`)", "`du -sh data results .snakemake`")),),
     ),
     Quote(
         "the tests' time",
