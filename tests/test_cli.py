@@ -45,3 +45,36 @@ def test_every_subcommand_has_help_with_the_config_option(capsys, stage):
 def test_the_help_lists_every_subcommand_in_the_parsers_order():
     """`amlm --help` ends with the module docstring's table: one line per subcommand, none missing."""
     assert re.findall(r"^    amlm (\S+)", cli.__doc__, re.M) == _subcommands()
+
+
+def _stages() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_help_text_states_its_default():
+    """An option with a default (a path, a number, a choice) says it in its help, as printed."""
+    missing = []
+    for name, parser in _stages().items():
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if action.help in (None, argparse.SUPPRESS) or action.default in (None, False, argparse.SUPPRESS):
+                continue
+            d = action.default
+            shown = {str(d)} | ({str(int(d))} if isinstance(d, float) and d.is_integer() else set())
+            if not any(f"(default: {v})" in text or f"default {v}" in text for v in shown):
+                missing.append(f"{name} {'/'.join(action.option_strings)}: {action.default}")
+    assert not missing, missing
+
+
+def test_threads_is_offered_only_where_it_sets_torchs_threads(capsys):
+    offered = {name for name, p in _stages().items() if "--threads" in p.format_help()}
+    assert offered == {"train", "preflight"}
+    # tokenize computes with tokenizer.threads: the rules' --threads (that same value) is accepted, not offered
+    assert cli.build_parser().parse_args(["tokenize", "--threads", "2"]).threads == 2
+
+
+def test_help_texts_print_percent_signs_once(capsys):
+    for name, parser in _stages().items():
+        assert "%%" not in parser.format_help(), name
+    assert "stable by 40% of the x-range" in " ".join(_stages()["claims"].format_help().split())

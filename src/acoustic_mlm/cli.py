@@ -37,10 +37,13 @@ from acoustic_mlm.utils import final_names, log, setup_logging
 DEFAULT_CONFIG = "config/config.yaml"
 
 
-def _stage_parser(sub, name: str, help_: str, description: str) -> argparse.ArgumentParser:
+def _stage_parser(sub, name: str, help_: str, description: str, threads: bool = False) -> argparse.ArgumentParser:
+    """A stage's parser with --config and -v; --threads only for the stages whose torch threads it sets
+    (train, preflight)."""
     p = sub.add_parser(name, help=help_, description=description)
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration YAML (default: {DEFAULT_CONFIG})")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: train.threads)")
+    if threads:
+        p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: train.threads)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -112,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--prepared", type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)"
     )
     p.add_argument("--out", type=Path, default=Path("data/codes"), help="output folder (default: data/codes)")
+    # The codes depend on the thread count, so tokenize computes with tokenizer.threads; the Snakemake rules
+    # pass that same value as --threads, accepted here and not offered in the help.
+    p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     _step_options(
         p,
         "--fit",
@@ -126,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train one arm of the ablation",
         "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
         "metrics.csv (losses in bits), summary.json and checkpoint.pt into --out.",
+        threads=True,
     )
     p.add_argument("run_name", nargs="?", metavar="RUN", help="run name, a key of runs: in the config")
     p.add_argument(
@@ -147,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(run, label, seed, step, split, codebook, loss_bits).",
     )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
-    p.add_argument("--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV")
+    p.add_argument(
+        "--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV (default: %(default)s)"
+    )
     p.add_argument(
         "--finals",
         type=Path,
@@ -162,7 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
         "draw the codebook-0 loss vs training steps chart",
         "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.",
     )
-    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument(
+        "--curves",
+        type=Path,
+        default=Path("results/loss_curves.csv"),
+        help="tidy loss curves CSV (default: %(default)s)",
+    )
     p.add_argument(
         "--reference",
         type=Path,
@@ -180,8 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
         "attention logit (fp16 limit drawn) and the fp16 loss scale against training steps, every loss "
         "spike marked on every panel; PNG (300 dpi), PDF and SVG.",
     )
-    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
-    p.add_argument("--diagnostics", type=Path, default=Path("results/diagnostics.csv"), help="tidy diagnostics CSV")
+    p.add_argument(
+        "--curves",
+        type=Path,
+        default=Path("results/loss_curves.csv"),
+        help="tidy loss curves CSV (default: %(default)s)",
+    )
+    p.add_argument(
+        "--diagnostics",
+        type=Path,
+        default=Path("results/diagnostics.csv"),
+        help="tidy diagnostics CSV (default: %(default)s)",
+    )
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
     p = _stage_parser(
@@ -189,10 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
         "claims",
         "check the figure's claims on the reproduced curves",
         "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
-        "Post-Norm spike, Attn. Relax in between, stable by 40%% of the x-range) with numbers and a "
+        "Post-Norm spike, Attn. Relax in between, stable by 40% of the x-range) with numbers and a "
         "verdict.",
     )
-    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument(
+        "--curves",
+        type=Path,
+        default=Path("results/loss_curves.csv"),
+        help="tidy loss curves CSV (default: %(default)s)",
+    )
     p.add_argument(
         "--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)"
     )
@@ -200,10 +229,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--diagnostics",
         type=Path,
         default=Path("results/diagnostics.csv"),
-        help="tidy diagnostics CSV: what they show at each spike",
+        help="tidy diagnostics CSV: what they show at each spike (default: %(default)s)",
     )
-    p.add_argument("--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON")
-    p.add_argument("--out-md", type=Path, default=Path("results/claims.md"), help="verdicts as a markdown table")
+    p.add_argument(
+        "--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON (default: %(default)s)"
+    )
+    p.add_argument(
+        "--out-md",
+        type=Path,
+        default=Path("results/claims.md"),
+        help="verdicts as a markdown table (default: %(default)s)",
+    )
 
     p = _stage_parser(
         sub,
@@ -211,11 +247,21 @@ def build_parser() -> argparse.ArgumentParser:
         "draw the paper's curves beside the reproduction",
         "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 curves.",
     )
-    p.add_argument("--curves", type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV")
+    p.add_argument(
+        "--curves",
+        type=Path,
+        default=Path("results/loss_curves.csv"),
+        help="tidy loss curves CSV (default: %(default)s)",
+    )
     p.add_argument(
         "--reference", type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)"
     )
-    p.add_argument("--out", type=Path, default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/figures/paper_vs_reproduction.png"),
+        help="output PNG (default: %(default)s)",
+    )
 
     p = _stage_parser(
         sub,
@@ -226,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
         "share, clipped share, fp16 overflow skips (results/stability_map.csv).",
     )
     p.add_argument("--runs-dir", type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)")
-    p.add_argument("--out", type=Path, default=Path("results/stability_map.csv"), help="output CSV")
+    p.add_argument(
+        "--out", type=Path, default=Path("results/stability_map.csv"), help="output CSV (default: %(default)s)"
+    )
 
     p = _stage_parser(
         sub,
@@ -236,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         "per arm (diverged runs at the loss at initialisation); below, the largest attention logit "
         "against the rate with float16's limit. PNG (300 dpi), PDF and SVG.",
     )
-    p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
+    p.add_argument(
+        "--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV (default: %(default)s)"
+    )
     p.add_argument("--out", type=Path, default=Path("results/figures"), help="output folder (default: results/figures)")
 
     p = _stage_parser(
@@ -247,9 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
         "rate, and one verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in "
         "fp16 (rules: docs/stability.md).",
     )
-    p.add_argument("--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV")
-    p.add_argument("--out-json", type=Path, default=Path("results/map_claims.json"), help="verdicts as JSON")
-    p.add_argument("--out-md", type=Path, default=Path("results/map_claims.md"), help="verdicts as markdown")
+    p.add_argument(
+        "--map", type=Path, default=Path("results/stability_map.csv"), help="stability map CSV (default: %(default)s)"
+    )
+    p.add_argument(
+        "--out-json", type=Path, default=Path("results/map_claims.json"), help="verdicts as JSON (default: %(default)s)"
+    )
+    p.add_argument(
+        "--out-md", type=Path, default=Path("results/map_claims.md"), help="verdicts as markdown (default: %(default)s)"
+    )
 
     p = _stage_parser(
         sub,
@@ -284,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Build each arm's model at the preset's size on its device and precision, time a few "
         "micro-batches and optimizer steps on synthetic inputs, and project the time per update, per "
         "arm and for the whole figure, the memory (and the micro-batch that fits) and the disk.",
+        threads=True,
     )
     p.add_argument(
         "--out",
@@ -498,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace) -> int | None:
     cfg = C.load(args.config)
-    threads = args.threads if args.threads is not None else cfg.train.threads
+    threads = getattr(args, "threads", None)
+    threads = threads if threads is not None else cfg.train.threads
     if args.command == "validate":
         print(f"{args.config}: valid ({len(cfg.runs)} runs: {', '.join(cfg.runs)})")
         if args.out is not None:

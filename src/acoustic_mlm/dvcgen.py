@@ -279,7 +279,13 @@ def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
             cfg,
             outs=[Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"})],
             metrics=[Out(FINALS, comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
-            plots=[Out(curves, {"x": "step", "y": "loss_bits"})],
+            plots=[
+                Out(
+                    curves,
+                    {"template": "loss_curves", "x": "step", "y": "loss_bits"},
+                    {"template": ".dvc/plots/loss_curves.json: codebook 0, a line per run and seed, log x axis"},
+                )
+            ],
         ),
         _summary(
             "figure",

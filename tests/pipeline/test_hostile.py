@@ -591,6 +591,8 @@ def test_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_pa
     [
         (["--config", "figure={split: valid}"], "--config figure=...: command-line overrides are not supported"),
         (["--configfile", "config/smoke.yaml", "config/config.yaml"], "2 --configfile files given"),
+        (["--configfile", "config/smoke.yaml", "--configfile", "config/config.yaml"], "2 --configfile files given"),
+        (["--configfile=config/smoke.yaml", "--configfile", "config/smoke.yaml"], "2 --configfile files given"),
     ],
 )
 def test_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extra, needle):
@@ -606,6 +608,34 @@ def test_snakemake_config_overrides_are_refused_in_one_line(root, tmp_path, extr
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower()]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and len(errors) == 1 and needle in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, last_line",
+    [
+        (
+            ["--config", "train.steps=10"],
+            "ValueError: Invalid config definition: Config entry must start with a valid identifier.",
+        ),
+        (["--configfile", "missing.yaml"], "FileNotFoundError: [Errno 2] No such file or directory: 'missing.yaml'"),
+    ],
+)
+def test_what_snakemake_refuses_before_the_workflow_is_as_documented(root, tmp_path, extra, last_line):
+    """Snakemake parses --config and opens --configfile before it reads the Snakefile: its own answer,
+    exit 1, as docs/refusals.md shows it (if a Snakemake release changes it, the doc must follow)."""
+    repo = copy_repo(root, tmp_path / "repo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", *extra],
+        cwd=repo,
+        env=_engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]  # Snakemake 9 logs it to stdout
+    assert proc.returncode == 1 and lines[-1] == last_line, proc.stdout[-3000:]
+    assert last_line in (root / "docs" / "refusals.md").read_text()
+    assert not (repo / "results").exists() or not any((repo / "results").rglob("*.csv"))
 
 
 # ------------------------------------------------------------------- values valid now, breaking later

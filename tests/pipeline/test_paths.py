@@ -75,7 +75,14 @@ def _python_comments_and_docstrings(text: str) -> list[tuple[int, str]]:
 def _sources(root: Path) -> list[tuple[Path, list[tuple[int, str]]]]:
     """(file, [(line, text to search)]) for every file whose comments or text name paths."""
     sources = []
-    for pattern in ("config/*.yaml", "profiles/**/*.yaml", "Snakefile", "workflow/rules/*.smk", "workflow/envs/*.yaml"):
+    for pattern in (
+        "config/*.yaml",
+        "profiles/**/*.yaml",
+        "Snakefile",
+        "workflow/Snakefile",
+        "workflow/rules/*.smk",
+        "workflow/envs/*.yaml",
+    ):
         for path in sorted(root.glob(pattern)):
             sources.append((path, _hash_comments(path.read_text())))
     for pattern in DOCS:

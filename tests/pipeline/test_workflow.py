@@ -8,10 +8,10 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 from helpers import RUN_NAMES, copy_repo, write_sweep_config
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -195,7 +197,8 @@ def check_consistent(r: dict, cfg: C.Config) -> None:
     assert d["total_gb"] == pytest.approx(d["audio_gb"] + d["codes_gb"] + d["checkpoints_gb"])
 
 
-def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp_path, capsys):
+def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="acoustic_mlm")
     code = cli.main(
         [
             "preflight",
@@ -223,6 +226,9 @@ def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp
     md = (tmp_path / "preflight.md").read_text()
     assert all(f"| {run} |" in md for run in cfg.runs) and "The figure" in md and "Disk" in md
     assert not list(tmp_path.glob(".*tmp*"))  # nothing half-written left behind
+    summary = [r.getMessage() for r in caplog.records if "the figure takes" in r.getMessage()]
+    assert len(summary) == 1 and "on this CPU (1 process(es) per run" in summary[0], summary
+    assert "GPU" not in summary[0] and re.search(r"takes \d+\.\d (min|h) on", summary[0]), summary
 
 
 def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_weights(root, tmp_path):

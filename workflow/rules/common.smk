@@ -9,8 +9,11 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+# The repository root: the main Snakefile's folder (the top-level Snakefile), or the one above it
+# (`snakemake -s workflow/Snakefile`).
+ROOT = Path(workflow.basedir) if (Path(workflow.basedir) / "src").is_dir() else Path(workflow.basedir).parent
 # The package from this source tree, for its configuration check and STEP_KEYS (no torch needed).
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+sys.path.insert(0, str(ROOT / "src"))
 from acoustic_mlm import config as amlm_config
 from acoustic_mlm.config import sweep as amlm_sweep
 
@@ -31,10 +34,13 @@ if workflow.config_settings.config:
         f"--config {' '.join(f'{k}=...' for k in workflow.config_settings.config)}: command-line overrides are "
         "not supported; put every setting in one YAML file and pass it with --configfile FILE"
     )
-if len(workflow.overwrite_configfiles) > 1:
+# Snakemake keeps only the last of repeated options (`--configfile a --configfile b` reads b alone), so
+# the command line itself is counted too.
+_given = [a for a in sys.argv[1:] if a.split("=")[0] in ("--configfile", "--configfiles")]
+if len(workflow.overwrite_configfiles) > 1 or len(_given) > 1:
     _refuse(
-        f"{len(workflow.overwrite_configfiles)} --configfile files given; the stages read one: merge them into "
-        "one YAML file and pass it with --configfile FILE"
+        f"{max(len(workflow.overwrite_configfiles), len(_given))} --configfile files given; the stages read one: "
+        "merge them into one YAML file and pass it with --configfile FILE"
     )
 CONFIGFILE = (
     os.path.relpath(workflow.overwrite_configfiles[-1])
@@ -52,7 +58,7 @@ except ImportError as _exc:  # Snakemake's own environment lacks a dependency of
     print(f"snakemake: warning: full configuration check skipped ({_exc}); schema only", file=sys.stderr)
     with open(CONFIGFILE) as _fh:
         _whole = yaml.safe_load(_fh)
-    validate(_whole, str(Path(workflow.basedir) / "src/acoustic_mlm/config/config.schema.json"))
+    validate(_whole, str(ROOT / "src/acoustic_mlm/config/config.schema.json"))
 config.clear()
 config.update(_whole)
 
@@ -60,12 +66,12 @@ config.update(_whole)
 # package, so every job points Python at the source tree explicitly.
 # The path is relative to the working directory (the repository root), so that moving the
 # checkout does not change rule parameters and trigger reruns.
-SRC = os.path.relpath(Path(workflow.basedir) / "src")
+SRC = os.path.relpath(ROOT / "src")
 AMLM = f'PYTHONPATH="{SRC}" python -m acoustic_mlm'
 # A run on several GPUs: torchrun starts train.processes DDP processes (one per GPU) on each of
 # train.nodes machines (srun and a c10d rendezvous under SLURM); the package builds the command
 # (src/acoustic_mlm/train/launch.py, standard library only, loaded by path: no package install needed).
-_spec = importlib.util.spec_from_file_location("amlm_launch", Path(workflow.basedir) / "src/acoustic_mlm/train/launch.py")
+_spec = importlib.util.spec_from_file_location("amlm_launch", ROOT / "src/acoustic_mlm/train/launch.py")
 launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launch)
 TRAIN_CLI = launch.train_launcher(config["train"], SRC)

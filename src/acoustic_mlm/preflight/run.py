@@ -601,11 +601,24 @@ def _log_summary(result: dict, out_dir: Path, utilisation: float) -> None:
             best["gpu_hours"],
             out_dir / "preflight.md",
         )
+    elif result["cpu_times"]:  # a CPU preset: process-hours on this CPU, no GPU involved
+        log.info(
+            "preflight: the figure takes %s on this CPU (%d process(es) per run, %s of processes); results in %s",
+            _hours(figure["wall_hours"]),
+            figure["processes"],
+            _hours(figure["gpu_hours"]),
+            out_dir / "preflight.md",
+        )
     else:
         log.info(
-            "preflight: the figure takes %.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
-            figure["wall_hours"],
+            "preflight: the figure takes %s on %d GPU(s) (%.1f GPU-hours); results in %s",
+            _hours(figure["wall_hours"]),
             figure["gpus"],
             figure["gpu_hours"],
             out_dir / "preflight.md",
         )
+
+
+def _hours(hours: float) -> str:
+    """A duration for the log: minutes under an hour (a CPU preset's figure), hours above."""
+    return f"{60 * hours:.1f} min" if hours < 1 else f"{hours:.1f} h"

@@ -1,0 +1,207 @@
+"""The numbers the README quotes equal their sources: BENCHMARKS.md's tables, the presets, the
+decisive experiments' tables in data/reference/decisive/. One entry of QUOTES per number (or range);
+a new check is one more entry. A quote matches when its source value, rounded half up to the quote's
+own decimals, is the quoted value."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@cache
+def _text(rel: str) -> str:
+    return (ROOT / rel).read_text()
+
+
+def _row(rel: str, *cells: str) -> list[str]:
+    """The cells of the one table row of `rel` that holds every one of `cells` (exact cell text)."""
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in _text(rel).splitlines()
+        if line.startswith("|") and all(f"| {c} |" in line for c in cells)
+    ]
+    assert len(rows) == 1, f"{rel}: {len(rows)} table rows hold {cells}"
+    return rows[0]
+
+
+def _minutes(cell: str) -> float:
+    m = re.fullmatch(r"(\d+) min(?: (\d+) s)?", cell)
+    assert m, cell
+    return int(m.group(1)) + int(m.group(2) or 0) / 60
+
+
+def _number(cell: str) -> float:
+    return float(re.search(r"-?[\d,]+(?:\.\d+)?", cell).group().replace(",", ""))
+
+
+def _bench_column(header: str, *cells: str) -> str:
+    """The cell under `header` in BENCHMARKS.md's row holding `cells`."""
+    row = _row("BENCHMARKS.md", *cells)
+    lines = _text("BENCHMARKS.md").splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("|") and all(f"| {c} |" in line for c in cells))
+    head = next(lines[i] for i in range(at, -1, -1) if lines[i].startswith("|") and lines[i + 1].startswith("| ---"))
+    columns = [c.strip() for c in head.strip().strip("|").split("|")]
+    return row[columns.index(header)]
+
+
+@cache
+def _decisive() -> dict:
+    return json.loads(_text("data/reference/decisive/decisive.json"))
+
+
+def _decisive_row(promise: str, cell: str, steps: int) -> dict:
+    (p,) = [p for p in _decisive()["promises"] if p["id"] == promise]
+    (row,) = [r for r in p["rows"] if r["cell"] == cell and r["steps"] == steps]
+    return row
+
+
+def _sweep_runs(preset: str) -> list[int]:
+    from acoustic_mlm import config as C
+
+    cfg = C.load(ROOT / preset)
+    return [len(next(iter(cfg.point(p).runs.values())).seeds) for p in cfg.points]
+
+
+@dataclass(frozen=True)
+class Quote:
+    what: str
+    readme: str  # a regex on README.md; its groups are the quoted numbers
+    source: Callable[[], tuple[float, ...]]  # the values those numbers quote, in the groups' order
+
+
+DEEPNORM = ("deepnorm", "16 layers, lr 0.01, fp32")
+CLIPPING = ("clipping", "16 layers, lr 0.01, fp32")
+QUOTES = [
+    Quote(
+        "the default pipeline's wall time",
+        r"results/figures/ \((\d+) min on 2 cores",
+        lambda: (_minutes(_row("BENCHMARKS.md", "default", "`/usr/bin/time -v snakemake --cores all`")[-2]),),
+    ),
+    Quote(
+        "the default pipeline's peak memory",
+        r"on 2 cores, ([\d.]+) GB RAM",
+        lambda: (_number(_row("BENCHMARKS.md", "default", "`/usr/bin/time -v snakemake --cores all`")[-1]),),
+    ),
+    Quote(
+        "the default pipeline's data on disk",
+        r"GB RAM, (\d+) MB of data\)",
+        lambda: (_number(_bench_column("data", "default (`config/config.yaml`)", "`du -sh data results .snakemake`")),),
+    ),
+    Quote(
+        "the tests' time",
+        r"pytest\s+# the tests, after the install \((\d+) min on 2 cores\)",
+        lambda: (
+            _minutes(_row("BENCHMARKS.md", "the whole test suite, end-to-end runs included")[-1].split(", ")[-1]),
+        ),
+    ),
+    Quote(
+        "torch's CUDA install",
+        r"CUDA build \(([\d.]+) GB installed\)",
+        lambda: (
+            _number(_row("BENCHMARKS.md", "`du -sch torch nvidia* triton`, in the environment's `site-packages`")[-1]),
+        ),
+    ),
+    Quote(
+        "gpu-small's MFU on the H200",
+        r"gpu-small at (\d+) % MFU",
+        lambda: tuple(
+            float(v) for v in re.search(r"gpu-small at ([\d.]+)-([\d.]+) % MFU", _text("BENCHMARKS.md")).groups()
+        ),
+    ),
+    Quote(
+        "gpu-small's GPU-hours for one arm",
+        r"(\d+)-(\d+) GPU-hours for 100K updates of one arm",
+        lambda: (
+            _number(_row("BENCHMARKS.md", "`fp16_fairseq` (the preset's)")[2]),
+            _number(_row("BENCHMARKS.md", "`bf16`")[2]),
+        ),
+    ),
+    Quote(
+        "paper's MFU on the H200",
+        r"and paper at\s+(\d+) %",
+        lambda: (_number(re.search(r"paper at ([\d.]+) %", _text("BENCHMARKS.md")).group(1)),),
+    ),
+    Quote(
+        "the decisive preset's seeds (presets table)",
+        r"`config/decisive.yaml` \| the decisive experiments: the map's edge cells with (\d+)-(\d+) seeds",
+        lambda: (min(_sweep_runs("config/decisive.yaml")), max(_sweep_runs("config/decisive.yaml"))),
+    ),
+    Quote(
+        "the decisive preset's seeds and runs (its section)",
+        r"went back to its edge cells with (\d+)-(\d+) seeds, two budgets and an A/A pair, under\s+"
+        r"rules committed before its first run \((\d+) runs",
+        lambda: (
+            min(_sweep_runs("config/decisive.yaml")),
+            max(_sweep_runs("config/decisive.yaml")),
+            sum(_sweep_runs("config/decisive.yaml")),
+        ),
+    ),
+    Quote(
+        "the decisive runs recorded",
+        r"\((\d+) runs, pinned kernels; tables in `data/reference/decisive/`\)",
+        lambda: (len(list(csv.DictReader(open(ROOT / "data/reference/decisive/runs.csv")))),),
+    ),
+    Quote(
+        "the stability map's runs",
+        r"`config/proxy.yaml` \((\d+) runs, six rates, two depths\)",
+        lambda: (sum(_sweep_runs("config/proxy.yaml")),),
+    ),
+    Quote(
+        "DeepNorm against plain Post-Norm",
+        r"plain Post-Norm (\d+) of (\d+) runs trained, DeepNorm (\d+) of (\d+) at each budget \(p = ([\d.]+); "
+        r"gaps (-?[\d.]+) and (-?[\d.]+) bits inside 2 SE of ([\d.]+) and ([\d.]+)\): (\d+) seeds per arm",
+        lambda: (
+            sum(_decisive_row(*DEEPNORM, s)["trained_b"] for s in (500, 1000)),
+            sum(_decisive_row(*DEEPNORM, s)["n_b"] for s in (500, 1000)),
+            *{_decisive_row(*DEEPNORM, s)["trained_a"] for s in (500, 1000)},  # the same at each budget
+            *{_decisive_row(*DEEPNORM, s)["n_a"] for s in (500, 1000)},
+            *{_decisive_row(*DEEPNORM, s)["p_a"] for s in (500, 1000)},
+            _decisive_row(*DEEPNORM, 500)["gap"],
+            _decisive_row(*DEEPNORM, 1000)["gap"],
+            _decisive_row(*DEEPNORM, 500)["resolution"],
+            _decisive_row(*DEEPNORM, 1000)["resolution"],
+            max(_decisive_row(*DEEPNORM, s)["seeds_for_loss"] for s in (500, 1000)),
+        ),
+    ),
+    Quote(
+        "clip 1 against clip 10",
+        r"16 layers, 1e-2: (\d+) of (\d+) against (\d+) of (\d+) trained at 1,000 updates, (\d+) of (\d+) against "
+        r"(\d+) of (\d+) at 500",
+        lambda: tuple(
+            _decisive_row(*CLIPPING, s)[k] for s in (1000, 500) for k in ("trained_a", "n_a", "trained_b", "n_b")
+        ),
+    ),
+]
+
+
+def _matches(quoted: str, value: float) -> bool:
+    decimals = Decimal(quoted).as_tuple().exponent
+    return Decimal(str(value)).quantize(Decimal(1).scaleb(decimals), rounding=ROUND_HALF_UP) == Decimal(quoted)
+
+
+@pytest.mark.parametrize("quote", QUOTES, ids=[q.what for q in QUOTES])
+def test_the_readme_quotes_its_sources(quote):
+    readme = " ".join(_text("README.md").split())  # a quote may wrap across lines
+    m = re.search(quote.readme, readme)
+    assert m, f"README.md no longer quotes {quote.what} in the form {quote.readme!r}"
+    values = quote.source()
+    quoted = m.groups() * len(values) if len(m.groups()) == 1 else m.groups()  # one number for a range: both ends
+    assert len(values) == len(quoted), (quote.what, values)
+    wrong = [(q, v) for q, v in zip(quoted, values) if not _matches(q, v)]
+    assert not wrong, f"README.md quotes {quote.what} as {m.groups()}, its sources say {values}"
+
+
+def test_a_quote_that_drifts_fails():
+    assert _matches("1.9", 1.85) and _matches("9", _minutes("8 min 51 s")) and _matches("-0.75", -0.753)
+    assert not _matches("1.8", 1.85) and not _matches("182", 190.4) and not _matches("3", 2)
