@@ -13,7 +13,8 @@ context, one run at a time, and publishes one row per run as it finishes:
             Post-Norm and DeepNorm (clip 1)
 
     python benchmarks/proxy_sizing.py --size S1 --arm prenorm_clip10 --lr 0.003 0.01 --seed 1 \
-        --out data/reference/proxy_sizing --work results/proxy_sizing
+        --out data/reference/proxy_sizing --work /tmp/amlm_proxy_sizing
+    python benchmarks/proxy_sizing.py --size S1 --procedure     # the rules' whole procedure at one size
 
 Each run appends (atomically rewrites) under --out:
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import json
 import math
 import shutil
 import sys
@@ -145,6 +147,7 @@ def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Pa
     key = {"size": size, "arm": arm, "lr": lr, "seed": seed}
     crossed = cross_step(steps[finite], loss[finite], plateau - MARGIN)
     model = SIZES[size]
+    logits = m["attn_logit_max"].dropna()
     run = {
         **key,
         "dim": model["model.dim"],
@@ -160,7 +163,7 @@ def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Pa
         "largest_spike_bits": max((s["height_bits"] for s in spikes), default=0.0),
         "max_grad_norm": row["max_grad_norm"],
         "attn_logit_max": row["attn_logit_max"],
-        "attn_logit_final": float(m["attn_logit_max"].dropna().iloc[-1]) if m["attn_logit_max"].notna().any() else math.nan,
+        "attn_logit_final": float(logits.iloc[-1]) if len(logits) else math.nan,
         "wall_time_s": round(wall, 1),
     }
     curve = pd.DataFrame(
@@ -184,15 +187,109 @@ def _append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
         new.to_csv(tmp, index=False)
 
 
+RATES = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+BASELINE = "prenorm_clip10"
+# (unstabilized arm, stabilized arm): the stabilizer is what differs between them
+PAIRS = [
+    ("prenorm_noclip", "prenorm_clip1"),
+    ("prenorm_noclip", "prenorm_clip10"),
+    ("prenorm_clip10", "prenorm_clip1"),
+    ("postnorm_clip1", "postnorm_deepnorm_clip1"),
+]
+LOGIT_GROWTH, LOGIT_LOSS_COST = 10.0, 0.5
+
+
+def best_rate(runs: pd.DataFrame, size: str) -> float | None:
+    """The baseline's seed-1 rate of lowest final loss (the lower rate within 0.02 bits)."""
+    r = runs[(runs["size"] == size) & (runs["arm"] == BASELINE) & (runs["seed"] == 1)].sort_values("lr")
+    r = r[np.isfinite(r["final_loss"])]
+    if r.empty:
+        return None
+    low = float(r["final_loss"].min())
+    return float(r[r["final_loss"] <= low + 0.02]["lr"].iloc[0])
+
+
+def instabilities(runs: pd.DataFrame, size: str, best: float) -> pd.Series:
+    """Per run of the size: True when it shows an instability (docs/stability.md, (i)-(iv))."""
+    r = runs[runs["size"] == size]
+    base = r[(r["arm"] == BASELINE) & np.isclose(r["lr"], best)].set_index("seed")
+    ref_logit = r["seed"].map(base["attn_logit_final"])
+    ref_loss = r["seed"].map(base["final_loss"])
+    growth = (r["attn_logit_final"] >= LOGIT_GROWTH * ref_logit) & (r["final_loss"] >= ref_loss + LOGIT_LOSS_COST)
+    failed = (r["status"] != "completed") | (r["nonfinite_steps"] > 0)
+    collapsed = r["left_plateau"].astype(bool) & ~r["trained"].astype(bool)
+    return (r["largest_spike_bits"] >= decisive.SPIKE_THRESHOLD) | failed | collapsed | growth.fillna(False)
+
+
+def _unstable(runs: pd.DataFrame, size: str, best: float, arm: str, lr: float) -> pd.Series:
+    """The instability flags of one arm's runs at one rate of the size."""
+    r = runs[runs["size"] == size]
+    flags = instabilities(runs, size, best)
+    return flags[(r["arm"] == arm) & np.isclose(r["lr"], lr)]
+
+
+def _run(size, arms, lrs, seeds, out, work) -> pd.DataFrame:
+    args = ["--size", size, "--arm", *arms, "--lr", *map(str, lrs), "--seed", *map(str, seeds)]
+    main([*args, "--out", str(out), "--work", str(work)])
+    return pd.read_csv(out / "runs.csv")
+
+
+def procedure(size: str, out: Path, work: Path) -> dict:
+    """docs/stability.md's procedure at one size: rate scan, (a), above the best rate, (b), (c)."""
+    verdict = {"size": size}
+    runs = _run(size, [BASELINE], RATES, [1], out, work)
+    best = best_rate(runs, size)
+    verdict["best_rate"] = best
+    runs = _run(size, [BASELINE], [best], [2, 3], out, work)
+    at_best = runs[(runs["size"] == size) & (runs["arm"] == BASELINE) & np.isclose(runs["lr"], best)]
+    verdict["a_trained"] = f"{int(at_best['trained'].sum())} of {len(at_best)}"
+    verdict["a"] = bool(len(at_best) == 3 and at_best["trained"].all())
+    if not verdict["a"]:
+        return verdict
+    above = [lr for lr in RATES if lr > best * 1.0001]
+    runs = _run(size, sorted(ARMS), above, [1], out, work)
+    prevented = []
+    for lr in above:
+        for bad, good in PAIRS:
+            if not (_unstable(runs, size, best, bad, lr).any() and not _unstable(runs, size, best, good, lr).any()):
+                continue
+            runs = _run(size, [bad, good], [lr], [2, 3], out, work)
+            n_bad = int(_unstable(runs, size, best, bad, lr).sum())
+            n_good = int(_unstable(runs, size, best, good, lr).sum())
+            if n_bad >= 2 and n_good == 0:
+                prevented.append({"lr": lr, "without": bad, "with": good, "unstable_without": n_bad})
+    verdict["b_prevented"] = prevented
+    verdict["b"] = bool(prevented)
+    r = runs[runs["size"] == size]
+    verdict["c_longest_run_s"] = float(r["wall_time_s"].max())
+    verdict["c"] = bool(r["wall_time_s"].max() <= 300)
+    return verdict
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", required=True, choices=sorted(SIZES))
-    p.add_argument("--arm", nargs="+", required=True, choices=sorted(ARMS))
-    p.add_argument("--lr", nargs="+", type=float, required=True)
+    p.add_argument("--size", nargs="+", required=True, choices=sorted(SIZES), help="with --procedure: in order")
+    p.add_argument("--procedure", action="store_true", help="run the rules' whole procedure at --size")
+    p.add_argument("--arm", nargs="+", choices=sorted(ARMS))
+    p.add_argument("--lr", nargs="+", type=float)
     p.add_argument("--seed", nargs="+", type=int, default=[1])
     p.add_argument("--out", type=Path, default=ROOT / "data" / "reference" / "proxy_sizing")
-    p.add_argument("--work", type=Path, default=ROOT / "results" / "proxy_sizing")
+    p.add_argument("--work", type=Path, default=Path("/tmp/amlm_proxy_sizing"))
     args = p.parse_args(argv)
+    if args.procedure:  # the sizes in order, up to the first that passes (a), (b) and (c)
+        for size in args.size:
+            verdict = procedure(size, args.out, args.work)
+            print(json.dumps(verdict), flush=True)
+            with atomic_path(args.out / f"verdict_{size}.json") as tmp:
+                tmp.write_text(json.dumps(verdict, indent=2) + "\n")
+            if all(verdict.get(k) for k in ("a", "b", "c")):
+                break
+        return 0
+    if len(args.size) != 1:
+        p.error("one --size without --procedure")
+    args.size = args.size[0]
+    if not (args.arm and args.lr):
+        p.error("--arm and --lr are needed without --procedure")
     corpus = args.work / "data"
     if not (corpus / "codes" / "tokenizer.json").exists():
         shutil.rmtree(corpus, ignore_errors=True)
@@ -204,9 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seed:
         for lr in args.lr:
             for arm in args.arm:
-                if done is not None and (
-                    (done["size"] == args.size) & (done["arm"] == arm) & np.isclose(done["lr"], lr) & (done["seed"] == seed)
-                ).any():
+                if (
+                    done is not None
+                    and (
+                        (done["size"] == args.size)
+                        & (done["arm"] == arm)
+                        & np.isclose(done["lr"], lr)
+                        & (done["seed"] == seed)
+                    ).any()
+                ):
                     print(f"already run: {args.size} {arm} {lr:g} seed {seed}", flush=True)
                     continue
                 run, curve, spikes = one_run(args.size, arm, lr, seed, prepared, codes, plateau, args.work)
