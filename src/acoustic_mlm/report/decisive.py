@@ -276,7 +276,7 @@ def seeds_to_decide(a: pd.DataFrame, b: pd.DataFrame, aa: float, most: int = 64)
     which the one-sided Fisher test at SIGNIFICANCE rejects with chance 0.8 at the observed trained
     shares (exact); for the loss, the fewest n at which a gap of the observed size clears 2 SE (a
     one-sided z at 2) with chance 0.8, when |gap| clears the A/A floor and MIN_GAP (else none: no
-    number of seeds separates rounding). None beyond `most`."""
+    number of seeds separates rounding). Survival: None beyond `most`."""
     share_a, share_b = float(a["trained"].mean()), float(b["trained"].mean())
     survival = None
     if share_a != share_b:
@@ -287,7 +287,6 @@ def seeds_to_decide(a: pd.DataFrame, b: pd.DataFrame, aa: float, most: int = 64)
     loss = None
     if gap > max(aa if math.isfinite(aa) else 0.0, MIN_GAP):
         loss = power.loss_seeds_for_power(gap, *sd, alpha=float(norm.sf(2.0)))
-        loss = loss if loss <= most else None
     return {"seeds_for_survival": survival, "seeds_for_loss": loss}
 
 
