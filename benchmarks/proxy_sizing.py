@@ -234,7 +234,13 @@ def _run(size, arms, lrs, seeds, out, work) -> pd.DataFrame:
     return pd.read_csv(out / "runs.csv")
 
 
-def procedure(size: str, out: Path, work: Path) -> dict:
+def spent(out: Path) -> float:
+    """Wall seconds of every run published so far."""
+    path = out / "runs.csv"
+    return float(pd.read_csv(path)["wall_time_s"].sum()) if path.exists() else 0.0
+
+
+def procedure(size: str, out: Path, work: Path, budget_s: float = math.inf) -> dict:
     """docs/stability.md's procedure at one size: rate scan, (a), above the best rate, (b), (c)."""
     verdict = {"size": size}
     runs = _run(size, [BASELINE], RATES, [1], out, work)
@@ -247,10 +253,15 @@ def procedure(size: str, out: Path, work: Path) -> dict:
     if not verdict["a"]:
         return verdict
     above = [lr for lr in RATES if lr > best * 1.0001]
-    runs = _run(size, sorted(ARMS), above, [1], out, work)
-    prevented = []
     for lr in above:
+        if spent(out) > budget_s:
+            break
+        runs = _run(size, sorted(ARMS), [lr], [1], out, work)
+    prevented = []
+    for lr in above:  # stops at the first pair and rate that pass (b): the rules ask for one
         for bad, good in PAIRS:
+            if prevented or spent(out) > budget_s:
+                break
             if not (_unstable(runs, size, best, bad, lr).any() and not _unstable(runs, size, best, good, lr).any()):
                 continue
             runs = _run(size, [bad, good], [lr], [2, 3], out, work)
@@ -260,6 +271,7 @@ def procedure(size: str, out: Path, work: Path) -> dict:
                 prevented.append({"lr": lr, "without": bad, "with": good, "unstable_without": n_bad})
     verdict["b_prevented"] = prevented
     verdict["b"] = bool(prevented)
+    verdict["stopped_at_budget"] = bool(not prevented and spent(out) > budget_s)
     r = runs[runs["size"] == size]
     verdict["c_longest_run_s"] = float(r["wall_time_s"].max())
     verdict["c"] = bool(r["wall_time_s"].max() <= 300)
@@ -271,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", nargs="+", required=True, choices=sorted(SIZES), help="with --procedure: in order")
     p.add_argument("--procedure", action="store_true", help="run the rules' whole procedure at --size")
     p.add_argument("--arm", nargs="+", choices=sorted(ARMS))
+    p.add_argument("--budget-minutes", type=float, default=100.0, help="--procedure: run time of all runs, at most")
     p.add_argument("--lr", nargs="+", type=float)
     p.add_argument("--seed", nargs="+", type=int, default=[1])
     p.add_argument("--out", type=Path, default=ROOT / "data" / "reference" / "proxy_sizing")
@@ -278,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.procedure:  # the sizes in order, up to the first that passes (a), (b) and (c)
         for size in args.size:
-            verdict = procedure(size, args.out, args.work)
+            if spent(args.out) > args.budget_minutes * 60:
+                print(f"budget of {args.budget_minutes} minutes spent before size {size}", flush=True)
+                break
+            verdict = procedure(size, args.out, args.work, args.budget_minutes * 60)
             print(json.dumps(verdict), flush=True)
             with atomic_path(args.out / f"verdict_{size}.json") as tmp:
                 tmp.write_text(json.dumps(verdict, indent=2) + "\n")
