@@ -571,7 +571,7 @@ def to_markdown(result: dict) -> str:
                     lines.append(
                         f"- {r['cell']} at {r['steps']} updates: a fresh comparison (new seeds, not pooled "
                         f"with these) needs {n} seeds per arm ({test}) for 80 % power if the observed numbers "
-                        f"were the truth: {extra} more runs, about {hours:.1f} core-hours at this cell's "
+                        f"were the truth: {extra} runs, about {hours:.1f} core-hours at this cell's "
                         "measured run time"
                     )
                 else:
