@@ -304,14 +304,19 @@ def test_amlm_decide_refuses_a_summary_without_settings(tmp_path, capsys):
 
 
 def test_seeds_that_would_decide_an_undecided_comparison():
-    # 2 of 4 trained against 0 of 4 (p = 0.21): at those shares 7 seeds per arm give 4/7 against 0/7 (p = 0.035)
+    # 2 of 4 trained against 0 of 4 (p = 0.21). At those shares the expected table at 7 seeds (4/7
+    # against 0/7, p = 0.035) would be decided with only 50 % power; 80 % power needs 10 per arm.
     a = frame([6.8, 6.9, 9.4, 9.45], trained=[True, True, False, False])
     b = frame([9.44, 9.45, 9.44, 9.46], trained=[False] * 4)
     need = D.seeds_to_decide(a, b, aa=5.0)  # a gap inside a huge A/A floor: no number of seeds for the loss
-    assert need == {"seeds_for_survival": 7, "seeds_for_loss": None}
+    assert need == {"seeds_for_survival": 10, "seeds_for_loss": None}
+    # the arms' order does not matter
+    assert D.seeds_to_decide(b, a, aa=5.0)["seeds_for_survival"] == 10
     need = D.seeds_to_decide(a, b, aa=0.02)
     sd = np.std([6.8, 6.9, 9.4, 9.45], ddof=1)
     gap = abs(np.mean([6.8, 6.9, 9.4, 9.45]) - np.mean([9.44, 9.45, 9.44, 9.46]))
-    assert need["seeds_for_loss"] == math.ceil(4 * (sd**2 + np.var([9.44, 9.45, 9.44, 9.46], ddof=1)) / gap**2)
+    # 2 SE is a one-sided z at 2; 80 % power adds z = 0.8416: n = (2 + 0.8416)^2 (s_a^2 + s_b^2) / gap^2
+    z = 2.0 + 0.8416212335729143
+    assert need["seeds_for_loss"] == math.ceil(z**2 * (sd**2 + np.var([9.44, 9.45, 9.44, 9.46], ddof=1)) / gap**2)
     # equal shares: survival can never decide
     assert D.seeds_to_decide(b, b, aa=0.0)["seeds_for_survival"] is None

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from acoustic_mlm import curves
 from acoustic_mlm.artifacts.checked import read_csv_table
@@ -32,6 +33,7 @@ from acoustic_mlm.artifacts.codes import read_tokenizer_summary
 from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
 from acoustic_mlm.artifacts.run_summary import SUMMARY, arm_settings, read_arm_summary
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report import power
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: an unfused logit beyond it is inf
 
 log = logging.getLogger(__name__)
@@ -269,23 +271,22 @@ def catch_up_void(gap: float, late_fall_a, late_fall_b) -> bool:
 
 
 def seeds_to_decide(a: pd.DataFrame, b: pd.DataFrame, aa: float, most: int = 64) -> dict:
-    """How many seeds per arm would decide an undecided comparison if the observed numbers held:
-    for survival, the fewest n at which the trained shares (scaled to n) give p < SIGNIFICANCE; for
-    the loss, the fewest n at which 2 SE (the observed standard deviations) falls below |gap|, when
-    |gap| clears the A/A floor and MIN_GAP (else none: no number of seeds separates rounding)."""
+    """How many seeds per arm a fresh comparison (new seeds, not pooled with these) needs for 80 %
+    power (report/power.py), if the observed numbers were the truth: for survival, the fewest n at
+    which the one-sided Fisher test at SIGNIFICANCE rejects with chance 0.8 at the observed trained
+    shares (exact); for the loss, the fewest n at which a gap of the observed size clears 2 SE (a
+    one-sided z at 2) with chance 0.8, when |gap| clears the A/A floor and MIN_GAP (else none: no
+    number of seeds separates rounding). Survival: None beyond `most`."""
     share_a, share_b = float(a["trained"].mean()), float(b["trained"].mean())
     survival = None
     if share_a != share_b:
-        for n in range(2, most + 1):
-            ta, tb = round(share_a * n), round(share_b * n)
-            if min(fisher_one_sided(ta, n, tb, n)) < SIGNIFICANCE:
-                survival = n
-                break
+        hi, lo = max(share_a, share_b), min(share_a, share_b)
+        survival = power.seeds_for_power(lambda n: power.fisher_power(hi, lo, n, alpha=SIGNIFICANCE), most=most)
     gap = abs(float(a["capped_loss"].mean() - b["capped_loss"].mean()))
     sd = [float(np.std(x, ddof=1)) if len(x) > 1 else 0.0 for x in (a["capped_loss"], b["capped_loss"])]
     loss = None
     if gap > max(aa if math.isfinite(aa) else 0.0, MIN_GAP):
-        loss = max(2, math.ceil(4 * (sd[0] ** 2 + sd[1] ** 2) / gap**2))
+        loss = power.loss_seeds_for_power(gap, *sd, alpha=float(norm.sf(2.0)))
     return {"seeds_for_survival": survival, "seeds_for_loss": loss}
 
 
@@ -565,12 +566,13 @@ def to_markdown(result: dict) -> str:
                 if need:
                     test = min(need, key=need.get)
                     n = need[test]
-                    extra = max(0, n - int(min(r["n_a"], r["n_b"]))) * 2
+                    extra = 2 * n  # fresh seeds for both arms
                     hours = extra * (r.get("run_seconds") or math.nan) / 3600
                     lines.append(
-                        f"- {r['cell']} at {r['steps']} updates would be decided, if the observed numbers "
-                        f"held, by {n} seeds per arm ({test}): {extra} more runs, about {hours:.1f} "
-                        "core-hours at this cell's measured run time"
+                        f"- {r['cell']} at {r['steps']} updates: a fresh comparison (new seeds, not pooled "
+                        f"with these) needs {n} seeds per arm ({test}) for 80 % power if the observed numbers "
+                        f"were the truth: {extra} runs, about {hours:.1f} core-hours at this cell's "
+                        "measured run time"
                     )
                 else:
                     lines.append(

@@ -1,0 +1,346 @@
+"""Sizing a proxy that learns and breaks: the sizing runs of docs/stability.md ("Sizing a proxy").
+
+The decisive round's proxy (width 32, 2 layers, the default's codes) never left its unigram plateau,
+so it could say nothing about instability. This script trains the package's own model (`train.run`,
+config/proxy.yaml's settings with a size's overrides) on a corpus whose codes are learnable from
+context, one run at a time, and publishes one row per run as it finishes:
+
+    corpus  benchmarks/forced_spike.py's generated corpus in the package's layout (tones whose pitch is
+            codebook 0's code, in runs of about 12 frames; 16 codes: the plateau is their unigram
+            entropy, about 4 bits), CLIPS clips of FRAMES frames, the last held out
+    sizes   SIZES below: model and budget overrides of config/proxy.yaml
+    arms    ARMS below: the baseline (Pre-Norm, clip 10), clip 1, clipping off (the control), plain
+            Post-Norm and DeepNorm (clip 1)
+
+    python benchmarks/proxy_sizing.py --size S1 --arm prenorm_clip10 --lr 0.003 0.01 --seed 1 \
+        --out data/reference/proxy_sizing --work /tmp/amlm_proxy_sizing
+    python benchmarks/proxy_sizing.py --size S1 --procedure     # the rules' whole procedure at one size
+
+Each run appends (atomically rewrites) under --out:
+
+    runs.csv     one row per run: size, arm, rate, seed, its settings, the outcomes of
+                 report/decisive.run_outcomes against the corpus's plateau, the first step at which the
+                 training loss is 1 bit below the plateau (`cross_step`), spikes, the largest attention
+                 logit and gradient norm, the run's status and wall time
+    curves.csv   every metrics row of every run (step, training and validation loss of codebook 0,
+                 largest attention logit, gradient norm before clipping): anyone can re-judge
+    spikes.csv   every spike (curves.detect_spikes, 0.5 bits above the running minimum, recovered
+                 within 0.2), with onset, peak and recovery steps
+
+A run already in runs.csv (same size, arm, rate and seed) is not trained again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acoustic_mlm import config as C
+from acoustic_mlm import curves
+from acoustic_mlm.report import decisive
+from acoustic_mlm.train import loop as train
+from acoustic_mlm.utils import atomic_path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIPS, FRAMES = 24, 600  # 23 training clips of 8 s and one held out
+MARGIN = 1.0  # bits below the plateau that count as having left it (criterion (a))
+
+# Model and budget overrides of config/proxy.yaml, smallest first (docs/stability.md: the ladder).
+SIZES: dict[str, dict] = {
+    "S1": {"model.dim": 32, "model.layers": 2, "model.ffn_dim": 128, "train.steps": 600, "train.batch_size": 8},
+    "S2": {"model.dim": 64, "model.layers": 2, "model.ffn_dim": 256, "train.steps": 600, "train.batch_size": 8},
+    "S3": {"model.dim": 64, "model.layers": 4, "model.ffn_dim": 256, "train.steps": 800, "train.batch_size": 8},
+}
+COMMON = {"train.warmup_steps": 50, "train.log_interval": 25, "train.checkpoint_interval": 0, "train.threads": 1}
+ARMS: dict[str, dict] = {
+    "prenorm_clip10": {"norm": "pre", "attention": "softmax", "clip": 10.0},
+    "prenorm_clip1": {"norm": "pre", "attention": "softmax", "clip": 1.0},
+    "prenorm_noclip": {"norm": "pre", "attention": "softmax", "clip": 0.0},
+    "postnorm_clip1": {"norm": "post", "attention": "softmax", "clip": 1.0},
+    "postnorm_deepnorm_clip1": {"norm": "deepnorm", "attention": "softmax", "clip": 1.0},
+}
+RUN_COLUMNS = [
+    "size",
+    "arm",
+    "lr",
+    "seed",
+    "dim",
+    "layers",
+    "ffn_dim",
+    "steps",
+    "batch_size",
+    "norm",
+    "attention",
+    "clip",
+    "status",
+    "plateau",
+    "first_loss",
+    "final_loss",
+    "lowest_loss",
+    "lowest_step",
+    "cross_step",
+    "left_plateau",
+    "trained",
+    "collapsed",
+    "spikes",
+    "largest_spike_bits",
+    "nonfinite_steps",
+    "max_grad_norm",
+    "attn_logit_max",
+    "attn_logit_final",
+    "wall_time_s",
+]
+CURVE_COLUMNS = ["size", "arm", "lr", "seed", "step", "train_loss_cb0", "valid_loss_cb0", "attn_logit_max", "grad_norm"]
+SPIKE_COLUMNS = ["size", "arm", "lr", "seed", "onset_step", "peak_step", "peak_bits", "base_bits", "height_bits"]
+SPIKE_COLUMNS += ["recovery_step"]
+
+
+def _forced_spike():
+    spec = importlib.util.spec_from_file_location("forced_spike", ROOT / "benchmarks" / "forced_spike.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def settings_for(size: str, arm: str, lr: float, seed: int) -> dict:
+    """config/proxy.yaml's mapping with the size's and the arm's settings, one arm, one seed, no sweep."""
+    s = copy.deepcopy(C.read_yaml(ROOT / "config" / "proxy.yaml"))
+    s.pop("sweep", None)
+    for dotted, value in {**SIZES[size], **COMMON, "train.lr": lr}.items():
+        section, key = dotted.split(".")
+        if key not in s[section]:
+            raise SystemExit(f"no key {dotted!r} in config/proxy.yaml")
+        s[section][key] = value
+    s["runs"] = {arm: {"label": arm, **ARMS[arm], "seeds": [seed]}}
+    return C.validate(s, f"proxy sizing {size} {arm}")
+
+
+def cross_step(steps, loss, line: float):
+    """First metrics row whose loss is at or below `line` (None: never)."""
+    below = np.flatnonzero(np.asarray(loss, dtype=float) <= line)
+    return int(np.asarray(steps)[below[0]]) if len(below) else None
+
+
+def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Path, plateau: float, work: Path):
+    cfg = settings_for(size, arm, lr, seed)
+    name = f"{size}__{arm}__lr-{lr:g}__seed-{seed}"
+    out = work / "runs" / name
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    train.run(cfg, arm, prepared, codes, out, threads=1)
+    wall = time.perf_counter() - t0
+    [row] = decisive.read_run(out, plateau)
+    m = pd.read_csv(out / "metrics.csv")
+    steps, loss = m["step"].to_numpy(), m["train_loss_cb0"].to_numpy()
+    finite = np.isfinite(loss)
+    spikes = curves.detect_spikes(steps[finite], loss[finite], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
+    key = {"size": size, "arm": arm, "lr": lr, "seed": seed}
+    crossed = cross_step(steps[finite], loss[finite], plateau - MARGIN)
+    model = SIZES[size]
+    logits = m["attn_logit_max"].dropna()
+    run = {
+        **key,
+        "dim": model["model.dim"],
+        "layers": model["model.layers"],
+        "ffn_dim": model["model.ffn_dim"],
+        "steps": model["train.steps"],
+        "batch_size": model["train.batch_size"],
+        **{k: row[k] for k in ("norm", "attention", "clip", "status", "plateau", "first_loss", "final_loss")},
+        **{k: row[k] for k in ("lowest_loss", "lowest_step", "trained", "collapsed", "nonfinite_steps")},
+        "cross_step": crossed,
+        "left_plateau": crossed is not None,
+        "spikes": len(spikes),
+        "largest_spike_bits": max((s["height_bits"] for s in spikes), default=0.0),
+        "max_grad_norm": row["max_grad_norm"],
+        "attn_logit_max": row["attn_logit_max"],
+        "attn_logit_final": float(logits.iloc[-1]) if len(logits) else math.nan,
+        "wall_time_s": round(wall, 1),
+    }
+    curve = pd.DataFrame(
+        {
+            **{k: [v] * len(m) for k, v in key.items()},
+            "step": m["step"],
+            "train_loss_cb0": m["train_loss_cb0"],
+            "valid_loss_cb0": m["valid_loss_cb0"],
+            "attn_logit_max": m["attn_logit_max"],
+            "grad_norm": m["grad_norm_max"],
+        }
+    )
+    spike_rows = [{**key, **{k: s[k] for k in SPIKE_COLUMNS if k in s}} for s in spikes]
+    return run, curve, spike_rows
+
+
+def _append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
+    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    new = pd.concat([old, rows[columns]], ignore_index=True) if len(rows) else old
+    with atomic_path(path) as tmp:
+        new.to_csv(tmp, index=False)
+
+
+RATES = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+BASELINE = "prenorm_clip10"
+# (unstabilized arm, stabilized arm): the stabilizer is what differs between them
+PAIRS = [
+    ("prenorm_noclip", "prenorm_clip1"),
+    ("prenorm_noclip", "prenorm_clip10"),
+    ("prenorm_clip10", "prenorm_clip1"),
+    ("postnorm_clip1", "postnorm_deepnorm_clip1"),
+]
+LOGIT_GROWTH, LOGIT_LOSS_COST = 10.0, 0.5
+
+
+def best_rate(runs: pd.DataFrame, size: str) -> float | None:
+    """The baseline's seed-1 rate of lowest final loss (the lower rate within 0.02 bits)."""
+    r = runs[(runs["size"] == size) & (runs["arm"] == BASELINE) & (runs["seed"] == 1)].sort_values("lr")
+    r = r[np.isfinite(r["final_loss"])]
+    if r.empty:
+        return None
+    low = float(r["final_loss"].min())
+    return float(r[r["final_loss"] <= low + 0.02]["lr"].iloc[0])
+
+
+def instabilities(runs: pd.DataFrame, size: str, best: float) -> pd.Series:
+    """Per run of the size: True when it shows an instability (docs/stability.md, (i)-(iv))."""
+    r = runs[runs["size"] == size]
+    base = r[(r["arm"] == BASELINE) & np.isclose(r["lr"], best)].set_index("seed")
+    ref_logit = r["seed"].map(base["attn_logit_final"])
+    ref_loss = r["seed"].map(base["final_loss"])
+    growth = (r["attn_logit_final"] >= LOGIT_GROWTH * ref_logit) & (r["final_loss"] >= ref_loss + LOGIT_LOSS_COST)
+    failed = (r["status"] != "completed") | (r["nonfinite_steps"] > 0)
+    collapsed = r["left_plateau"].astype(bool) & ~r["trained"].astype(bool)
+    return (r["largest_spike_bits"] >= decisive.SPIKE_THRESHOLD) | failed | collapsed | growth.fillna(False)
+
+
+def _unstable(runs: pd.DataFrame, size: str, best: float, arm: str, lr: float) -> pd.Series:
+    """The instability flags of one arm's runs at one rate of the size."""
+    r = runs[runs["size"] == size]
+    flags = instabilities(runs, size, best)
+    return flags[(r["arm"] == arm) & np.isclose(r["lr"], lr)]
+
+
+def _run(size, arms, lrs, seeds, out, work) -> pd.DataFrame:
+    args = ["--size", size, "--arm", *arms, "--lr", *map(str, lrs), "--seed", *map(str, seeds)]
+    main([*args, "--out", str(out), "--work", str(work)])
+    return pd.read_csv(out / "runs.csv")
+
+
+def spent(out: Path) -> float:
+    """Wall seconds of every run published so far."""
+    path = out / "runs.csv"
+    return float(pd.read_csv(path)["wall_time_s"].sum()) if path.exists() else 0.0
+
+
+def procedure(size: str, out: Path, work: Path, budget_s: float = math.inf) -> dict:
+    """docs/stability.md's procedure at one size: rate scan, (a), above the best rate, (b), (c)."""
+    verdict = {"size": size}
+    runs = _run(size, [BASELINE], RATES, [1], out, work)
+    best = best_rate(runs, size)
+    verdict["best_rate"] = best
+    runs = _run(size, [BASELINE], [best], [2, 3], out, work)
+    at_best = runs[(runs["size"] == size) & (runs["arm"] == BASELINE) & np.isclose(runs["lr"], best)]
+    verdict["a_trained"] = f"{int(at_best['trained'].sum())} of {len(at_best)}"
+    verdict["a"] = bool(len(at_best) == 3 and at_best["trained"].all())
+    if not verdict["a"]:
+        return verdict
+    above = [lr for lr in RATES if lr > best * 1.0001]
+    for lr in above:
+        if spent(out) > budget_s:
+            break
+        runs = _run(size, sorted(ARMS), [lr], [1], out, work)
+    prevented = []
+    for lr in above:  # stops at the first pair and rate that pass (b): the rules ask for one
+        for bad, good in PAIRS:
+            if prevented or spent(out) > budget_s:
+                break
+            if not (_unstable(runs, size, best, bad, lr).any() and not _unstable(runs, size, best, good, lr).any()):
+                continue
+            runs = _run(size, [bad, good], [lr], [2, 3], out, work)
+            n_bad = int(_unstable(runs, size, best, bad, lr).sum())
+            n_good = int(_unstable(runs, size, best, good, lr).sum())
+            if n_bad >= 2 and n_good == 0:
+                prevented.append({"lr": lr, "without": bad, "with": good, "unstable_without": n_bad})
+    verdict["b_prevented"] = prevented
+    verdict["b"] = bool(prevented)
+    verdict["stopped_at_budget"] = bool(not prevented and spent(out) > budget_s)
+    r = runs[runs["size"] == size]
+    verdict["c_longest_run_s"] = float(r["wall_time_s"].max())
+    verdict["c"] = bool(r["wall_time_s"].max() <= 300)
+    return verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", nargs="+", required=True, choices=sorted(SIZES), help="with --procedure: in order")
+    p.add_argument("--procedure", action="store_true", help="run the rules' whole procedure at --size")
+    p.add_argument("--arm", nargs="+", choices=sorted(ARMS))
+    p.add_argument("--budget-minutes", type=float, default=100.0, help="--procedure: run time of all runs, at most")
+    p.add_argument("--lr", nargs="+", type=float)
+    p.add_argument("--seed", nargs="+", type=int, default=[1])
+    p.add_argument("--out", type=Path, default=ROOT / "data" / "reference" / "proxy_sizing")
+    p.add_argument("--work", type=Path, default=Path("/tmp/amlm_proxy_sizing"))
+    args = p.parse_args(argv)
+    if args.procedure:  # the sizes in order, up to the first that passes (a), (b) and (c)
+        for size in args.size:
+            if spent(args.out) > args.budget_minutes * 60:
+                print(f"budget of {args.budget_minutes} minutes spent before size {size}", flush=True)
+                break
+            verdict = procedure(size, args.out, args.work, args.budget_minutes * 60)
+            print(json.dumps(verdict), flush=True)
+            with atomic_path(args.out / f"verdict_{size}.json") as tmp:
+                tmp.write_text(json.dumps(verdict, indent=2) + "\n")
+            if all(verdict.get(k) for k in ("a", "b", "c")):
+                break
+        return 0
+    if len(args.size) != 1:
+        p.error("one --size without --procedure")
+    args.size = args.size[0]
+    if not (args.arm and args.lr):
+        p.error("--arm and --lr are needed without --procedure")
+    corpus = args.work / "data"
+    if not (corpus / "codes" / "tokenizer.json").exists():
+        shutil.rmtree(corpus, ignore_errors=True)
+        _forced_spike().write_corpus(corpus, clips=CLIPS, frames=FRAMES, seed=0)
+    prepared, codes = corpus / "prepared", corpus / "codes"
+    plateau = decisive.plateau_bits(codes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = pd.read_csv(args.out / "runs.csv") if (args.out / "runs.csv").exists() else None
+    for seed in args.seed:
+        for lr in args.lr:
+            for arm in args.arm:
+                if (
+                    done is not None
+                    and (
+                        (done["size"] == args.size)
+                        & (done["arm"] == arm)
+                        & np.isclose(done["lr"], lr)
+                        & (done["seed"] == seed)
+                    ).any()
+                ):
+                    print(f"already run: {args.size} {arm} {lr:g} seed {seed}", flush=True)
+                    continue
+                run, curve, spikes = one_run(args.size, arm, lr, seed, prepared, codes, plateau, args.work)
+                _append(args.out / "runs.csv", pd.DataFrame([run]), RUN_COLUMNS)
+                _append(args.out / "curves.csv", curve, CURVE_COLUMNS)
+                _append(args.out / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
+                print(
+                    f"{args.size} {arm} lr {lr:g} seed {seed}: final {run['final_loss']:.3f} "
+                    f"(plateau {plateau:.3f}), cross {run['cross_step']}, spikes {run['spikes']} "
+                    f"(largest {run['largest_spike_bits']:.2f}), logit {run['attn_logit_max']:.1f}, "
+                    f"status {run['status']}, {run['wall_time_s']} s",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

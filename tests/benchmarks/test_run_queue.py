@@ -1,0 +1,71 @@
+"""benchmarks/run_queue.py logs each command's own exit status, and benchmarks/proxy_sizing.py's
+sizing rules (best rate, instabilities) on hand-made tables."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_queue_logs_the_commands_exit_status(tmp_path):
+    q = _load("run_queue")
+    commands = tmp_path / "commands.txt"
+    commands.write_text("# a comment\n\nexit 2\ntrue\necho hello; exit 7\n")
+    log = tmp_path / "queue_log.txt"
+    assert q.main([str(commands), "--log", str(log), "--jobs", "2"]) == 1
+    lines = log.read_text().splitlines()
+    assert lines[0].endswith(" start") and lines[-1].endswith(" end")
+    status = {line.split(" ", 3)[3]: line.split(" ")[1] for line in lines[1:-1]}
+    assert status == {"exit 2": "rc=2", "true": "rc=0", "echo hello; exit 7": "rc=7"}
+    assert (tmp_path / "queue_log.txt.d" / "5.log").read_text() == "hello\n"  # its output, by line number
+    commands.write_text("true\n")
+    assert q.main([str(commands), "--log", str(tmp_path / "ok.txt")]) == 0
+    assert q.main([str(tmp_path / "missing.txt"), "--log", str(log)]) == 2
+
+
+def _row(arm, lr, seed, final, spike=0.0, logit=5.0, status="completed", left=True, nonfinite=0):
+    return {
+        "size": "S1",
+        "arm": arm,
+        "lr": lr,
+        "seed": seed,
+        "final_loss": final,
+        "largest_spike_bits": spike,
+        "attn_logit_final": logit,
+        "status": status,
+        "left_plateau": left,
+        "trained": final <= 2.984,
+        "nonfinite_steps": nonfinite,
+    }
+
+
+def test_best_rate_and_instabilities_by_the_sizing_rules():
+    ps = _load("proxy_sizing")
+    runs = pd.DataFrame(
+        [
+            _row("prenorm_clip10", 0.003, 1, 1.10),
+            _row("prenorm_clip10", 0.01, 1, 0.95),
+            _row("prenorm_clip10", 0.03, 1, 0.96),  # within 0.02 of the lowest: the lower rate wins
+            _row("prenorm_clip10", 0.01, 2, 0.90, logit=4.0),
+            _row("prenorm_noclip", 0.1, 1, 1.00, spike=0.6),  # (i) a spike
+            _row("prenorm_noclip", 0.1, 2, 1.00, status="diverged"),  # (ii) diverged
+            _row("prenorm_clip1", 0.1, 1, 3.50),  # (iii) left the plateau, ended above U - 1
+            _row("prenorm_clip1", 0.1, 2, 3.99, left=False, logit=40.0),  # (iv) logit x10 and 0.5 bits worse
+            _row("postnorm_clip1", 0.1, 1, 3.99, left=False, logit=49.0),  # logit x9.8: not growth
+            _row("postnorm_clip1", 0.1, 2, 1.30, logit=400.0),  # logit growth without the loss cost
+        ]
+    )
+    assert ps.best_rate(runs, "S1") == 0.01
+    flags = ps.instabilities(runs, "S1", 0.01)
+    assert flags.tolist() == [False, False, False, False, True, True, True, True, False, False]
