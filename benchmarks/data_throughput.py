@@ -100,19 +100,22 @@ def pretrained_architecture():
     return model.eval()
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--audio", type=Path, default=Path(os.environ.get("AMLM_REAL_AUDIO", ROOT.parent / "shared/audio/librosa"))
-    )
-    ap.add_argument("--clip-seconds", type=float, default=30.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--encode-repeats", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--encode-batch", type=int, default=1)
+    default_audio = Path(os.environ.get("AMLM_REAL_AUDIO", ROOT.parent / "shared/audio/librosa"))
+    ap.add_argument("--audio", type=Path, default=default_audio, help="folder of the recordings")
+    ap.add_argument("--clip-seconds", type=float, default=30.0, help="each recording cut to this (FMA: 30 s)")
+    ap.add_argument("--repeats", type=int, default=3, help="decode passes (the median is reported)")
+    ap.add_argument("--encode-repeats", type=int, default=1, help="encode passes")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where EnCodec encodes")
+    ap.add_argument("--encode-batch", type=int, default=1, help="clips per padded EnCodec batch")
     ap.add_argument("--skip-decode", action="store_true", help="the encoder only (a GPU run)")
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    ap.add_argument("--json", type=Path, help="write the result here")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     torch.set_num_threads(1)
     result = {"torch": torch.__version__, "threads": 1, "device": args.device, "clip_seconds": args.clip_seconds}
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,6 +160,7 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":
