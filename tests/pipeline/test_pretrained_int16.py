@@ -167,3 +167,30 @@ def test_a_missing_checkpoint_or_another_hash_is_refused_in_one_line(gpu_data, t
     digest = hashlib.sha256(other.read_bytes()).hexdigest()
     assert "\n" not in msg and str(other) in msg and "d7cc33bc" in msg and digest in msg
     assert not (tmp_path / "codes" / "model").exists()  # nothing half-written
+
+
+def test_the_documented_command_writes_the_smoke_preset_with_real_recordings_and_pretrained_targets(gpu_data, tmp_path):
+    """docs/tokenizer.md's command (its first part, which writes the config; snakemake then runs it)."""
+    import re
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    _, _, _, ckpt = gpu_data
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "tokenizer.md").read_text()
+    command = re.search(r"^(python -c .*) && snakemake --cores all --configfile (\S+)$", doc, flags=re.M)
+    assert command is not None and command.group(2) == "results/smoke-real.yaml"
+    argv = shlex.split(command.group(1))
+    (tmp_path / "config").mkdir()
+    (tmp_path / "results").mkdir()
+    shutil.copy(root / "config" / "smoke.yaml", tmp_path / "config")
+    music = tmp_path / "music"
+    music.mkdir()
+    proc = subprocess.run([sys.executable, *argv[1:3], str(music), str(ckpt)], cwd=tmp_path, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    cfg = C.load(tmp_path / "results" / "smoke-real.yaml")
+    assert (cfg.data.source, cfg.data.folder) == ("folder", str(music))
+    assert (cfg.tokenizer.mode, cfg.tokenizer.checkpoint) == ("pretrained", str(ckpt))
+    assert argv[3:] == ["../shared/audio/librosa", "~/.cache/torch/hub/checkpoints/encodec_24khz-d7cc33bc.th"]
