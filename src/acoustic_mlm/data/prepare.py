@@ -1,4 +1,4 @@
-"""Prepare stage: raw audio files -> 24 kHz mono float32 shards, a manifest and a split.
+"""Prepare stage: raw audio files -> 24 kHz mono shards (float32 or int16), a manifest and a split.
 
 Three steps, so that a cluster can decode shards in parallel (Snakemake: one job per shard;
 `run` does all three in one process for DVC and by hand):
@@ -9,8 +9,8 @@ Three steps, so that a cluster can decode shards in parallel (Snakemake: one job
    devices, names that are not UTF-8) and the files fetch did not bring (SOURCE.json's `skipped`)
    carry their reason in `skip`.
 2. `prepare_shard`: one shard's files decoded, mixed to mono, resampled, trimmed to whole
-   EnCodec frames (acoustic_mlm.data.decode), into `shard-<k>/`: `audio.npy` (ONE 1-D float32 array, the shard's clips
-   concatenated; memory-map it), `clips.csv` (the manifest's columns but shard and split),
+   EnCodec frames (acoustic_mlm.data.decode), into `shard-<k>/`: `audio.npy` (ONE 1-D array of
+   `data.sample_format`, float32 or int16 PCM, the shard's clips concatenated; memory-map it), `clips.csv` (the manifest's columns but shard and split),
    `rejects.csv`, `shard.json`. Memory is bounded by the largest file: clips are decoded one at a
    time and appended to audio.npy.
 3. `merge`: the corpus-level files, written last:
