@@ -11,8 +11,8 @@ Three steps, so that a cluster can decode shards in parallel (Snakemake: one job
 2. `prepare_shard`: one shard's files decoded, mixed to mono, resampled, trimmed to whole
    EnCodec frames (acoustic_mlm.data.decode), into `shard-<k>/`: `audio.npy` (ONE 1-D array of
    `data.sample_format`, float32 or int16 PCM, the shard's clips concatenated; memory-map it),
-   `clips.csv` (the manifest's columns but shard and split), `rejects.csv`, `shard.json`. Memory is bounded by the largest file: clips are decoded one at a
-   time and appended to audio.npy.
+   `clips.csv` (the manifest's columns but shard and split), `rejects.csv`, `shard.json`. Memory
+   is bounded by the largest file: clips are decoded one at a time and appended to audio.npy.
 3. `merge`: the corpus-level files, written last:
    - `manifest.csv`: one row per clip: clip_id, path (relative to the raw folder), shard,
      split (train | valid), offset (first sample in its shard's audio.npy), num_samples (a multiple
