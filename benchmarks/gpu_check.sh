@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements in one prepared run: a machine with one GPU, under 8 minutes, results as JSON.
+# The GPU measurements in one prepared run: a machine with one GPU, under 8.5 minutes, results as JSON.
 #
 #   bash benchmarks/gpu_check.sh                   # run everything on the GPU -> results/gpu_check/gpu_check.json
 #   bash benchmarks/gpu_check.sh --only gpu_mfu    # one step (or several, comma-separated) of the list below
@@ -18,7 +18,9 @@
 #   5. benchmarks/train_throughput.py at gpu-small size: the four arms against nn.TransformerEncoder,
 #      one model at a time;
 #   6. benchmarks/relax_fp16.py: PB-Relax against plain attention in fp16 on the same inputs;
-#   7. benchmarks/tokenize_throughput.py on the GPU at EnCodec batches 1, 4 and 16.
+#   7. benchmarks/tokenize_throughput.py on the GPU at EnCodec batches 1, 4 and 16;
+#   8. benchmarks/data_throughput.py: the pretrained EnCodec encoder on the GPU at the GPU presets' batch
+#      (16 clips of 30 s of real music; the recordings from ../shared/audio/librosa or $AMLM_REAL_AUDIO).
 # Each step has its own time limit; a failed or timed-out step is recorded (return code, seconds,
 # the tail of its log) and the next one runs. OUT_DIR overrides the output folder.
 set -uo pipefail
@@ -47,8 +49,9 @@ STEPS=(
   "train_throughput|35|$PY benchmarks/train_throughput.py --config config/gpu-small.yaml --device cuda --precision bf16 --accum-steps 1 --steps 3 --warmup 2 --repeats 2 --sequential --json $OUT/train_throughput.json"
   "relax_fp16|35|$PY benchmarks/relax_fp16.py --config config/paper.yaml --device cuda --batch-size 4 --qk-scales 1,256 --json $OUT/relax_fp16.json"
   "tokenize_throughput|38|$PY benchmarks/tokenize_throughput.py --device cuda --batch-sizes 1,4,16 --clips 24 --repeats 2 --threads 4 --json $OUT/tokenize_throughput.json"
+  "data_throughput|30|$PY benchmarks/data_throughput.py --device cuda --encode-batch 16 --encode-repeats 3 --skip-decode --json $OUT/data_throughput.json"
 )
-# The limits add up to 478 s, so the whole check ends within 8 minutes even when every step timed out.
+# The limits add up to 508 s, so the whole check ends within 8.5 minutes even when every step timed out.
 # Measured on an H200 at b88a247 (issue 34): preflight of gpu-small 36-38 s, tokenize 37 s; relax_fp16 did
 # 3 of 4 scales in 25 s (now 2 scales). The rest is not yet measured on a GPU.
 

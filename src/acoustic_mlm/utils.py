@@ -172,6 +172,30 @@ def remove_debris(final: Path) -> list[Path]:
     return removed
 
 
+def claim_killed_run(final: str | Path) -> Path | None:
+    """The newest temporary folder that a killed run (its process gone: SIGKILL, the OOM killer, a lost
+    node) left for `final`, renamed to a temporary name of this process, for the caller to take its
+    finished parts from (each written atomically inside it) and then remove; None when there is none.
+    The name carries this process's id: no other run removes it meanwhile, and if this one is killed
+    too the next run claims it again. A clean stop (SIGTERM, SIGINT) removes its own temporary folder:
+    only a hard kill leaves one to claim."""
+    final = Path(final)
+    dead = []
+    with contextlib.suppress(OSError):
+        for p in final.parent.glob(f".{glob_escape(final.name)}.tmp-*"):
+            m = _TMP_PID.search(p.name[len(final.name) + 1 :])
+            if m is not None and not _pid_alive(int(m.group(1))) and p.is_dir() and not p.is_symlink():
+                dead.append(p)
+    if not dead:
+        return None
+    newest = max(dead, key=lambda p: p.stat().st_mtime)
+    claimed = final.parent / f".{final.name}.tmp-{os.getpid()}-resume-{os.urandom(4).hex()}"
+    with held_signals():
+        os.rename(newest, claimed)
+        _register(claimed, final)
+    return claimed
+
+
 def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 

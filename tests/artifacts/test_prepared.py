@@ -21,11 +21,13 @@ from acoustic_mlm.artifacts.prepared import (
     PLAN_COLUMNS,
     REJECTS,
     AudioWriter,
+    as_float,
     load_prepared,
     read_audio,
     read_plan,
     read_shard_tables,
     shard_name,
+    to_stored,
     write_manifest,
     write_plan,
     write_shard_tables,
@@ -69,8 +71,30 @@ def test_the_audio_writer_matches_np_save(tmp_path):
     assert offsets == [0, 5, 5, 1005]
     assert np.array_equal(read_audio(tmp_path / "w.npy"), np.concatenate(clips))
     np.save(tmp_path / "two.npy", np.zeros((2, 3), dtype=np.float32))
-    with pytest.raises(UserError, match=r"two\.npy: expected a 1-D float32 array, got float32 \(2, 3\)"):
+    with pytest.raises(UserError, match=r"two\.npy: expected a 1-D float32 or int16 array, got float32 \(2, 3\)"):
         read_audio(tmp_path / "two.npy")
+    np.save(tmp_path / "f64.npy", np.zeros(3))
+    with pytest.raises(UserError, match=r"f64\.npy: expected a 1-D float32 or int16 array, got float64"):
+        read_audio(tmp_path / "f64.npy")
+
+
+def test_int16_audio_is_np_save_of_the_rounded_pcm_and_reads_back_within_half_a_step(tmp_path):
+    clips = [np.array([0.0, 0.5, -0.5, 1.0, -1.0, 1.5, 3e-5], dtype=np.float32), np.linspace(-0.9, 0.9, 999)]
+    with AudioWriter(tmp_path / "w.npy", "int16") as w:
+        offsets = [w.append(c) for c in clips]
+    pcm = np.concatenate([to_stored(c, "int16") for c in clips])
+    assert pcm[:7].tolist() == [0, 16384, -16384, 32767, -32768, 32767, 1]  # rounded, clipped to int16
+    np.save(tmp_path / "s.npy", pcm)
+    assert (tmp_path / "w.npy").read_bytes() == (tmp_path / "s.npy").read_bytes() and offsets == [0, 7]
+    stored = read_audio(tmp_path / "w.npy")
+    assert stored.dtype == np.int16 and (tmp_path / "w.npy").stat().st_size == 128 + 2 * 1006  # 2 bytes per sample
+    back = as_float(stored)
+    assert back.dtype == np.float32 and back[1] == 0.5 and back[4] == -1.0
+    assert np.abs(back[7:] - clips[1]).max() <= 0.5 / 32768 + 1e-9
+    f = np.arange(4, dtype=np.float32)
+    assert as_float(f) is f  # float32 is read as it is stored: no copy, the same values
+    with pytest.raises(UserError, match="data.sample_format: 'int8' is not one of float32, int16"):
+        AudioWriter(tmp_path / "x.npy", "int8")
 
 
 def test_a_shards_tables_read_back_and_a_missing_file_names_the_shard_to_rerun(tmp_path):

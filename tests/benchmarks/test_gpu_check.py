@@ -32,7 +32,7 @@ def test_dry_run_prints_and_checks_every_command(root):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
-    assert len(lines) == 7 and "dry run: 7 commands checked" in proc.stdout
+    assert len(lines) == 8 and "dry run: 8 commands checked" in proc.stdout
     assert lines[0].startswith("[smoke_cuda,") and "smoke_cuda.py" in lines[0]  # first of all: the pipeline on CUDA
     assert lines[1].startswith("[gpu_mfu,") and "--variants before,cqt_fft,after" in lines[1]
     for preset in ("gpu-small", "paper"):
@@ -47,8 +47,9 @@ def test_dry_run_prints_and_checks_every_command(root):
     )
     assert any("relax_fp16.py" in line for line in lines)
     assert any("tokenize_throughput.py --device cuda --batch-sizes 1,4,16" in line for line in lines)
+    assert any("data_throughput.py --device cuda --encode-batch 16" in line for line in lines)
     limits = [int(line.split("limit ")[1].split("s]")[0]) for line in lines]
-    assert sum(limits) < 8 * 60  # every step timing out still ends within 8 minutes
+    assert sum(limits) < 8.5 * 60  # every step timing out still ends within 8.5 minutes
 
 
 def test_dry_run_fails_on_a_bad_option(root, tmp_path):

@@ -52,6 +52,7 @@ STAGE_OF_RULE = {
 # A changed value for keys whose generic change (below) would make the config invalid or no change.
 CHANGED = {
     "data.source": "fma_small",
+    "data.sample_format": "int16",
     "data.url": "http://127.0.0.1:9/x.zip",
     "data.known_hash": "sha256:" + "0" * 64,
     "data.folder": "/tmp/some-folder",

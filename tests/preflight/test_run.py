@@ -17,7 +17,7 @@ import torch
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
-from acoustic_mlm.preflight import measure, project
+from acoustic_mlm.preflight import data_costs, measure, project
 from acoustic_mlm.preflight.flops import step_flops
 
 ARM_FIELDS = {
@@ -100,6 +100,7 @@ DISK_FIELDS = {
     "state_gb_per_file",
     "checkpoints_gb",
     "total_gb",
+    "sample_format",
 }
 TOP_FIELDS = {
     "config",
@@ -126,6 +127,7 @@ TOP_FIELDS = {
     "arms",
     "figure",
     "disk",
+    "data",
     "cpu_times",
     "interconnect",
     "gpu_projection",
@@ -189,9 +191,9 @@ def check_consistent(r: dict, cfg: C.Config) -> None:
         if f["concurrent_jobs"] == 1:
             assert f["wall_hours"] == pytest.approx(sum(a["hours"] for a in r["arms"]))
     d = r["disk"]
-    seconds = cfg.data.synthetic.n_clips * cfg.data.synthetic.clip_seconds
-    assert d["corpus_seconds"] == seconds
-    assert d["audio_gb"] == pytest.approx(seconds * 24000 * 4 / 1e9)
+    seconds = data_costs.corpus_seconds(cfg)
+    assert d["corpus_seconds"] == pytest.approx(seconds)
+    assert d["audio_gb"] == pytest.approx(seconds * 24000 * {"float32": 4, "int16": 2}[cfg.data.sample_format] / 1e9)
     assert d["codes_gb"] == pytest.approx(seconds * 75 * 8 * 2 / 1e9)
     assert d["checkpoint_gb_per_seed"] == pytest.approx(r["arms"][0]["params"] * 4 / 1e9)
     assert d["total_gb"] == pytest.approx(d["audio_gb"] + d["codes_gb"] + d["checkpoints_gb"])
@@ -343,7 +345,10 @@ def test_paper_preset_without_its_gpu_answers_within_a_minute(root, tmp_path):
     md = (tmp_path / "out" / "preflight.md").read_text()
     assert "CPU ms per micro-batch (measured)" in md and "Projection on GPUs" in md and "not a measurement" in md
     assert "GPU memory per process" in md and "a bounded check, not the preset's step" in md
-    assert r["figure"]["steps"] == 100_000 and r["disk"]["audio_gb"] == pytest.approx(4000 * 30 * 24000 * 4 / 1e9)
+    assert r["figure"]["steps"] == 100_000 and r["disk"]["audio_gb"] == pytest.approx(8232 * 3600 * 24000 * 2 / 1e9)
+    d = r["data"]  # fma_full, int16, pretrained targets: the data side from constants, offline
+    assert d["source"] == "fma_full" and round(d["epochs"]) == 69 and round(d["download_gb"]) == 944
+    assert "**Data** (fma_full, 8,232 h of audio" in md and "**68.8 epochs**" in md
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -235,7 +235,7 @@ def test_merge_reports_each_files_loudness_and_warns_once_about_a_crowded_code(d
     [
         ("no_audio", "audio.npy: not found"),
         ("no_manifest", "manifest.csv: not found"),
-        ("int_audio", "audio.npy: expected a 1-D float32 array"),
+        ("int_audio", "audio.npy: expected a 1-D float32 or int16 array, got int32"),
         ("no_column", "manifest.csv: missing column(s) num_frames"),
         ("past_end", "manifest.csv: clip 'clip06' (row 8): offset + num_samples exceeds"),
         ("frames", "manifest.csv: clip 'clip01' (row 3): num_frames != num_samples // 320"),
@@ -252,7 +252,7 @@ def test_bad_inputs_fail_in_one_line_naming_the_file(breakage, needle, tmp_path)
     elif breakage == "no_manifest":
         (prep / "manifest.csv").unlink()
     elif breakage == "int_audio":
-        np.save(prep / "shard-00000" / "audio.npy", np.zeros(10, dtype=np.int16))
+        np.save(prep / "shard-00000" / "audio.npy", np.zeros(10, dtype=np.int32))
     elif breakage == "no_column":
         m.drop(columns="num_frames").to_csv(prep / "manifest.csv", index=False)
     elif breakage == "past_end":

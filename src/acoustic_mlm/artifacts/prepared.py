@@ -5,8 +5,9 @@ writers and their checked readers. Tokenization and training read the corpus thr
     shards.csv           the plan: every path under the raw folder, its clip id, its shard, why it is
                          skipped (if it is): PLAN_COLUMNS (write_plan, read_plan)
     shard-<k>/           one folder per shard (shard_name):
-      audio.npy          ONE 1-D float32 array, the shard's clips concatenated (AudioWriter, written clip
-                         by clip; read_audio: memory-mapped read-only)
+      audio.npy          ONE 1-D array, the shard's clips concatenated (AudioWriter, written clip by
+                         clip; read_audio: memory-mapped read-only), of data.sample_format: float32, or
+                         int16 PCM (2 bytes per sample) whose value x stands for x / 32768 (as_float)
       clips.csv          the manifest's columns but shard and split: SHARD_COLUMNS
       rejects.csv        path, reason: REJECTS_COLUMNS (write_shard_tables, read_shard_tables)
       shard.json         counts
@@ -18,7 +19,8 @@ writers and their checked readers. Tokenization and training read the corpus thr
     rejects.csv          path, reason for every file that is not in the manifest (write_rejects)
     prepare.json         clips and seconds per split, sample rate, shards, kept and rejected counts
 
-Clip i is `audio(shard_i)[offset_i : offset_i + num_samples_i]`.
+Clip i is `audio(shard_i)[offset_i : offset_i + num_samples_i]`, as stored; `as_float` scales any slice of
+it to float32 in [-1, 1) (a float32 corpus's slice unchanged).
 """
 
 from __future__ import annotations
@@ -98,34 +100,59 @@ def read_plan(out_dir: Path) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- a shard
 
 
+SAMPLE_FORMATS = {"float32": "<f4", "int16": "<i2"}  # data.sample_format -> the audio.npy's dtype
+INT16_SCALE = 32768.0  # int16 PCM: the stored x stands for x / 32768 (as WAV and FLAC readers scale it)
+
+
+def to_stored(x: np.ndarray, sample_format: str) -> np.ndarray:
+    """float32 samples as data.sample_format stores them: float32 as they are; int16 rounded to the
+    nearest step of 1/32768 and clipped to [-32768, 32767] (a quantisation error of at most half a step)."""
+    if sample_format == "float32":
+        return np.ascontiguousarray(x, dtype="<f4")
+    return np.clip(np.rint(np.asarray(x, dtype=np.float64) * INT16_SCALE), -32768, 32767).astype("<i2")
+
+
+def as_float(x: np.ndarray) -> np.ndarray:
+    """Stored samples (a slice of an audio.npy, or a stack of slices) as float32: int16 / 32768; float32
+    as it is (no copy where none is needed: a float32 corpus's arithmetic is unchanged)."""
+    x = np.asarray(x)
+    if x.dtype == np.int16:
+        return x.astype(np.float32) / np.float32(INT16_SCALE)
+    return x.astype(np.float32, copy=False)
+
+
 class AudioWriter:
-    """A shard's audio.npy (a 1-D float32 .npy file) written clip by clip, so the corpus never sits in memory.
+    """A shard's audio.npy (a 1-D .npy file of float32 or int16 samples, `sample_format`) written clip
+    by clip, so the corpus never sits in memory.
 
     numpy pads a 1-D header with room for any length (GROWTH_AXIS_MAX_DIGITS), so the header is
     written for length 0 first and rewritten in place with the final length: the file is then
     byte for byte what np.save would write.
     """
 
-    def __init__(self, path: Path):
-        self.path, self.n = Path(path), 0
+    def __init__(self, path: Path, sample_format: str = "float32"):
+        if sample_format not in SAMPLE_FORMATS:
+            raise UserError(f"data.sample_format: {sample_format!r} is not one of {', '.join(SAMPLE_FORMATS)}")
+        self.path, self.n, self.format = Path(path), 0, sample_format
+        self.descr, self.itemsize = SAMPLE_FORMATS[sample_format], np.dtype(SAMPLE_FORMATS[sample_format]).itemsize
         self.f = open(self.path, "wb")
         self.header_bytes = self._header()
 
     def _header(self) -> int:
         self.f.seek(0)
-        np.lib.format.write_array_header_1_0(self.f, {"descr": "<f4", "fortran_order": False, "shape": (self.n,)})
+        np.lib.format.write_array_header_1_0(self.f, {"descr": self.descr, "fortran_order": False, "shape": (self.n,)})
         return self.f.tell()
 
     def append(self, x: np.ndarray) -> int:
-        """Write x; return its offset (in samples)."""
+        """Write x (float32 samples, stored as `sample_format`); return its offset (in samples)."""
         offset = self.n
         try:
-            np.ascontiguousarray(x, dtype="<f4").tofile(self.f)
+            to_stored(x, self.format).tofile(self.f)
         except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
             if not is_out_of_space(exc):
                 raise
             raise OutOfSpaceError(
-                self.path, os.fstat(self.f.fileno()).st_size, self.header_bytes + 4 * (self.n + len(x))
+                self.path, os.fstat(self.f.fileno()).st_size, self.header_bytes + self.itemsize * (self.n + len(x))
             ) from None
         self.n += len(x)
         return offset
@@ -147,15 +174,15 @@ class AudioWriter:
 
 
 def read_audio(path: Path) -> np.ndarray:
-    """A shard's audio.npy, memory-mapped read-only: a 1-D float32 array."""
+    """A shard's audio.npy, memory-mapped read-only: a 1-D float32 or int16 array (`as_float` scales it)."""
     if not path.is_file():
         raise UserError(f"{path}: not found (run the prepare stage first)")
     try:
         audio = np.load(path, mmap_mode="r")
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line error
         raise UserError(f"{path}: not a readable .npy array ({exc})") from None
-    if audio.ndim != 1 or audio.dtype != np.float32:
-        raise UserError(f"{path}: expected a 1-D float32 array, got {audio.dtype} {audio.shape}")
+    if audio.ndim != 1 or audio.dtype not in (np.float32, np.int16) or not audio.dtype.isnative:
+        raise UserError(f"{path}: expected a 1-D float32 or int16 array, got {audio.dtype} {audio.shape}")
     return audio
 
 
@@ -224,9 +251,10 @@ class Corpus:
         return self._audio[shard]
 
     def clip(self, i: int) -> np.ndarray:
+        """Clip i as float32 samples (scaled from int16 where the corpus stores int16)."""
         row = self.manifest.iloc[i]
         o = int(row["offset"])
-        return self.audio(int(row["shard"]))[o : o + int(row["num_samples"])]
+        return as_float(self.audio(int(row["shard"]))[o : o + int(row["num_samples"])])
 
     def __getstate__(self):
         return {"root": self.root, "manifest": self.manifest, "_audio": {}}

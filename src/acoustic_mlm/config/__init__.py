@@ -20,6 +20,7 @@ holds the name:
 """
 
 from acoustic_mlm.config.checks import (
+    ADDED_KEYS,
     MAX_LABEL_CHARS,
     MAX_RUN_NAME_BYTES,
     RENAMED_KEYS,
@@ -78,6 +79,7 @@ __all__ = [
     "typed",
     # checks.py
     "validate",
+    "ADDED_KEYS",
     "RENAMED_KEYS",
     "renamed_settings",
     "MAX_RUN_NAME_BYTES",

@@ -112,10 +112,21 @@ def _check_renamed_keys(cfg: Any, source: str) -> None:
             raise ConfigError(f"{source}: '{old}' was renamed to '{new}' (the values are the same)")
 
 
+# Keys added since settings were first recorded, each with the value that does what the versions
+# before it did: dotted key -> that value. Settings recorded before a key existed (a reference run's,
+# report.verify) get it through `renamed_settings`, so that they compare equal to a run of today's
+# config that keeps the old behaviour.
+ADDED_KEYS = {
+    "data.sample_format": "float32",  # prepared audio was float32 before int16 could be chosen
+}
+
+
 def renamed_settings(settings: dict) -> dict:
     """{dotted key: value} recorded by an earlier version, its renamed keys (RENAMED_KEYS) under
-    their new names, in the same order."""
-    return {RENAMED_KEYS.get(key, key): value for key, value in settings.items()}
+    their new names, in the same order; then each key added since (ADDED_KEYS) that it lacks, with
+    the value of the old behaviour."""
+    out = {RENAMED_KEYS.get(key, key): value for key, value in settings.items()}
+    return {**out, **{key: value for key, value in ADDED_KEYS.items() if key not in out}}
 
 
 def _check_schema(cfg: Any, source: str) -> None:

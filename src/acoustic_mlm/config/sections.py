@@ -71,6 +71,7 @@ class DataConfig:
     max_extract_gb: float
     max_compression_ratio: float
     sample_rate: int
+    sample_format: str  # float32 | int16: the prepared audio's samples on disk
     valid_fraction: float
     split_seed: int
     synthetic: SyntheticConfig

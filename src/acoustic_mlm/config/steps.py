@@ -19,11 +19,11 @@ STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # cpu_kernels: the pinned (avx2) or native kernels compute different bits (acoustic_mlm.kernels)
     "fetch": (
         ("data", "cpu_kernels"),
-        ("data.shard_files", "data.sample_rate", "data.valid_fraction", "data.split_seed"),
+        ("data.shard_files", "data.sample_rate", "data.sample_format", "data.valid_fraction", "data.split_seed"),
     ),
     "plan": (("data.shard_files",), ()),
     # clips shorter than a crop are rejected
-    "prepare_shard": (("data.sample_rate", "train.crop_seconds", "cpu_kernels"), ()),
+    "prepare_shard": (("data.sample_rate", "data.sample_format", "train.crop_seconds", "cpu_kernels"), ()),
     "prepare_merge": (("data.valid_fraction", "data.split_seed"), ()),
     # the fitted tokenizer is the same at any thread count (measured: 1 and 2 threads give one tokenizer.pt)
     "tokenize_fit": (

@@ -1,4 +1,4 @@
-"""Prepare stage: raw audio files -> 24 kHz mono float32 shards, a manifest and a split.
+"""Prepare stage: raw audio files -> 24 kHz mono shards (float32 or int16), a manifest and a split.
 
 Three steps, so that a cluster can decode shards in parallel (Snakemake: one job per shard;
 `run` does all three in one process for DVC and by hand):
@@ -9,10 +9,10 @@ Three steps, so that a cluster can decode shards in parallel (Snakemake: one job
    devices, names that are not UTF-8) and the files fetch did not bring (SOURCE.json's `skipped`)
    carry their reason in `skip`.
 2. `prepare_shard`: one shard's files decoded, mixed to mono, resampled, trimmed to whole
-   EnCodec frames (acoustic_mlm.data.decode), into `shard-<k>/`: `audio.npy` (ONE 1-D float32 array, the shard's clips
-   concatenated; memory-map it), `clips.csv` (the manifest's columns but shard and split),
-   `rejects.csv`, `shard.json`. Memory is bounded by the largest file: clips are decoded one at a
-   time and appended to audio.npy.
+   EnCodec frames (acoustic_mlm.data.decode), into `shard-<k>/`: `audio.npy` (ONE 1-D array of
+   `data.sample_format`, float32 or int16 PCM, the shard's clips concatenated; memory-map it),
+   `clips.csv` (the manifest's columns but shard and split), `rejects.csv`, `shard.json`. Memory
+   is bounded by the largest file: clips are decoded one at a time and appended to audio.npy.
 3. `merge`: the corpus-level files, written last:
    - `manifest.csv`: one row per clip: clip_id, path (relative to the raw folder), shard,
      split (train | valid), offset (first sample in its shard's audio.npy), num_samples (a multiple
@@ -38,6 +38,9 @@ acoustic_mlm.artifacts.prepared's.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -67,7 +70,15 @@ from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.data.decode import Unusable, decode
 from acoustic_mlm.data.sources import SOURCE_RECORD, is_audio_name, not_audio_reason, walk
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import Progress, atomic_dir, file_sha256, log, recover_replaced, write_json
+from acoustic_mlm.utils import (
+    Progress,
+    atomic_dir,
+    claim_killed_run,
+    file_sha256,
+    log,
+    recover_replaced,
+    write_json,
+)
 
 
 def clip_ids(rel_paths: list[str]) -> list[str]:
@@ -218,7 +229,7 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
             check_snapshot(raw_dir, rel_path, record)
     with atomic_dir(out_dir / shard_name(shard)) as tmp:
         with (
-            AudioWriter(tmp / AUDIO) as writer,
+            AudioWriter(tmp / AUDIO, cfg.data.sample_format) as writer,
             Progress(len(todo), f"prepare {shard_name(shard)}", unit="file") as bar,
         ):
             for rel_path, clip_id, skip in zip(todo["path"], todo["clip_id"], todo["skip"]):
@@ -337,10 +348,54 @@ def run(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> None:
 
     Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this. `cfg`: a
     `Config` (or a configuration mapping, validated and typed here, as by `plan`, `prepare_shard`, `merge`).
+    Memory is one file's audio at a time. A run killed mid-corpus (SIGKILL, the OOM killer, a lost node)
+    leaves its temporary folder; the next run takes the shards it had finished (each written whole) when
+    its plan, settings and fetch record are the same, and prepares only the others.
     """
     cfg = C.typed(cfg)
-    with atomic_dir(out_dir) as tmp:
-        todo = plan(cfg, raw_dir, tmp)
-        for shard in sorted(todo["shard"].unique()):
-            prepare_shard(cfg, raw_dir, tmp, shard)
-        merge(cfg, tmp)
+    raw_dir = Path(raw_dir)
+    resume = claim_killed_run(out_dir)
+    try:
+        with atomic_dir(out_dir) as tmp:
+            key = _resume_key(cfg, raw_dir)
+            write_json(tmp / RESUME, key)  # what a later run compares before taking this run's shards
+            todo = plan(cfg, raw_dir, tmp)
+            reusable = resume is not None and _same_inputs(resume, tmp, key)
+            for shard in sorted(todo["shard"].unique()):
+                done = resume / shard_name(shard) if reusable else None
+                if done is not None and (done / SHARD_RECORD).is_file():
+                    os.rename(done, tmp / shard_name(shard))
+                    log.info("prepare %s: finished by the killed earlier run, taken as it is", shard_name(shard))
+                    continue
+                prepare_shard(cfg, raw_dir, tmp, shard)
+            (tmp / RESUME).unlink()
+            merge(cfg, tmp)
+    finally:
+        if resume is not None:
+            shutil.rmtree(resume, ignore_errors=True)
+
+
+RESUME = "resume.json"  # in a run's temporary folder only: the inputs its finished shards were made from
+
+
+def _resume_key(cfg: C.Config, raw_dir: Path) -> dict:
+    """What a shard's content depends on besides the plan: the settings of the steps up to it and
+    fetch's record of the raw folder (the files' sha256 for a folder source)."""
+    record = raw_dir / SOURCE_RECORD
+    return {
+        "raw_dir": str(raw_dir.resolve()),
+        "fetch_record_sha256": file_sha256(record) if record.is_file() else None,
+        "settings": C.settings(cfg, C.result_keys("prepare_shard", cfg, upstream=True)),
+    }
+
+
+def _same_inputs(resume: Path, tmp: Path, key: dict) -> bool:
+    """Whether a killed run's folder was made from the same plan (shards.csv byte for byte) and key."""
+    try:
+        same_key = json.loads((resume / RESUME).read_text()) == json.loads(json.dumps(key))
+        same_plan = (resume / PLAN).read_bytes() == (tmp / PLAN).read_bytes()
+    except (OSError, ValueError):
+        return False
+    if not (same_key and same_plan):
+        log.info("prepare: a killed earlier run's shards were made from other inputs; preparing every shard")
+    return same_key and same_plan

@@ -2,8 +2,9 @@
 
 Nothing here touches the network; `fetch` downloads and extracts what `archive_for` resolves.
 
-- `fma_small | fma_medium | fma_large`: the Free Music Archive (Defferrard et al., ISMIR 2017,
-  github.com/mdeff/fma), 30 s MP3 clips, `fma_<size>/<3-digit folder>/<6-digit track id>.mp3`.
+- `fma_small | fma_medium | fma_large | fma_full`: the Free Music Archive (Defferrard et al., ISMIR 2017,
+  github.com/mdeff/fma), MP3s laid out as `fma_<size>/<3-digit folder>/<6-digit track id>.mp3`: 30 s
+  clips, except fma_full's untrimmed tracks (the same 106,574 tracks as fma_large, whole).
   URLs and sha1 sums from the FMA README. The zips use Deflate64 (read with zipfile-deflate64).
   Six tracks are known to be corrupt and are never extracted (`FMA_CORRUPT_TRACKS`).
 - `librispeech-<subset>`: LibriSpeech (Panayotov et al., ICASSP 2015, OpenSLR SLR12), 16 kHz
@@ -39,6 +40,7 @@ FMA_SHA1 = {  # github.com/mdeff/fma README, "Data"
     "fma_small": "ade154f733639d52e35e32f5593efe5be76c6d70",  # 8,000 tracks, 7.2 GiB
     "fma_medium": "c67b69ea232021025fca9231fc1c7c1a063ab50b",  # 25,000 tracks, 22 GiB
     "fma_large": "497109f4dd721066b5ce5e5f250ec604dc78939e",  # 106,574 tracks, 93 GiB
+    "fma_full": "0f0ace23fbe9ba30ecb7e95f763e435ea802b8ab",  # the same tracks untrimmed, 879 GiB
 }
 # Track ids whose MP3s do not decode (github.com/mdeff/fma, "known issues"); skipped at extraction.
 FMA_CORRUPT_TRACKS = frozenset({"098565", "098567", "098569", "099134", "108925", "133297"})

@@ -13,12 +13,12 @@ from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import AcousticMLM
+from acoustic_mlm.preflight.data_costs import SAMPLE_BYTES, corpus_seconds
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.train.state import KEEP_STATES
 
 GB = 1e9  # memory and disk in decimal gigabytes
 CODE_BYTES = 2  # int16 codes (tokenizer stage)
-AUDIO_BYTES = 4  # float32 samples (prepare stage)
 ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32, per parameter
 PARAM_BYTES = 4  # fp32 master weights (autocast keeps them fp32)
 
@@ -58,10 +58,6 @@ NVLINK_GB_S = 450.0  # within a node: NVLink 4 of an H100/H200 SXM, 900 GB/s bid
 INFINIBAND_GB_S = 50.0
 # of a micro-batch's FLOPs (flops.py: 4 of 6 per matmul weight): what DDP overlaps the all-reduce with
 BACKWARD_SHARE = 2 / 3
-
-# Corpus sizes of the named sources that can be known before a download (sources.py: track counts
-# of github.com/mdeff/fma, 30 s clips each).
-KNOWN_CORPUS_SECONDS = {"fma_small": 8_000 * 30.0, "fma_medium": 25_000 * 30.0, "fma_large": 106_574 * 30.0}
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -136,18 +132,8 @@ def suggest_micro_batch(crops_per_process: int, max_fit: int) -> int:
     return max((d for d in range(1, crops_per_process + 1) if crops_per_process % d == 0 and d <= max_fit), default=0)
 
 
-def corpus_seconds(cfg: C.Config, corpus_hours: float | None = None) -> float | None:
-    """Seconds of audio the preset's source holds, where it can be known before fetching."""
-    if corpus_hours is not None:
-        return corpus_hours * 3600.0
-    d = cfg.data
-    if d.source == "synthetic":
-        return d.synthetic.n_clips * d.synthetic.clip_seconds
-    return KNOWN_CORPUS_SECONDS.get(d.source)
-
-
 def disk_estimate(cfg: C.Config, params: int, arms: list[dict], slots: int, corpus_hours: float | None = None) -> dict:
-    """Disk of prepared audio (float32, 24 kHz), codes (int16, K x 75 Hz) and checkpoints.
+    """Disk of prepared audio (data.sample_format, 24 kHz), codes (int16, K x 75 Hz) and checkpoints.
 
     Checkpoints: each seed's final checkpoint holds the fp32 weights; while a job runs, its
     resumable states (weights + Adam state, the last KEEP_STATES kept) sit beside it, for as
@@ -164,7 +150,8 @@ def disk_estimate(cfg: C.Config, params: int, arms: list[dict], slots: int, corp
         "corpus_note": None
         if seconds is not None
         else f"data.source {cfg.data.source}: size unknown before fetching; pass --corpus-hours",
-        "audio_gb": None if seconds is None else seconds * rate * AUDIO_BYTES / GB,
+        "audio_gb": None if seconds is None else seconds * rate * SAMPLE_BYTES[cfg.data.sample_format] / GB,
+        "sample_format": cfg.data.sample_format,
         "codes_gb": None if seconds is None else seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB,
         "codebooks_stored": k,
         "checkpoint_gb_per_seed": final_gb,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from acoustic_mlm.preflight.data_costs import lines as data_lines
 from acoustic_mlm.preflight.project import GB
 from acoustic_mlm.train.state import KEEP_STATES
 
@@ -145,12 +146,14 @@ def markdown(r: dict) -> str:
             lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {by} |")
     lines += [
         "",
-        f"**Disk**: audio {_num(d['audio_gb'])} GB (float32, 24 kHz), codes {_num(d['codes_gb'])} GB "
+        f"**Disk**: audio {_num(d['audio_gb'])} GB ({d.get('sample_format', 'float32')}, 24 kHz), "
+        f"codes {_num(d['codes_gb'])} GB "
         f"(int16, {d['codebooks_stored']} x 75 Hz), checkpoints {d['checkpoints_gb']:.3g} GB "
         f"({d['checkpoint_gb_per_seed']:.3g} GB per seed; resumable states of {d['state_gb_per_file']:.3g} GB, "
         f"the last {KEEP_STATES} per running job); total {_num(d['total_gb'])} GB."
         + (f" {d['corpus_note']}." if d["corpus_note"] else ""),
         "",
+        *(data_lines(r["data"]) + [""] if r.get("data") else []),
         "How: ms/update = micro-batches per update and process x median ms per micro-batch (forward, backward) + "
         "median ms per step (the once-per-update finite check, clipping, AdamW) + the exposed all-reduce; when that "
         "is under a minute one whole update is run and its time used ('measured'). Wall time = seeds x steps x "

@@ -41,6 +41,7 @@ import torch
 from acoustic_mlm import config as C
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.preflight.data_costs import data_costs
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.measure import (
     CPU_BUDGET_S,
@@ -182,6 +183,7 @@ def run(
             cfg, options.utilisation, options.intra_node_gb_s, options.inter_node_gb_s
         ),
         "disk": disk_estimate(cfg, arms[0]["params"], arms, slots, options.corpus_hours),
+        "data": data_costs(cfg, os.cpu_count() or 1, options.corpus_hours),
     }
     out_dir = Path(out_dir)
     _write(result, out_dir)
@@ -572,6 +574,20 @@ def _write(result: dict, out_dir: Path) -> None:
 def _log_summary(result: dict, out_dir: Path, utilisation: float) -> None:
     """A line for the sweep's projection, if any, and one for the figure (projected in place of the preset's GPU)."""
     sweep, projection, figure = result["sweep_projection"], result["gpu_projection"], result["figure"]
+    data = result["data"]
+    if "epochs" in data:
+        log.info(
+            "preflight: data %s (%.0f h of audio): download %.3g GB, disk %.3g GB; prepare %.3g h and tokenize "
+            "%.3g h on %d CPU cores; the preset's updates are %.3g epochs of it",
+            data["source"],
+            data["corpus_hours"],
+            data["download_gb"],
+            data["disk_gb"],
+            data["prepare_hours"],
+            data["tokenize_hours"],
+            data["cores"],
+            data["epochs"],
+        )
     if sweep is not None:
         g = sweep["gpus"][0]
         log.info(

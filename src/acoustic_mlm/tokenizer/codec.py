@@ -88,7 +88,8 @@ def _download(url: str, dest: Path, prefix: str) -> None:
         path = download(src, dest.parent)
     except DownloadError as exc:  # network, HTTP status: after the downloader's retries
         raise TokenizerError(
-            f"{url}: download failed; set tokenizer.checkpoint to a local copy of {dest.name} ({exc})"
+            f"{url}: download failed; set tokenizer.checkpoint to a local copy of {dest.name} (sha256 starting "
+            f"with {prefix}) ({exc})"
         ) from None
     try:
         _verify(path, prefix, where=url)
@@ -133,9 +134,12 @@ def load_pretrained(
             _download(url, path, prefix)
     else:
         path = Path(checkpoint).expanduser()
-        if not path.is_file():
-            raise TokenizerError(f"{path}: EnCodec checkpoint not found (tokenizer.checkpoint)")
         prefix = _name_prefix(path.name) or expected_prefix
+        if not path.is_file():
+            raise TokenizerError(
+                f"{path}: EnCodec checkpoint not found (tokenizer.checkpoint; expected a file whose sha256 "
+                f"starts with {prefix}, as the official {url.rsplit('/', 1)[-1]} from {url})"
+            )
     _verify(path, prefix)
     model = _load_state(_bare_encodec(), path)
     model.set_target_bandwidth(float(bandwidth))

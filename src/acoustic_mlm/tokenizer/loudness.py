@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.prepared import as_float
 from acoustic_mlm.tokenizer.codec import TokenizerError
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def _window_gains(window_db: np.ndarray, n: int, target_db: float) -> np.ndarray
 
 def scaled_frames(audio: np.ndarray, gains: np.ndarray | None, first: int, end: int) -> np.ndarray:
     """Frames [first, end) of `audio` as float32, each multiplied by its gain (None: as is)."""
-    x = np.asarray(audio[first * encodec.HOP : end * encodec.HOP], dtype=np.float32)
+    x = as_float(audio[first * encodec.HOP : end * encodec.HOP])
     if gains is None:
         return x
     return x * np.repeat(gains[first:end], encodec.HOP)
@@ -167,7 +168,7 @@ def clip_loudness(audio: np.ndarray, clips, loudness: dict) -> tuple:
     frame_gain = np.ones(len(audio) // encodec.HOP, dtype=np.float32) if method != "none" else None
     rows = []
     for o, n, cid in zip(clips["offset"].to_numpy(np.int64), clips["num_samples"].to_numpy(np.int64), clips["clip_id"]):
-        clip = np.asarray(audio[o : o + n], dtype=np.float32)
+        clip = as_float(audio[o : o + n])
         gains = frame_gains(clip, method, target or 0.0)
         if frame_gain is not None:
             frame_gain[o // encodec.HOP : o // encodec.HOP + len(gains)] = gains

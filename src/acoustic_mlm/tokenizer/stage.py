@@ -35,6 +35,9 @@ Tensor axes: K codebooks (RVQ levels), T frames.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -76,7 +79,16 @@ from acoustic_mlm.tokenizer.codec import (
 )  # fmt: skip
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of, loudness_record
-from acoustic_mlm.utils import atomic_dir, atomic_path, file_sha256, keep_freed_memory, log, set_threads
+from acoustic_mlm.utils import (
+    atomic_dir,
+    atomic_path,
+    claim_killed_run,
+    file_sha256,
+    keep_freed_memory,
+    log,
+    set_threads,
+    write_json,
+)
 
 
 def read_prepared(prepared_dir: str | Path):
@@ -366,16 +378,61 @@ def _entropy_bits(counts: np.ndarray) -> float:
 def run(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
     """The whole stage in one process: fit, every shard in turn, merge; out_dir appears complete or not at all.
 
-    Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this.
+    Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this. Memory is one
+    padded batch and one shard's codes. A run killed mid-corpus (SIGKILL, the OOM killer, a lost node)
+    leaves its temporary folder; the next run takes its fitted model and the shards it had finished
+    (each written whole) when the settings and the prepared corpus (its manifest) are the same.
     """
     cfg = C.typed(cfg)
     _check_config(cfg)
     corpus = read_prepared(prepared_dir)
-    with atomic_dir(out_dir) as tmp:
-        fit(cfg, prepared_dir, tmp, threads)
-        for shard in corpus.shards:
-            encode_shard(cfg, prepared_dir, tmp, shard, threads)
-        merge(cfg, prepared_dir, tmp)
+    resume = claim_killed_run(out_dir)
+    try:
+        with atomic_dir(out_dir) as tmp:
+            key = _resume_key(cfg, prepared_dir)
+            write_json(tmp / RESUME, key)  # what a later run compares before taking this run's parts
+            reusable = resume is not None and _same_key(resume, key)
+            if not _take(resume if reusable else None, tmp, MODEL_DIR, FIT):
+                fit(cfg, prepared_dir, tmp, threads)
+            for shard in corpus.shards:
+                if not _take(resume if reusable else None, tmp, shard_name(shard), ENCODE_RECORD):
+                    encode_shard(cfg, prepared_dir, tmp, shard, threads)
+            (tmp / RESUME).unlink()
+            merge(cfg, prepared_dir, tmp)
+    finally:
+        if resume is not None:
+            shutil.rmtree(resume, ignore_errors=True)
+
+
+RESUME = "resume.json"  # in a run's temporary folder only: the inputs its finished parts were made from
+
+
+def _resume_key(cfg: C.Config, prepared_dir: Path) -> dict:
+    """What the fit and a shard's codes depend on: the settings of the steps up to them and the corpus."""
+    return {
+        "prepared_dir": str(Path(prepared_dir).resolve()),
+        "manifest_sha256": file_sha256(Path(prepared_dir) / MANIFEST),
+        "settings": C.settings(cfg, C.result_keys("tokenize_shard", cfg, upstream=True)),
+    }
+
+
+def _same_key(resume: Path, key: dict) -> bool:
+    try:
+        same = json.loads((resume / RESUME).read_text()) == json.loads(json.dumps(key))
+    except (OSError, ValueError):
+        return False
+    if not same:
+        log.info("tokenize: a killed earlier run's parts were made from other inputs; tokenizing every shard")
+    return same
+
+
+def _take(resume: Path | None, tmp: Path, name: str, record: str) -> bool:
+    """Move a killed run's finished part `name` (a folder whose `record` file says it is whole) into tmp."""
+    if resume is None or not (resume / name / record).is_file():
+        return False
+    os.rename(resume / name, tmp / name)
+    log.info("tokenize %s: finished by the killed earlier run, taken as it is", name)
+    return True
 
 
 def _encodec_version() -> str | None:

@@ -11,6 +11,7 @@ import torch
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.codes import SUMMARY, codes_path, open_codes, read_codes, read_tokenizer_summary
+from acoustic_mlm.artifacts.prepared import as_float
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_group_masks, mask_groups
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
@@ -105,7 +106,8 @@ class CropData(torch.utils.data.Dataset):
         T, hop, K = self.crop_frames, encodec.HOP, self.m.codebooks
         wav = np.stack([self.corpus.audio(s)[a : a + T * hop] for s, a in zip(shards, first_samples)])
         codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
-        return torch.from_numpy(wav.astype(np.float32)), torch.from_numpy(codes.astype(np.int64))
+        # the stored samples, scaled to float32 here (int16 PCM: / 32768; float32: the same values)
+        return torch.from_numpy(as_float(wav)), torch.from_numpy(codes.astype(np.int64))
 
 
 def label_offset(sample: int, sample_rate: int = encodec.SAMPLE_RATE, label_rate: float = encodec.FRAME_RATE) -> int:

@@ -1,0 +1,122 @@
+"""The data side of a preset, before any download: what the corpus is, what fetching it downloads, the
+disk its stages take, the hours prepare and tokenize need on CPU cores, and how many epochs of it the
+preset's updates are. Offline and instant: corpus sizes are constants with their source, the stages'
+speeds measured per core (BENCHMARKS.md, "The data stages per core"). A projection, not a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from acoustic_mlm import config as C
+from acoustic_mlm import encodec
+
+GB, GIB = 1e9, 2**30
+CODE_BYTES = 2  # int16 codes (tokenizer stage)
+SAMPLE_BYTES = {"float32": 4, "int16": 2}  # prepared audio per sample, by data.sample_format
+
+
+@dataclass(frozen=True)
+class KnownCorpus:
+    """A named source's size as its publisher states it."""
+
+    download_gib: float  # the archive
+    hours: float  # audio
+    tracks: int
+    source: str
+
+
+FMA = "github.com/mdeff/fma README (Defferrard et al., ISMIR 2017)"
+KNOWN_CORPORA = {
+    "fma_small": KnownCorpus(7.2, 8_000 * 30 / 3600, 8_000, FMA + ": 8,000 clips of 30 s, 7.2 GiB"),
+    "fma_medium": KnownCorpus(22.0, 25_000 * 30 / 3600, 25_000, FMA + ": 25,000 clips of 30 s, 22 GiB"),
+    "fma_large": KnownCorpus(93.0, 106_574 * 30 / 3600, 106_574, FMA + ": 106,574 clips of 30 s, 93 GiB"),
+    # the abstract's "343 days of audio" is the full-length tracks' total
+    "fma_full": KnownCorpus(879.0, 343 * 24, 106_574, FMA + ": 106,574 untrimmed tracks, 343 days of audio, 879 GiB"),
+}
+# Measured on one CPU core (AMD EPYC, torch 2.9.1), benchmarks/data_throughput.py on 30 s clips of real
+# music as 44.1 kHz stereo MP3 (BENCHMARKS.md): core-hours per hour of audio (205x and 2.31x real time).
+PREPARE_CORE_HOURS_PER_AUDIO_HOUR = 0.00487  # MP3 decode, mix to mono, resample to 24 kHz
+TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR = 0.4325  # EnCodec 24 kHz's encoder and RVQ at 6 kbps (pretrained architecture)
+MERT_330M_HOURS = 160_000  # MERT's training corpus (Li et al. 2023, arXiv 2306.00107)
+
+
+def corpus_seconds(cfg: C.Config, corpus_hours: float | None = None) -> float | None:
+    """Seconds of audio the preset's source holds, where it can be known before fetching."""
+    if corpus_hours is not None:
+        return corpus_hours * 3600.0
+    d = cfg.data
+    if d.source == "synthetic":
+        return d.synthetic.n_clips * d.synthetic.clip_seconds
+    known = KNOWN_CORPORA.get(d.source)
+    return None if known is None else known.hours * 3600.0
+
+
+def epochs(cfg: C.Config, seconds: float) -> float:
+    """Passes over the train split the preset's updates make: steps x crops per update x crop length over
+    the train split's audio (1 - data.valid_fraction of the corpus)."""
+    t = cfg.train
+    seen = t.steps * t.batch_size * t.accum_steps * cfg.crop_frames * encodec.HOP / cfg.data.sample_rate
+    return seen / (seconds * (1.0 - cfg.data.valid_fraction))
+
+
+def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None) -> dict:
+    """The corpus, its download and disk (GB, decimal), the CPU hours of prepare and tokenize (per core
+    and on `cores` cores), and the epochs the preset's updates make of it."""
+    d = cfg.data
+    seconds = corpus_seconds(cfg, corpus_hours)
+    known = KNOWN_CORPORA.get(d.source) if corpus_hours is None else None
+    out: dict = {
+        "source": d.source,
+        "sample_format": d.sample_format,
+        "corpus_source": known.source if known else ("--corpus-hours" if corpus_hours is not None else None),
+        "corpus_hours": None if seconds is None else seconds / 3600.0,
+        "tokenizer": cfg.tokenizer.mode,
+        "cores": cores,
+        "throughput_source": "BENCHMARKS.md, The data stages per core (benchmarks/data_throughput.py)",
+    }
+    if seconds is None:
+        out["note"] = f"data.source {d.source}: size unknown before fetching; pass --corpus-hours"
+        return out
+    hours = seconds / 3600.0
+    k = encodec.codebooks(float(cfg.tokenizer.bandwidth))
+    download = known.download_gib * GIB / GB if known else 0.0
+    prepared = seconds * d.sample_rate * SAMPLE_BYTES[d.sample_format] / GB
+    codes = seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB
+    prepare_ch = hours * PREPARE_CORE_HOURS_PER_AUDIO_HOUR
+    tokenize_ch = hours * TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR
+    out.update(
+        download_gb=download,
+        extracted_gb=download,  # MP3s in a zip: stored as they are; fetch keeps the archive beside them
+        prepared_gb=prepared,
+        codes_gb=codes,
+        disk_gb=2 * download + prepared + codes,
+        prepare_core_hours=prepare_ch,
+        tokenize_core_hours=tokenize_ch,
+        prepare_hours=prepare_ch / cores,
+        tokenize_hours=tokenize_ch / cores,
+        epochs=epochs(cfg, seconds),
+        mert_epochs=epochs(cfg, MERT_330M_HOURS * 3600.0 / (1.0 - cfg.data.valid_fraction)),
+    )
+    return out
+
+
+def _n(x: float) -> str:
+    """A number for the page: whole thousands with separators, small ones to 3 significant digits."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def lines(r: dict) -> list[str]:
+    """preflight.md's paragraph on the data."""
+    if r.get("note"):
+        return [f"**Data** ({r['source']}): {r['note']}."]
+    return [
+        f"**Data** ({r['source']}, {r['corpus_hours']:,.0f} h of audio; {r['corpus_source'] or 'generated'}): "
+        f"download {_n(r['download_gb'])} GB, disk {_n(r['disk_gb'])} GB (archive {_n(r['download_gb'])} + "
+        f"extracted {_n(r['extracted_gb'])} + prepared audio {_n(r['prepared_gb'])} ({r['sample_format']}, 24 kHz) "
+        f"+ codes {_n(r['codes_gb'])}); prepare {_n(r['prepare_core_hours'])} CPU core-hours "
+        f"({_n(r['prepare_hours'])} h on {r['cores']} cores), tokenize ({r['tokenizer']}) "
+        f"{_n(r['tokenize_core_hours'])} CPU core-hours ({_n(r['tokenize_hours'])} h on {r['cores']} cores; on a "
+        f"GPU: not yet measured); the preset's updates are **{_n(r['epochs'])} epochs** of its train split "
+        f"(of MERT-330M's 160K h: {_n(r['mert_epochs'])}). Speeds: {r['throughput_source']}.",
+    ]

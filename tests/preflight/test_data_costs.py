@@ -1,0 +1,57 @@
+"""The data side of the GPU presets, offline and without data: corpus, download, disk, CPU hours of
+prepare and tokenize, and epochs at the preset's updates, from constants with their source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from acoustic_mlm import config as C
+from acoustic_mlm.preflight import data_costs as D
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_PRESETS = {"paper": "fma_full", "paper-1node": "fma_full", "gpu-small": "fma_large", "proxy-gpu": "fma_medium"}
+
+
+@pytest.mark.parametrize("preset,source", sorted(GPU_PRESETS.items()))
+def test_every_gpu_preset_trains_on_real_music_against_the_official_encodec(preset, source):
+    cfg = C.load(ROOT / "config" / f"{preset}.yaml")
+    assert cfg.data.source == source and cfg.tokenizer.mode == "pretrained" and cfg.data.sample_format == "int16"
+    assert cfg.data.max_extract_gb * 1e9 >= D.KNOWN_CORPORA[source].download_gib * 2**30  # fetch would refuse less
+    r = D.data_costs(cfg, cores=16)
+    hours = D.KNOWN_CORPORA[source].hours
+    assert r["corpus_hours"] == pytest.approx(hours) and "github.com/mdeff/fma" in r["corpus_source"]
+    seen_h = cfg.train.steps * cfg.train.batch_size * cfg.train.accum_steps * cfg.crop_frames * 320 / 24000 / 3600
+    assert r["epochs"] == pytest.approx(seen_h / (hours * (1 - cfg.data.valid_fraction)))
+    assert r["prepared_gb"] == pytest.approx(hours * 3600 * 24000 * 2 / 1e9)  # int16: 2 bytes per sample
+    assert r["codes_gb"] == pytest.approx(hours * 3600 * 75 * 8 * 2 / 1e9)
+    assert r["disk_gb"] == pytest.approx(2 * r["download_gb"] + r["prepared_gb"] + r["codes_gb"])
+    assert r["tokenize_hours"] == pytest.approx(hours * D.TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR / 16)
+    assert r["prepare_hours"] == pytest.approx(hours * D.PREPARE_CORE_HOURS_PER_AUDIO_HOUR / 16)
+    page = " ".join(D.lines(r))
+    assert f"{D._n(r['epochs'])} epochs" in page and "on a GPU: not yet measured" in page
+
+
+def test_the_figures_the_preset_headers_quote():
+    full, large = D.KNOWN_CORPORA["fma_full"], D.KNOWN_CORPORA["fma_large"]
+    assert round(large.hours) == 888 and full.hours == 8232 and full.tracks == large.tracks == 106_574
+    epochs = {p: D.data_costs(C.load(ROOT / "config" / f"{p}.yaml"), 1)["epochs"] for p in GPU_PRESETS}
+    assert round(epochs["paper"]) == round(epochs["paper-1node"]) == 69
+    assert round(epochs["gpu-small"]) == 178 and round(epochs["proxy-gpu"], 2) == 0.76
+    paper = D.data_costs(C.load(ROOT / "config" / "paper.yaml"), 1)
+    assert round(paper["mert_epochs"], 1) == 3.2  # MERT-330M's 160K h by step 100K
+    assert round(paper["download_gb"]) == 944
+
+
+def test_float32_doubles_the_prepared_audio_and_an_unknown_corpus_asks_for_its_hours():
+    cfg = C.load(ROOT / "config" / "gpu-small.yaml")
+    m = cfg.mapping
+    m["data"]["sample_format"] = "float32"
+    r = D.data_costs(C.from_mapping(m), 4)
+    assert r["prepared_gb"] == pytest.approx(2 * D.data_costs(cfg, 4)["prepared_gb"])
+    m["data"].update(source="folder", folder="/music")
+    r = D.data_costs(C.from_mapping(m), 4)
+    assert "pass --corpus-hours" in r["note"] and "epochs" not in r
+    r = D.data_costs(C.from_mapping(m), 4, corpus_hours=160_000)
+    assert r["download_gb"] == 0.0 and r["epochs"] == pytest.approx(r["mert_epochs"] / (1 - cfg.data.valid_fraction))
