@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import stoppable_by_sigint
 
 from acoustic_mlm import utils
 from acoustic_mlm.utils import OutOfSpaceError, atomic_dir, atomic_path
@@ -177,7 +178,11 @@ def test_a_stop_in_the_instant_after_a_temporary_name_is_created_leaves_nothing(
     final.parent.mkdir()
     final.write_text("old")
     proc = subprocess.run(
-        [sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=stoppable_by_sigint,  # SIGINT must stop it even when the suite runs as a background job
     )
     assert proc.returncode == code, proc.stderr
     assert "inside the block" not in proc.stdout  # stopped before the body ran

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from helpers import stoppable_by_sigint
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
@@ -285,6 +286,7 @@ def _preflight_subprocess(root, tmp_path, preset: str, *args: str) -> subprocess
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=stoppable_by_sigint,  # SIGINT must stop it even when the suite runs as a background job
     )
 
 
