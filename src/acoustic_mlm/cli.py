@@ -25,6 +25,8 @@ Every subcommand reads and validates `--config` before doing any work.
 from __future__ import annotations
 
 import argparse
+import errno
+import re
 import signal
 import sys
 from pathlib import Path
@@ -633,6 +635,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
 
 # Output options: (stage, option attribute) -> what the path must be able to become.
 OUT_FOLDERS = {
+    ("decide", "out"),
     ("fetch", "out"),
     ("fetch", "downloads"),
     ("prepare", "out"),
@@ -673,6 +676,22 @@ def check_outputs(args: argparse.Namespace) -> None:
                 break
 
 
+_NO_ACCESS = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def access_refusal(exc: OSError) -> str | None:
+    """One line for an error of access (permission denied, a read-only file system), naming the
+    final path (never a temporary name); None for any other OSError, which keeps its traceback."""
+    if exc.errno not in _NO_ACCESS:
+        return None
+    path = final_names(str(exc.filename)) if exc.filename is not None else "a file or folder"
+    m = re.match(r"^(.*/)?\.(.+?)\.(tmp|old)-\d+-[^/]*$", path)  # a temporary name created before it was known
+    if m:
+        path = (m.group(1) or "") + m.group(2)
+    cause = "a read-only file system" if exc.errno == errno.EROFS else "permission denied"
+    return f"{path}: {cause}; give this user access to it (or its folder), or name another path"
+
+
 def _terminate(signum, _frame):
     """SIGTERM ends the stage as Ctrl-C does: every `finally` runs, so temporary outputs are removed."""
     raise SystemExit(128 + signum)
@@ -689,6 +708,12 @@ def main(argv: list[str] | None = None) -> int:
         # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
         message = " ".join(final_names(str(exc)).splitlines())  # one line, whatever a value held
         print(f"amlm {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a folder or file this user may not write or read (a read-only results folder)
+        refusal = access_refusal(exc)
+        if refusal is None:
+            raise
+        print(f"amlm {args.command}: error: {refusal}", file=sys.stderr)
         return 2
     return code or 0  # a check that ran and failed (amlm verify): 1
 

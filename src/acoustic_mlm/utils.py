@@ -281,6 +281,72 @@ def atomic_path(final: str | Path, needed: int | None = None) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_group(folder: str | Path, names: tuple[str, ...]) -> Iterator[Path]:
+    """Yield a temporary folder for the files `names`, which belong together (a judgement in four
+    files); on success `folder` is replaced as a whole (atomic_dir), so that a stop leaves either
+    every old file or every new one, never a mix. Other entries of an existing `folder` are carried
+    into the new one (hard links where the file system allows, else copies)."""
+    folder = Path(folder)
+    with atomic_dir(folder) as tmp:
+        yield tmp
+        lacking = [n for n in names if not (tmp / n).exists()]
+        if lacking:
+            raise RuntimeError(f"atomic_group({folder}): {', '.join(lacking)} not written")
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.name in names or entry.name.startswith(".") or (tmp / entry.name).exists():
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, tmp / entry.name, symlinks=True, copy_function=_link_or_copy)
+                else:
+                    _link_or_copy(entry, tmp / entry.name)
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+LOCK_NAME = ".amlm.lock"  # in a folder one command writes: held while it writes (folder_lock)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
+    """Hold `folder`'s lock while the block runs: a second command that would write the same folder
+    meanwhile is refused in one UserError line naming the folder and the first one's process. The
+    lock is the kernel's (flock), so a killed holder releases it; the lock file stays (removing it
+    would let two writers lock two files)."""
+    import fcntl
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise UserError(
+                f"{folder}: {holder} is writing this folder now; a second {what} would mix its files "
+                "with the first's: wait for it to end (or stop it), or write elsewhere"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"amlm {what} (pid {os.getpid()} on {_host()})".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
 # What a write that ran out of room raises: OSError ENOSPC (disk full), EDQUOT (quota), EFBIG
 # (the file-size limit, `ulimit -f`, with SIGXFSZ ignored); numpy's tofile reports a short write
 # without an errno; torch.save's archive writer a RuntimeError without one.
