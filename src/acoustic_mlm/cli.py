@@ -31,7 +31,7 @@ import signal
 import sys
 from pathlib import Path
 
-from acoustic_mlm import __version__
+from acoustic_mlm import __version__, kernels
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import final_names, log, setup_logging
@@ -702,6 +702,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(args, "verbose", False))
     signal.signal(signal.SIGTERM, _terminate)
     try:
+        mismatch = kernels.check_config_read(getattr(args, "config", None))
+        if mismatch:  # the kernels were pinned for another file than the one argparse read
+            raise UserError(mismatch)
         check_outputs(args)
         code = dispatch(args)
     except UserError as exc:
