@@ -289,4 +289,8 @@ def text_number(value: str) -> str | None:
         return None
     if not math.isfinite(number) or not value.strip():
         return None
-    return f"which YAML reads as text, not a number; write it as {number!r} (or with a decimal point, 1.0e-3)"
+    mantissa, e, exponent = repr(number).partition("e")
+    written = f"{mantissa}{'' if '.' in mantissa else '.0'}e{exponent}" if e else repr(number)
+    if "e" in value.lower():
+        return f"which YAML reads as text, not a number (an exponent needs a decimal point there); write {written}"
+    return f"which YAML reads as text, not a number; write it without quotes, as {written}"
