@@ -685,9 +685,7 @@ def access_refusal(exc: OSError) -> str | None:
     if exc.errno not in _NO_ACCESS:
         return None
     path = final_names(str(exc.filename)) if exc.filename is not None else "a file or folder"
-    m = re.match(r"^(.*/)?\.(.+?)\.(tmp|old)-\d+-[^/]*$", path)  # a temporary name created before it was known
-    if m:
-        path = (m.group(1) or "") + m.group(2)
+    path = re.sub(r"(^|/)\.([^/]+?)\.(tmp|old)-\d+-[^/]*", r"\1\2", path)  # temporary names not yet registered
     cause = "a read-only file system" if exc.errno == errno.EROFS else "permission denied"
     return f"{path}: {cause}; give this user access to it (or its folder), or name another path"
 
