@@ -46,6 +46,7 @@ from acoustic_mlm.artifacts.run_summary import (
 )
 from acoustic_mlm.encodec import CODEBOOK_SIZE
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report.aggregate import check_runs_dir
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
 # The loss of a run that logged no finite loss at all (it diverged at its first update): that of a
@@ -177,6 +178,7 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
     if not pts:
         raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
     extra = sorted({k for p in pts.values() for k, _ in p.values} - {"train.lr", "model.layers", "train.precision"})
+    check_runs_dir(Path(runs_dir))  # a missing folder is named as such, not as runs to train
     for name, p in pts.items():  # before anything is read: a run trained as another point is refused by name
         check_trained_as_point(cfg, Path(runs_dir) / name, name, p.seeds)
     rows = []
