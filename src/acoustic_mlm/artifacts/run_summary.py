@@ -7,9 +7,10 @@ resuming, `amlm status`, `amlm verify`, the stability map and the decisive exper
                                        diverged_at_step, final_train_loss_cb0 and final_valid_loss_cb0
                                        (curves.final_loss), first_train_loss_cb0, max_grad_norm,
                                        clipped_frac, nonfinite_steps, overflow_skips, wall_time_s,
-                                       stop_reason, and `fingerprint` (the settings that shape its numbers
-                                       and the process count: train.state.fingerprint); read_seed_summary,
-                                       read_seed_status
+                                       stop_reason (a number the seed never had, as the final losses of
+                                       one that diverged before any finite loss, is null), and
+                                       `fingerprint` (the settings that shape its numbers and the process
+                                       count: train.state.fingerprint); read_seed_summary, read_seed_status
     <run>/summary.json                 one arm: run, label, seeds, status (the worst of its seeds'),
                                        nonfinite_steps, the mean final losses and the spread of the final
                                        training loss, `per_seed` (each seed's summary without its
