@@ -189,3 +189,44 @@ def test_the_four_files_change_together_or_not_at_all(dirs, tmp_path, monkeypatc
     D.run(runs, codes, out)
     assert len(pd.read_csv(out / "runs.csv")) == len(pd.read_csv(runs.parent / "out" / "runs.csv"))
     assert (out / "notes.txt").read_text() == "mine" and (out / "decisive.json").read_bytes() != before["decisive.json"]
+
+
+STOPPED_DECIDE = r"""
+import sys, time
+from acoustic_mlm import cli
+from acoustic_mlm.report import decisive as D
+
+real = D.to_markdown
+
+def slow(result):  # runs.csv, cells.csv and decisive.json are written by now
+    print("writing", flush=True)
+    time.sleep(60)
+    return real(result)
+
+D.to_markdown = slow
+sys.exit(cli.main(["decide", "--runs-dir", sys.argv[1], "--codes", sys.argv[2], "--out", sys.argv[3]]))
+"""
+
+
+def test_a_sigterm_while_decide_writes_leaves_the_previous_judgement_whole(dirs, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    runs, codes = dirs
+    _two_budgets(runs, {1: 6.8, 2: 6.9}, {1: 9.44, 2: 9.45})
+    out = tmp_path / "out"
+    assert _decide(runs, codes, out) == 0
+    before = {n: (out / n).read_bytes() for n in D.DECIDE_FILES}
+    write_run(runs, "a500_more", "deepnorm", "softmax", 1.0, {3: 6.7, 4: 6.8}, steps=500)  # another judgement
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_DECIDE, str(runs), str(codes), str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        proc.kill()
+    assert {n: (out / n).read_bytes() for n in D.DECIDE_FILES} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["codes", "out", "runs"]  # no temporary folder left
