@@ -341,6 +341,24 @@ def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def folder_busy(folder: str | Path) -> str | None:
+    """Who holds `folder`'s lock now (folder_lock), e.g. 'amlm train x (pid 42 on host)'; None when
+    nobody does (no lock file, or its holder ended). Creates nothing."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    finally:
+        os.close(fd)
+    return None
+
+
 def _host() -> str:
     import socket
 

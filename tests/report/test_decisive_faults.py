@@ -230,3 +230,16 @@ def test_a_sigterm_while_decide_writes_leaves_the_previous_judgement_whole(dirs,
         proc.kill()
     assert {n: (out / n).read_bytes() for n in D.DECIDE_FILES} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["codes", "out", "runs"]  # no temporary folder left
+
+
+def test_a_folder_a_train_is_writing_is_refused_even_over_an_earlier_summary(dirs, tmp_path, capsys):
+    from acoustic_mlm.utils import folder_busy, folder_lock
+
+    runs, codes = dirs
+    _two_budgets(runs, {1: 6.8, 2: 6.9}, {1: 9.44, 2: 9.45})
+    assert folder_busy(runs / "a500") is None
+    with folder_lock(runs / "a500", "train a500"):  # retrained now: its summary.json is the earlier run's
+        assert folder_busy(runs / "a500").startswith("amlm train a500 (pid ")
+        assert _decide(runs, codes, tmp_path / "out") == 2
+    _refused(capsys, str(runs / "a500"), "amlm train a500 (pid", "is writing this run folder now")
+    assert folder_busy(runs / "a500") is None and _decide(runs, codes, tmp_path / "out") == 0

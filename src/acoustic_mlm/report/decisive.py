@@ -40,9 +40,14 @@ from acoustic_mlm.artifacts.run_summary import (
     whole,
 )
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.report.stability_map import NO_LOSS_BITS
-from acoustic_mlm.train.state import STATE_DIR  # a run with no finite loss: an untrained model's
-from acoustic_mlm.utils import FP16_MAX, atomic_group, write_json  # FP16_MAX: an unfused logit beyond it is inf
+from acoustic_mlm.report.stability_map import NO_LOSS_BITS  # a run with no finite loss: an untrained model's
+from acoustic_mlm.train.state import STATE_DIR
+from acoustic_mlm.utils import (  # FP16_MAX: an unfused logit beyond it is inf
+    FP16_MAX,
+    atomic_group,
+    folder_busy,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +263,11 @@ def run_folders(runs_dir: Path) -> list[Path]:
     for child in sorted(runs_dir.iterdir()):
         if child.name.startswith(".") or not child.is_dir():  # temporary names of atomic outputs
             continue
+        busy = folder_busy(child)  # a train writing it now, even over an earlier summary.json
+        if busy:
+            raise UserError(
+                f"{child}: {busy} is writing this run folder now; decide judges finished runs only: let it finish"
+            )
         if (child / SUMMARY).is_file():
             done.append(child)
         elif (child / "seeds").is_dir() or (child / STATE_DIR).is_dir():
