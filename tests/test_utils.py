@@ -297,7 +297,11 @@ def test_a_second_writer_of_a_folder_is_refused_while_the_first_holds_it(tmp_pat
         with pytest.raises(utils.UserError, match=f"pid {os.getpid()} on"):
             with utils.folder_lock(folder, "train again"):  # a second lock in one process is refused too
                 pass
-    assert [p.name for p in folder.iterdir()] == [utils.LOCK_NAME]
+        assert [p.name for p in folder.iterdir()] == [utils.LOCK_NAME]  # the killed holder's file, now ours
+    assert list(folder.iterdir()) == []  # the holder removes its lock file on its way out
+    with utils.folder_lock(tmp_path / "new" / "run", "train x"):
+        pass
+    assert not (tmp_path / "new" / "run").exists()  # a folder it made and nothing filled is not left behind
 
 
 def test_atomic_group_replaces_the_files_together_and_keeps_the_folders_other_files(tmp_path):

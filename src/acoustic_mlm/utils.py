@@ -310,34 +310,49 @@ def _link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst, follow_symlinks=False)
 
 
-LOCK_NAME = ".amlm.lock"  # in a folder one command writes: held while it writes (folder_lock)
+LOCK_NAME = ".amlm.lock"  # in a folder one command writes, while it writes (folder_lock)
 
 
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
     """Hold `folder`'s lock while the block runs: a second command that would write the same folder
     meanwhile is refused in one UserError line naming the folder and the first one's process. The
-    lock is the kernel's (flock), so a killed holder releases it; the lock file stays (removing it
-    would let two writers lock two files)."""
+    lock is the kernel's (flock on `<folder>/.amlm.lock`), so a killed holder releases it. The holder
+    removes the lock file (and the folder, if it made it and it stayed empty) on its way out, still
+    holding the lock; a process that locked a file so removed meanwhile tries again on the new one."""
     import fcntl
 
     folder = Path(folder)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
             raise UserError(
                 f"{folder}: {holder} is writing this folder now; a second {what} would mix its files "
                 "with the first's: wait for it to end (or stop it), or write elsewhere"
             ) from None
+        try:
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break  # the file locked is the one at the path
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it between our open and our lock: lock the new one
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"amlm {what} (pid {os.getpid()} on {_host()})".encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # still held: nobody locks this file after it
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when nothing else was written
         os.close(fd)  # releases the lock
 
 
