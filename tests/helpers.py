@@ -4,6 +4,7 @@ sys.path)."""
 import hashlib
 import io
 import shutil
+import signal
 import stat
 import tarfile
 import threading
@@ -253,3 +254,11 @@ def read_refused(call, path, *needles) -> str:
     for needle in needles:
         assert needle in msg, (needle, msg)
     return msg
+
+
+def stoppable_by_sigint() -> None:
+    """A subprocess's `preexec_fn`: SIGINT back to its default action in the child, so that the
+    child's Python installs its KeyboardInterrupt handler. A shell starts a background job (`nohup
+    pytest &`) with SIGINT ignored, every child inherits that, and a test that stops its child with
+    SIGINT would otherwise find it running on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -78,3 +78,41 @@ def test_help_texts_print_percent_signs_once(capsys):
     for name, parser in _stages().items():
         assert "%%" not in parser.format_help(), name
     assert "stable by 40% of the x-range" in " ".join(_stages()["claims"].format_help().split())
+
+
+@pytest.mark.parametrize(
+    "exc, shown",
+    [
+        (
+            PermissionError(13, "Permission denied", "results/runs/x/metrics.csv"),
+            "results/runs/x/metrics.csv: permission denied",
+        ),
+        (
+            PermissionError(13, "Permission denied", "/r/results/.loss_curves.csv.tmp-77-ab12cd"),
+            "/r/results/loss_curves.csv: permission denied",
+        ),
+        (PermissionError(1, "Operation not permitted", "/r/results/figures"), "/r/results/figures: permission denied"),
+        (OSError(30, "Read-only file system", "/mnt/ro/results/.decisive.tmp-5-x/runs.csv"), "a read-only file system"),
+        (PermissionError(13, "Permission denied"), "a file or folder: permission denied"),
+    ],
+)
+def test_an_access_error_of_any_stage_is_one_line_exit_2(monkeypatch, capsys, root, exc, shown):
+    def denied(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "dispatch", denied)
+    assert cli.main(["aggregate", "--config", str(root / "config" / "smoke.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("amlm aggregate: error: ") and shown in err and err.count("\n") == 1, err
+    assert ".tmp-" not in err
+
+
+def test_the_cli_refuses_a_config_that_differs_from_the_one_the_kernels_were_pinned_for(monkeypatch, capsys, root):
+    from acoustic_mlm import kernels
+
+    monkeypatch.setattr(kernels, "READ_CONFIG", "config/other.yaml")
+    assert cli.main(["validate", "--config", str(root / "config" / "smoke.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "the CPU kernels were chosen for config/other.yaml" in err and err.count("\n") == 1
+    monkeypatch.setattr(kernels, "READ_CONFIG", str(root / "config" / "smoke.yaml"))
+    assert cli.main(["validate", "--config", str(root / "config" / "smoke.yaml")]) == 0

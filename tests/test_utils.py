@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import stoppable_by_sigint
 
 from acoustic_mlm import utils
 from acoustic_mlm.utils import OutOfSpaceError, atomic_dir, atomic_path
@@ -177,7 +178,11 @@ def test_a_stop_in_the_instant_after_a_temporary_name_is_created_leaves_nothing(
     final.parent.mkdir()
     final.write_text("old")
     proc = subprocess.run(
-        [sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", STOPPED_WRITER, kind, moment, str(final)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=stoppable_by_sigint,  # SIGINT must stop it even when the suite runs as a background job
     )
     assert proc.returncode == code, proc.stderr
     assert "inside the block" not in proc.stdout  # stopped before the body ran
@@ -258,3 +263,70 @@ def test_fp16_max_is_float16s_largest_finite_value():
     assert utils.FP16_MAX == float(torch.finfo(torch.float16).max) == 65504.0
     for module in (diagnostics, stability, stability_map, decisive, spike_diagnostics):
         assert module.FP16_MAX is utils.FP16_MAX
+
+
+# ----------------------------------------------------------------------------- one writer per folder
+
+HOLDER = r"""
+import sys, time
+from acoustic_mlm import utils
+with utils.folder_lock(sys.argv[1], "train prenorm_clip1"):
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_writer_of_a_folder_is_refused_while_the_first_holds_it(tmp_path):
+    folder = tmp_path / "runs" / "prenorm_clip1"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True, env={**os.environ}
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        for what in ("train prenorm_clip1", "train other"):  # the same command or another: refused alike
+            with pytest.raises(utils.UserError) as refused:
+                with utils.folder_lock(folder, what):
+                    pytest.fail("entered a folder another process holds")
+            message = str(refused.value)
+            assert message.startswith(f"{folder}: amlm train prenorm_clip1 (pid {holder.pid} on ")
+            assert "is writing this folder now" in message and "\n" not in message
+    finally:
+        holder.kill()
+        holder.wait()
+    with utils.folder_lock(folder, "train prenorm_clip1"):  # a killed holder released it
+        with pytest.raises(utils.UserError, match=f"pid {os.getpid()} on"):
+            with utils.folder_lock(folder, "train again"):  # a second lock in one process is refused too
+                pass
+        assert [p.name for p in folder.iterdir()] == [utils.LOCK_NAME]  # the killed holder's file, now ours
+    assert list(folder.iterdir()) == []  # the holder removes its lock file on its way out
+    with utils.folder_lock(tmp_path / "new" / "run", "train x"):
+        pass
+    assert not (tmp_path / "new" / "run").exists()  # a folder it made and nothing filled is not left behind
+
+
+def test_atomic_group_replaces_the_files_together_and_keeps_the_folders_other_files(tmp_path):
+    out = tmp_path / "out"
+    names = ("a.csv", "b.json")
+    with utils.atomic_group(out, names) as tmp:
+        (tmp / "a.csv").write_text("1")
+        (tmp / "b.json").write_text("1")
+    (out / "mine.txt").write_text("kept")
+    (out / "sub").mkdir()
+    (out / "sub" / "x").write_text("kept too")
+    stops = [(KeyboardInterrupt(), KeyboardInterrupt), (SystemExit(143), SystemExit)]
+    stops.append((OSError(28, "No space left on device"), OutOfSpaceError))  # a full disk: one line naming `out`
+    for stop, seen in stops:
+        with pytest.raises(seen):
+            with utils.atomic_group(out, names) as tmp:
+                (tmp / "a.csv").write_text("2")
+                raise stop  # before b.json: the folder keeps both old files
+        assert (out / "a.csv").read_text() == "1" and (out / "b.json").read_text() == "1"
+    with pytest.raises(RuntimeError, match="b.json not written"):  # a group missing a member is not put in place
+        with utils.atomic_group(out, names) as tmp:
+            (tmp / "a.csv").write_text("3")
+    with utils.atomic_group(out, names) as tmp:
+        (tmp / "a.csv").write_text("4")
+        (tmp / "b.json").write_text("4")
+    assert [(out / n).read_text() for n in names] == ["4", "4"]
+    assert (out / "mine.txt").read_text() == "kept" and (out / "sub" / "x").read_text() == "kept too"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary or old folder left

@@ -25,11 +25,13 @@ Every subcommand reads and validates `--config` before doing any work.
 from __future__ import annotations
 
 import argparse
+import errno
+import re
 import signal
 import sys
 from pathlib import Path
 
-from acoustic_mlm import __version__
+from acoustic_mlm import __version__, kernels
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import final_names, log, setup_logging
@@ -694,6 +696,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
 
 # Output options: (stage, option attribute) -> what the path must be able to become.
 OUT_FOLDERS = {
+    ("decide", "out"),
     ("fetch", "out"),
     ("fetch", "downloads"),
     ("prepare", "out"),
@@ -734,6 +737,20 @@ def check_outputs(args: argparse.Namespace) -> None:
                 break
 
 
+_NO_ACCESS = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def access_refusal(exc: OSError) -> str | None:
+    """One line for an error of access (permission denied, a read-only file system), naming the
+    final path (never a temporary name); None for any other OSError, which keeps its traceback."""
+    if exc.errno not in _NO_ACCESS:
+        return None
+    path = final_names(str(exc.filename)) if exc.filename is not None else "a file or folder"
+    path = re.sub(r"(^|/)\.([^/]+?)\.(tmp|old)-\d+-[^/]*", r"\1\2", path)  # temporary names not yet registered
+    cause = "a read-only file system" if exc.errno == errno.EROFS else "permission denied"
+    return f"{path}: {cause}; give this user access to it (or its folder), or name another path"
+
+
 def _terminate(signum, _frame):
     """SIGTERM ends the stage as Ctrl-C does: every `finally` runs, so temporary outputs are removed."""
     raise SystemExit(128 + signum)
@@ -744,12 +761,21 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(args, "verbose", False))
     signal.signal(signal.SIGTERM, _terminate)
     try:
+        mismatch = kernels.check_config_read(getattr(args, "config", None))
+        if mismatch:  # the kernels were pinned for another file than the one argparse read
+            raise UserError(mismatch)
         check_outputs(args)
         code = dispatch(args)
     except UserError as exc:
         # Problems with the user's input: one line, no traceback. Anything else is a bug and keeps its traceback.
         message = " ".join(final_names(str(exc)).splitlines())  # one line, whatever a value held
         print(f"amlm {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a folder or file this user may not write or read (a read-only results folder)
+        refusal = access_refusal(exc)
+        if refusal is None:
+            raise
+        print(f"amlm {args.command}: error: {refusal}", file=sys.stderr)
         return 2
     return code or 0  # a check that ran and failed (amlm verify): 1
 

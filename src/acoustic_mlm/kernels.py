@@ -57,13 +57,26 @@ def cpu_has_avx2() -> bool:
 
 
 def config_argument(argv: list[str]) -> str:
-    """The --config value of a command line (`--config F` or `--config=F`), else the default."""
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--config="):
-            return arg.split("=", 1)[1]
-    return DEFAULT_CONFIG
+    """The --config value of a command line as argparse reads it: `--config F`, `--config=F` or an
+    abbreviation of the option (`--conf F`, argparse's allow_abbrev); repeated, the last wins; after
+    `--`, nothing is an option. Without one, the default. The command line checks afterwards that
+    argparse read the same file (`check_config_read`), so an abbreviation argparse finds ambiguous is
+    refused there rather than pinned for the wrong file."""
+    found = DEFAULT_CONFIG
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if len(name) > 2 and name.startswith("--") and "--config".startswith(name):
+            if eq:
+                found = value
+            elif i + 1 < len(argv):
+                found = argv[i + 1]
+                i += 1
+        i += 1
+    return found
 
 
 def requested_mode(config_path: str) -> str | None:
@@ -83,8 +96,22 @@ def requested_mode(config_path: str) -> str | None:
     return mode if mode in MODES else None
 
 
+# Variables a user may export that the pin does not set. NPY_ENABLE_CPU_FEATURES cannot stand beside
+# the pin's NPY_DISABLE_CPU_FEATURES (numpy refuses to import with both): the pin refuses it. The others
+# change which kernels, or which arithmetic, MKL uses (MKL_CBWR: measured to change the bits at
+# COMPATIBLE, docs/reproducibility.md): a run with one set is recorded as not pinned, and says so.
+CONFLICTING_ENV = ("NPY_ENABLE_CPU_FEATURES",)
+UNPINNING_ENV = ("MKL_CBWR", "MKL_DEBUG_CPU_TYPE")
+NPY = "NPY_DISABLE_CPU_FEATURES"
+
+
+class PinError(Exception):
+    """The pin cannot be applied in this environment: one line for the user, exit status 2."""
+
+
 def pin(env: dict | None = None) -> list[str]:
-    """Set AVX2_ENV in `env` (default os.environ); returns what it could not promise, as sentences."""
+    """Set AVX2_ENV in `env` (default os.environ); returns what it could not promise, as sentences.
+    A variable the user exported that numpy cannot combine with the pin is a PinError."""
     env = os.environ if env is None else env
     problems = []
     if not cpu_has_avx2():
@@ -93,21 +120,61 @@ def pin(env: dict | None = None) -> list[str]:
             "its native kernels run, and its numbers will differ from an AVX2 machine's"
         )
         return problems
+    for name in CONFLICTING_ENV:
+        if env.get(name):
+            raise PinError(
+                f"{name} is set ({env[name]!r}): cpu_kernels: avx2 sets {NPY}, and numpy cannot load with "
+                f"both; unset {name}, or set cpu_kernels: native in the configuration"
+            )
     loaded = [m for m in ("torch", "numpy") if m in sys.modules]
     if loaded:
         problems.append(
             f"cpu_kernels: avx2 asked after {' and '.join(loaded)} loaded in this process: "
             "its kernels are already chosen (run the stage as `amlm ...` or `python -m acoustic_mlm ...`)"
         )
-    env.update(AVX2_ENV)
+    wanted = dict(AVX2_ENV)
+    own = env.get(NPY, "").split()
+    if own:  # the user's own exclusions stay; beyond the pin's, the run is not pinned
+        wanted[NPY] = " ".join(dict.fromkeys(AVX2_ENV[NPY].split() + own))
+    for name in (*UNPINNING_ENV, *([NPY] if wanted[NPY] != AVX2_ENV[NPY] else [])):
+        if env.get(name):
+            problems.append(
+                f"{name}={env[name]!r} is set: it changes the kernels or the arithmetic the pin fixes, so "
+                "this run is recorded as not pinned (cpu_kernels.pinned: false); unset it to pin"
+            )
+    env.update(wanted)
     return problems
 
 
+READ_CONFIG: str | None = None  # the configuration pin_for_command read in this process (None: it did not run)
+
+
 def pin_for_command(argv: list[str]) -> None:
-    """Before anything numerical loads: pin the kernels when the command's configuration asks for it."""
-    if requested_mode(config_argument(argv)) == PINNED:
-        for problem in pin():
-            print(f"amlm: warning: {problem}", file=sys.stderr)
+    """Before anything numerical loads: pin the kernels when the command's configuration asks for it.
+    A refusal (PinError) is one line and exit status 2, as every refusal of the command line."""
+    global READ_CONFIG
+    READ_CONFIG = config_argument(argv)
+    if requested_mode(READ_CONFIG) != PINNED:
+        return
+    try:
+        problems = pin()
+    except PinError as exc:
+        command = next((a for a in argv if not a.startswith("-")), "")
+        print(f"amlm{' ' + command if command else ''}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for problem in problems:
+        print(f"amlm: warning: {problem}", file=sys.stderr)
+
+
+def check_config_read(parsed: str | None) -> str | None:
+    """A sentence when argparse's --config differs from the one the pin read before torch loaded (a
+    form of the option the pin reads otherwise): the kernels would belong to another file. None if they agree."""
+    if READ_CONFIG is None or parsed is None or os.path.normpath(str(parsed)) == os.path.normpath(READ_CONFIG):
+        return None
+    return (
+        f"--config: the command line names {parsed}, but the CPU kernels were chosen for {READ_CONFIG} "
+        "before it was parsed; write --config once, in full (--config FILE)"
+    )
 
 
 def report() -> dict:
@@ -116,5 +183,11 @@ def report() -> dict:
 
     out = {"torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
     out.update({k: os.environ.get(k) for k in AVX2_ENV})
-    out["pinned"] = out["torch_cpu_capability"] == "AVX2" and all(os.environ.get(k) == v for k, v in AVX2_ENV.items())
+    unpinning = {k: os.environ[k] for k in UNPINNING_ENV if os.environ.get(k)}
+    out.update(unpinning)  # recorded only when set: a summary without them had none
+    out["pinned"] = (
+        out["torch_cpu_capability"] == "AVX2"
+        and all(os.environ.get(k) == v for k, v in AVX2_ENV.items())
+        and not unpinning
+    )
     return out

@@ -305,6 +305,105 @@ def atomic_path(final: str | Path, needed: int | None = None) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_group(folder: str | Path, names: tuple[str, ...]) -> Iterator[Path]:
+    """Yield a temporary folder for the files `names`, which belong together (a judgement in four
+    files); on success `folder` is replaced as a whole (atomic_dir), so that a stop leaves either
+    every old file or every new one, never a mix. Other entries of an existing `folder` are carried
+    into the new one (hard links where the file system allows, else copies)."""
+    folder = Path(folder)
+    with atomic_dir(folder) as tmp:
+        yield tmp
+        lacking = [n for n in names if not (tmp / n).exists()]
+        if lacking:
+            raise RuntimeError(f"atomic_group({folder}): {', '.join(lacking)} not written")
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.name in names or entry.name.startswith(".") or (tmp / entry.name).exists():
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, tmp / entry.name, symlinks=True, copy_function=_link_or_copy)
+                else:
+                    _link_or_copy(entry, tmp / entry.name)
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+LOCK_NAME = ".amlm.lock"  # in a folder one command writes, while it writes (folder_lock)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
+    """Hold `folder`'s lock while the block runs: a second command that would write the same folder
+    meanwhile is refused in one UserError line naming the folder and the first one's process. The
+    lock is the kernel's (flock on `<folder>/.amlm.lock`), so a killed holder releases it. The holder
+    removes the lock file (and the folder, if it made it and it stayed empty) on its way out, still
+    holding the lock; a process that locked a file so removed meanwhile tries again on the new one."""
+    import fcntl
+
+    folder = Path(folder)
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(
+                f"{folder}: {holder} is writing this folder now; a second {what} would mix its files "
+                "with the first's: wait for it to end (or stop it), or write elsewhere"
+            ) from None
+        try:
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break  # the file locked is the one at the path
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it between our open and our lock: lock the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"amlm {what} (pid {os.getpid()} on {_host()})".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # still held: nobody locks this file after it
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when nothing else was written
+        os.close(fd)  # releases the lock
+
+
+def folder_busy(folder: str | Path) -> str | None:
+    """Who holds `folder`'s lock now (folder_lock), e.g. 'amlm train x (pid 42 on host)'; None when
+    nobody does (no lock file, or its holder ended). Creates nothing."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    finally:
+        os.close(fd)
+    return None
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
 # What a write that ran out of room raises: OSError ENOSPC (disk full), EDQUOT (quota), EFBIG
 # (the file-size limit, `ulimit -f`, with SIGXFSZ ignored); numpy's tofile reports a short write
 # without an errno; torch.save's archive writer a RuntimeError without one.

@@ -114,3 +114,25 @@ def test_read_csv_table_refuses_text_that_is_not_utf8(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"name,n\ncaf\xe9,1\n")
     read_refused(lambda: checked.read_csv_table(path, "", "prepare", ["name"]), path, "not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    "encoding, named",
+    [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"), ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32")],
+)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_utf16_or_utf32_table_is_named_by_its_encoding_not_as_cut_or_missing_columns(
+    tmp_path, encoding, named, newline
+):
+    from acoustic_mlm.artifacts.metrics import read_metrics
+
+    path = tmp_path / "metrics.csv"
+    text = newline.join(["step,train_loss_cb0,valid_loss_cb0", "1,9.5,9.6", "2,9.4,9.5"]) + newline
+    path.write_bytes(text.encode(encoding))
+    with pytest.raises(checked.ReadError) as refused:
+        read_metrics(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: {named} text, not UTF-8; save it as UTF-8") and "\n" not in message
+    assert "cut short" not in message and "missing column" not in message
+    path.write_text(text, encoding="utf-8")  # the same table as UTF-8 reads
+    assert read_metrics(path)["step"].tolist() == [1, 2]

@@ -32,3 +32,48 @@ def test_cli_missing_config_file(tmp_path):
         text=True,
     )
     assert proc.returncode == 2 and "nope.yaml: configuration file not found" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "base: &b {lr: 1}\ntrain:\n  <<: *b\n",  # the usual form: an anchor merged in (the alias is refused second)
+        "train:\n  <<: {lr: 1}\n",  # an inline mapping
+        "train:\n  <<: 5\n",  # a scalar (PyYAML's own error would blame the parser)
+        "train:\n  <<: [{lr: 1}, {steps: 2}]\n",
+    ],
+)
+def test_a_yaml_merge_key_is_named_not_called_invalid_yaml(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(C.ConfigError) as refused:
+        C.load(path)
+    message = str(refused.value)
+    assert "not valid YAML" not in message and "\n" not in message
+    assert message.startswith(f"{path}: line ") and (
+        "YAML merge key '<<' is not supported" in message or "YAML alias '*b' is not supported" in message
+    )
+
+
+@pytest.mark.parametrize(
+    "error", [PermissionError(13, "Permission denied"), OSError(5, "Input/output error"), IsADirectoryError(21, "x")]
+)
+def test_an_unreadable_configuration_file_is_one_line(root, tmp_path, monkeypatch, error):
+    """Root reads any file, so the refusal of the read is simulated here; `amlm` prints it in one line."""
+    from pathlib import Path
+
+    from acoustic_mlm import cli
+
+    path = tmp_path / "c.yaml"
+    path.write_text((root / "config" / "smoke.yaml").read_text())
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self == path:
+            raise error
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    assert cli.main(["validate", "--config", str(path)]) == 2
+    with pytest.raises(C.ConfigError, match=rf"^{path}: cannot be read \({error.strerror}\); check its permissions$"):
+        C.load(path)

@@ -134,7 +134,8 @@ QUOTES = [
     ),
     Quote(
         "the decisive preset's seeds (presets table)",
-        r"`config/decisive.yaml` \| the decisive experiments(?: on synthetic music)?: the map.s edge cells with (\d+)-(\d+) seeds",
+        r"`config/decisive.yaml` \| the decisive experiments(?: on synthetic music)?: "
+        r"the map.s edge cells with (\d+)-(\d+) seeds",
         lambda: (min(_sweep_runs("config/decisive.yaml")), max(_sweep_runs("config/decisive.yaml"))),
     ),
     Quote(

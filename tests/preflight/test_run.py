@@ -14,6 +14,8 @@ import time
 
 import pytest
 import torch
+import yaml
+from helpers import stoppable_by_sigint
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
@@ -132,6 +134,7 @@ TOP_FIELDS = {
     "interconnect",
     "gpu_projection",
     "sweep_projection",
+    "sweep_models",
     "measured_precision",
     "measured_frames",
     "measured_layers",
@@ -293,6 +296,7 @@ def _preflight_subprocess(root, tmp_path, preset: str, *args: str) -> subprocess
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=stoppable_by_sigint,  # SIGINT must stop it even when the suite runs as a background job
     )
 
 
@@ -427,3 +431,26 @@ def test_options_come_from_the_command_line_and_left_out_ones_keep_their_default
     options = Options.from_namespace(args, threads=3)
     assert (options.micro_batch, options.device, options.every_model, options.threads) == (2, "cpu", True, 3)
     assert options.micro_batches is None and options.utilisation == Options().utilisation
+
+
+@pytest.mark.parametrize("layers", [[3], [3, 5]])
+def test_a_sweeps_deeper_points_are_measured_not_only_its_base_arms(root, tmp_path, layers):
+    """A sweep whose points deepen the model: each point model no arm has is measured as an arm is (its
+    parameters, whether it fits), listed in preflight.json and .md; the arms' own models are not repeated."""
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    cfg["sweep"] = [{"grid": {"model.layers": [cfg["model"]["layers"], *layers]}, "arms": ["prenorm_clip1"]}]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    args = ["--threads", "1", "--micro-batches", "1", "--optimizer-steps", "1", "--warmup", "0"]
+    assert cli.main(["preflight", "--config", str(path), "--out", str(tmp_path / "out"), *args]) == 0
+    r = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    rows = r["sweep_models"]
+    assert [row["layers"] for row in rows] == layers and all(len(row["points"]) == 1 for row in rows)
+    base = r["arms"][0]["params"]
+    per_layer = (rows[0]["params"] - base) / (layers[0] - cfg["model"]["layers"])
+    assert per_layer > 0 and all(
+        row["params"] == base + per_layer * (row["layers"] - cfg["model"]["layers"]) for row in rows
+    )
+    assert all(row["fits"] is True and row["peak_memory_gb"] > 0 for row in rows)
+    md = (tmp_path / "out" / "preflight.md").read_text()
+    assert "The sweep's own models" in md and all(f"| {n} layers x " in md for n in layers)

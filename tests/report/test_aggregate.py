@@ -127,3 +127,24 @@ def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
     with pytest.raises(UserError, match=r"prenorm_clip1/metrics.csv"):
         aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv")
     assert not (tmp_path / "c.csv").exists()
+
+
+@pytest.mark.parametrize("make", ["missing", "file", "broken link"])
+@pytest.mark.parametrize("stage", ["aggregate", "map"])
+def test_a_runs_folder_that_is_missing_is_named_as_such_not_told_to_train(root, tmp_path, capsys, make, stage):
+    from acoustic_mlm import cli
+
+    runs = tmp_path / "runz"
+    if make == "file":
+        runs.write_text("x")
+    elif make == "broken link":
+        runs.symlink_to(tmp_path / "gone")
+    config = root / "config" / ("smoke.yaml" if stage == "aggregate" else "decisive.yaml")
+    out = tmp_path / "out.csv"
+    assert cli.main([stage, "--config", str(config), "--runs-dir", str(runs), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    what = {"missing": "does not exist", "file": "is not a folder", "broken link": "is a broken link"}[make]
+    assert err == (
+        f"amlm {stage}: error: {runs}: the runs folder (--runs-dir) {what}; name the folder training wrote its "
+        "runs into (default results/runs)"
+    )

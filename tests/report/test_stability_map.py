@@ -365,3 +365,64 @@ def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(
     err_line = capsys.readouterr().err.strip()
     assert "\n" not in err_line and f"run {run} was trained with {key}" in err_line
     assert not (tmp_path / "map.csv").exists()
+
+
+def _diverge_first_point(runs_dir, name="prenorm_clip1__lr-3e-3__layers-2"):
+    """The point's seed diverged before any finite loss, as training records it: null numbers, NaN rows."""
+    import json
+
+    summary = runs_dir / name / "summary.json"
+    s = json.loads(summary.read_text())
+    s["per_seed"]["1"] = {
+        **s["per_seed"]["1"],
+        "status": "diverged",
+        "steps": 1,
+        "diverged_at_step": 1,
+        "first_train_loss_cb0": None,
+        "final_train_loss_cb0": None,
+        "final_valid_loss_cb0": None,
+        "max_grad_norm": None,
+        "clipped_frac": None,
+    }
+    summary.write_text(json.dumps(s))
+    seed = runs_dir / name / "seeds" / "seed1" / "summary.json"
+    seed.write_text(json.dumps({**json.loads(seed.read_text()), "status": "diverged", "final_train_loss_cb0": None}))
+    pd.DataFrame([{"seed": 1, "step": 1, "train_loss_cb0": float("nan")}]).to_csv(
+        runs_dir / name / "metrics.csv", index=False
+    )
+    return name
+
+
+def test_a_point_that_diverged_before_any_finite_loss_is_a_failed_row_of_the_map(map_cfg, tmp_path):
+    _finished_runs(map_cfg, tmp_path)
+    name = _diverge_first_point(tmp_path)
+    t = M.table(map_cfg, tmp_path)
+    row = t[t["run"] == name].iloc[0]
+    assert row["status"] == "diverged" and row["capped_loss"] == M.NO_LOSS_BITS
+    assert math.isnan(row["first_train_loss_cb0"]) and math.isnan(row["max_grad_norm"])
+    out = tmp_path / "map.csv"
+    M.run_table(map_cfg, tmp_path, out)
+    back = M.read_map(out)  # the table reads back: its first loss is empty, its capped loss finite
+    assert back[back["run"] == name]["capped_loss"].tolist() == [M.NO_LOSS_BITS]
+
+
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("max_grad_norm", "big", "'max_grad_norm' is 'big', not a finite number"),
+        ("steps", -1, "'steps' is -1, not a count >= 0"),
+        ("status", "gone", "'per_seed.1.status' is 'gone'"),
+        ("overflow_skips", 2.5, "'overflow_skips' is 2.5"),
+    ],
+)
+def test_a_damaged_field_of_a_points_summary_is_one_line(map_cfg, tmp_path, key, value, needle):
+    import json
+
+    _finished_runs(map_cfg, tmp_path)
+    summary = tmp_path / "prenorm_clip1__lr-1e-3__layers-2" / "summary.json"
+    s = json.loads(summary.read_text())
+    s["per_seed"]["1"][key] = value
+    summary.write_text(json.dumps(s))
+    with pytest.raises(M.UserError) as err:
+        M.table(map_cfg, tmp_path)
+    assert str(err.value).startswith(f"{summary}: ") and needle in str(err.value)

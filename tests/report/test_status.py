@@ -224,7 +224,6 @@ def test_status_of_a_sweep_shows_its_points_with_their_seeds_and_steps(cfg, tmp_
 @pytest.mark.parametrize(
     "make, words",
     [
-        (lambda p: None, "--runs-dir names no folder (it does not exist)"),
         (lambda p: p.write_text("x"), "--runs-dir names a file, not a folder"),
         (lambda p: p.symlink_to(p.parent / "gone"), "--runs-dir names a broken link, a device or a FIFO, not a folder"),
     ],
@@ -240,3 +239,22 @@ def test_a_runs_dir_that_is_not_a_folder_is_refused_in_one_line(cfg, tmp_path, c
     err = captured.err.strip()
     assert err.startswith(f"amlm status: error: {runs}: ") and words in err and "\n" not in err, err
     assert "waiting" not in captured.out
+
+
+def test_before_any_run_every_seed_is_waiting_and_status_exits_0(cfg, tmp_path, capsys):
+    """No runs folder yet (a fresh checkout): not a refusal; every arm's every seed waits, and the first
+    line says the folder does not exist yet."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    runs = tmp_path / "results" / "runs"
+    capsys.readouterr()
+    assert cli.main(["status", "--config", str(path), "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    arms = C.typed(cfg).runs
+    seeds = sum(len(r.seeds) for r in arms.values())
+    assert out[0].startswith(
+        f"{runs} (no such folder yet: nothing has started there): {seeds} seeds of {len(arms)} runs"
+    )
+    assert len(out) == 2 + seeds and all(line.endswith("  waiting") for line in out[2:])
+    assert {line.split()[0] for line in out[2:]} == set(arms)
+    assert not runs.exists()  # status writes nothing

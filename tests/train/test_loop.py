@@ -222,3 +222,18 @@ def test_a_real_state_passes_the_content_check_and_resumes(data_dirs, tiny_cfg, 
     with caplog.at_level("INFO", logger="acoustic_mlm"):
         train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
     assert "resuming after step 3" in caplog.text and "not a state this run can resume from" not in caplog.text
+
+
+@pytest.mark.parametrize("other", [{}, {"lr": 1e-3}, {"steps": 3}])
+def test_a_second_train_of_a_run_folder_is_refused_while_the_first_runs(data_dirs, tiny_cfg, tmp_path, other):
+    """While one train holds results/runs/<run> (here: its lock, as a running train does), another train of
+    the folder, with the same or other settings, is refused before it writes anything."""
+    from acoustic_mlm.utils import folder_lock
+
+    out = tmp_path / "prenorm_clip1"
+    tiny_cfg["train"].update(other)
+    with folder_lock(out, "train prenorm_clip1"):
+        with pytest.raises(UserError, match=r"is writing this folder now; a second train prenorm_clip1 would mix"):
+            train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)
+    assert not out.exists()  # nothing written (the holder made the folder and removed it, empty)
+    assert train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)["status"] == "completed"

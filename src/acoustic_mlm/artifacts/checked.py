@@ -120,10 +120,14 @@ def read_csv_table(
     path = Path(path)
     check_file(path, what, stage)
     with open(path, "rb") as fh:
+        head = fh.read(4)
         fh.seek(0, 2)
         size = fh.tell()
         if size == 0:
             raise ReadError(f"{path}: an empty file; {rerun_advice(stage)}")
+        wide = wide_encoding(head)
+        if wide:  # its last byte is a NUL, its columns unreadable as UTF-8: name the encoding, not a symptom
+            raise ReadError(f"{path}: {wide} text, not UTF-8; save it as UTF-8 (or {rerun_advice(stage)})")
         fh.seek(-1, 2)
         if fh.read(1) != b"\n":
             raise ReadError(f"{path}: cut short (its last row does not end with a line break); {rerun_advice(stage)}")
@@ -154,6 +158,18 @@ def read_csv_table(
         if col in frame.columns and col not in ints and col not in numbers and col not in finite:
             frame[col] = frame[col].astype(kind)
     return frame
+
+
+def wide_encoding(head: bytes) -> str | None:
+    """'UTF-16' or 'UTF-32' when a file's first bytes are such a byte-order mark, or hold the NUL bytes
+    of UTF-16 text without one (an ASCII header: every other byte 0); else None."""
+    if head[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return "UTF-32"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16"
+    if len(head) >= 4 and (head[1] == head[3] == 0 or head[0] == head[2] == 0) and b"\x00" * 2 not in head:
+        return "UTF-16"
+    return None
 
 
 def _check_fields(path: Path, width: int, stage: str) -> None:

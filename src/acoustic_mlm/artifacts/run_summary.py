@@ -7,9 +7,10 @@ resuming, `amlm status`, `amlm verify`, the stability map and the decisive exper
                                        diverged_at_step, final_train_loss_cb0 and final_valid_loss_cb0
                                        (curves.final_loss), first_train_loss_cb0, max_grad_norm,
                                        clipped_frac, nonfinite_steps, overflow_skips, wall_time_s,
-                                       stop_reason, and `fingerprint` (the settings that shape its numbers
-                                       and the process count: train.state.fingerprint); read_seed_summary,
-                                       read_seed_status
+                                       stop_reason (a number the seed never had, as the final losses of
+                                       one that diverged before any finite loss, is null), and
+                                       `fingerprint` (the settings that shape its numbers and the process
+                                       count: train.state.fingerprint); read_seed_summary, read_seed_status
     <run>/summary.json                 one arm: run, label, seeds, status (the worst of its seeds'),
                                        nonfinite_steps, the mean final losses and the spread of the final
                                        training loss, `per_seed` (each seed's summary without its
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from acoustic_mlm.artifacts.checked import ReadError, check_choice, read_json, short_value
+from acoustic_mlm.artifacts.checked import ReadError, check_choice, read_json, rerun_advice, short_value
 from acoustic_mlm.utils import write_json
 
 SUMMARY = "summary.json"
@@ -31,11 +32,11 @@ COMPLETED, COMPLETED_WITH_NONFINITE, DIVERGED = SEED_STATUSES = ("completed", "c
 # completed_with_nonfinite: every step ran, some updates skipped as non-finite; the statuses go from best to worst
 SEED_SUMMARY_KEYS = {
     "status": str,
-    "final_train_loss_cb0": (int, float),
-    "final_valid_loss_cb0": (int, float),
     "nonfinite_steps": int,
     "fingerprint": dict,
 }
+# null only in a diverged seed's summary: one that diverged before any finite loss has no final loss
+FINAL_LOSS_KEYS = ("final_train_loss_cb0", "final_valid_loss_cb0")
 ARM_SUMMARY_KEYS = {"per_seed": dict, "run": str}
 
 
@@ -48,7 +49,30 @@ def read_seed_summary(path: str | Path) -> dict:
     """results/runs/<run>/seeds/seed<S>/summary.json: one seed's completed run."""
     summary = read_json(path, "a seed's summary", "train", SEED_SUMMARY_KEYS)
     check_choice(Path(path), summary, "status", SEED_STATUSES, "train")
+    for key in FINAL_LOSS_KEYS:
+        if key not in summary:
+            raise ReadError(f"{path}: lacks '{key}'; {rerun_advice('train')}")
+        number(summary, key, path, missing_ok=summary["status"] == DIVERGED)
     return summary
+
+
+def number(summary: dict, key: str, path: str | Path, missing_ok: bool = True) -> float:
+    """summary[key] as a float: NaN where it is null or absent (a diverged seed's final loss, an
+    older summary's key) when `missing_ok`; anything else not a finite number is one ReadError line."""
+    value = summary.get(key)
+    if value is None and missing_ok:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ReadError(f"{path}: '{key}' is {short_value(value)}, not a finite number; {rerun_advice('train')}")
+    return float(value)
+
+
+def whole(summary: dict, key: str, path: str | Path, default: int = 0) -> int:
+    """summary[key] as a count >= 0 (`default` when absent); anything else is one ReadError line."""
+    value = summary.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ReadError(f"{path}: '{key}' is {short_value(value)}, not a count >= 0; {rerun_advice('train')}")
+    return value
 
 
 def read_seed_status(path: str | Path) -> dict:

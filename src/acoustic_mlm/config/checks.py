@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -41,9 +42,11 @@ def validate(cfg: Any, source: str = "config") -> dict:
     schema lets NaN through), then the schema, then the rules across fields section by section, last
     every point of a sweep as a configuration of its own.
     """
+    _check_key_names(cfg, source)
     _check_renamed_keys(cfg, source)
     check_finite(cfg, source)
     _check_schema(cfg, source)
+    _check_sizes(cfg, source)
     _check_data(cfg, source)
     _check_arms(cfg, source)
     _check_model(cfg, source)
@@ -146,8 +149,36 @@ def _check_schema(cfg: Any, source: str) -> None:
             missing = [k for k in err.validator_value if k not in err.instance]
             key = f"{where}.{missing[0]}" if where != "<top level>" else missing[0]
             raise ConfigError(f"{source}: missing key '{key}'")
+        from acoustic_mlm.config.sweep import text_number  # the sweep's values are read the same way
+
+        if err.validator == "type" and isinstance(err.instance, str) and text_number(err.instance) is not None:
+            raise ConfigError(f"{source}: '{where}' holds {err.instance!r}, {text_number(err.instance)}")
         raise ConfigError(f"{source}: '{where}': {err.message}")
     check_integers(cfg, _schema(), source)
+
+
+def _check_key_names(cfg: Any, source: str, where: str = "") -> None:
+    """Every key of every mapping is a string: YAML reads `true:`, `1:`, `null:` or `1.5:` as a boolean,
+    number or null, which no key (and no run name) can be."""
+    if isinstance(cfg, list):
+        for i, item in enumerate(cfg):
+            _check_key_names(item, source, f"{where}[{i}]")
+        return
+    if not isinstance(cfg, dict):
+        return
+    for key, value in cfg.items():
+        if not isinstance(key, str):
+            kinds = {type(None): "null", bool: "a boolean", int: "a whole number", float: "a number"}
+            kind = kinds.get(type(key), f"a {type(key).__name__}")
+            try:
+                written = json.dumps(key)
+            except (TypeError, ValueError):
+                written = repr(key)
+            raise ConfigError(
+                f"{source}: the key {written} under '{where or '<top level>'}' is read by YAML as {kind}, "
+                f"not a name; quote it ('{written}') or rename it"
+            )
+        _check_key_names(value, source, f"{where}.{key}" if where else key)
 
 
 # ----------------------------------------------------------------------------- rules across fields, by section
@@ -242,7 +273,10 @@ def _check_recipe(cfg: dict, source: str) -> None:
                 f"{source}: 'model.mixture_prob' > 0 needs groups ('train.mask_group') of crops whose others hold "
                 f"{len_max} samples of noise ('model.mixture_samples'); the smallest group has {smallest} crops"
             )
-    top = cqt_top_frequency(m["cqt_fmin"], m["cqt_bins"], m["cqt_bins_per_octave"])
+    try:
+        top = cqt_top_frequency(m["cqt_fmin"], m["cqt_bins"], m["cqt_bins_per_octave"])
+    except OverflowError:  # thousands of octaves above cqt_fmin: past any Nyquist
+        top = math.inf
     if m["cqt_loss_weight"] > 0 and top >= cfg["data"]["sample_rate"] / 2:
         raise ConfigError(f"{source}: 'model.cqt_bins' reach {top:.0f} Hz, above Nyquist of 'data.sample_rate'")
 
@@ -341,6 +375,101 @@ def _check_swept_value(key: str, value, source: str, where: str) -> None:
     problem = _value_problem(key, type(value).__name__, json.dumps(value))
     if problem:
         raise ConfigError(f"{source}: '{where}': {problem}")
+
+
+# ----------------------------------------------------------------------------- what a machine can hold
+#
+# The schema gives sizes a floor only; a few extra zeros would otherwise reach an allocation (a
+# MemoryError traceback, sometimes inside these checks) or a run that never answers. Each bound has its
+# reason; the memory bound is a lower estimate of what one process must hold, so a refusal is certain.
+
+GiB = 1 << 30
+MAX_DEVICE_BYTES = 192 * GiB  # the largest memory of one accelerator today (192 GB): a GPU run's process must fit it
+SIZE_CEILINGS = {  # dotted key -> (ceiling, why)
+    "train.threads": (1024, "more threads than the largest CPUs have"),
+    "tokenizer.threads": (1024, "more threads than the largest CPUs have"),
+    "train.workers": (256, "each loader worker is a process holding the corpus's index"),
+    "train.processes": (64, "processes per node: one per accelerator, and no node holds more than 64"),
+    "train.nodes": (16384, "more nodes than the largest clusters have"),
+    "train.steps": (10**8, "250 times MERT's 400K updates; a run's metrics rows are held in memory"),
+    "train.accum_steps": (65536, "a sane ceiling: 65,536 micro-batches per update"),
+    "model.layers": (4096, "a sane ceiling, 170 times MERT-330M's 24 layers"),
+    "model.dim": (65536, "a sane ceiling, 64 times MERT-330M's width"),
+    "model.ffn_dim": (262144, "a sane ceiling, 64 times MERT-330M's"),
+    "model.final_dim": (65536, "a sane ceiling"),
+    "model.codebook_size": (1 << 20, "a sane ceiling, 1,024 times EnCodec's 1,024 codes"),
+    "model.pos_conv_kernel": (4096, "a sane ceiling, 32 times wav2vec 2.0's 128"),
+    "model.special_symbols": (1 << 20, "a sane ceiling"),
+    "model.cqt_bins": (4096, "a sane ceiling, 12 times MERT's 336"),
+    "tokenizer.calibration_frames": (10**8, "k-means holds every calibration frame's 128 values in memory"),
+    "tokenizer.batch_size": (1 << 16, "a sane ceiling"),
+    "data.shard_files": (10**7, "a sane ceiling"),
+}
+MAX_CROP_SECONDS = 3600.0  # an hour per crop: MERT's are 5.12 s
+
+
+def _check_sizes(cfg: dict, source: str) -> None:
+    """Sizes within what a machine can hold (SIZE_CEILINGS, MAX_CROP_SECONDS), then the memory one
+    training process needs at least against what its device can have (memory_floor_bytes)."""
+    for key, (ceiling, why) in SIZE_CEILINGS.items():
+        section, leaf = key.split(".")
+        value = cfg[section].get(leaf)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > ceiling:
+            raise ConfigError(f"{source}: '{key}' is {value}; at most {ceiling:,} ({why})")
+    t = cfg["train"]
+    for key in ("crop_seconds",):
+        if t[key] > MAX_CROP_SECONDS:
+            raise ConfigError(
+                f"{source}: 'train.{key}' is {t[key]}; at most {MAX_CROP_SECONDS:g} (an hour of audio a crop)"
+            )
+    need, parts = memory_floor_bytes(cfg)
+    have, device = device_bytes(t["device"])
+    if need > have:
+        raise ConfigError(
+            f"{source}: one training process needs at least {need / GiB:,.1f} GiB ({parts}), more than "
+            f"{device} holds ({have / GiB:,.0f} GiB); lower 'train.batch_size', 'train.crop_seconds', "
+            "'train.valid_crops', 'model.dim' or 'model.layers' (or raise 'train.accum_steps' or the processes)"
+        )
+
+
+def device_bytes(device: str) -> tuple[int, str]:
+    """What one process's device can hold: this machine's memory for cpu; for cuda or auto, the larger
+    of it and MAX_DEVICE_BYTES (the run's GPU is not known here: preflight measures it)."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 0
+    if device == "cpu":
+        return (ram or MAX_DEVICE_BYTES), "this machine's memory"
+    return max(ram, MAX_DEVICE_BYTES), "any one accelerator or this machine"
+
+
+def memory_floor_bytes(cfg: dict) -> tuple[float, str]:
+    """A lower estimate of one training process's memory, and its parts in words: the parameters with
+    their gradients and Adam's two moments (16 bytes each in fp32), the first conv's output and the
+    encoder's residual stream (4 bytes a value, each layer's kept for the backward pass) for one
+    micro-batch, and the fixed validation crops' audio."""
+    m, t = cfg["model"], cfg["train"]
+    dim, layers, ffn = m["dim"], m["layers"], m["ffn_dim"]
+    channels = [c for c, _, _ in m["conv_layers"]]
+    conv = sum(c_in * c_out * k for (c_in, (c_out, k, _)) in zip([1] + channels, m["conv_layers"]))
+    params = (
+        conv + layers * (4 * dim * dim + 2 * dim * ffn) + m["codebooks"] * m["final_dim"] * (dim + m["codebook_size"])
+    )
+    world = max(1, t["processes"] * t["nodes"])
+    micro = max(1, math.ceil(t["batch_size"] / world))
+    samples = t["crop_seconds"] * cfg["data"]["sample_rate"]
+    first_stride = m["conv_layers"][0][2] if m["conv_layers"] else 1
+    frames = samples / max(1, total_stride(m["conv_layers"]))
+    conv_act = micro * samples / first_stride * channels[0] * 4 if channels else 0
+    encoder_act = micro * frames * dim * layers * 4
+    valid = t["valid_crops"] * samples * 4
+    need = params * 16 + conv_act + encoder_act + valid
+    parts = (
+        f"{params / 1e6:,.0f}M parameters x 16 bytes, {(conv_act + encoder_act) / GiB:,.1f} GiB of activations for "
+        f"{micro} crops of {t['crop_seconds']:g} s, {valid / GiB:,.1f} GiB of validation audio"
+    )
+    return need, parts
 
 
 # ----------------------------------------------------------------------------- limits of later stages

@@ -10,7 +10,7 @@ import yaml
 
 from acoustic_mlm.config.checks import shorten, validate
 from acoustic_mlm.config.sections import Config
-from acoustic_mlm.errors import ConfigError
+from acoustic_mlm.errors import ConfigError, one_line
 
 MAX_CONFIG_BYTES = 1 << 20  # the presets are under 10 KB; a larger file is not a configuration
 
@@ -53,6 +53,11 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` copies keys in from elsewhere: write them out
+                raise ConfigError(
+                    f"line {key_node.start_mark.line + 1}: YAML merge key '<<' is not supported in a "
+                    "configuration; write the keys out"
+                )
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.setdefault(key, key_node.start_mark.line + 1)
@@ -74,7 +79,10 @@ def read_yaml(path: str | Path):
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: {size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:  # no read permission, an I/O error: the file, not the install
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or one_line(exc)}); check its permissions") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -132,6 +133,8 @@ def _check_values(key: str, values, where: str, source: str, allowed) -> None:
                 raise ConfigError(f"{source}: '{where}.grid.seeds' holds {v!r}; seeds are whole numbers")
         elif isinstance(v, (list, dict)) or v is None:
             raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}; a sweep sets numbers, strings or booleans")
+        elif isinstance(v, str) and text_number(v) is not None:
+            raise ConfigError(f"{source}: '{where}.grid.{key}' holds {v!r}, {text_number(v)}")
         elif isinstance(v, str) and not _PART.match(v):
             raise ConfigError(
                 f"{source}: '{where}.grid.{key}' holds {v!r}; string values in a sweep "
@@ -275,3 +278,19 @@ def validate_points(cfg: dict, source: str, check_point, allowed, check_value=No
                         check_value(key, v, source, f"sweep[{g}].grid.{key}")
     for name, p in pts.items():
         check_point(_point_view(cfg, p), f"{source} (sweep point {name})")
+
+
+def text_number(value: str) -> str | None:
+    """For a string that reads as a number but that YAML 1.1 reads as text (1e-3: an exponent needs a
+    decimal point there), what to write instead; None for any other string."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number) or not value.strip():
+        return None
+    mantissa, e, exponent = repr(number).partition("e")
+    written = f"{mantissa}{'' if '.' in mantissa else '.0'}e{exponent}" if e else repr(number)
+    if "e" in value.lower():
+        return f"which YAML reads as text, not a number (an exponent needs a decimal point there); write {written}"
+    return f"which YAML reads as text, not a number; write it without quotes, as {written}"

@@ -144,6 +144,22 @@ def markdown(r: dict) -> str:
         for g in sw["gpus"]:
             by = ", ".join(f"{k}: {v:.2f}" for k, v in g["panels"].items())
             lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {by} |")
+    if r.get("sweep_models"):
+        lines += [
+            "",
+            "**The sweep's own models** (points whose model no arm has), measured as the arms are:",
+            "",
+            "| model | points | parameters | fits at the preset's micro-batch | suggested micro-batch | memory (GB) |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for sm in r["sweep_models"]:
+            fits = "-" if sm["fits"] is None else ("yes" if sm["fits"] else "**no**")
+            memory = sm["gpu_memory_gb"] if sm["gpu_memory_gb"] is not None else sm["peak_memory_gb"]
+            lines.append(
+                f"| {sm['layers']} layers x {sm['dim']}, {sm['norm']}, {sm['attention']} | {len(sm['points'])} "
+                f"(e.g. {sm['measured_as']}) | {sm['params']:,} | {fits} | {sm['suggested_micro_batch'] or '-'} "
+                f"| {_num(memory)} |"
+            )
     lines += [
         "",
         f"**Disk**: audio {_num(d['audio_gb'])} GB ({d.get('sample_format', 'float32')}, 24 kHz), "

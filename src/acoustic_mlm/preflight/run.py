@@ -160,6 +160,12 @@ def run(
     groups = _model_groups(cfg, substitute, options.every_model)
     measured = _measure_models(cfg, config_path, t0, hw, plan, probe, groups)
     arms = [_arm(cfg, name, measured[name], t0, hw, options) for name in cfg.runs]  # the configuration's order
+    point_groups = _point_model_groups(cfg)  # a sweep's points whose models no arm has (deeper, wider)
+    sweep_models = (
+        _sweep_models(_measure_models(cfg, config_path, t0, hw, plan, probe, point_groups), point_groups)
+        if point_groups
+        else []
+    )
     slots = hw.gpus // t0.world  # runs at once on the figure's GPUs
     projection = None
     if substitute:
@@ -184,6 +190,7 @@ def run(
         ),
         "disk": disk_estimate(cfg, arms[0]["params"], arms, slots, options.corpus_hours),
         "data": data_costs(cfg, os.cpu_count() or 1, options.corpus_hours),
+        "sweep_models": sweep_models,
     }
     out_dir = Path(out_dir)
     _write(result, out_dir)
@@ -346,6 +353,42 @@ def _model_groups(cfg: C.Config, substitute: bool, every_model: bool) -> dict:
     if substitute and not every_model:  # plumbing and memory of one model; the projection counts each arm's FLOPs
         groups = {"all": list(cfg.runs)}
     return groups
+
+
+def _point_model_groups(cfg: C.Config) -> dict:
+    """A sweep's points by model, for the models no arm of the file has (a point's deeper or wider model):
+    each measured once, as the arms' are, so that a point that cannot fit is found before it is queued."""
+    base = {cfg.model_for(name) for name in cfg.runs}
+    groups: dict = {}
+    for name in cfg.points:
+        m = cfg.model_for(name)
+        if m not in base:
+            groups.setdefault(m, []).append(name)
+    return groups
+
+
+def _sweep_models(measured: dict[str, dict], groups: dict) -> list[dict]:
+    """One row per measured point model: its points, its size, and whether it fits (as an arm's row says)."""
+    rows = []
+    for m, names in groups.items():
+        res = measured[names[0]]
+        rows.append(
+            {
+                "points": names,
+                "measured_as": names[0],
+                "layers": m.layers,
+                "dim": m.dim,
+                "norm": m.norm,
+                "attention": m.attention,
+                "params": res["params"],
+                "fits": res.get("fits"),
+                "fits_at_micro_batch": res.get("fits_at_micro_batch"),
+                "suggested_micro_batch": res.get("suggested_micro_batch"),
+                "peak_memory_gb": res.get("peak_memory_gb"),
+                "gpu_memory_gb": (res.get("gpu_memory") or {}).get("total_gb"),
+            }
+        )
+    return rows
 
 
 def _measure_models(
@@ -598,6 +641,17 @@ def _log_summary(result: dict, out_dir: Path, utilisation: float) -> None:
             g["gpu"],
             100 * utilisation,
         )
+    for row in result.get("sweep_models") or []:
+        if row["fits"] is False:
+            log.warning(
+                "preflight: the sweep's %d-layer model (%d points, e.g. %s) does not fit at micro-batch %s; "
+                "suggested micro-batch %s",
+                row["layers"],
+                len(row["points"]),
+                row["measured_as"],
+                row["fits_at_micro_batch"],
+                row["suggested_micro_batch"],
+            )
     if projection is not None:
         best = projection[0]
         mem = result["arms"][0]["gpu_memory"]

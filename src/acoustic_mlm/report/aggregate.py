@@ -60,6 +60,7 @@ def run(
     """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path);
     with finals_path, also each arm's final codebook-0 loss under a short name (final_losses)."""
     cfg = C.typed(cfg)
+    check_runs_dir(Path(runs_dir))
     frames, diag = [], []
     for name in cfg.runs:
         path = Path(runs_dir) / name / METRICS
@@ -86,6 +87,17 @@ def run(
         diagnostics_path,
     )
     return curves
+
+
+def check_runs_dir(runs_dir: Path) -> None:
+    """The runs folder exists and is a folder: a mistyped --runs-dir is named as such, not as runs to train."""
+    if runs_dir.is_dir():
+        return
+    what = "is not a folder" if runs_dir.exists() else "is a broken link" if runs_dir.is_symlink() else "does not exist"
+    raise UserError(
+        f"{runs_dir}: the runs folder (--runs-dir) {what}; name the folder training wrote its runs into "
+        "(default results/runs)"
+    )
 
 
 def final_losses(runs: dict[str, C.RunConfig], curves: pd.DataFrame) -> dict[str, float]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +28,28 @@ import pandas as pd
 from scipy.stats import norm
 
 from acoustic_mlm import curves
-from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, short_value
 from acoustic_mlm.artifacts.codes import SUMMARY as CODES_SUMMARY
 from acoustic_mlm.artifacts.codes import read_tokenizer_summary
 from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
-from acoustic_mlm.artifacts.run_summary import SUMMARY, arm_settings, read_arm_summary
+from acoustic_mlm.artifacts.run_summary import (
+    SEED_STATUSES,
+    SUMMARY,
+    arm_settings,
+    number,
+    read_arm_summary,
+    whole,
+)
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import power
-from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: an unfused logit beyond it is inf
+from acoustic_mlm.report.stability_map import NO_LOSS_BITS  # a run with no finite loss: an untrained model's
+from acoustic_mlm.train.state import STATE_DIR
+from acoustic_mlm.utils import (  # FP16_MAX: an unfused logit beyond it is inf
+    FP16_MAX,
+    atomic_group,
+    folder_busy,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +133,11 @@ def run_outcomes(steps, loss, plateau: float, margin: float = PLATEAU_MARGIN) ->
     steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
     keep = np.isfinite(loss)
     steps, loss = steps[keep], loss[keep]
-    if not len(loss):
+    if not len(loss):  # diverged before any finite loss: failed, at an untrained model's loss
         return {
             "first_loss": math.nan,
             "final_loss": math.nan,
-            "capped_loss": math.nan,
+            "capped_loss": NO_LOSS_BITS,
             "lowest_loss": math.nan,
             "lowest_step": math.nan,
             "late_fall": math.nan,
@@ -167,11 +182,11 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
     metrics = read_metrics(run_dir / METRICS)
     if "seed" not in metrics.columns:
         raise UserError(f"{run_dir / METRICS}: no column 'seed'; rerun the train stage for {run_dir.name}")
+    where = run_dir / SUMMARY
     norm, attention = _setting(settings, "runs.*.norm"), _setting(settings, "runs.*.attention")
-    clip = float(_setting(settings, "runs.*.clip"))
+    clip = _setting_number(settings, "runs.*.clip", where)
     rows = []
-    for seed_key, one in sorted(summary["per_seed"].items(), key=lambda kv: int(kv[0])):
-        seed = int(seed_key)
+    for seed, one in _seed_summaries(summary, where):
         m = metrics[metrics["seed"] == seed]
         if m.empty:
             raise UserError(f"{run_dir / METRICS}: no rows of seed {seed}; rerun the train stage for {run_dir.name}")
@@ -182,19 +197,19 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
             else math.nan
         )
         status = one.get("status")
-        nonfinite = int(one.get("nonfinite_steps", 0))
+        nonfinite = whole(one, "nonfinite_steps", where)
         rows.append(
             {
                 "run": run_dir.name,
                 "arm": kind_name(norm, attention, clip),
                 "seed": seed,
-                "layers": int(_setting(settings, "model.layers")),
-                "lr": float(_setting(settings, "train.lr")),
+                "layers": int(_setting_number(settings, "model.layers", where)),
+                "lr": _setting_number(settings, "train.lr", where),
                 "precision": _setting(settings, "train.precision"),
-                "warmup_steps": int(_setting(settings, "train.warmup_steps")),
-                "feature_grad_mult": float(_setting(settings, "model.feature_grad_mult", 1.0)),
-                "qk_gain": float(_setting(settings, "model.qk_gain", 1.0)),
-                "steps": int(_setting(settings, "train.steps")),
+                "warmup_steps": int(_setting_number(settings, "train.warmup_steps", where)),
+                "feature_grad_mult": _setting_number(settings, "model.feature_grad_mult", where, 1.0),
+                "qk_gain": _setting_number(settings, "model.qk_gain", where, 1.0),
+                "steps": int(_setting_number(settings, "train.steps", where)),
                 "norm": norm,
                 "attention": attention,
                 "clip": clip,
@@ -203,10 +218,11 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
                 "plateau": plateau,
                 "failed": bool(status == "diverged" or nonfinite > 0),
                 "nonfinite_steps": nonfinite,
-                "overflow_skips": int(one.get("overflow_skips", 0)),
-                "max_grad_norm": float(one.get("max_grad_norm", math.nan)),
+                "overflow_skips": whole(one, "overflow_skips", where),
+                "max_grad_norm": number(one, "max_grad_norm", where),
                 "attn_logit_max": logit,
-                "wall_time_s": float(one.get("wall_time_s", math.nan)),
+                "wall_time_s": number(one, "wall_time_s", where),
+                "_settings": settings,  # for check_pooled; not a column
             }
         )
     return rows
@@ -229,13 +245,134 @@ def plateau_bits(codes_dir: Path) -> float:
     return float(entropy[0])
 
 
+# ----------------------------------------------------------------------------- what decide trusts
+#
+# decide pools the seeds of every run folder it finds by the settings their summaries record; a folder
+# it must not pool (one still training, a copy of another, runs of one cell trained differently) or a
+# damaged field is one line naming the folder, file or key, before any verdict is written.
+
+DECIDE_FILES = ("runs.csv", "cells.csv", "decisive.json", "decisive.md")  # one judgement: written as a whole
+MIN_SEEDS = 2  # seeds per arm below which a comparison has no spread to judge a gap by
+
+
+def run_folders(runs_dir: Path) -> list[Path]:
+    """The run folders under runs_dir that hold a summary.json; a folder training has begun but not
+    finished (seeds or resumable states, no summary.json) is refused, not left out."""
+    if not runs_dir.is_dir():
+        what = "is not a folder" if runs_dir.exists() else "does not exist"
+        raise UserError(f"{runs_dir}: --runs-dir {what}; name the folder the sweep's runs were trained into")
+    done, unfinished = [], []
+    for child in sorted(runs_dir.iterdir()):
+        if child.name.startswith(".") or not child.is_dir():  # temporary names of atomic outputs
+            continue
+        busy = folder_busy(child)  # a train writing it now, even over an earlier summary.json
+        if busy:
+            raise UserError(
+                f"{child}: {busy} is writing this run folder now; decide judges finished runs only: let it finish"
+            )
+        if (child / SUMMARY).is_file():
+            done.append(child)
+        elif (child / "seeds").is_dir() or (child / STATE_DIR).is_dir():
+            unfinished.append(child)
+    if unfinished:
+        more = f" (and {len(unfinished) - 1} more)" if len(unfinished) > 1 else ""
+        raise UserError(
+            f"{unfinished[0]}: no summary.json yet: still training, or stopped before its end{more}; "
+            f"decide judges finished runs only: let it finish (or resume it), or move it out of {runs_dir}"
+        )
+    if not done:
+        raise UserError(f"{runs_dir}: no run folder with a summary.json; train the experiment's points first")
+    return done
+
+
+def _setting_number(settings: dict, key: str, path: Path, default=None) -> float:
+    """A numeric setting of a summary's settings; a missing or damaged one is one ReadError line."""
+    value = _setting(settings, key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ReadError(f"{path}: 'settings.{key}' is {short_value(value)}, not a finite number; rerun the train stage")
+    return float(value)
+
+
+def _seed_summaries(summary: dict, path: Path) -> list[tuple[int, dict]]:
+    """(seed, its summary) of an arm summary's `per_seed`, by seed; a damaged entry is one ReadError line."""
+    out = []
+    for key, one in summary["per_seed"].items():
+        if not (isinstance(key, str) and key.isdigit()) or not isinstance(one, dict):
+            raise ReadError(f"{path}: 'per_seed.{key}' is not a seed's summary; rerun the train stage")
+        if one.get("status") not in SEED_STATUSES:
+            raise ReadError(
+                f"{path}: 'per_seed.{key}.status' is {short_value(one.get('status'))}, not one of "
+                f"{', '.join(SEED_STATUSES)}; rerun the train stage"
+            )
+        out.append((int(key), one))
+    if not out:
+        raise ReadError(f"{path}: 'per_seed' is empty; rerun the train stage")
+    return sorted(out, key=lambda kv: kv[0])
+
+
+def check_pooled(rows: list[dict], runs_dir: Path) -> None:
+    """The folders whose seeds decide pools (one arm, cell and budget) were trained with the same
+    settings, and no seed is in two of them (a backup copy of a folder); else one UserError line."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["arm"], *(r[k] for k in CELL_KEYS), r["steps"]), []).append(r)
+    for rs in groups.values():
+        first = rs[0]
+        where = f"arm {first['arm']} at {cell_label(first)} and {first['steps']} updates"
+        own = _pooled_settings(first["_settings"])
+        for r in rs[1:]:
+            if r["run"] == first["run"]:
+                continue
+            other = _pooled_settings(r["_settings"])
+            differ = sorted(k for k in set(own) | set(other) if own.get(k) != other.get(k))
+            if differ:
+                k = differ[0]
+                raise UserError(
+                    f"{runs_dir / r['run']}: pooled with {first['run']} as {where}, but trained with {k} "
+                    f"{other.get(k, '(unset)')!r} where it has {own.get(k, '(unset)')!r}"
+                    + (f" (and {len(differ) - 1} more settings differ)" if len(differ) > 1 else "")
+                    + f"; decide pools runs of one setting: move one of them out of {runs_dir}"
+                )
+        seen: dict[int, str] = {}
+        for r in rs:
+            if r["seed"] in seen and seen[r["seed"]] != r["run"]:
+                raise UserError(
+                    f"{runs_dir / r['run']}: holds seed {r['seed']} of {where}, as {seen[r['seed']]} does, "
+                    f"with the same settings (a copy of a run folder?); decide counts each seed once: move one "
+                    f"of them out of {runs_dir}"
+                )
+            seen[r["seed"]] = r["run"]
+
+
+def _pooled_settings(settings: dict) -> dict:
+    """A run's settings under names that do not carry its run name (runs.<name>.clip -> runs.*.clip)."""
+    return {re.sub(r"^runs\.[^.]+\.", "runs.*.", k): v for k, v in settings.items()}
+
+
+def without_spread(result: dict) -> dict:
+    """`compare`'s result when an arm has fewer than MIN_SEEDS seeds: no standard error, no loss
+    outcome, no verdict and no seeds-needed estimate from one seed (its spread is unknown, not 0)."""
+    if min(result["n_a"], result["n_b"]) >= MIN_SEEDS:
+        return {**result, "too_few_seeds": False}
+    return {
+        **result,
+        "se": math.nan,
+        "resolution": math.nan,
+        "loss_outcome": "unresolved",
+        "void": False,
+        "verdict": INCONCLUSIVE,
+        "seeds_for_survival": None,
+        "seeds_for_loss": None,
+        "too_few_seeds": True,
+    }
+
+
 def run_table(runs_dir: Path, codes_dir: Path) -> pd.DataFrame:
     """Every run folder under runs_dir that holds a summary.json, one row per seed (RUN_COLUMNS)."""
+    folders = run_folders(Path(runs_dir))
     plateau = plateau_bits(codes_dir)
-    folders = sorted(p.parent for p in Path(runs_dir).glob("*/summary.json"))
-    if not folders:
-        raise UserError(f"{runs_dir}: no run folder with a summary.json; train the experiment's points first")
     rows = [row for folder in folders for row in read_run(folder, plateau)]
+    check_pooled(rows, Path(runs_dir))
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
@@ -377,7 +514,7 @@ def cell_table(runs: pd.DataFrame) -> pd.DataFrame:
                 continue
             cell = dict(zip(CELL_KEYS + ["steps"], key))
             aa = aa_difference(runs, cell["layers"], cell["lr"], cell["steps"])
-            out.append({"promise": promise, "cell": cell_label(cell), **cell, **compare(a, b, aa)})
+            out.append({"promise": promise, "cell": cell_label(cell), **cell, **without_spread(compare(a, b, aa))})
     return pd.DataFrame(out)
 
 
@@ -563,7 +700,12 @@ def to_markdown(result: dict) -> str:
                     for test in ("survival", "loss")
                     if r.get(f"seeds_for_{test}") is not None and math.isfinite(r[f"seeds_for_{test}"])
                 }
-                if need:
+                if r.get("too_few_seeds"):
+                    lines.append(
+                        f"- {r['cell']} at {r['steps']} updates: one seed in an arm, so no spread to judge a gap "
+                        f"by and no estimate of the seeds needed; train at least {MIN_SEEDS} seeds per arm"
+                    )
+                elif need:
                     test = min(need, key=need.get)
                     n = need[test]
                     extra = 2 * n  # fresh seeds for both arms
@@ -635,16 +777,12 @@ def run(runs_dir: Path, codes_dir: Path, out_dir: Path, numerics: Path | None = 
         )
         table["finite"] = table["finite"] == "True"
     result = judge(runs, table)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / "runs.csv") as tmp:
-        runs.to_csv(tmp, index=False)
     cells = cell_table(runs)
-    with atomic_path(out_dir / "cells.csv") as tmp:
-        cells.to_csv(tmp, index=False)
-    write_json(out_dir / "decisive.json", result)
-    with atomic_path(out_dir / "decisive.md") as tmp:
-        Path(tmp).write_text(to_markdown(result))
+    with atomic_group(Path(out_dir), DECIDE_FILES) as tmp:  # the four files change together or not at all
+        runs.to_csv(tmp / "runs.csv", index=False)
+        cells.to_csv(tmp / "cells.csv", index=False)
+        write_json(tmp / "decisive.json", result)
+        (tmp / "decisive.md").write_text(to_markdown(result))
     for p in result["promises"]:
         log.info("decide: %s: %s", p["id"], p["verdict"])
     return result

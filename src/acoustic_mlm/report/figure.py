@@ -151,6 +151,29 @@ def mark_divergence(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> 
     return marked
 
 
+def mark_no_finite_loss(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> list[str]:
+    """A legend entry (an X in the arm's colour) for every arm with rows but no finite loss at all (it
+    diverged at its first update): it has no point to draw, and the figure says so rather than drop it."""
+    marked = []
+    for label, g in selected.groupby("label", sort=False):
+        finite = g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))
+        if finite.any() or label not in styles:
+            continue
+        seeds = ", ".join(str(s) for s in sorted(g["seed"].unique()))
+        ax.plot(
+            [],
+            [],
+            marker="X",
+            markersize=9,
+            color=styles[label].color,
+            markeredgecolor="black",
+            linestyle="none",
+            label=f"{label}: diverged at step {int(g['step'].max())}, no finite loss (seed {seeds})",
+        )
+        marked.append(label)
+    return marked
+
+
 def mark_nonfinite(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> list[str]:
     """A note at the end of every run (seed) that completed after skipping non-finite updates:
     such a run is not clean, and the figure says so where its curve ends."""
@@ -215,16 +238,19 @@ def draw(curves: pd.DataFrame, runs: dict[str, C.RunConfig], fig_cfg: C.FigureCo
     split = fig_cfg.split
     labels, styles = labels_of(runs), arm_styles(runs)
     selected = _selected(curves, runs, split, codebook)
-    data = selected.dropna(subset=["loss_bits"])
-    missing = [lab for lab in labels if lab not in set(data["label"])]
+    data = selected[selected["loss_bits"].notna() & (selected["loss_bits"].abs() != float("inf"))]
+    missing = [lab for lab in labels if lab not in set(selected["label"])]
     if missing:
         raise UserError(f"loss curves hold no {split} codebook-{codebook} rows for: {', '.join(missing)}")
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
-    _lines(data, labels, styles, ax, markersize=6)
+    if len(data):
+        _lines(data, labels, styles, ax, markersize=6)
     mark_divergence(ax, selected, styles)
     mark_nonfinite(ax, selected, styles)
-    log_step_axis(ax, float(data["step"].min()), fig_cfg.x_max or float(data["step"].max()))
+    mark_no_finite_loss(ax, selected, styles)
+    steps = data["step"] if len(data) else selected["step"]
+    log_step_axis(ax, float(steps.min()), fig_cfg.x_max or float(steps.max()))
     y_min, y_max = fig_cfg.y_min, fig_cfg.y_max
     if y_min is not None or y_max is not None:
         ax.set_ylim(y_min, y_max)

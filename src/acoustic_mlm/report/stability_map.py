@@ -33,11 +33,26 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves
-from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, short_value
 from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
-from acoustic_mlm.artifacts.run_summary import SUMMARY, arm_settings, read_arm_summary, read_seed_summary
+from acoustic_mlm.artifacts.run_summary import (
+    SEED_STATUSES,
+    SUMMARY,
+    arm_settings,
+    number,
+    read_arm_summary,
+    read_seed_summary,
+    whole,
+)
+from acoustic_mlm.encodec import CODEBOOK_SIZE
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report.aggregate import check_runs_dir
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
+
+# The loss of a run that logged no finite loss at all (it diverged at its first update): that of a
+# uniform guess over the codebook, log2(1024) = 10 bits, what an untrained model scores (DESIGN: the
+# paper's curves start at 9.3-9.5). Its capped loss, so that it counts as failed, not as absent.
+NO_LOSS_BITS = math.log2(CODEBOOK_SIZE)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +90,10 @@ COLUMNS = [
 
 
 def capped_loss(final: float, initial: float) -> float:
-    """min(L, L0); a run without a finite final loss (diverged) counts as L0."""
+    """min(L, L0); a run without a finite final loss (diverged) counts as L0, and one without any
+    finite loss (diverged at its first update) as NO_LOSS_BITS, an untrained model's loss."""
+    if not math.isfinite(initial):
+        return NO_LOSS_BITS
     return float(initial) if not math.isfinite(final) else float(min(final, initial))
 
 
@@ -160,6 +178,7 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
     if not pts:
         raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
     extra = sorted({k for p in pts.values() for k, _ in p.values} - {"train.lr", "model.layers", "train.precision"})
+    check_runs_dir(Path(runs_dir))  # a missing folder is named as such, not as runs to train
     for name, p in pts.items():  # before anything is read: a run trained as another point is refused by name
         check_trained_as_point(cfg, Path(runs_dir) / name, name, p.seeds)
     rows = []
@@ -181,8 +200,15 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
                 if "attn_logit_max" in rm and rm["attn_logit_max"].notna().any()
                 else math.nan
             )
+            where = Path(runs_dir) / name / SUMMARY  # a damaged field of a seed: one line naming the file and key
+            if not isinstance(one, dict) or one.get("status") not in SEED_STATUSES:
+                status = one.get("status") if isinstance(one, dict) else one
+                raise ReadError(
+                    f"{where}: 'per_seed.{seed}.status' is {short_value(status)}, not one of "
+                    f"{', '.join(SEED_STATUSES)}; rerun the train stage for {name}"
+                )
             diverged = one["status"] == "diverged"
-            final, first = float(one["final_train_loss_cb0"]), float(one["first_train_loss_cb0"])
+            final, first = number(one, "final_train_loss_cb0", where), number(one, "first_train_loss_cb0", where)
             final = math.nan if diverged else final
             rows.append(
                 {
@@ -195,22 +221,22 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
                     "seed": seed,
                     "status": one["status"],
                     "diverged_at_step": one.get("diverged_at_step"),
-                    "steps": one["steps"],
+                    "steps": whole(one, "steps", where),
                     "first_train_loss_cb0": first,
                     "final_train_loss_cb0": final,
-                    "final_valid_loss_cb0": math.nan if diverged else float(one["final_valid_loss_cb0"]),
+                    "final_valid_loss_cb0": math.nan if diverged else number(one, "final_valid_loss_cb0", where),
                     "capped_loss": capped_loss(final, first),
                     "flattened": bool(
                         not diverged and len(finite) >= 3 and curves.flattened(finite["step"], finite["train_loss_cb0"])
                     ),
                     "late_change_share": _late_share(finite) if not diverged else math.nan,
-                    "max_grad_norm": float(one["max_grad_norm"]),
+                    "max_grad_norm": number(one, "max_grad_norm", where),
                     "attn_logit_max": logit,
                     "attn_logit_fp16_frac": logit / FP16_MAX,
-                    "clipped_frac": one["clipped_frac"],
-                    "overflow_skips": int(one["overflow_skips"]),
-                    "nonfinite_steps": int(one["nonfinite_steps"]),
-                    "wall_time_s": float(one["wall_time_s"]),
+                    "clipped_frac": number(one, "clipped_frac", where),
+                    "overflow_skips": whole(one, "overflow_skips", where),
+                    "nonfinite_steps": whole(one, "nonfinite_steps", where),
+                    "wall_time_s": number(one, "wall_time_s", where),
                     **{k: settings[k] for k in extra},
                 }
             )
@@ -251,7 +277,7 @@ def read_map(path: Path) -> pd.DataFrame:
             "overflow_skips",
             "nonfinite_steps",
         ],
-        finite=["lr", "first_train_loss_cb0", "capped_loss"],
+        finite=["lr", "capped_loss"],  # first_train_loss_cb0: empty for a run with no finite loss
         choices={"flattened": ("True", "False")},
     )
     t["flattened"] = t["flattened"] == "True"

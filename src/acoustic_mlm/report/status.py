@@ -138,20 +138,18 @@ def runs_of(cfg: C.Config) -> list[tuple[str, tuple[int, ...], int]]:
     return [(name, p.seeds, int(p.settings.get("train.steps", cfg.train.steps))) for name, p in pts.items()]
 
 
-def check_runs_dir(runs_dir: Path) -> None:
-    """--runs-dir names a folder that exists (a typo would otherwise show every seed as waiting)."""
+def check_runs_dir(runs_dir: Path) -> bool:
+    """--runs-dir names a folder (True), or nothing yet (False: before any run, every seed waits);
+    a file, a broken link, a device or a FIFO is refused in one line."""
     runs_dir = Path(runs_dir)
     if runs_dir.is_dir():
-        return
+        return True
     if runs_dir.exists() or runs_dir.is_symlink():
         what = "a file, not a folder" if runs_dir.is_file() else "a broken link, a device or a FIFO, not a folder"
         raise UserError(
             f"{runs_dir}: --runs-dir names {what}; name the folder training writes its runs into (default results/runs)"
         )
-    raise UserError(
-        f"{runs_dir}: --runs-dir names no folder (it does not exist); name the folder training writes "
-        "its runs into (default results/runs), or start training first"
-    )
+    return False
 
 
 def collect(
@@ -181,16 +179,18 @@ def _num(value: float, fmt: str) -> str:
     return format(value, fmt) if math.isfinite(value) else "-"
 
 
-def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str:
-    """The lines `amlm status` prints."""
+def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float, started: bool = True) -> str:
+    """The lines `amlm status` prints; `started` False: runs_dir does not exist yet, and the first
+    line says so (a mistyped --runs-dir shows there, not as a refusal)."""
     width = max([len("run")] + [len(s.run) for s in statuses])
     fp16 = any(s.overflow_skips is not None for s in statuses)
     steps = [f"{s.step}/{s.total}" for s in statuses]
     sw = max([len("step")] + [len(x) for x in steps])
     head = f"{'run':<{width}}  seed  {'step':>{sw}}  {'cb0':>6}  {'upd/s':>6}  {'left':>6}"
     head += f"  {'scale':>7}  {'skips':>5}" if fp16 else ""  # the fp16 loss scale and its overflow skips
+    where = f"{runs_dir} (no such folder yet: nothing has started there)" if not started else str(runs_dir)
     lines = [
-        f"{runs_dir}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last "
+        f"{where}: {len(statuses)} seeds of {len(dict.fromkeys(s.run for s in statuses))} runs; cb0: last "
         "codebook-0 training loss (bits); stopped: no new "
         f"metrics row or state for {_duration(stale_after)} (idle time shown)",
         head + "  status",
@@ -209,7 +209,7 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float) -> str
 
 def run(cfg: C.Config | dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
     cfg = C.typed(cfg)
-    check_runs_dir(runs_dir)
+    started = check_runs_dir(runs_dir)
     statuses = collect(cfg, runs_dir, stale_after=stale_after)
-    print(table(statuses, runs_dir, stale_after), flush=True)
+    print(table(statuses, runs_dir, stale_after, started), flush=True)
     return statuses

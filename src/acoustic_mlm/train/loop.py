@@ -56,7 +56,7 @@ from acoustic_mlm.train.state import (
 from acoustic_mlm.train.summary import Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
-from acoustic_mlm.utils import Progress, atomic_path, log, set_threads
+from acoustic_mlm.utils import Progress, atomic_path, folder_lock, log, set_threads
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -120,15 +120,17 @@ def run(
         )
         for seed in rc.seeds
     ]
-    summaries = [train_seed(job, threads) for job in jobs]
-    if rank != 0:  # only the first process writes
-        return summaries[0]
-    shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
-    metrics = join_seed_metrics({job.seed: job.out_dir / METRICS for job in jobs})
-    summary = summarize_arm(rc, summaries)
-    write_summary(out_dir / SUMMARY, summary)
-    write_metrics(out_dir / METRICS, metrics)
-    return summary
+    # one writer per run folder: a second train of it (other settings, another shell) is refused while this runs
+    with folder_lock(out_dir, f"train {run_name}") if rank == 0 else contextlib.nullcontext():
+        summaries = [train_seed(job, threads) for job in jobs]
+        if rank != 0:  # only the first process writes
+            return summaries[0]
+        shutil.rmtree(out_dir / STATE_DIR, ignore_errors=True)  # every seed is complete: nothing to resume
+        metrics = join_seed_metrics({job.seed: job.out_dir / METRICS for job in jobs})
+        summary = summarize_arm(rc, summaries)
+        write_summary(out_dir / SUMMARY, summary)
+        write_metrics(out_dir / METRICS, metrics)
+        return summary
 
 
 # ----------------------------------------------------------------------------- one seed, in named steps
@@ -502,10 +504,12 @@ def finish(s: Setup, loop: Loop) -> dict:
     write_summary(s.job.out_dir / SUMMARY, summary)
     remove_partial(s.job.out_dir)
     shutil.rmtree(s.job.state_dir, ignore_errors=True)  # the seed is complete: nothing to resume
+    final = summary["final_train_loss_cb0"]
     log.info(
-        "train %s: done in %.0f s, final codebook-0 loss %.3f bits",
+        "train %s: %s in %.0f s, final codebook-0 loss %s",
         s.job.run_name,
+        summary["status"],
         summary["wall_time_s"],
-        summary["final_train_loss_cb0"],
+        "none (no finite loss)" if final is None else f"{final:.3f} bits",
     )
     return summary

@@ -73,40 +73,56 @@ def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
     diverged = bool(metrics["diverged"].any())
     updates = int(last["step"]) - int(last["nonfinite"])  # updates taken: skipped steps are not updates
     nonfinite = int(last["nonfinite"])
-    return {
-        "run": rc.name,
-        "label": rc.label,
-        "seed": t.seed,
-        "steps": int(last["step"]),
-        # a skipped non-finite update is not a clean run: say so rather than "completed"
-        "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
-        "diverged_at_step": int(last["step"]) if diverged else None,
-        "final_train_loss_cb0": curves.final_loss(finite["step"], finite["train_loss_cb0"]),
-        "final_valid_loss_cb0": curves.final_loss(finite["step"], finite["valid_loss_cb0"]),
-        "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
-        "max_grad_norm": float(metrics["grad_norm_max"].max()),
-        "clipped_frac": curves.clipped_fraction(int(last["clipped_steps"]), updates),
-        "nonfinite_steps": nonfinite,
-        "overflow_skips": int(last["overflow_skips"]),
-        "wall_time_s": float(last["wall_time"]),
-    }
+    return _finite_or_none(
+        {
+            "run": rc.name,
+            "label": rc.label,
+            "seed": t.seed,
+            "steps": int(last["step"]),
+            # a skipped non-finite update is not a clean run: say so rather than "completed"
+            "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
+            "diverged_at_step": int(last["step"]) if diverged else None,
+            # a run with no finite row (diverged at its first update, every loss NaN) has no final loss: None
+            "final_train_loss_cb0": _final(finite, "train_loss_cb0"),
+            "final_valid_loss_cb0": _final(finite, "valid_loss_cb0"),
+            "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
+            "max_grad_norm": float(metrics["grad_norm_max"].max()),
+            "clipped_frac": curves.clipped_fraction(int(last["clipped_steps"]), updates),
+            "nonfinite_steps": nonfinite,
+            "overflow_skips": int(last["overflow_skips"]),
+            "wall_time_s": float(last["wall_time"]),
+        }
+    )
 
 
 def summarize_arm(rc: C.RunConfig, summaries: list[dict]) -> dict:
     """An arm's summary from its seeds' (`summarize`): status, non-finite steps, the mean final
     losses and the spread of the final training loss across seeds, and each seed's own summary."""
-    finals = [s["final_train_loss_cb0"] for s in summaries]
+    # the seeds that have a final loss (a seed that diverged before any finite row has none)
+    finals = [s["final_train_loss_cb0"] for s in summaries if s["final_train_loss_cb0"] is not None]
+    valids = [s["final_valid_loss_cb0"] for s in summaries if s["final_valid_loss_cb0"] is not None]
     return {
         "run": rc.name,
         "label": rc.label,
         "seeds": list(rc.seeds),
         "status": run_status([s["status"] for s in summaries]),
         "nonfinite_steps": int(sum(s["nonfinite_steps"] for s in summaries)),
-        "final_train_loss_cb0": float(np.mean(finals)),
-        "final_valid_loss_cb0": float(np.mean([s["final_valid_loss_cb0"] for s in summaries])),
-        "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)),
+        "final_train_loss_cb0": float(np.mean(finals)) if finals else None,
+        "final_valid_loss_cb0": float(np.mean(valids)) if valids else None,
+        "final_train_loss_cb0_spread": float(np.max(finals) - np.min(finals)) if finals else None,
         "per_seed": {str(s["seed"]): {k: v for k, v in s.items() if k != "fingerprint"} for s in summaries},
         # what the run was trained with, so that reports read it here rather than from a configuration
         "settings": summaries[0].get("fingerprint", {}).get("settings"),
         "cpu_kernels": kernels.report(),
     }
+
+
+def _final(rows: pd.DataFrame, column: str) -> float | None:
+    """curves.final_loss of `column` over `rows`; None without a row."""
+    return curves.final_loss(rows["step"], rows[column]) if len(rows) else None
+
+
+def _finite_or_none(summary: dict) -> dict:
+    """A summary with every non-finite number as None: JSON has no NaN, and a diverged run's
+    missing numbers (no finite loss, no gradient norm) are absent, not zero."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}
