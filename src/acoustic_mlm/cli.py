@@ -334,6 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", type=Path, default=Path("results/decisive"), help="output folder (default: results/decisive)"
     )
+    p.add_argument(
+        "--runs-table",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="judge a published runs.csv (e.g. data/reference/decisive/runs.csv) instead of run folders "
+        "(default: none, the run folders of --runs-dir)",
+    )
 
     p = _stage_parser(
         sub,
@@ -645,7 +653,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
     elif args.command == "decide":
         from acoustic_mlm.report import decisive
 
-        decisive.run(args.runs_dir, args.codes, args.out, args.numerics)
+        decisive.run(args.runs_dir, args.codes, args.out, args.numerics, args.runs_table)
     elif args.command == "preflight":
         from acoustic_mlm.preflight import run as preflight
 

@@ -161,7 +161,8 @@ QUOTES = [
     Quote(
         "DeepNorm against plain Post-Norm",
         r"plain Post-Norm (\d+) of (\d+) runs trained, DeepNorm (\d+) of (\d+) at each budget \(p = ([\d.]+); "
-        r"gaps (-?[\d.]+) and (-?[\d.]+) bits inside 2 SE of ([\d.]+) and ([\d.]+)\): (\d+) seeds per arm",
+        r"gaps (-?[\d.]+) and (-?[\d.]+) bits inside 2 SE of ([\d.]+) and ([\d.]+)\); a fresh round at these "
+        r"shares needs (\d+) seeds per arm for 80 % power",
         lambda: (
             sum(_decisive_row(*DEEPNORM, s)["trained_b"] for s in (500, 1000)),
             sum(_decisive_row(*DEEPNORM, s)["n_b"] for s in (500, 1000)),
@@ -172,7 +173,7 @@ QUOTES = [
             _decisive_row(*DEEPNORM, 1000)["gap"],
             _decisive_row(*DEEPNORM, 500)["resolution"],
             _decisive_row(*DEEPNORM, 1000)["resolution"],
-            max(_decisive_row(*DEEPNORM, s)["seeds_for_loss"] for s in (500, 1000)),
+            max(_decisive_row(*DEEPNORM, s)["seeds_for_survival"] for s in (500, 1000)),
         ),
     ),
     Quote(

@@ -762,9 +762,35 @@ def _f(x, fmt: str = ".3f") -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
-def run(runs_dir: Path, codes_dir: Path, out_dir: Path, numerics: Path | None = None) -> dict:
-    """`amlm decide`: runs.csv, cells.csv, decisive.json and decisive.md into out_dir."""
-    runs = run_table(Path(runs_dir), Path(codes_dir))
+BOOL_COLUMNS = ("trained", "collapsed", "failed")  # runs.csv's True/False columns
+TEXT_COLUMNS = ("run", "arm", "precision", "norm", "attention", "status")  # the rest are numbers
+
+
+def read_run_table(path: Path) -> pd.DataFrame:
+    """A published runs.csv (decide's own, e.g. data/reference/decisive/runs.csv), checked: every
+    RUN_COLUMNS column, numbers where numbers go, True/False in the flags; so that anyone can judge
+    the published runs again by today's rules without their run folders."""
+    table = read_csv_table(
+        Path(path),
+        "table of decisive runs",
+        "decide",
+        RUN_COLUMNS,
+        numbers=[c for c in RUN_COLUMNS if c not in (*TEXT_COLUMNS, *BOOL_COLUMNS)],
+        choices={c: ("True", "False") for c in BOOL_COLUMNS},
+    )
+    for c in BOOL_COLUMNS:
+        table[c] = table[c] == "True"
+    for c in ("seed", "layers", "steps", "warmup_steps", "spikes", "nonfinite_steps", "overflow_skips"):
+        table[c] = table[c].astype(int)
+    return table[RUN_COLUMNS]
+
+
+def run(
+    runs_dir: Path, codes_dir: Path, out_dir: Path, numerics: Path | None = None, runs_table: Path | None = None
+) -> dict:
+    """`amlm decide`: runs.csv, cells.csv, decisive.json and decisive.md into out_dir, from the run
+    folders (their summaries and metrics) or from a published runs.csv (`runs_table`)."""
+    runs = read_run_table(runs_table) if runs_table is not None else run_table(Path(runs_dir), Path(codes_dir))
     table = None
     if numerics is not None:
         table = read_csv_table(
