@@ -126,7 +126,7 @@ def test_loss_curves_plot_is_log_x_with_a_line_per_run_and_seed(root, tmp_path):
 
 def test_dvc_repro_dry_on_a_fresh_copy_is_as_documented(root, tmp_path):
     """DVC 3.67 hashes, in a dry run, the dependencies an earlier stage would write (its run cache,
-    treeverse/dvc#9818), so `dvc repro --dry` fails on a fresh clone of any pipeline of two stages;
+    treeverse/dvc#9021), so `dvc repro --dry` fails on a fresh clone of any pipeline of two stages;
     `dvc repro --dry --force` lists every stage and `dvc status` every stage as changed
     (docs/troubleshooting.md). If a DVC release fixes the dry run, this test says so."""
     repo = copy_repo(root, tmp_path / "repo")
@@ -137,7 +137,7 @@ def test_dvc_repro_dry_on_a_fresh_copy_is_as_documented(root, tmp_path):
     assert all(f"Running stage '{s}'" in forced.stdout for s in stages), forced.stdout[-2000:]
     plain = _dvc(repo, "repro", "--dry")
     assert plain.returncode == 255 and "No such file or directory" in plain.stderr, plain.stderr[-2000:]
-    assert "treeverse/dvc/issues/9818" in (root / "docs" / "troubleshooting.md").read_text()
+    assert "treeverse/dvc/issues/9021" in (root / "docs" / "troubleshooting.md").read_text()
 
 
 def _stage_names(root):
