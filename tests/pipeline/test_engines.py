@@ -230,7 +230,7 @@ def _snakemake_reruns(out: str) -> set[str]:
     stages = set()
     for block in re.split(r"\n\s*\n", out):
         head = re.search(r"^(?:localrule|rule|checkpoint) (\w+):", block, re.M)
-        if head and head.group(1) != "all":
+        if head and head.group(1) not in ("all", "default"):  # the targets, not stages
             name = head.group(1)
             if name == "train":
                 stages.add("train@" + re.search(r"wildcards: run=(\w+)", block).group(1))
@@ -369,7 +369,7 @@ def _snakemake_sweep_reruns(out: str) -> set[str]:
     stages = set()
     for block in re.split(r"\n\s*\n", out):
         head = re.search(r"^(?:localrule|rule|checkpoint) (\w+):", block, re.M)
-        if head and head.group(1) != "all":
+        if head and head.group(1) not in ("all", "default"):  # the targets, not stages
             name = head.group(1)
             if name == "train":
                 stages.add(dvcgen.train_stage_name(re.search(r"wildcards: run=(\S+)", block).group(1)))
