@@ -506,16 +506,17 @@ def _run_settings(runs_dir: Path, run: str) -> dict | None:
     return settings if isinstance(settings, dict) else None
 
 
-def _check_arm(cfg: C.Config, run: str, meta: dict, ref_dir: Path, runs_dir: Path) -> pd.DataFrame:
+def _check_arm(cfg: C.Config, run: str, settings: dict, meta: dict, ref_dir: Path, runs_dir: Path) -> pd.DataFrame:
     """The arm's metrics rows, once it is known to be the reference's arm, trained with the
-    reference's settings (the configuration's and the run's own record) and trained to the end."""
+    reference's settings (the configuration's, `settings`, and the run's own record) and trained to
+    the end."""
     if run not in meta["arms"]:
         raise UserError(
             f"runs.{run}: no such arm in the reference {Path(ref_dir) / META} "
             f"(it has {', '.join(meta['arms'])}); compare a run of the reference's preset "
             f"({meta['config']})"
         )
-    differ = _settings_differ(fingerprints(cfg)[run], meta["arms"][run])
+    differ = _settings_differ(settings, meta["arms"][run])
     if differ:
         raise UserError(
             f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
@@ -583,7 +584,8 @@ def compare(
     wins = exact_windows(tolerance_bits) if exact else windows(meta, tolerance_bits, kernels)
     pinned_both = kernels == "pinned" and meta.get("cpu_kernels") == "avx2"
     arms = {}
-    checked = {run: _check_arm(cfg, run, meta, ref_dir, runs_dir) for run in cfg.runs}
+    mine = fingerprints(cfg)  # every arm's settings, computed once
+    checked = {run: _check_arm(cfg, run, mine[run], meta, ref_dir, runs_dir) for run in cfg.runs}
     data = _check_data(data_dir, meta, strict=pinned_both)
     for run, mine in checked.items():
         parts = []
