@@ -33,7 +33,9 @@ A run already in runs.csv (same size, arm, rate and seed) is not trained again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import fcntl
 import importlib.util
 import json
 import math
@@ -60,6 +62,23 @@ SIZES: dict[str, dict] = {
     "S1": {"model.dim": 32, "model.layers": 2, "model.ffn_dim": 128, "train.steps": 600, "train.batch_size": 8},
     "S2": {"model.dim": 64, "model.layers": 2, "model.ffn_dim": 256, "train.steps": 600, "train.batch_size": 8},
     "S3": {"model.dim": 64, "model.layers": 4, "model.ffn_dim": 256, "train.steps": 800, "train.batch_size": 8},
+    # round 2 (docs/stability.md): depth without warm-up, where Post-Norm is known to fail
+    "D6": {
+        "model.dim": 32,
+        "model.layers": 6,
+        "model.ffn_dim": 128,
+        "train.steps": 600,
+        "train.batch_size": 8,
+        "train.warmup_steps": 0,
+    },
+    "D12": {
+        "model.dim": 32,
+        "model.layers": 12,
+        "model.ffn_dim": 128,
+        "train.steps": 600,
+        "train.batch_size": 8,
+        "train.warmup_steps": 0,
+    },
 }
 COMMON = {"train.warmup_steps": 50, "train.log_interval": 25, "train.checkpoint_interval": 0, "train.threads": 1}
 ARMS: dict[str, dict] = {
@@ -69,7 +88,9 @@ ARMS: dict[str, dict] = {
     "postnorm_clip1": {"norm": "post", "attention": "softmax", "clip": 1.0},
     "postnorm_deepnorm_clip1": {"norm": "deepnorm", "attention": "softmax", "clip": 1.0},
 }
+ROUND = 2  # the sizing round new runs belong to (docs/stability.md); round 1's rows are backfilled with 1
 RUN_COLUMNS = [
+    "round",
     "size",
     "arm",
     "lr",
@@ -82,6 +103,7 @@ RUN_COLUMNS = [
     "norm",
     "attention",
     "clip",
+    "warmup_steps",
     "status",
     "plateau",
     "first_loss",
@@ -94,6 +116,8 @@ RUN_COLUMNS = [
     "collapsed",
     "spikes",
     "largest_spike_bits",
+    "late_spikes",
+    "largest_late_spike_bits",
     "nonfinite_steps",
     "max_grad_norm",
     "attn_logit_max",
@@ -116,7 +140,7 @@ def settings_for(size: str, arm: str, lr: float, seed: int) -> dict:
     """config/proxy.yaml's mapping with the size's and the arm's settings, one arm, one seed, no sweep."""
     s = copy.deepcopy(C.read_yaml(ROOT / "config" / "proxy.yaml"))
     s.pop("sweep", None)
-    for dotted, value in {**SIZES[size], **COMMON, "train.lr": lr}.items():
+    for dotted, value in {**COMMON, **SIZES[size], "train.lr": lr}.items():
         section, key = dotted.split(".")
         if key not in s[section]:
             raise SystemExit(f"no key {dotted!r} in config/proxy.yaml")
@@ -129,6 +153,23 @@ def cross_step(steps, loss, line: float):
     """First metrics row whose loss is at or below `line` (None: never)."""
     below = np.flatnonzero(np.asarray(loss, dtype=float) <= line)
     return int(np.asarray(steps)[below[0]]) if len(below) else None
+
+
+def warmup_of(size: str) -> int:
+    return int({**COMMON, **SIZES[size]}["train.warmup_steps"])
+
+
+def late_spikes(steps, loss, warmup: int) -> list[dict]:
+    """Round 2's spikes: on the averaged rows only (multiples of the log interval), onset after warm-up."""
+    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
+    keep = np.isfinite(loss) & (steps % COMMON["train.log_interval"] == 0)
+    found = curves.detect_spikes(steps[keep], loss[keep], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
+    return [s for s in found if s["onset_step"] > warmup]
+
+
+def late_spike_columns(steps, loss, warmup: int) -> dict:
+    found = late_spikes(steps, loss, warmup)
+    return {"late_spikes": len(found), "largest_late_spike_bits": max((s["height_bits"] for s in found), default=0.0)}
 
 
 def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Path, plateau: float, work: Path):
@@ -149,6 +190,7 @@ def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Pa
     model = SIZES[size]
     logits = m["attn_logit_max"].dropna()
     run = {
+        "round": ROUND,
         **key,
         "dim": model["model.dim"],
         "layers": model["model.layers"],
@@ -161,6 +203,8 @@ def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Pa
         "left_plateau": crossed is not None,
         "spikes": len(spikes),
         "largest_spike_bits": max((s["height_bits"] for s in spikes), default=0.0),
+        **late_spike_columns(steps, loss, warmup_of(size)),
+        "warmup_steps": warmup_of(size),
         "max_grad_norm": row["max_grad_norm"],
         "attn_logit_max": row["attn_logit_max"],
         "attn_logit_final": float(logits.iloc[-1]) if len(logits) else math.nan,
@@ -180,6 +224,18 @@ def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Pa
     return run, curve, spike_rows
 
 
+@contextlib.contextmanager
+def _locked(out: Path):
+    """One writer of --out's tables at a time: round 2 may run two procedures side by side."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
     old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
     new = pd.concat([old, rows[columns]], ignore_index=True) if len(rows) else old
@@ -187,7 +243,38 @@ def _append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
         new.to_csv(tmp, index=False)
 
 
+def backfill(out: Path) -> None:
+    """Round 1's rows get round 2's columns from their published curves (nothing is trained)."""
+    path = out / "runs.csv"
+    if not path.exists():
+        return
+    runs = pd.read_csv(path)
+    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
+    if not missing:
+        return
+    if set(missing) - {"round", "warmup_steps", "late_spikes", "largest_late_spike_bits"}:
+        raise SystemExit(f"{path}: columns {missing} cannot be filled from the curves")
+    curves_ = pd.read_csv(out / "curves.csv")
+    filled = []
+    for _, run in runs.iterrows():
+        c = curves_[
+            (curves_["size"] == run["size"])
+            & (curves_["arm"] == run["arm"])
+            & np.isclose(curves_["lr"], run["lr"])
+            & (curves_["seed"] == run["seed"])
+        ]
+        warmup = warmup_of(run["size"])
+        late = late_spike_columns(c["step"], c["train_loss_cb0"], warmup)
+        filled.append({"round": 1, "warmup_steps": warmup, **late})
+    for column in missing:
+        runs[column] = [row[column] for row in filled]
+    with atomic_path(path) as tmp:
+        runs[RUN_COLUMNS].to_csv(tmp, index=False)
+
+
 RATES = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+# round 2's scan per size (docs/stability.md): S1 gets two rates where its arms could part
+SIZE_RATES = {"S1": sorted([*RATES, 5e-2, 7e-2])}
 BASELINE = "prenorm_clip10"
 # (unstabilized arm, stabilized arm): the stabilizer is what differs between them
 PAIRS = [
@@ -209,8 +296,9 @@ def best_rate(runs: pd.DataFrame, size: str) -> float | None:
     return float(r[r["final_loss"] <= low + 0.02]["lr"].iloc[0])
 
 
-def instabilities(runs: pd.DataFrame, size: str, best: float) -> pd.Series:
-    """Per run of the size: True when it shows an instability (docs/stability.md, (i)-(iv))."""
+def instabilities(runs: pd.DataFrame, size: str, best: float, rules: int = 2) -> pd.Series:
+    """Per run of the size: True when it shows an instability (docs/stability.md, (i)-(iv)); rules 1
+    counts every spike, rules 2 (round 2) only those on averaged rows after the warm-up."""
     r = runs[runs["size"] == size]
     base = r[(r["arm"] == BASELINE) & np.isclose(r["lr"], best)].set_index("seed")
     ref_logit = r["seed"].map(base["attn_logit_final"])
@@ -218,7 +306,24 @@ def instabilities(runs: pd.DataFrame, size: str, best: float) -> pd.Series:
     growth = (r["attn_logit_final"] >= LOGIT_GROWTH * ref_logit) & (r["final_loss"] >= ref_loss + LOGIT_LOSS_COST)
     failed = (r["status"] != "completed") | (r["nonfinite_steps"] > 0)
     collapsed = r["left_plateau"].astype(bool) & ~r["trained"].astype(bool)
-    return (r["largest_spike_bits"] >= decisive.SPIKE_THRESHOLD) | failed | collapsed | growth.fillna(False)
+    spike = r["largest_spike_bits" if rules == 1 else "largest_late_spike_bits"] >= decisive.SPIKE_THRESHOLD
+    return spike | failed | collapsed | growth.fillna(False)
+
+
+def prevents(runs: pd.DataFrame, size: str, best: float, bad: str, good: str, lr: float, rules: int = 2) -> bool:
+    """The stabilizer (what `good` has and `bad` lacks) prevents an instability at `lr`: `bad` unstable
+    in at least 2 of 3 seeds, `good` in none; by round 2's rules `good` also trained in all 3."""
+    r = runs[(runs["size"] == size) & np.isclose(runs["lr"], lr)]
+    flags = instabilities(runs, size, best, rules)
+    bad_rows, good_rows = r["arm"] == bad, r["arm"] == good
+    if bad_rows.sum() < 3 or good_rows.sum() < 3:
+        return False
+    learned = rules == 1 or bool(r.loc[good_rows, "trained"].astype(bool).all())
+    return (
+        int(flags[bad_rows.reindex(flags.index, fill_value=False)].sum()) >= 2
+        and not bool(flags[good_rows.reindex(flags.index, fill_value=False)].any())
+        and learned
+    )
 
 
 def _unstable(runs: pd.DataFrame, size: str, best: float, arm: str, lr: float) -> pd.Series:
@@ -228,6 +333,11 @@ def _unstable(runs: pd.DataFrame, size: str, best: float, arm: str, lr: float) -
     return flags[(r["arm"] == arm) & np.isclose(r["lr"], lr)]
 
 
+def _trained(runs: pd.DataFrame, size: str, arm: str, lr: float) -> bool:
+    r = runs[(runs["size"] == size) & (runs["arm"] == arm) & np.isclose(runs["lr"], lr)]
+    return bool(len(r)) and bool(r["trained"].astype(bool).all())
+
+
 def _run(size, arms, lrs, seeds, out, work) -> pd.DataFrame:
     args = ["--size", size, "--arm", *arms, "--lr", *map(str, lrs), "--seed", *map(str, seeds)]
     main([*args, "--out", str(out), "--work", str(work)])
@@ -235,15 +345,19 @@ def _run(size, arms, lrs, seeds, out, work) -> pd.DataFrame:
 
 
 def spent(out: Path) -> float:
-    """Wall seconds of every run published so far."""
+    """Wall seconds of this round's runs published so far."""
     path = out / "runs.csv"
-    return float(pd.read_csv(path)["wall_time_s"].sum()) if path.exists() else 0.0
+    if not path.exists():
+        return 0.0
+    runs = pd.read_csv(path)
+    return float(runs.loc[runs["round"] == ROUND, "wall_time_s"].sum()) if "round" in runs else 0.0
 
 
 def procedure(size: str, out: Path, work: Path, budget_s: float = math.inf) -> dict:
     """docs/stability.md's procedure at one size: rate scan, (a), above the best rate, (b), (c)."""
-    verdict = {"size": size}
-    runs = _run(size, [BASELINE], RATES, [1], out, work)
+    verdict = {"size": size, "rules": 2}
+    rates = SIZE_RATES.get(size, RATES)
+    runs = _run(size, [BASELINE], rates, [1], out, work)
     best = best_rate(runs, size)
     verdict["best_rate"] = best
     runs = _run(size, [BASELINE], [best], [2, 3], out, work)
@@ -252,7 +366,7 @@ def procedure(size: str, out: Path, work: Path, budget_s: float = math.inf) -> d
     verdict["a"] = bool(len(at_best) == 3 and at_best["trained"].all())
     if not verdict["a"]:
         return verdict
-    above = [lr for lr in RATES if lr > best * 1.0001]
+    above = [lr for lr in rates if lr > best * 1.0001]
     for lr in above:
         if spent(out) > budget_s:
             break
@@ -262,12 +376,12 @@ def procedure(size: str, out: Path, work: Path, budget_s: float = math.inf) -> d
         for bad, good in PAIRS:
             if prevented or spent(out) > budget_s:
                 break
-            if not (_unstable(runs, size, best, bad, lr).any() and not _unstable(runs, size, best, good, lr).any()):
+            screen = _unstable(runs, size, best, bad, lr).any() and not _unstable(runs, size, best, good, lr).any()
+            if not (screen and _trained(runs, size, good, lr)):  # seed 1 already rules the pair out
                 continue
             runs = _run(size, [bad, good], [lr], [2, 3], out, work)
-            n_bad = int(_unstable(runs, size, best, bad, lr).sum())
-            n_good = int(_unstable(runs, size, best, good, lr).sum())
-            if n_bad >= 2 and n_good == 0:
+            if prevents(runs, size, best, bad, good, lr):
+                n_bad = int(_unstable(runs, size, best, bad, lr).sum())
                 prevented.append({"lr": lr, "without": bad, "with": good, "unstable_without": n_bad})
     verdict["b_prevented"] = prevented
     verdict["b"] = bool(prevented)
@@ -283,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", nargs="+", required=True, choices=sorted(SIZES), help="with --procedure: in order")
     p.add_argument("--procedure", action="store_true", help="run the rules' whole procedure at --size")
     p.add_argument("--arm", nargs="+", choices=sorted(ARMS))
-    p.add_argument("--budget-minutes", type=float, default=100.0, help="--procedure: run time of all runs, at most")
+    p.add_argument("--budget-minutes", type=float, default=150.0, help="--procedure: this round's run time, at most")
     p.add_argument("--lr", nargs="+", type=float)
     p.add_argument("--seed", nargs="+", type=int, default=[1])
     p.add_argument("--out", type=Path, default=ROOT / "data" / "reference" / "proxy_sizing")
@@ -296,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             verdict = procedure(size, args.out, args.work, args.budget_minutes * 60)
             print(json.dumps(verdict), flush=True)
-            with atomic_path(args.out / f"verdict_{size}.json") as tmp:
+            with atomic_path(args.out / f"verdict_{size}_r2.json") as tmp:
                 tmp.write_text(json.dumps(verdict, indent=2) + "\n")
             if all(verdict.get(k) for k in ("a", "b", "c")):
                 break
@@ -307,12 +421,15 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.arm and args.lr):
         p.error("--arm and --lr are needed without --procedure")
     corpus = args.work / "data"
-    if not (corpus / "codes" / "tokenizer.json").exists():
-        shutil.rmtree(corpus, ignore_errors=True)
-        _forced_spike().write_corpus(corpus, clips=CLIPS, frames=FRAMES, seed=0)
+    with _locked(args.work):  # two procedures side by side share one corpus
+        if not (corpus / "codes" / "tokenizer.json").exists():
+            shutil.rmtree(corpus, ignore_errors=True)
+            _forced_spike().write_corpus(corpus, clips=CLIPS, frames=FRAMES, seed=0)
     prepared, codes = corpus / "prepared", corpus / "codes"
     plateau = decisive.plateau_bits(codes)
     args.out.mkdir(parents=True, exist_ok=True)
+    with _locked(args.out):
+        backfill(args.out)
     done = pd.read_csv(args.out / "runs.csv") if (args.out / "runs.csv").exists() else None
     for seed in args.seed:
         for lr in args.lr:
@@ -329,9 +446,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"already run: {args.size} {arm} {lr:g} seed {seed}", flush=True)
                     continue
                 run, curve, spikes = one_run(args.size, arm, lr, seed, prepared, codes, plateau, args.work)
-                _append(args.out / "runs.csv", pd.DataFrame([run]), RUN_COLUMNS)
-                _append(args.out / "curves.csv", curve, CURVE_COLUMNS)
-                _append(args.out / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
+                with _locked(args.out):
+                    _append(args.out / "runs.csv", pd.DataFrame([run]), RUN_COLUMNS)
+                    _append(args.out / "curves.csv", curve, CURVE_COLUMNS)
+                    _append(args.out / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
                 print(
                     f"{args.size} {arm} lr {lr:g} seed {seed}: final {run['final_loss']:.3f} "
                     f"(plateau {plateau:.3f}), cross {run['cross_step']}, spikes {run['spikes']} "
