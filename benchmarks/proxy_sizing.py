@@ -136,7 +136,7 @@ def _forced_spike():
     return module
 
 
-def settings_for(size: str, arm: str, lr: float, seed: int) -> dict:
+def settings_for(size: str, arm: str, lr: float, seed: int, arms: dict | None = None) -> dict:
     """config/proxy.yaml's mapping with the size's and the arm's settings, one arm, one seed, no sweep."""
     s = copy.deepcopy(C.read_yaml(ROOT / "config" / "proxy.yaml"))
     s.pop("sweep", None)
@@ -145,7 +145,7 @@ def settings_for(size: str, arm: str, lr: float, seed: int) -> dict:
         if key not in s[section]:
             raise SystemExit(f"no key {dotted!r} in config/proxy.yaml")
         s[section][key] = value
-    s["runs"] = {arm: {"label": arm, **ARMS[arm], "seeds": [seed]}}
+    s["runs"] = {arm: {"label": arm, **(arms or ARMS)[arm], "seeds": [seed]}}
     return C.validate(s, f"proxy sizing {size} {arm}")
 
 
@@ -172,8 +172,20 @@ def late_spike_columns(steps, loss, warmup: int) -> dict:
     return {"late_spikes": len(found), "largest_late_spike_bits": max((s["height_bits"] for s in found), default=0.0)}
 
 
-def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Path, plateau: float, work: Path):
-    cfg = settings_for(size, arm, lr, seed)
+def one_run(
+    size: str,
+    arm: str,
+    lr: float,
+    seed: int,
+    prepared: Path,
+    codes: Path,
+    plateau: float,
+    work: Path,
+    arms: dict | None = None,
+    round_: int = ROUND,
+):
+    """Train one run; its runs.csv row, its curve rows and its spikes (round_: the round it belongs to)."""
+    cfg = settings_for(size, arm, lr, seed, arms)
     name = f"{size}__{arm}__lr-{lr:g}__seed-{seed}"
     out = work / "runs" / name
     shutil.rmtree(out, ignore_errors=True)
@@ -190,7 +202,7 @@ def one_run(size: str, arm: str, lr: float, seed: int, prepared: Path, codes: Pa
     model = SIZES[size]
     logits = m["attn_logit_max"].dropna()
     run = {
-        "round": ROUND,
+        "round": round_,
         **key,
         "dim": model["model.dim"],
         "layers": model["model.layers"],

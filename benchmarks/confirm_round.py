@@ -1,0 +1,233 @@
+"""The confirmatory round on the sized proxy S1: its runs and its verdicts (docs/stability.md, "The
+confirmatory round on S1: the rules").
+
+Every run is S1 of benchmarks/proxy_sizing.py (the same model, budget, corpus and one torch thread),
+at the round's peak rate, with fresh seeds; its row, curve and spikes go to the same tables as the
+sizing's, with `round` 3, under --out:
+
+    python benchmarks/confirm_round.py commands > queue.txt    # every run of the round, part by part
+    python benchmarks/run_queue.py queue.txt --log data/reference/confirm_round/queue_log.txt --jobs 2
+    python benchmarks/confirm_round.py run --arm prenorm_clip1 --lr 0.05 --seed 101   # one run (the queue's)
+    python benchmarks/confirm_round.py judge   # verdicts.json and sensitivity.csv from the runs so far
+
+`judge` gives a verdict only for a part whose runs are all published; the rest is "not finished".
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acoustic_mlm.report import decisive
+from acoustic_mlm.report.power import fisher_greater, fisher_power
+from acoustic_mlm.utils import atomic_path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUND, SIZE, LR = 3, "S1", 0.05
+ALPHA, POWER, STEP = 0.025, 0.8, 0.05
+OUT = ROOT / "data" / "reference" / "confirm_round"
+SIZING = ROOT / "data" / "reference" / "proxy_sizing"
+
+
+def _sizing():
+    spec = importlib.util.spec_from_file_location("proxy_sizing", ROOT / "benchmarks" / "proxy_sizing.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ps = _sizing()
+ARMS = {**ps.ARMS, "prenorm_attnrelax_clip1": {"norm": "pre", "attention": "pb_relax", "clip": 1.0}}
+FIGURE_ARMS = ["prenorm_clip10", "prenorm_clip1", "postnorm_deepnorm_clip1", "prenorm_attnrelax_clip1"]
+SEEDS = list(range(101, 113))  # 12 per arm: the power analysis of docs/stability.md
+AA_SEEDS = list(range(201, 211))  # the A/A arm's 10, against prenorm_clip1's 101-110
+SENSITIVITY_SEED = 401
+SENSITIVITY_RATES = [1e-3, 3e-3, 1e-2, 3e-2, 5e-2, 7e-2, 1e-1, 3e-1]
+
+# (id, promise, arm A (favoured), A's seeds, arm B, B's seeds)
+PROMISES = [
+    ("P1", "clipping prevents the collapse", "prenorm_clip1", SEEDS, "prenorm_noclip", SEEDS),
+    ("P2", "clip 1 survives where clip 10 fails", "prenorm_clip1", SEEDS, "prenorm_clip10", SEEDS),
+    ("P3", "DeepNorm trains Post-Norm where plain Post-Norm fails", "postnorm_deepnorm_clip1", SEEDS,
+     "postnorm_clip1", SEEDS),
+]  # fmt: skip
+AA = ("AA", "A/A calibration", "prenorm_attnrelax_clip1", AA_SEEDS, "prenorm_clip1", SEEDS[:10])
+
+
+def parts() -> list[tuple[str, list[tuple[str, float, int]]]]:
+    """The round's runs, part by part, in the order they run."""
+    at = lambda arm, seeds: [(arm, LR, s) for s in seeds]  # noqa: E731
+    return [
+        ("P1", at("prenorm_clip1", SEEDS) + at("prenorm_noclip", SEEDS)),
+        ("P2", at("prenorm_clip10", SEEDS)),
+        ("AA", at("prenorm_attnrelax_clip1", AA_SEEDS)),
+        ("P3", at("postnorm_deepnorm_clip1", SEEDS) + at("postnorm_clip1", SEEDS)),
+        ("sensitivity", [(arm, lr, SENSITIVITY_SEED) for arm in FIGURE_ARMS for lr in SENSITIVITY_RATES]),
+    ]
+
+
+def reference(sizing_runs: pd.DataFrame) -> tuple[float, float]:
+    """Instability (iv)'s reference: the baseline at S1's best rate (1e-2), seed 1, of round 2's sizing:
+    its last attention logit and its final loss."""
+    r = sizing_runs[
+        (sizing_runs["size"] == SIZE)
+        & (sizing_runs["arm"] == ps.BASELINE)
+        & np.isclose(sizing_runs["lr"], 1e-2)
+        & (sizing_runs["seed"] == 1)
+    ]
+    if len(r) != 1:
+        raise SystemExit(f"{SIZING / 'runs.csv'}: no single {ps.BASELINE} run at 1e-2, seed 1")
+    return float(r["attn_logit_final"].iloc[0]), float(r["final_loss"].iloc[0])
+
+
+def unstable(runs: pd.DataFrame, ref_logit: float, ref_loss: float) -> pd.Series:
+    """Round 2's instabilities (i)-(iv) of each run, (iv) against one reference run for every seed."""
+    spike = runs["largest_late_spike_bits"] >= decisive.SPIKE_THRESHOLD
+    failed = (runs["status"] != "completed") | (runs["nonfinite_steps"] > 0)
+    collapsed = runs["left_plateau"].astype(bool) & ~runs["trained"].astype(bool)
+    growth = (runs["attn_logit_final"] >= ps.LOGIT_GROWTH * ref_logit) & (
+        runs["final_loss"] >= ref_loss + ps.LOGIT_LOSS_COST
+    )
+    return spike | failed | collapsed | growth.fillna(False)
+
+
+def _select(runs: pd.DataFrame, arm: str, seeds: list[int], lr: float = LR) -> pd.DataFrame:
+    return runs[(runs["arm"] == arm) & np.isclose(runs["lr"], lr) & runs["seed"].isin(seeds)]
+
+
+def excluded_effect(q: float, n_a: int, n_b: int) -> float | None:
+    """The smallest difference of shares d (steps of 0.05) against which the one-sided Fisher test at
+    these n has 80 % power, shares q + d against q; None when even q + d = 1 falls short."""
+    k = 1
+    while q + k * STEP <= 1 + 1e-9:
+        d = round(k * STEP, 2)
+        if fisher_power(min(1.0, q + d), q, n_a, n_b, alpha=ALPHA) >= POWER:
+            return d
+        k += 1
+    return None
+
+
+def compare(runs: pd.DataFrame, spec, flags: pd.Series) -> dict:
+    """One promise (or the A/A pair) judged by the round's rules; `finished` False until every run is in."""
+    pid, promise, arm_a, seeds_a, arm_b, seeds_b = spec
+    a, b = _select(runs, arm_a, seeds_a), _select(runs, arm_b, seeds_b)
+    out = {"id": pid, "promise": promise, "a": arm_a, "b": arm_b, "n_a": len(a), "n_b": len(b)}
+    out["finished"] = bool(len(a) == len(seeds_a) and len(b) == len(seeds_b))
+    if not out["finished"]:
+        return {**out, "verdict": "not finished"}
+    ta, tb = int(a["trained"].astype(bool).sum()), int(b["trained"].astype(bool).sum())
+    p_for, p_against = fisher_greater(ta, len(a), tb, len(b)), fisher_greater(tb, len(b), ta, len(a))
+    out |= {"trained_a": ta, "trained_b": tb, "unstable_a": int(flags[a.index].sum())}
+    out |= {"unstable_b": int(flags[b.index].sum()), "p_for": p_for, "p_against": p_against}
+    if p_for < ALPHA:
+        verdict = "supported"
+    elif p_against < ALPHA:
+        verdict = "contradicted"
+    else:
+        verdict = "undecided"
+        x = excluded_effect(tb / len(b), len(a), len(b))
+        out["excluded_effect"] = x
+        out["reading"] = (
+            f"no effect larger than {x:g} (share trained) excluded at n = {len(a)} per arm"
+            if x is not None
+            else f"no effect size excluded at n = {len(a)} per arm"
+        )
+    return {**out, "verdict": verdict}
+
+
+def sensitivity(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each figure arm's final loss at each grid rate (seed 401) and Wortsman et al.'s LR sensitivity
+    E_lr[min(L, L0) - L*] over the grid; an arm is summarised only once its whole grid is in."""
+    rows = []
+    for arm in FIGURE_ARMS:
+        r = runs[(runs["arm"] == arm) & (runs["seed"] == SENSITIVITY_SEED)].sort_values("lr")
+        done = len(r) == len(SENSITIVITY_RATES)
+        finals = r["final_loss"].to_numpy(dtype=float)
+        capped = np.minimum(np.where(np.isfinite(finals), finals, np.inf), r["first_loss"].to_numpy(dtype=float))
+        best = float(np.nanmin(finals)) if done and np.isfinite(finals).any() else math.nan
+        value = float(np.mean(capped - best)) if done else math.nan
+        for lr, final in zip(r["lr"], finals):
+            rows.append({"arm": arm, "lr": float(lr), "final_loss": float(final)})
+        rows.append({"arm": arm, "lr": math.nan, "final_loss": best, "lr_sensitivity": value, "finished": done})
+    return pd.DataFrame(rows, columns=["arm", "lr", "final_loss", "lr_sensitivity", "finished"])
+
+
+def judge(out: Path, sizing: Path) -> dict:
+    runs = pd.read_csv(out / "runs.csv") if (out / "runs.csv").exists() else pd.DataFrame(columns=ps.RUN_COLUMNS)
+    runs = runs[(runs["round"] == ROUND) & (runs["size"] == SIZE)] if len(runs) else runs
+    ref_logit, ref_loss = reference(pd.read_csv(sizing / "runs.csv"))
+    flags = unstable(runs, ref_logit, ref_loss) if len(runs) else pd.Series(dtype=bool)
+    verdicts = [compare(runs, spec, flags) for spec in PROMISES]
+    aa = compare(runs, AA, flags)
+    aa["calibrated"] = None if not aa["finished"] else bool(aa["verdict"] == "undecided")
+    result = {"round": ROUND, "size": SIZE, "lr": LR, "alpha": ALPHA, "verdicts": verdicts, "aa": aa}
+    if aa["calibrated"] is False:
+        result["note"] = "the A/A pair was decided: every verdict of this round is not calibrated"
+    with atomic_path(out / "verdicts.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    with atomic_path(out / "sensitivity.csv") as tmp:
+        sensitivity(runs).to_csv(tmp, index=False)
+    return result
+
+
+def run_one(arm: str, lr: float, seed: int, out: Path, work: Path) -> None:
+    corpus = work / "data"
+    with ps._locked(work):
+        if not (corpus / "codes" / "tokenizer.json").exists():
+            shutil.rmtree(corpus, ignore_errors=True)
+            ps._forced_spike().write_corpus(corpus, clips=ps.CLIPS, frames=ps.FRAMES, seed=0)
+    done = pd.read_csv(out / "runs.csv") if (out / "runs.csv").exists() else None
+    if done is not None and len(_select(done[done["size"] == SIZE], arm, [seed], lr)):
+        print(f"already run: {arm} {lr:g} seed {seed}", flush=True)
+        return
+    plateau = decisive.plateau_bits(corpus / "codes")
+    run, curve, spikes = ps.one_run(
+        SIZE, arm, lr, seed, corpus / "prepared", corpus / "codes", plateau, work, arms=ARMS, round_=ROUND
+    )
+    with ps._locked(out):
+        ps._append(out / "runs.csv", pd.DataFrame([run]), ps.RUN_COLUMNS)
+        ps._append(out / "curves.csv", curve, ps.CURVE_COLUMNS)
+        ps._append(out / "spikes.csv", pd.DataFrame(spikes, columns=ps.SPIKE_COLUMNS), ps.SPIKE_COLUMNS)
+    print(f"{arm} lr {lr:g} seed {seed}: final {run['final_loss']:.3f}, trained {run['trained']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("commands", help="print the round's runs as queue commands, part by part")
+    r = sub.add_parser("run", help="one run of the round")
+    r.add_argument("--arm", required=True, choices=sorted(ARMS))
+    r.add_argument("--lr", required=True, type=float)
+    r.add_argument("--seed", required=True, type=int)
+    sub.add_parser("judge", help="verdicts.json and sensitivity.csv from the runs published so far")
+    for q in sub.choices.values():
+        q.add_argument("--out", type=Path, default=OUT)
+        q.add_argument("--work", type=Path, default=Path("/tmp/amlm_proxy_sizing"))
+    args = p.parse_args(argv)
+    if args.command == "commands":
+        for name, runs in parts():
+            print(f"# part {name}")
+            for arm, lr, seed in runs:
+                print(
+                    f"cd {ROOT} && python benchmarks/confirm_round.py run --arm {arm} --lr {lr:g} --seed {seed}"
+                    f" --out {args.out} --work {args.work}"
+                )
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.command == "run":
+        run_one(args.arm, args.lr, args.seed, args.out, args.work)
+        return 0
+    print(json.dumps(judge(args.out, SIZING), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
