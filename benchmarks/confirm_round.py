@@ -52,25 +52,29 @@ AA_SEEDS = list(range(201, 211))  # the A/A arm's 10, against prenorm_clip1's 10
 SENSITIVITY_SEED = 401
 SENSITIVITY_RATES = [1e-3, 3e-3, 1e-2, 3e-2, 5e-2, 7e-2, 1e-1, 3e-1]
 
-# (id, promise, arm A (favoured), A's seeds, arm B, B's seeds)
+# P3's cell, by the amendment of docs/stability.md: D12 (12 layers, no warm-up) at 1e-2
+P3_SIZE, P3_LR = "D12", 1e-2
+
+# (id, promise, arm A (favoured), A's seeds, arm B, B's seeds, size, peak rate)
 PROMISES = [
-    ("P1", "clipping prevents the collapse", "prenorm_clip1", SEEDS, "prenorm_noclip", SEEDS),
-    ("P2", "clip 1 survives where clip 10 fails", "prenorm_clip1", SEEDS, "prenorm_clip10", SEEDS),
+    ("P1", "clipping prevents the collapse", "prenorm_clip1", SEEDS, "prenorm_noclip", SEEDS, SIZE, LR),
+    ("P2", "clip 1 survives where clip 10 fails", "prenorm_clip1", SEEDS, "prenorm_clip10", SEEDS, SIZE, LR),
     ("P3", "DeepNorm trains Post-Norm where plain Post-Norm fails", "postnorm_deepnorm_clip1", SEEDS,
-     "postnorm_clip1", SEEDS),
+     "postnorm_clip1", SEEDS, P3_SIZE, P3_LR),
 ]  # fmt: skip
-AA = ("AA", "A/A calibration", "prenorm_attnrelax_clip1", AA_SEEDS, "prenorm_clip1", SEEDS[:10])
+AA = ("AA", "A/A calibration", "prenorm_attnrelax_clip1", AA_SEEDS, "prenorm_clip1", SEEDS[:10], SIZE, LR)
 
 
-def parts() -> list[tuple[str, list[tuple[str, float, int]]]]:
-    """The round's runs, part by part, in the order they run."""
-    at = lambda arm, seeds: [(arm, LR, s) for s in seeds]  # noqa: E731
+def parts() -> list[tuple[str, list[tuple[str, str, float, int]]]]:
+    """The round's runs (size, arm, rate, seed), part by part, in the order they run."""
+    at = lambda arm, seeds, size=SIZE, lr=LR: [(size, arm, lr, s) for s in seeds]  # noqa: E731
+    p3 = at("postnorm_deepnorm_clip1", SEEDS, P3_SIZE, P3_LR) + at("postnorm_clip1", SEEDS, P3_SIZE, P3_LR)
     return [
         ("P1", at("prenorm_clip1", SEEDS) + at("prenorm_noclip", SEEDS)),
         ("P2", at("prenorm_clip10", SEEDS)),
         ("AA", at("prenorm_attnrelax_clip1", AA_SEEDS)),
-        ("P3", at("postnorm_deepnorm_clip1", SEEDS) + at("postnorm_clip1", SEEDS)),
-        ("sensitivity", [(arm, lr, SENSITIVITY_SEED) for arm in FIGURE_ARMS for lr in SENSITIVITY_RATES]),
+        ("P3", p3),
+        ("sensitivity", [(SIZE, arm, lr, SENSITIVITY_SEED) for arm in FIGURE_ARMS for lr in SENSITIVITY_RATES]),
     ]
 
 
@@ -99,8 +103,8 @@ def unstable(runs: pd.DataFrame, ref_logit: float, ref_loss: float) -> pd.Series
     return spike | failed | collapsed | growth.fillna(False)
 
 
-def _select(runs: pd.DataFrame, arm: str, seeds: list[int], lr: float = LR) -> pd.DataFrame:
-    return runs[(runs["arm"] == arm) & np.isclose(runs["lr"], lr) & runs["seed"].isin(seeds)]
+def _select(runs: pd.DataFrame, arm: str, seeds: list[int], lr: float = LR, size: str = SIZE) -> pd.DataFrame:
+    return runs[(runs["size"] == size) & (runs["arm"] == arm) & np.isclose(runs["lr"], lr) & runs["seed"].isin(seeds)]
 
 
 def excluded_effect(q: float, n_a: int, n_b: int) -> float | None:
@@ -117,9 +121,10 @@ def excluded_effect(q: float, n_a: int, n_b: int) -> float | None:
 
 def compare(runs: pd.DataFrame, spec, flags: pd.Series) -> dict:
     """One promise (or the A/A pair) judged by the round's rules; `finished` False until every run is in."""
-    pid, promise, arm_a, seeds_a, arm_b, seeds_b = spec
-    a, b = _select(runs, arm_a, seeds_a), _select(runs, arm_b, seeds_b)
-    out = {"id": pid, "promise": promise, "a": arm_a, "b": arm_b, "n_a": len(a), "n_b": len(b)}
+    pid, promise, arm_a, seeds_a, arm_b, seeds_b, size, lr = spec
+    a, b = _select(runs, arm_a, seeds_a, lr, size), _select(runs, arm_b, seeds_b, lr, size)
+    out = {"id": pid, "promise": promise, "size": size, "lr": lr, "a": arm_a, "b": arm_b}
+    out |= {"n_a": len(a), "n_b": len(b)}
     out["finished"] = bool(len(a) == len(seeds_a) and len(b) == len(seeds_b))
     if not out["finished"]:
         return {**out, "verdict": "not finished"}
@@ -148,7 +153,8 @@ def sensitivity(runs: pd.DataFrame) -> pd.DataFrame:
     E_lr[min(L, L0) - L*] over the grid; an arm is summarised only once its whole grid is in."""
     rows = []
     for arm in FIGURE_ARMS:
-        r = runs[(runs["arm"] == arm) & (runs["seed"] == SENSITIVITY_SEED)].sort_values("lr")
+        r = runs[(runs["size"] == SIZE) & (runs["arm"] == arm) & (runs["seed"] == SENSITIVITY_SEED)]
+        r = r.sort_values("lr")
         done = len(r) == len(SENSITIVITY_RATES)
         finals = r["final_loss"].to_numpy(dtype=float)
         capped = np.minimum(np.where(np.isfinite(finals), finals, np.inf), r["first_loss"].to_numpy(dtype=float))
@@ -162,13 +168,13 @@ def sensitivity(runs: pd.DataFrame) -> pd.DataFrame:
 
 def judge(out: Path, sizing: Path) -> dict:
     runs = pd.read_csv(out / "runs.csv") if (out / "runs.csv").exists() else pd.DataFrame(columns=ps.RUN_COLUMNS)
-    runs = runs[(runs["round"] == ROUND) & (runs["size"] == SIZE)] if len(runs) else runs
+    runs = runs[runs["round"] == ROUND] if len(runs) else runs
     ref_logit, ref_loss = reference(pd.read_csv(sizing / "runs.csv"))
     flags = unstable(runs, ref_logit, ref_loss) if len(runs) else pd.Series(dtype=bool)
     verdicts = [compare(runs, spec, flags) for spec in PROMISES]
     aa = compare(runs, AA, flags)
     aa["calibrated"] = None if not aa["finished"] else bool(aa["verdict"] == "undecided")
-    result = {"round": ROUND, "size": SIZE, "lr": LR, "alpha": ALPHA, "verdicts": verdicts, "aa": aa}
+    result = {"round": ROUND, "alpha": ALPHA, "verdicts": verdicts, "aa": aa}
     if aa["calibrated"] is False:
         result["note"] = "the A/A pair was decided: every verdict of this round is not calibrated"
     with atomic_path(out / "verdicts.json") as tmp:
@@ -178,25 +184,25 @@ def judge(out: Path, sizing: Path) -> dict:
     return result
 
 
-def run_one(arm: str, lr: float, seed: int, out: Path, work: Path) -> None:
+def run_one(size: str, arm: str, lr: float, seed: int, out: Path, work: Path) -> None:
     corpus = work / "data"
     with ps._locked(work):
         if not (corpus / "codes" / "tokenizer.json").exists():
             shutil.rmtree(corpus, ignore_errors=True)
             ps._forced_spike().write_corpus(corpus, clips=ps.CLIPS, frames=ps.FRAMES, seed=0)
     done = pd.read_csv(out / "runs.csv") if (out / "runs.csv").exists() else None
-    if done is not None and len(_select(done[done["size"] == SIZE], arm, [seed], lr)):
+    if done is not None and len(_select(done, arm, [seed], lr, size)):
         print(f"already run: {arm} {lr:g} seed {seed}", flush=True)
         return
     plateau = decisive.plateau_bits(corpus / "codes")
     run, curve, spikes = ps.one_run(
-        SIZE, arm, lr, seed, corpus / "prepared", corpus / "codes", plateau, work, arms=ARMS, round_=ROUND
+        size, arm, lr, seed, corpus / "prepared", corpus / "codes", plateau, work, arms=ARMS, round_=ROUND
     )
     with ps._locked(out):
         ps._append(out / "runs.csv", pd.DataFrame([run]), ps.RUN_COLUMNS)
         ps._append(out / "curves.csv", curve, ps.CURVE_COLUMNS)
         ps._append(out / "spikes.csv", pd.DataFrame(spikes, columns=ps.SPIKE_COLUMNS), ps.SPIKE_COLUMNS)
-    print(f"{arm} lr {lr:g} seed {seed}: final {run['final_loss']:.3f}, trained {run['trained']}", flush=True)
+    print(f"{size} {arm} lr {lr:g} seed {seed}: final {run['final_loss']:.3f}, trained {run['trained']}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("commands", help="print the round's runs as queue commands, part by part")
     r = sub.add_parser("run", help="one run of the round")
+    r.add_argument("--size", default=SIZE, choices=[SIZE, P3_SIZE])
     r.add_argument("--arm", required=True, choices=sorted(ARMS))
     r.add_argument("--lr", required=True, type=float)
     r.add_argument("--seed", required=True, type=int)
@@ -215,15 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "commands":
         for name, runs in parts():
             print(f"# part {name}")
-            for arm, lr, seed in runs:
+            for size, arm, lr, seed in runs:
                 print(
-                    f"cd {ROOT} && python benchmarks/confirm_round.py run --arm {arm} --lr {lr:g} --seed {seed}"
+                    f"cd {ROOT} && python benchmarks/confirm_round.py run --size {size} --arm {arm} --lr {lr:g}"
+                    f" --seed {seed}"
                     f" --out {args.out} --work {args.work}"
                 )
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if args.command == "run":
-        run_one(args.arm, args.lr, args.seed, args.out, args.work)
+        run_one(args.size, args.arm, args.lr, args.seed, args.out, args.work)
         return 0
     print(json.dumps(judge(args.out, SIZING), indent=2))
     return 0

@@ -15,6 +15,7 @@ context, one run at a time, and publishes one row per run as it finishes:
     python benchmarks/proxy_sizing.py --size S1 --arm prenorm_clip10 --lr 0.003 0.01 --seed 1 \
         --out data/reference/proxy_sizing --work /tmp/amlm_proxy_sizing
     python benchmarks/proxy_sizing.py --size S1 --procedure     # the rules' whole procedure at one size
+    python benchmarks/proxy_sizing.py --size S1 --arm prenorm_clip1 --lr 0.05 --seed 1 --retime  # its CPU time
 
 Each run appends (atomically rewrites) under --out:
 
@@ -39,6 +40,7 @@ import fcntl
 import importlib.util
 import json
 import math
+import resource
 import shutil
 import sys
 import time
@@ -404,10 +406,41 @@ def procedure(size: str, out: Path, work: Path, budget_s: float = math.inf) -> d
     return verdict
 
 
+def retime(size: str, arm: str, lr: float, seed: int, out: Path, work: Path) -> dict:
+    """Train a published run again, alone: its CPU seconds (the core-time criterion (c) is about, which
+    a shared machine's wall time only bounds) and whether its curve is the published one to the bit."""
+    corpus = work / "data"
+    plateau = decisive.plateau_bits(corpus / "codes")
+    before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    run, curve, _ = one_run(size, arm, lr, seed, corpus / "prepared", corpus / "codes", plateau, work / "retime")
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    published = pd.read_csv(out / "curves.csv")
+    p = published[
+        (published["size"] == size)
+        & (published["arm"] == arm)
+        & np.isclose(published["lr"], lr)
+        & (published["seed"] == seed)
+    ]
+    row = {
+        "size": size,
+        "arm": arm,
+        "lr": lr,
+        "seed": seed,
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "same_curve": bool(np.array_equal(p["train_loss_cb0"].to_numpy(), curve["train_loss_cb0"].to_numpy())),
+        "final_loss": run["final_loss"],
+    }
+    with _locked(out):
+        _append(out / "retime.csv", pd.DataFrame([row]), list(row))
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", nargs="+", required=True, choices=sorted(SIZES), help="with --procedure: in order")
     p.add_argument("--procedure", action="store_true", help="run the rules' whole procedure at --size")
+    p.add_argument("--retime", action="store_true", help="train one published run again, alone, for its CPU time")
     p.add_argument("--arm", nargs="+", choices=sorted(ARMS))
     p.add_argument("--budget-minutes", type=float, default=150.0, help="--procedure: this round's run time, at most")
     p.add_argument("--lr", nargs="+", type=float)
@@ -432,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     args.size = args.size[0]
     if not (args.arm and args.lr):
         p.error("--arm and --lr are needed without --procedure")
+    if args.retime:
+        for arm in args.arm:
+            for lr in args.lr:
+                for seed in args.seed:
+                    print(json.dumps(retime(args.size, arm, lr, seed, args.out, args.work)), flush=True)
+        return 0
     corpus = args.work / "data"
     with _locked(args.work):  # two procedures side by side share one corpus
         if not (corpus / "codes" / "tokenizer.json").exists():

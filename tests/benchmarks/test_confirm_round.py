@@ -23,10 +23,10 @@ def _load():
 cr = _load()
 
 
-def _run(arm, seed, trained, lr=0.05, spike=0.0, left=True, final=None, logit=5.0, first=4.0):
+def _run(arm, seed, trained, lr=0.05, spike=0.0, left=True, final=None, logit=5.0, first=4.0, size="S1"):
     final = (1.0 if trained else 3.99) if final is None else final
     row = {c: np.nan for c in cr.ps.RUN_COLUMNS}
-    row |= {"round": 3, "size": "S1", "arm": arm, "lr": lr, "seed": seed, "status": "completed"}
+    row |= {"round": 3, "size": size, "arm": arm, "lr": lr, "seed": seed, "status": "completed"}
     row |= {"final_loss": final, "first_loss": first, "trained": trained, "left_plateau": left or trained}
     row |= {"largest_late_spike_bits": spike, "nonfinite_steps": 0, "attn_logit_final": logit}
     return row
@@ -47,7 +47,9 @@ def _sizing(tmp_path):
 def test_the_rules_verdicts_and_the_excluded_effect(tmp_path):
     rows = _arm("prenorm_clip1", cr.SEEDS, 11) + _arm("prenorm_noclip", cr.SEEDS, 2)  # P1: 11/12 vs 2/12
     rows += _arm("prenorm_clip10", cr.SEEDS, 11)  # P2: 11/12 vs 11/12, undecided
-    rows += _arm("postnorm_deepnorm_clip1", cr.SEEDS, 0) + _arm("postnorm_clip1", cr.SEEDS, 8)  # P3 against
+    d12 = {"size": "D12", "lr": 0.01}  # P3's cell
+    rows += _arm("postnorm_deepnorm_clip1", cr.SEEDS, 0, **d12) + _arm("postnorm_clip1", cr.SEEDS, 8, **d12)  # against
+    rows += _arm("postnorm_deepnorm_clip1", cr.SEEDS, 12)  # at S1 and 5e-2: not P3's cell, not counted
     rows += _arm("prenorm_attnrelax_clip1", cr.AA_SEEDS, 9)  # A/A: 9/10 against clip 1's 10/10 of 101-110
     out = tmp_path / "out"
     out.mkdir()
@@ -58,7 +60,7 @@ def test_the_rules_verdicts_and_the_excluded_effect(tmp_path):
     assert p1["p_for"] == pytest.approx(cr.fisher_greater(11, 12, 2, 12)) and p1["p_for"] < 0.025
     assert p1["unstable_b"] == 10  # the untrained runs left the plateau and fell back: (iii)
     assert p2["verdict"] == "undecided" and p2["excluded_effect"] == cr.excluded_effect(11 / 12, 12, 12)
-    assert p3["verdict"] == "contradicted" and p3["p_against"] < 0.025
+    assert p3["verdict"] == "contradicted" and p3["p_against"] < 0.025 and p3["trained_a"] == 0
     assert result["aa"]["verdict"] == "undecided" and result["aa"]["calibrated"] is True
     assert json.loads((out / "verdicts.json").read_text()) == result
 
@@ -109,7 +111,8 @@ def test_the_round_runs_each_arm_with_fresh_seeds_in_its_part_order():
     parts = dict(cr.parts())
     assert list(parts) == ["P1", "P2", "AA", "P3", "sensitivity"]
     assert sum(len(v) for v in parts.values()) == 102
-    seeds = {s for v in parts.values() for _, _, s in v}
+    seeds = {s for v in parts.values() for *_, s in v}
+    assert {(size, lr) for size, _, lr, _ in parts["P3"]} == {("D12", 0.01)}
     assert seeds.isdisjoint({1, 2, 3})  # never the sizing's seeds
     settings = cr.ps.settings_for("S1", "prenorm_attnrelax_clip1", 0.05, 101, cr.ARMS)
     assert settings["runs"]["prenorm_attnrelax_clip1"]["attention"] == "pb_relax"
