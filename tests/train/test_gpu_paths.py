@@ -276,7 +276,7 @@ def test_evaluate_weights_by_masked_frames():
     m = tiny_config()
     model = AcousticMLM(m)
     wav, codes, mask = batch(m, B=5)
-    got = evaluate(model, wav, codes, mask, torch.device("cpu"), "fp32", chunk=2)
+    got = evaluate(model, wav, codes, mask, make_precision("fp32", torch.device("cpu")), chunk=2)
     assert model.training  # evaluate restores training mode
     with torch.no_grad():
         _, bits = selected_loss(model.eval(), wav, codes, mask)  # every masked frame of the 5 crops at once

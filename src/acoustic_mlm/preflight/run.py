@@ -73,6 +73,7 @@ from acoustic_mlm.preflight.project import (
     with_communication,
 )
 from acoustic_mlm.preflight.report import markdown
+from acoustic_mlm.train.precision import FP32, traits
 from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
 
@@ -293,7 +294,7 @@ def _hardware(
             "one run's processes on a node need a GPU each"
         )
     nodes = t0.nodes if options.nodes is None else options.nodes  # the figure's machines: by default the run's own
-    measure_precision = "fp32" if substitute else precision  # a half model's CPU kernels take minutes
+    measure_precision = FP32 if substitute else precision  # a half model's CPU kernels take minutes
     return Hardware(device, label, note, substitute, precision, measure_precision, peak, nodes, gpus_per_node)
 
 
@@ -469,7 +470,7 @@ def _projected_fit(
     )
     return {
         "params": params,  # the whole model's (the measured cut's: measured_params)
-        "grad_bytes": params * (2 if hw.precision == "fp16_fairseq" else 4),
+        "grad_bytes": params * traits(hw.precision).weight_bytes,
         "gpu_memory": mem,
         "fits": fits,
         "fits_at_micro_batch": preset_micro,

@@ -434,7 +434,7 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
         return None
     probe = diagnostics.ValidProbe(s.model) if s.t.diagnostics else contextlib.nullcontext()
     with probe:  # attention logits and codebook-0 accuracy, hooked into the validation pass
-        v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
+        v_bits = evaluate(s.model, *s.valid, s.precision)
     row = {
         "step": step,
         **loop.acc.flush(),
