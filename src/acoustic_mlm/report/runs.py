@@ -7,6 +7,7 @@ artifacts.run_summary), with one line naming the file and key for anything damag
                                               metrics; RunFolder.seed_run one seed of it
     <runs>/<run>/seeds/seed<S>/               one seed's own files (seed_dir): summary.json and
                                               metrics.csv once it ends, metrics.partial.csv while it trains
+    <runs>/<run>/<STATE_DIR>/seed<S>/         a training seed's resumable states (seed_state_dir)
 
 Which runs and seeds a configuration trains is `config_runs`; the finished folders a results folder
 holds, whatever trained them, `finished_run_folders`.
@@ -42,6 +43,11 @@ SEEDS_DIR = "seeds"  # a run folder's per-seed folders
 def seed_dir(run_dir: Path, seed: int) -> Path:
     """A seed's own folder in a run folder: <run>/seeds/seed<S>."""
     return Path(run_dir) / SEEDS_DIR / f"seed{seed}"
+
+
+def seed_state_dir(run_dir: Path, seed: int) -> Path:
+    """A seed's resumable states in a run folder: <run>/<STATE_DIR>/seed<S>."""
+    return Path(run_dir) / STATE_DIR / f"seed{seed}"
 
 
 def config_runs(cfg: C.Config) -> list[tuple[str, tuple[int, ...], int]]:
@@ -182,13 +188,16 @@ def read_run_folder(run_dir: Path, renamed: bool = False, required: dict = ARM_S
     return RunFolder(run_dir, summary, C.renamed_settings(settings) if renamed else settings, metrics)
 
 
+def recorded_summary(run_dir: Path) -> dict | None:
+    """A run's summary.json as it is (any keys; still a checked JSON object), or None where it has none."""
+    path = Path(run_dir) / SUMMARY
+    return read_arm_summary(path, required={}) if path.is_file() else None
+
+
 def recorded_settings(run_dir: Path) -> dict | None:
     """The settings a run recorded in its summary.json (what it was trained with), or None where it has
     no summary.json or no settings."""
-    path = Path(run_dir) / SUMMARY
-    if not path.is_file():
-        return None
-    settings = read_arm_summary(path, required={}).get("settings")
+    settings = (recorded_summary(run_dir) or {}).get("settings")
     return settings if isinstance(settings, dict) else None
 
 
