@@ -271,7 +271,7 @@ def check_pooled(rows: list[dict], runs_dir: Path) -> None:
         for r in rs:
             if r[M.SEED] in seen and seen[r[M.SEED]] != r["run"]:
                 raise UserError(
-                    f"{runs_dir / r['run']}: holds seed {r['seed']} of {where}, as {seen[r['seed']]} does, "
+                    f"{runs_dir / r['run']}: holds seed {r[M.SEED]} of {where}, as {seen[r[M.SEED]]} does, "
                     f"with the same settings (a copy of a run folder?); decide counts each seed once: move one "
                     f"of them out of {runs_dir}"
                 )

@@ -500,7 +500,7 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
         arms += [a, b]
         if not b[M.ATTN_LOGIT_MAX] >= reach:
             notes.append(
-                f"{panel}: softmax logits reached {b['attn_logit_max']:.4g}, below {reach:.4g} where PB-Relax matters"
+                f"{panel}: softmax logits reached {b[M.ATTN_LOGIT_MAX]:.4g}, below {reach:.4g} where PB-Relax matters"
             )
             continue
         how, diff, res = _pair(a, b, floor)

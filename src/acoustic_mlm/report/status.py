@@ -27,7 +27,7 @@ import pandas as pd
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import ReadError
-from acoustic_mlm.artifacts.run_summary import SUMMARY, read_seed_status
+from acoustic_mlm.artifacts.run_summary import DIVERGED, SUMMARY, read_seed_status
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report.runs import config_runs, seed_dir, seed_state_dir
 
@@ -121,7 +121,7 @@ def seed_status(
     rate = _rate(rows)
     scale, skips = _scaler(rows)
     if M.DIVERGED in rows and float(rows[M.DIVERGED].iloc[-1]) > 0:  # NaN: not marked
-        status, left = "diverged", math.nan
+        status, left = DIVERGED, math.nan
     else:
         status = "stopped" if idle > stale_after else "running"
         left = (total - step) / rate if rate > 0 and status == "running" else math.nan
