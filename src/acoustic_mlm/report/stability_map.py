@@ -595,6 +595,24 @@ def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Pat
 # ----------------------------------------------------------------------------- the figure
 
 
+def _styled_line(ax, x, y, st, linewidth: float, label: str | None = None):
+    """One arm's line in its figure style (markers, hollow or filled, dashes); returns the line."""
+    kwargs = {"label": label} if label is not None else {}
+    (line,) = ax.plot(
+        x,
+        y,
+        color=st.color,
+        marker=st.marker,
+        markersize=5,
+        linewidth=linewidth,
+        markerfacecolor="none" if st.hollow else st.color,
+        **kwargs,
+    )
+    if st.dashes:
+        line.set_dashes(st.dashes)
+    return line
+
+
 def draw(cfg: C.Config, t: pd.DataFrame):
     import matplotlib
 
@@ -619,37 +637,14 @@ def draw(cfg: C.Config, t: pd.DataFrame):
             by = g.groupby("lr")
             lr = np.array(sorted(g["lr"].unique()), dtype=float)
             mean, lo, hi = (by["capped_loss"].agg(f).reindex(lr).to_numpy() for f in ("mean", "min", "max"))
-            dashes = st.dashes if st.dashes else (None, None)
-            (line,) = top.plot(
-                lr,
-                mean,
-                color=st.color,
-                marker=st.marker,
-                markersize=5,
-                linewidth=1.4,
-                markerfacecolor="none" if st.hollow else st.color,
-                label=run.label,
-            )
-            if st.dashes:
-                line.set_dashes(st.dashes)
-            handles.setdefault(run.label, line)
+            handles.setdefault(run.label, _styled_line(top, lr, mean, st, 1.4, label=run.label))
             if g[M.SEED].nunique() > 1:
                 top.fill_between(lr, lo, hi, color=st.color, alpha=0.18, linewidth=0)
             div = g[g["status"] == DIVERGED]
             if len(div):
                 top.scatter(div["lr"], div["capped_loss"], marker="x", s=60, color=st.color, zorder=5, linewidths=2)
             logit = by[M.ATTN_LOGIT_MAX].max().reindex(lr).to_numpy()
-            (l2,) = bottom.plot(
-                lr,
-                logit,
-                color=st.color,
-                marker=st.marker,
-                markersize=5,
-                linewidth=1.2,
-                markerfacecolor="none" if st.hollow else st.color,
-            )
-            if st.dashes:
-                l2.set_dashes(dashes)
+            _styled_line(bottom, lr, logit, st, 1.2)
         top.set_xscale("log")
         top.set_title(p["label"], fontsize=10)
         top.grid(True, which="major", alpha=0.3)
