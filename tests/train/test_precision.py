@@ -19,6 +19,7 @@ from acoustic_mlm.train.precision import (
     autocast,
     half_model,
     make_precision,
+    names_where,
     scale_window,
 )
 
@@ -241,17 +242,20 @@ def test_every_configured_precision_has_traits_and_autocasts_as_they_say():
         assert make_precision(name, CPU).retries_overflows == tr.half_model
     assert [n for n, t in TRAITS.items() if not t.tensor_cores] == ["fp32"]
     assert [n for n, t in TRAITS.items() if t.weight_bytes == 2] == ["fp16_fairseq"]
+    assert names_where(lambda t: t.float16_range) == ("fp16", "fp16_fairseq")
+    assert names_where(lambda t: not t.float16_range) == ("fp32", "bf16")
 
 
-NAME_BRANCH = re.compile(r"""(==|!=|\bin)\s*[(\[]?\s*["'](fp32|bf16|fp16|fp16_fairseq)["']""")
+NAME_BRANCH = re.compile(r"""(==|!=|\bin|isin\()\s*[(\[]?\s*["'](fp32|bf16|fp16|fp16_fairseq)["']""")
 
 
-def test_no_training_or_preflight_module_branches_on_a_precision_s_name():
-    """Precision asked, never named: train/ and preflight/ ask precision.py (its object or `traits`)."""
+def test_no_training_preflight_or_report_module_branches_on_a_precision_s_name():
+    """Precision asked, never named: train/, preflight/ and report/ ask precision.py (its object, `traits`,
+    `names_where`)."""
     src = Path(__file__).resolve().parents[2] / "src" / "acoustic_mlm"
     named = [
         f"{path.relative_to(src)}:{i}"
-        for sub in ("train", "preflight")
+        for sub in ("train", "preflight", "report")
         for path in sorted((src / sub).glob("*.py"))
         if path.name != "precision.py"
         for i, line in enumerate(path.read_text().splitlines(), 1)

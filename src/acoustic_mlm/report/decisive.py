@@ -38,6 +38,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import power
 from acoustic_mlm.report.runs import finished_run_folders, read_run_folder
 from acoustic_mlm.report.stability_map import NO_LOSS_BITS  # a run with no finite loss: an untrained model's
+from acoustic_mlm.train.precision import names_where
 from acoustic_mlm.utils import (  # FP16_MAX: an unfused logit beyond it is inf
     FP16_MAX,
     atomic_group,
@@ -406,7 +407,7 @@ def aa_difference(runs: pd.DataFrame, layers: int, lr: float, steps: int) -> flo
     """|mean capped loss of the A/A arm - that of clip 1| over their common seeds in fp32 at this
     depth and rate: at this budget if measured there, else at any budget (warm-up as measured)."""
     fp32 = runs[
-        (runs["precision"] == "fp32")
+        runs["precision"].isin(names_where(lambda tr: not tr.tensor_cores))  # fp32
         & (runs["layers"] == layers)
         & np.isclose(runs["lr"], lr)
         & np.isclose(runs["qk_gain"], 1.0)
@@ -489,7 +490,7 @@ def forced_logit_verdict(runs: pd.DataFrame) -> dict:
     where an unfused run's logits passed FP16_MAX, supported if every unfused run there failed and
     every PB-Relax run completed without failing; not supported if a PB-Relax run failed there or an
     unfused run that passed the limit did not fail; inconclusive if no unfused run passed it."""
-    fp16 = runs[runs["precision"].isin(["fp16", "fp16_fairseq"])]
+    fp16 = runs[runs["precision"].isin(names_where(lambda tr: tr.float16_range))]  # fp16, fp16_fairseq
     by_gain, outcomes = {}, []
     for gain, g in fp16.groupby("qk_gain"):
         unfused, relax, fused = (g[g["arm"] == k] for k in ("unfused", "pb_relax", "clip1"))

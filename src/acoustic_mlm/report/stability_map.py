@@ -41,6 +41,7 @@ from acoustic_mlm.encodec import CODEBOOK_SIZE
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report.aggregate import check_runs_dir
 from acoustic_mlm.report.runs import SeedRun, read_run_folder, seed_dir
+from acoustic_mlm.train.precision import names_where
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
 # The loss of a run that logged no finite loss at all (it diverged at its first update): that of a
@@ -50,7 +51,8 @@ NO_LOSS_BITS = math.log2(CODEBOOK_SIZE)
 
 log = logging.getLogger(__name__)
 
-FULL_RANGE = ("fp32", "bf16")  # precisions with fp32's exponent range: no float16 overflow (the other panels are fp16)
+# precisions with fp32's exponent range: no float16 overflow (the other panels are fp16): fp32, bf16
+FULL_RANGE = names_where(lambda tr: not tr.float16_range)
 STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
 FIGURE_STEM = "lr_sensitivity"
 COLUMNS = [

@@ -163,6 +163,11 @@ class Traits(NamedTuple):
         return self.matmul_dtype != torch.float32
 
     @property
+    def float16_range(self) -> bool:
+        """Matmuls in float16: an attention logit beyond float16's largest value overflows."""
+        return self.matmul_dtype == torch.float16
+
+    @property
     def weight_bytes(self) -> int:
         """Bytes of one of the model's weights, and of its gradient (what DDP all-reduces)."""
         return 2 if self.half_model else 4
@@ -175,6 +180,11 @@ TRAITS: dict[str, Traits] = {
     "fp16_fairseq": Traits(None, torch.float16, True),  # `half_model` and fairseq's FP16Optimizer
 }
 FP32 = "fp32"  # the precision a CPU measures in place of a GPU's half precision
+
+
+def names_where(test: Callable[[Traits], bool]) -> tuple[str, ...]:
+    """The `train.precision` values whose traits pass `test`, in TRAITS' order (for reports' tables)."""
+    return tuple(name for name, tr in TRAITS.items() if test(tr))
 
 
 def traits(name: str) -> Traits:
