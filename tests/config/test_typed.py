@@ -107,11 +107,27 @@ def test_load_returns_a_config_of_frozen_dataclasses_and_tuples(preset):
             setattr(obj, name, getattr(obj, name))
 
 
-def test_typed_accepts_a_config_or_a_mapping(root):
+def test_from_mapping_validates_and_types_as_load_does(root):
     cfg = C.load(root / "config" / "smoke.yaml")
-    assert C.typed(cfg) is cfg
-    from_mapping = C.typed(C.read_yaml(root / "config" / "smoke.yaml"), source=cfg.source)
+    from_mapping = C.from_mapping(C.read_yaml(root / "config" / "smoke.yaml"), source=cfg.source)
     assert from_mapping == cfg and from_mapping.mapping == cfg.mapping
+    bad = C.read_yaml(root / "config" / "smoke.yaml")
+    bad["train"]["lr"] = -1.0
+    with pytest.raises(C.ConfigError, match="'train.lr'"):
+        C.from_mapping(bad, "smoke.yaml")
+    assert not hasattr(C, "typed") and not hasattr(C.Config, "from_validated")  # no door that types without validating
+
+
+def test_make_config_builds_a_validated_config_from_the_smoke_preset(root):
+    from helpers import make_config
+
+    cfg = make_config(**{"train.steps": 30}, model={"dim": 64})
+    assert isinstance(cfg, C.Config) and cfg.source == "smoke.yaml"
+    assert cfg.train.steps == 30 and cfg.model.dim == 64
+    assert cfg.model.layers == C.load(root / "config" / "smoke.yaml").model.layers  # the rest of the section kept
+    assert make_config(cfg) is cfg and make_config(cfg, **{"train.lr": 1e-3}).train.lr == 1e-3
+    with pytest.raises(C.ConfigError, match="'train.steps'"):
+        make_config(**{"train.steps": 0})
 
 
 # ----------------------------------------------------------------------------- every key reaches its field

@@ -390,8 +390,10 @@ class Config:
     mapping: dict = not_a_key(repr=False, compare=False)  # the validated file, read only inside config/
 
     @classmethod
-    def from_validated(cls, cfg: dict, source: str = "config") -> "Config":
-        """A mapping that passed `validate` (config.load and config.from_mapping call it), typed."""
+    def _from_checked(cls, cfg: dict, source: str = "config") -> "Config":
+        """A mapping that passed `validate`, typed. Private: its three callers come right after a check,
+        config.load and config.from_mapping after `validate`, `point` after the sweep's points were
+        validated with the file (checks._check_sweep); anything else goes through from_mapping."""
         runs = {name: _typed(RunConfig, r, name=name, role=r.get("role")) for name, r in cfg["runs"].items()}
         data = _typed(DataConfig, cfg["data"], synthetic=_typed(SyntheticConfig, cfg["data"]["synthetic"]))
         sweep = None
@@ -486,7 +488,7 @@ class Config:
             return self
         from acoustic_mlm.config import sweep
 
-        return Config.from_validated(sweep.point_config(self.mapping, name), self.source)
+        return Config._from_checked(sweep.point_config(self.mapping, name), self.source)
 
     def settings_dict(self) -> dict:
         """The file's settings as a plain, JSON-able dict (a copy): what a tracker records."""
