@@ -30,13 +30,13 @@ from acoustic_mlm.config.checks import (
     validate,
 )
 from acoustic_mlm.config.load import from_mapping, load, read_yaml
+from acoustic_mlm.config.schema import SCHEMA_PATH
 from acoustic_mlm.config.sections import (
     ATTENTIONS,
     CQT_IMPLS,
     NORMS,
     PRECISIONS,
     ROLES,
-    SCHEMA_PATH,
     ClaimThresholds,
     Config,
     DataConfig,

@@ -18,7 +18,6 @@ from functools import cached_property
 from typing import Any
 
 from acoustic_mlm import encodec
-from acoustic_mlm.config.schema import SCHEMA_PATH
 from acoustic_mlm.declare import not_a_key, setting
 from acoustic_mlm.errors import ConfigError
 from acoustic_mlm.model.config import ATTENTIONS, CQT_IMPLS, NORMS, ModelConfig, ModelSection
@@ -61,8 +60,7 @@ SWEEP_SCHEMA = {
         },
     },
 }
-# the model's names, and the schema file's (config/schema.py), named here too
-__all__ = ["NORMS", "ATTENTIONS", "CQT_IMPLS", "ModelConfig", "ModelSection", "SCHEMA_PATH"]
+__all__ = ["NORMS", "ATTENTIONS", "CQT_IMPLS", "ModelConfig", "ModelSection"]  # the model's, named here too
 
 
 def world_size(train: dict) -> int:
