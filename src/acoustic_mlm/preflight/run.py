@@ -130,9 +130,7 @@ class Hardware:
         return self.nodes * self.gpus_per_node
 
 
-def run(
-    cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()
-) -> dict:
+def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
 
     A preset for CUDA measured on CPU (no CUDA device, or --device cpu) answers in well under a
@@ -149,7 +147,6 @@ def run(
     GPU and projects the preset's node (the all-reduce at the bandwidths given), unless --gpus-per-node
     says otherwise.
     """
-    cfg = C.typed(cfg, str(config_path))
     t0 = cfg.train  # the `train:` section, the same for every arm
     _check_projection_options(options)
     device, note = _device(t0, config_path, options)

@@ -184,13 +184,12 @@ def _point_row(one: SeedRun, arm: str, role: str, settings: dict) -> dict:
     }
 
 
-def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
+def table(cfg: C.Config, runs_dir: Path) -> pd.DataFrame:
     """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name).
 
     What each run was (its rate, depth, precision and other swept settings) is read from its
     summary.json (`settings`, what it was trained with), after check_trained_as_point has held every
     seed to its point; the configuration gives the points, their arms and the arms' roles."""
-    cfg = C.typed(cfg)
     pts = cfg.points
     if not pts:
         raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
@@ -211,8 +210,7 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS + extra)
 
 
-def run_table(cfg: C.Config | dict, runs_dir: Path, out: Path) -> Path:
-    cfg = C.typed(cfg)
+def run_table(cfg: C.Config, runs_dir: Path, out: Path) -> Path:
     t = table(cfg, runs_dir)
     with atomic_path(Path(out)) as tmp:
         t.to_csv(tmp, index=False)
@@ -534,8 +532,7 @@ def control_arm(cfg: C.Config) -> str | None:
     return None
 
 
-def verdicts(cfg: C.Config | dict, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    cfg = C.typed(cfg)
+def verdicts(cfg: C.Config, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     th = cfg.claims
     stats = arm_stats(t, th.seed_spread)
     floor = th.min_final_gap
@@ -571,12 +568,11 @@ def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
+def run_claims(cfg: C.Config, map_path: Path, out_json: Path, out_md: Path) -> dict:
     """The sweep's verdicts: results/map_claims.json ({"kind": "stability_map", runs, points, arms: one
     object per arm and panel, verdicts: a list of {id, promise, verdict, notes, measured}}) and
     results/map_claims.md. Named apart from the figure's claims.{json,md} (report.claims: another
     schema), docs/stability.md."""
-    cfg = C.typed(cfg)
     t = read_map(map_path)
     stats, vs = verdicts(cfg, t)
     result = {
@@ -682,12 +678,11 @@ def draw(cfg: C.Config, t: pd.DataFrame):
     return fig
 
 
-def run_figure(cfg: C.Config | dict, map_path: Path, out_dir: Path) -> list[Path]:
+def run_figure(cfg: C.Config, map_path: Path, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     from acoustic_mlm.report.figure import save_formats
 
-    cfg = C.typed(cfg)
     t = read_map(map_path)
     fig = draw(cfg, t)
     written = save_formats(fig, out_dir, FIGURE_STEM, png_dpi=200)

@@ -143,10 +143,9 @@ def check_runs_dir(runs_dir: Path) -> bool:
 
 
 def collect(
-    cfg: C.Config | dict, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S
+    cfg: C.Config, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S
 ) -> list[SeedStatus]:
     """Every run (a sweep's points, else the arms) and seed of the config, in config order."""
-    cfg = C.typed(cfg)
     return [
         seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
         for run, seeds, total in config_runs(cfg)
@@ -197,8 +196,7 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float, starte
     return "\n".join(lines)
 
 
-def run(cfg: C.Config | dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
-    cfg = C.typed(cfg)
+def run(cfg: C.Config, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
     started = check_runs_dir(runs_dir)
     statuses = collect(cfg, runs_dir, stale_after=stale_after)
     print(table(statuses, runs_dir, stale_after, started), flush=True)

@@ -202,7 +202,7 @@ def run_kernels(cfg: C.Config, runs_dir: Path) -> str:
 
 
 def record(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     config_path: Path,
     runs_dir: Path,
     out_dir: Path,
@@ -216,7 +216,6 @@ def record(
 ) -> Path:
     """Write a reference: every arm's metrics (one CSV) and reference.json; with `until_step`, the
     rows after it are held to `late_tolerance_bits` (see the module's docstring)."""
-    cfg = C.typed(cfg)
     if (until_step is None) != (late_tolerance_bits is None):
         raise UserError(
             "--until-step and --late-tolerance go together: the rows after the step need their own tolerance"
@@ -547,7 +546,7 @@ def _check_data(data_dir: Path | None, meta: dict, strict: bool) -> dict | None:
 
 
 def compare(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     runs_dir: Path,
     ref_dir: Path,
     tolerance_bits: float | None = None,
@@ -557,7 +556,6 @@ def compare(
     """The data stages' hashes, then per arm and window of steps: the difference in bits by the
     window's statistic, where it is, and whether it is within that window's tolerance. `ref_dir` is
     one reference or a folder of one per vendor; `vendor` is this CPU's (default: cpu_vendor())."""
-    cfg = C.typed(cfg)
     vendor = cpu_vendor() if vendor is None else vendor or None
     ref_dir, own = reference_for(ref_dir, vendor)
     ref, meta = load_reference(ref_dir)
@@ -707,14 +705,13 @@ def report(result: dict) -> str:
 
 
 def run(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     runs_dir: Path,
     ref_dir: Path,
     out: Path | None,
     tolerance_bits: float | None = None,
     data_dir: Path | None = Path("data"),
 ) -> int:
-    cfg = C.typed(cfg)
     result = compare(cfg, runs_dir, ref_dir, tolerance_bits, data_dir)
     print(report(result), flush=True)
     if out is not None:

@@ -82,7 +82,7 @@ class SeedJob:
 
 
 def run(
-    cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None
+    cfg: C.Config, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None
 ) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
@@ -90,7 +90,7 @@ def run(
     resumable state in out_dir/state/seed<S>/. A seed already completed with the same settings
     is not trained again.
     """
-    cfg = C.typed(cfg).point(run_name)  # a sweep point's own settings; an unknown run is refused here
+    cfg = cfg.point(run_name)  # a sweep point's own settings, resolved here only; an unknown run is refused
     rc = cfg.run(run_name)
     out_dir = Path(out_dir)
     check_available(cfg.train.loggers)  # in every process, before any work
