@@ -40,6 +40,7 @@ from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop
 from acoustic_mlm.train import update as U
+from acoustic_mlm.train.precision import make_precision
 from acoustic_mlm.train.schedule import log_steps
 from acoustic_mlm.utils import machine_info, set_threads
 
@@ -152,14 +153,16 @@ def per_diagnostic(cfg: C.Config, reps: int) -> dict:
     def accuracy():
         float(D.codebook_correct(logits, targets))
 
+    fp32 = make_precision("fp32", torch.device("cpu"))
+
     def evaluate(probe: bool):
         def run():
             if probe:
                 with D.ValidProbe(model) as p:
-                    U.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
+                    U.evaluate(model, vwav, vcodes, vmask, fp32)
                 p.values()
             else:
-                U.evaluate(model, vwav, vcodes, vmask, torch.device("cpu"), "fp32")
+                U.evaluate(model, vwav, vcodes, vmask, fp32)
 
         return run
 

@@ -131,11 +131,11 @@ def forced_config(base: dict | None = None) -> dict:
     return C.validate(settings, "forced_spike")
 
 
-def run(out: Path, threads: int = 1, cfg: C.Config | dict | None = None) -> dict:
+def run(out: Path, threads: int = 1, cfg: C.Config | None = None) -> dict:
     """The whole experiment into `out`: corpus, both arms, tidy files, spike explanations, figure.
-    `cfg`: forced_config()'s settings (edited or not), or their typed Config."""
+    `cfg`: forced_config()'s settings typed (`C.from_mapping`, edited or not); default: as they are."""
     out = Path(out)
-    cfg = C.typed(cfg if cfg is not None else forced_config(), "forced_spike")
+    cfg = cfg if cfg is not None else C.from_mapping(forced_config(), "forced_spike")
     prepared, codes = write_corpus(out / "data")
     for name in cfg.runs:
         train.run(cfg, name, prepared, codes, out / "runs" / name, threads=threads)

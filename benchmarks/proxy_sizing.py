@@ -138,8 +138,9 @@ def _forced_spike():
     return module
 
 
-def settings_for(size: str, arm: str, lr: float, seed: int, arms: dict | None = None) -> dict:
-    """config/proxy.yaml's mapping with the size's and the arm's settings, one arm, one seed, no sweep."""
+def settings_for(size: str, arm: str, lr: float, seed: int, arms: dict | None = None) -> C.Config:
+    """config/proxy.yaml with the size's and the arm's settings (`arms`: ARMS), one arm, one seed, no
+    sweep, validated and typed."""
     s = copy.deepcopy(C.read_yaml(ROOT / "config" / "proxy.yaml"))
     s.pop("sweep", None)
     for dotted, value in {**COMMON, **SIZES[size], "train.lr": lr}.items():
@@ -148,7 +149,7 @@ def settings_for(size: str, arm: str, lr: float, seed: int, arms: dict | None = 
             raise SystemExit(f"no key {dotted!r} in config/proxy.yaml")
         s[section][key] = value
     s["runs"] = {arm: {"label": arm, **(arms or ARMS)[arm], "seeds": [seed]}}
-    return C.validate(s, f"proxy sizing {size} {arm}")
+    return C.from_mapping(s, f"proxy sizing {size} {arm}")
 
 
 def cross_step(steps, loss, line: float):

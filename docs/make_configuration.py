@@ -1,7 +1,7 @@
 """Write docs/configuration.md, the reference of every configuration key, from the package's own
-statements of them: the JSON schema (src/acoustic_mlm/config/config.schema.json: keys, types,
-allowed values, descriptions), the typed configuration (acoustic_mlm.config.sections and
-acoustic_mlm.model.config: each key's Python type), the default preset's value and comment
+statements of them: the typed configuration (acoustic_mlm.config.sections and acoustic_mlm.model.config,
+each key declared once: its Python type) and the JSON schema generated from it (acoustic_mlm.config.schema:
+keys, allowed values, descriptions), the default preset's value and comment
 (config/config.yaml; a sweep's keys from config/proxy.yaml) and the steps each key reruns
 (acoustic_mlm.config.steps.STEP_KEYS).
 
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from acoustic_mlm import config as C  # noqa: E402
+from acoustic_mlm.config import schema as config_schema  # noqa: E402
 from acoustic_mlm.config import sections, steps  # noqa: E402
 from acoustic_mlm.model.config import ModelSection  # noqa: E402
 from acoustic_mlm.utils import atomic_path  # noqa: E402
@@ -62,6 +63,11 @@ SECTIONS = {
     "claims": "The thresholds of the figure's claims ([stability.md](stability.md)).",
     "sweep": "A stability map: grids of values around the arms ([pipeline.md](pipeline.md#sweeps-the-stability-map)).",
 }
+
+
+def load_schema() -> dict:
+    """The configuration's JSON schema, generated from the dataclasses (the shipped file is the same)."""
+    return config_schema.generate()
 
 
 def schema_keys(node: dict, path: str = "") -> list[tuple[str, dict]]:
@@ -188,7 +194,7 @@ def _reruns(key: str, by_key: dict[str, list[str]]) -> str:
 
 
 def render() -> str:
-    schema = json.loads(sections.SCHEMA_PATH.read_text())
+    schema = load_schema()
     default = json.loads(json.dumps(C.load(ROOT / DEFAULT).mapping))
     sweep = json.loads(json.dumps(C.load(ROOT / SWEEP_PRESET).mapping))
     comments = yaml_comments(ROOT / DEFAULT) | {
@@ -204,9 +210,10 @@ def render() -> str:
         "Every key of a configuration file, section by section. One YAML file is the whole configuration:",
         "Snakemake's `--configfile` and DVC's params file ([pipeline.md](pipeline.md)). A key marked *optional*",
         "may be left out; unknown keys are refused, and `amlm validate --config FILE` checks a file in one line",
-        "([refusals.md](refusals.md)). *Allowed* is the schema's",
-        "(`src/acoustic_mlm/config/config.schema.json`), *typed as* the field of the typed configuration",
-        "(`acoustic_mlm.config.sections`, `acoustic_mlm.model.config`), *default* the value in",
+        "([refusals.md](refusals.md)). *Allowed* is the JSON schema's, generated from the typed configuration",
+        "(`python -m acoustic_mlm.config --write` writes `src/acoustic_mlm/config/config.schema.json`), *typed as*",
+        "the field of the typed configuration (`acoustic_mlm.config.sections`, `acoustic_mlm.model.config`, where",
+        "each key is declared once), *default* the value in",
         f"`{DEFAULT}` (the `sweep` keys: `{SWEEP_PRESET}`'s), *reruns* the pipeline steps whose outputs",
         "depend on the key (`acoustic_mlm.config.steps.STEP_KEYS`): change it and Snakemake and DVC rerun",
         "those steps and the ones after them. Rules across keys (`model.dim` divisible by `model.heads`,",
@@ -238,7 +245,7 @@ def render() -> str:
 
 def missing(text: str) -> list[str]:
     """Keys of the schema or of the typed configuration without a row in `text`."""
-    schema = json.loads(sections.SCHEMA_PATH.read_text())
+    schema = load_schema()
     rows = set(re.findall(r"^\| `([^`]+)`(?: \(optional\))? \|", text, re.M))
     gaps = {k for k, _ in schema_keys(schema) if k not in rows}
     # a typed field holding a mapping of free names (sweep[].grid) is entered as its rows' prefix

@@ -1,6 +1,7 @@
 """Shared test helpers (imported by the test modules of every folder: pyproject.toml puts tests/ on
 sys.path)."""
 
+import copy
 import hashlib
 import io
 import shutil
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Generated or local-only paths that a fresh clone does not have.
 _PATTERNS = shutil.ignore_patterns(
@@ -78,6 +81,38 @@ def tiny_config(**overrides):
     )  # fmt: skip
     base.update(overrides)
     return ModelConfig(**base)
+
+
+def make_config(base=None, /, *, source: str = "smoke.yaml", **overrides):
+    """A validated `Config` for a test: the smoke preset (or `base`: a mapping as a YAML file holds it, a
+    `Config`, or a preset's file name under config/) with `overrides`, each a dotted key
+    (`make_config(**{"train.steps": 10})`) or a section's nested dict merged into it
+    (`make_config(train={"steps": 10})`). A `Config` given without overrides is returned as it is."""
+    from acoustic_mlm import config as C
+
+    if isinstance(base, C.Config):
+        if not overrides:
+            return base
+        base = base.mapping
+    if base is None or isinstance(base, str):
+        source = base or source
+        base = C.read_yaml(ROOT / "config" / source)
+    mapping = copy.deepcopy(base)
+    for key, value in overrides.items():
+        *parents, last = key.split(".")
+        node = mapping
+        for part in parents:
+            node = node[part]
+        _merge(node, last, copy.deepcopy(value))
+    return C.from_mapping(mapping, source)
+
+
+def _merge(node: dict, key: str, value) -> None:
+    if isinstance(value, dict) and isinstance(node.get(key), dict):
+        for k, v in value.items():
+            _merge(node[key], k, v)
+    else:
+        node[key] = value
 
 
 # A local HTTP server (127.0.0.1) with Range support and scripted failures, and the archives it serves

@@ -115,4 +115,4 @@ def test_the_round_runs_each_arm_with_fresh_seeds_in_its_part_order():
     assert {(size, lr) for size, _, lr, _ in parts["P3"]} == {("D12", 0.01)}
     assert seeds.isdisjoint({1, 2, 3})  # never the sizing's seeds
     settings = cr.ps.settings_for("S1", "prenorm_attnrelax_clip1", 0.05, 101, cr.ARMS)
-    assert settings["runs"]["prenorm_attnrelax_clip1"]["attention"] == "pb_relax"
+    assert settings.runs["prenorm_attnrelax_clip1"].attention == "pb_relax"

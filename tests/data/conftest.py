@@ -3,6 +3,7 @@ prepared once per module (`prepared`)."""
 
 import pytest
 from data_helpers import make_cfg
+from helpers import make_config
 
 from acoustic_mlm.data import download, fetch, prepare
 
@@ -17,6 +18,6 @@ def no_retry_sleep(monkeypatch):
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     cfg = make_cfg()
-    fetch.run(cfg, root / "raw")
-    prepare.run(cfg, root / "raw", root / "prepared")
+    fetch.run(make_config(cfg), root / "raw")
+    prepare.run(make_config(cfg), root / "raw", root / "prepared")
     return cfg, root

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from helpers import make_config
 
 from acoustic_mlm import config as C
 
@@ -38,8 +39,8 @@ def corpus() -> dict[str, bytes]:
 
 
 def preset(**data_keys) -> dict:
-    """The smoke preset's mapping (`C.read_yaml`, to edit as a user edits the file; the stages' entry
-    functions type it) with these `data:` keys, in tokenizer mode pretrained: the data tests' corpora
+    """The smoke preset's mapping (`C.read_yaml`, to edit as a user edits the file; `make_config` types
+    it for the stages' entry functions) with these `data:` keys, in tokenizer mode pretrained: the data tests' corpora
     are too small to calibrate a tokenizer on, which prepare would refuse in calibrated mode."""
     cfg = C.read_yaml(SMOKE)
     cfg["data"].update(data_keys)
@@ -53,8 +54,9 @@ def data_section(**keys) -> C.DataConfig:
     return replace(C.load(SMOKE).data, **keys)
 
 
-def url_cfg(url: str, known_hash: str) -> dict:
-    return preset(source="url", url=url, known_hash=known_hash, folder=None, sample_rate=SR)
+def url_cfg(url: str, known_hash: str) -> C.Config:
+    """The smoke preset (as `preset` gives it) with a url source, validated and typed."""
+    return make_config(preset(source="url", url=url, known_hash=known_hash, folder=None, sample_rate=SR))
 
 
 def files_under(folder: Path) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 from data_helpers import SR, make_cfg, sine
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.codes import MODEL_DIR
@@ -25,7 +26,7 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     cfg = make_cfg(valid_fraction=0.25)
     cfg["tokenizer"].update(mode="calibrated", calibration_frames=4096)
     with pytest.raises(UserError) as err:
-        prepare.run(cfg, raw, tmp_path / "prepared")
+        prepare.run(make_config(cfg), raw, tmp_path / "prepared")
     msg = str(err.value)
     train_frames = int(msg.split("holds ")[1].split(" ")[0])
     assert train_frames in (675, 450)  # 3 or 2 train clips of 225 frames
@@ -38,12 +39,12 @@ def test_a_corpus_too_small_to_calibrate_on_is_refused_with_the_minutes_needed(t
     )
     assert not (tmp_path / "prepared").exists()
     cfg["tokenizer"]["mode"] = "pretrained"  # EnCodec's own codebooks need no fit: the same corpus is fine
-    prepare.run(cfg, raw, tmp_path / "prepared")
+    prepare.run(make_config(cfg), raw, tmp_path / "prepared")
     assert len(load_prepared(tmp_path / "prepared").manifest) == 4
     # Back to calibrated: prepare does not rerun on the mode alone, so the fit refuses the same way
     smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
     cfg["tokenizer"] = {**C.read_yaml(smoke)["tokenizer"], "mode": "calibrated"}
     with pytest.raises(UserError) as again:
-        tokenizer.fit(cfg, tmp_path / "prepared", tmp_path / "codes")
+        tokenizer.fit(make_config(cfg), tmp_path / "prepared", tmp_path / "codes")
     assert str(again.value) == msg.replace("prepare: ", f"{tmp_path / 'prepared' / 'manifest.csv'}: ", 1)
     assert not (tmp_path / "codes" / MODEL_DIR).exists()

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import soundfile as sf
 from data_helpers import SR, make_cfg, make_messy_folder, sine
+from helpers import make_config
 
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.prepared import load_prepared
@@ -23,7 +24,7 @@ def test_44k_stereo_wav_is_mixed_and_resampled(tmp_path):
     left = sine(440.0, 0.5, 44100, amp=0.5)
     sf.write(raw / "tone.wav", np.stack([left, np.zeros_like(left)], axis=1), 44100)  # right channel silent
     sf.write(raw / "other.wav", sine(220.0, 0.5, 44100)[:, None], 44100)
-    prepare.run(make_cfg(), raw, tmp_path / "prepared")
+    prepare.run(make_config(make_cfg()), raw, tmp_path / "prepared")
     corpus = load_prepared(tmp_path / "prepared")
     row = corpus.manifest.set_index("clip_id").loc["tone"]
     assert (row.orig_sample_rate, row.orig_channels) == (44100, 2)
@@ -40,9 +41,9 @@ def test_folder_with_good_and_bad_files(tmp_path, caplog):
     good, bad = make_messy_folder(tmp_path / "music")
     cfg = make_cfg(crop_seconds=0.5)
     cfg["data"].update(source="folder", folder=str(tmp_path / "music"))
-    fetch.run(cfg, tmp_path / "data" / "raw")
+    fetch.run(make_config(cfg), tmp_path / "data" / "raw")
     with caplog.at_level(logging.INFO, logger="acoustic_mlm"):
-        prepare.run(cfg, tmp_path / "data" / "raw", tmp_path / "data" / "prepared")
+        prepare.run(make_config(cfg), tmp_path / "data" / "raw", tmp_path / "data" / "prepared")
     corpus = load_prepared(tmp_path / "data" / "prepared")
     manifest = corpus.manifest
     assert sorted(manifest["path"]) == sorted(good)
@@ -70,7 +71,7 @@ def test_odd_sample_rate_is_resampled_quickly_and_nearly_exactly(tmp_path):
     (tmp_path / "raw").mkdir()
     sf.write(tmp_path / "raw" / "a.wav", x, 44101)
     sf.write(tmp_path / "raw" / "b.wav", x, 44101)
-    prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
+    prepare.run(make_config(make_cfg()), tmp_path / "raw", tmp_path / "prepared")
     corpus = load_prepared(tmp_path / "prepared")
     assert corpus.manifest["orig_sample_rate"].tolist() == [44101, 44101]
     y = np.asarray(corpus.clip(0), dtype=np.float64)

@@ -10,7 +10,6 @@ import pytest
 from data_helpers import corpus, files_under, url_cfg
 from helpers import make_tar, make_zip, sha256
 
-from acoustic_mlm import config as C
 from acoustic_mlm.data import download, fetch
 
 
@@ -21,7 +20,7 @@ def test_hash_prefixes_sha1_and_md5_and_upper_case(server, tmp_path):
         ["sha1:" + hashlib.sha1(blob).hexdigest().upper(), "MD5:" + hashlib.md5(blob).hexdigest()]
     ):
         # a config file's schema refuses an upper-case algorithm; a Config made otherwise reaches the stage
-        cfg = C.from_mapping(url_cfg(url, "sha256:" + "0" * 64))
+        cfg = url_cfg(url, "sha256:" + "0" * 64)
         fetch.run(
             replace(cfg, data=replace(cfg.data, known_hash=known)), tmp_path / f"d{i}" / "raw", retries=0, timeout=10
         )

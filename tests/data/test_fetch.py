@@ -21,7 +21,7 @@ import pytest
 import soundfile as sf
 import yaml
 from data_helpers import SR, corpus, data_section, files_under, make_cfg, preset, tone_bytes, url_cfg
-from helpers import make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
+from helpers import make_config, make_tar, make_zip, real_audio_dir, real_audio_missing, sha256
 
 from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.config import SCHEMA_PATH
@@ -247,7 +247,7 @@ def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeyp
     )
     data = tmp_path / "data"
     cfg = preset(source="fma_small", url=None, known_hash=None, folder=None, sample_rate=SR)
-    fetch.run(cfg, data / "raw", retries=0, timeout=10)
+    fetch.run(make_config(cfg), data / "raw", retries=0, timeout=10)
     assert files_under(data / "raw") == ["SOURCE.json", "fma_small/000/000002.mp3"]
     info = json.loads((data / "raw" / "SOURCE.json").read_text())
     assert info["excluded_known_corrupt"] == ["fma_small/098/098565.mp3"] and info["other_files_skipped"] == 1
@@ -264,7 +264,7 @@ def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypa
     )
     cfg = preset(source="fma_medium", url=None, known_hash=None, folder=None, sample_rate=SR)
     with pytest.raises(UserError, match=r"does not look like fma_medium.*'music/song.mp3'"):
-        fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
+        fetch.run(make_config(cfg), tmp_path / "data" / "raw", retries=0, timeout=10)
 
 
 def test_librispeech_like_tar_gz(server, tmp_path, monkeypatch):
@@ -284,7 +284,7 @@ def test_librispeech_like_tar_gz(server, tmp_path, monkeypatch):
         replace(sources.ARCHIVES["librispeech-dev-clean"], url=url, known_hash=sha256(blob)),
     )
     cfg = preset(source="librispeech-dev-clean", url=None, known_hash=None, folder=None, sample_rate=SR)
-    fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
+    fetch.run(make_config(cfg), tmp_path / "data" / "raw", retries=0, timeout=10)
     assert files_under(tmp_path / "data" / "raw") == [
         "LibriSpeech/dev-clean/84/121123/84-121123-0000.flac",
         "LibriSpeech/dev-clean/84/121123/84-121123-0001.flac",
@@ -307,13 +307,13 @@ def test_folder_source_links_or_copies_audio_keeping_paths(tmp_path):
     (src / ".cache" / "x.wav").write_bytes(tone_bytes("wav"))
     cfg = preset(source="folder", folder=str(src), url=None, known_hash=None, sample_rate=SR)
     out = tmp_path / "data" / "raw"
-    fetch.run(cfg, out)
+    fetch.run(make_config(cfg), out)
     assert files_under(out) == ["SOURCE.json", "album/02.MP3", "album/disc1/01.flac"]
     assert (out / "album" / "02.MP3").read_bytes() == (src / "album" / "02.MP3").read_bytes()
     info = json.loads((out / "SOURCE.json").read_text())
     assert info["files"] == 2 and info["hard_linked"] + info["copied"] == 2 and info["hidden_skipped"] == 1
     assert info["hard_linked"] == 2  # same filesystem (tmp_path)
-    fetch.run(cfg, out)  # again: replacing the links leaves the originals alone
+    fetch.run(make_config(cfg), out)  # again: replacing the links leaves the originals alone
     assert (src / "album" / "disc1" / "01.flac").read_bytes() == (out / "album" / "disc1" / "01.flac").read_bytes()
 
 
@@ -327,7 +327,7 @@ def test_folder_source_copies_across_filesystems(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fetch.os, "link", no_link)
     cfg = preset(source="folder", folder=str(src), url=None, known_hash=None, sample_rate=SR)
-    fetch.run(cfg, tmp_path / "raw")
+    fetch.run(make_config(cfg), tmp_path / "raw")
     info = json.loads((tmp_path / "raw" / "SOURCE.json").read_text())
     assert (info["copied"], info["hard_linked"]) == (1, 0)
     assert (tmp_path / "raw" / "a.wav").stat().st_ino != (src / "a.wav").stat().st_ino
@@ -338,13 +338,13 @@ def test_folder_source_errors(tmp_path):
         return preset(source="folder", folder=str(folder), url=None, known_hash=None)
 
     with pytest.raises(UserError, match="is not a folder"):
-        fetch.run(cfg(tmp_path / "missing"), tmp_path / "data" / "raw")
+        fetch.run(make_config(cfg(tmp_path / "missing")), tmp_path / "data" / "raw")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("x")
     with pytest.raises(UserError, match="no audio files"):
-        fetch.run(cfg(tmp_path / "empty"), tmp_path / "data" / "raw")
+        fetch.run(make_config(cfg(tmp_path / "empty")), tmp_path / "data" / "raw")
     with pytest.raises(UserError, match="must not contain each other"):
-        fetch.run(cfg(tmp_path / "data"), tmp_path / "data" / "raw")
+        fetch.run(make_config(cfg(tmp_path / "data")), tmp_path / "data" / "raw")
     assert not (tmp_path / "data" / "raw").exists()
 
 
@@ -409,7 +409,7 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
         server.serve(f"/librosa-data/{quote(name)}", shared_copy(name).read_bytes())
     cfg = preset(source="librosa", base_url=server.url("/librosa-data/"), sample_rate=SR)
     out = tmp_path / "data" / "raw"
-    fetch.run(cfg, out)
+    fetch.run(make_config(cfg), out)
     got = sorted(p.name for p in out.iterdir())
     assert got == sorted([*sources.LIBROSA_SHA256, "SOURCE.json"])
     for name, digest in sources.LIBROSA_SHA256.items():
@@ -417,14 +417,14 @@ def test_librosa_source_downloads_every_file_and_checks_its_sha256(server, tmp_p
     info = json.loads((out / "SOURCE.json").read_text())
     assert (info["source"], info["files"], info["audio_files"], info["skipped"]) == ("librosa", 28, 14, [])
     asked = len(server.requests)
-    fetch.run(cfg, out)  # again: every kept download passes its hash, nothing is asked for
+    fetch.run(make_config(cfg), out)  # again: every kept download passes its hash, nothing is asked for
     assert len(server.requests) == asked
 
     name = "pibble.ogg"  # a server that serves other bytes: refused, naming the key to check
     server.files[f"/librosa-data/{name}"] = b"not pibble"
     (tmp_path / "data" / "downloads" / "librosa" / name).unlink()
     with pytest.raises(download.DownloadError, match=r"pibble\.ogg.*check data\.base_url$"):
-        fetch.run(cfg, tmp_path / "data" / "raw2")
+        fetch.run(make_config(cfg), tmp_path / "data" / "raw2")
     assert not (tmp_path / "data" / "raw2").exists()
 
 
@@ -461,7 +461,7 @@ def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_pa
     data = buf.getvalue()
     cfg = make_cfg(valid_fraction=0.5, split_seed=0, crop_seconds=0.1, shard_files=4)
     cfg["data"].update(source="url", url=server.serve("/special.tar.gz", data), known_hash=sha256(data))
-    fetch.run(cfg, tmp_path / "raw")
+    fetch.run(make_config(cfg), tmp_path / "raw")
     info = json.loads((tmp_path / "raw" / "SOURCE.json").read_text())
     assert (info["files"], info["special_skipped"], info["other_files_skipped"]) == (2, 2, 1)
     assert {s["path"]: s["reason"] for s in info["skipped"]} == {
@@ -469,7 +469,7 @@ def test_archive_members_that_are_not_files_are_counted_and_named(server, tmp_pa
         "c/fifo.wav": "not a regular file (FIFO) in the archive (not extracted)",
         "c/notes.txt": "not an audio file name (not extracted)",
     }
-    prepare.run(cfg, tmp_path / "raw", tmp_path / "prepared")
+    prepare.run(make_config(cfg), tmp_path / "raw", tmp_path / "prepared")
     rejects = prepare.pd.read_csv(tmp_path / "prepared" / "rejects.csv")
     assert sorted(rejects["path"]) == ["c/dev.wav", "c/fifo.wav", "c/notes.txt"]
     assert sorted(load_prepared(tmp_path / "prepared").manifest["path"]) == ["c/a0.wav", "c/a1.wav"]

@@ -19,7 +19,7 @@ import pytest
 import soundfile as sf
 import yaml
 from data_helpers import SR, files_under, preset, tone_bytes
-from helpers import make_zip, sha256
+from helpers import make_config, make_zip, sha256
 
 from acoustic_mlm.artifacts.prepared import AUDIO, load_prepared, shard_name
 from acoustic_mlm.data import fetch, prepare, sources
@@ -55,11 +55,11 @@ def test_fma_large_and_full_fixture_archives_fetch_and_prepare_as_int16(server, 
     cfg = preset(source=name, url=None, known_hash=None, folder=None, sample_rate=SR, sample_format="int16")
     cfg["train"]["crop_seconds"] = 0.5
     data = tmp_path / "data"
-    fetch.run(cfg, data / "raw", retries=0, timeout=10)
+    fetch.run(make_config(cfg), data / "raw", retries=0, timeout=10)
     assert files_under(data / "raw") == ["SOURCE.json", f"{name}/000/000002.mp3", f"{name}/000/000005.mp3"]
     info = json.loads((data / "raw" / "SOURCE.json").read_text())
     assert info["excluded_known_corrupt"] == [f"{name}/133/133297.mp3"] and info["archive"] == f"{name}.zip"
-    prepare.run(cfg, data / "raw", data / "prepared")
+    prepare.run(make_config(cfg), data / "raw", data / "prepared")
     corpus = load_prepared(data / "prepared")
     assert sorted(corpus.manifest["clip_id"]) == ["000002", "000005"]
     assert corpus.audio(0).dtype == np.int16
@@ -121,14 +121,14 @@ def test_prepare_killed_mid_corpus_resumes_without_redoing_finished_shards(raw_c
     redone = []
     real = prepare.prepare_shard
     monkeypatch.setattr(prepare, "prepare_shard", lambda c, r, o, shard: redone.append(shard) or real(c, r, o, shard))
-    prepare.run(copy.deepcopy(cfg), raw, out)
+    prepare.run(make_config(cfg), raw, out)
     assert sorted(shard_name(s) for s in redone) == sorted(set(shard_name(k) for k in range(12)) - set(finished))
     assert all((out / s / AUDIO).read_bytes() == b for s, b in done_bytes.items())  # taken as they were
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "prepared", "raw"]  # nothing left beside
     assert "resume.json" not in {p.name for p in out.iterdir()}
 
     fresh = tmp_path / "fresh"  # the resumed corpus is the corpus a run from scratch prepares
-    prepare.run(copy.deepcopy(cfg), raw, fresh)
+    prepare.run(make_config(cfg), raw, fresh)
     assert (fresh / "manifest.csv").read_bytes() == (out / "manifest.csv").read_bytes()
     assert all(
         (fresh / shard_name(k) / AUDIO).read_bytes() == (out / shard_name(k) / AUDIO).read_bytes() for k in range(12)
@@ -145,7 +145,7 @@ def test_a_killed_runs_shards_of_other_settings_are_not_taken(raw_corpus, tmp_pa
     monkeypatch.setattr(prepare, "prepare_shard", lambda c, r, o, shard: redone.append(shard) or real(c, r, o, shard))
     other = copy.deepcopy(cfg)
     other["data"]["sample_format"] = "float32"  # another format: every shard is prepared again
-    prepare.run(other, raw, out)
+    prepare.run(make_config(other), raw, out)
     assert sorted(redone) == list(range(12)) and load_prepared(out).audio(0).dtype == np.float32
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "prepared", "raw"]
 
@@ -161,7 +161,7 @@ def test_tokenize_killed_mid_corpus_resumes_without_redoing_finished_shards(raw_
     cfg["tokenizer"].update(checkpoint=str(official_format_checkpoint(tmp_path / "ckpt")), threads=1)
     path.write_text(yaml.safe_dump(cfg))
     prepared, codes = tmp_path / "prepared", tmp_path / "codes"
-    prepare.run(copy.deepcopy(cfg), raw, prepared)
+    prepare.run(make_config(cfg), raw, prepared)
     cmd = [sys.executable, "-m", "acoustic_mlm", "tokenize", "--config", str(path), "--prepared", str(prepared)]
     _kill_when(cmd + ["--out", str(codes)], lambda: len(_finished(tmp_path, "codes", "encode.json")) >= 2)
     finished = _finished(tmp_path, "codes", "encode.json")
@@ -170,7 +170,7 @@ def test_tokenize_killed_mid_corpus_resumes_without_redoing_finished_shards(raw_
     monkeypatch.setattr(
         stage, "encode_shard", lambda c, p, o, shard, t=1: redone.append(shard) or real(c, p, o, shard, t)
     )
-    stage.run(copy.deepcopy(cfg), prepared, codes, threads=1)
+    stage.run(make_config(cfg), prepared, codes, threads=1)
     assert sorted(shard_name(s) for s in redone) == sorted(set(shard_name(k) for k in range(12)) - set(finished))
     assert json.loads((codes / "tokenizer.json").read_text())["shards"] == 12
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "ckpt", "codes", "prepared", "raw"]

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import soundfile as sf
 from data_helpers import SR, make_cfg, make_messy_folder, sine
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
@@ -36,7 +37,7 @@ def test_fetch_rejects_an_unknown_source(tmp_path):
     cfg = make_cfg()
     cfg["data"]["source"] = "cassette"
     with pytest.raises(C.ConfigError, match=r"'data\.source'") as err:  # the mapping: the schema refuses it
-        fetch.run(cfg, tmp_path / "raw")
+        fetch.run(make_config(cfg), tmp_path / "raw")
     assert "\n" not in str(err.value)
     cfg["data"]["source"] = "synthetic"
     typed = C.from_mapping(cfg)  # a Config made otherwise: the stage refuses the source itself
@@ -76,7 +77,7 @@ def test_shards_join_into_the_corpus_one_shard_makes(prepared, tmp_path):
     """Shard size changes only the layout: the clips, their audio and the split are the same."""
     cfg, root = prepared
     one = make_cfg(shard_files=1000)
-    prepare.run(one, root / "raw", tmp_path / "one")
+    prepare.run(make_config(one), root / "raw", tmp_path / "one")
     a, b = load_prepared(root / "prepared"), load_prepared(tmp_path / "one")
     assert b.shards == [0] and a.shards == [0, 1]
     cols = ["clip_id", "path", "split", "num_samples", "orig_sample_rate", "orig_channels"]
@@ -91,12 +92,12 @@ def test_sharded_steps_run_separately_match_the_whole_stage(prepared, tmp_path):
     """Snakemake runs plan, each shard and merge as separate jobs: the same files as `run`."""
     cfg, root = prepared
     out = tmp_path / "steps"
-    todo = prepare.plan(cfg, root / "raw", out)
+    todo = prepare.plan(make_config(cfg), root / "raw", out)
     for shard in sorted(todo["shard"].unique(), reverse=True):  # any order
-        prepare.prepare_shard(cfg, root / "raw", out, shard)
+        prepare.prepare_shard(make_config(cfg), root / "raw", out, shard)
     with pytest.raises(UserError, match=r"shards\.csv: no shard 7 \(the plan has shards 0-1\)"):
-        prepare.prepare_shard(cfg, root / "raw", out, 7)
-    prepare.merge(cfg, out)
+        prepare.prepare_shard(make_config(cfg), root / "raw", out, 7)
+    prepare.merge(make_config(cfg), out)
     for name in (
         "manifest.csv",
         "rejects.csv",
@@ -111,10 +112,10 @@ def test_sharded_steps_run_separately_match_the_whole_stage(prepared, tmp_path):
 def test_merge_names_a_missing_shard(prepared, tmp_path):
     cfg, root = prepared
     out = tmp_path / "partial"
-    prepare.plan(cfg, root / "raw", out)
-    prepare.prepare_shard(cfg, root / "raw", out, 0)
+    prepare.plan(make_config(cfg), root / "raw", out)
+    prepare.prepare_shard(make_config(cfg), root / "raw", out, 0)
     with pytest.raises(UserError, match=r"shard-00001/clips\.csv: not found \(run `amlm prepare --shard 1`"):
-        prepare.merge(cfg, out)
+        prepare.merge(make_config(cfg), out)
     assert not (out / "manifest.csv").exists()
 
 
@@ -134,7 +135,7 @@ def test_prepare_summary_and_both_splits(prepared):
 
 def test_prepare_is_deterministic(prepared, tmp_path):
     cfg, root = prepared
-    prepare.run(cfg, root / "raw", tmp_path / "again")
+    prepare.run(make_config(cfg), root / "raw", tmp_path / "again")
     for name in ("shard-00000/audio.npy", "shard-00001/audio.npy", "manifest.csv", "rejects.csv", "prepare.json"):
         assert (tmp_path / "again" / name).read_bytes() == (root / "prepared" / name).read_bytes()
 
@@ -167,11 +168,11 @@ def test_one_clip_cannot_be_split():
 def test_empty_folder_is_a_one_line_error(tmp_path):
     (tmp_path / "raw").mkdir()
     with pytest.raises(UserError, match="no files") as err:
-        prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
+        prepare.run(make_config(make_cfg()), tmp_path / "raw", tmp_path / "prepared")
     assert str(tmp_path / "raw") in str(err.value) and "\n" not in str(err.value)
     (tmp_path / "raw" / "notes.txt").write_text("not audio")  # a file, judged by content: not audio
     with pytest.raises(UserError, match=r"^prepare: no usable audio: all 1 files rejected \(1 not audio\)$"):
-        prepare.run(make_cfg(), tmp_path / "raw", tmp_path / "prepared")
+        prepare.run(make_config(make_cfg()), tmp_path / "raw", tmp_path / "prepared")
     assert not (tmp_path / "prepared").exists()
 
 
@@ -187,7 +188,7 @@ def test_formats_nesting_stem_collisions_and_short_files(tmp_path, caplog):
     sf.write(raw / "tiny.WAV", sine(330, 0.005, SR)[:, None], SR)  # 120 samples < one frame
     sf.write(raw / ".hidden" / "x.wav", sine(330, 0.3, SR)[:, None], SR)
     with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
-        prepare.run(make_cfg(), raw, tmp_path / "prepared")
+        prepare.run(make_config(make_cfg()), raw, tmp_path / "prepared")
     assert any("tiny.WAV" in r.getMessage() for r in caplog.records)
     manifest = load_prepared(tmp_path / "prepared").manifest
     assert manifest["path"].tolist() == ["007.ogg", "a/song.wav", "b/song.flac", "b/take.mp3"]
@@ -230,7 +231,7 @@ def test_every_path_is_in_the_manifest_or_the_rejects(tmp_path):
     (raw / ".snakemake_timestamp").write_text("")  # Snakemake's mark on a folder output: not a file of the corpus
     os.mkfifo(raw / "pipe.wav")  # never opened: must not block
     (raw / os.fsdecode(b"bad\xff.wav")).write_bytes((raw / "a.flac").read_bytes())  # a good file, a bad name
-    prepare.run(make_cfg(), raw, tmp_path / "prepared")
+    prepare.run(make_config(make_cfg()), raw, tmp_path / "prepared")
     manifest = load_prepared(tmp_path / "prepared").manifest
     assert manifest["path"].tolist() == ["a.flac", "b.flac", "song.aiff", "sub/voice.bin", "take.dat"]
     assert manifest["clip_id"].tolist() == ["a", "b", "song", "sub/voice.bin", "take.dat"]
@@ -267,9 +268,9 @@ def test_files_fetch_did_not_take_are_in_the_rejects(tmp_path):
     (src / os.fsdecode(b"bad\xff.wav")).write_bytes((src / "a.flac").read_bytes())
     cfg = make_cfg()
     cfg["data"].update(source="folder", folder=str(src))
-    fetch.run(cfg, tmp_path / "raw")
+    fetch.run(make_config(cfg), tmp_path / "raw")
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["SOURCE.json", "a.flac", "b.flac", "c.snd.dat"]
-    prepare.run(cfg, tmp_path / "raw", tmp_path / "prepared")
+    prepare.run(make_config(cfg), tmp_path / "raw", tmp_path / "prepared")
     manifest = load_prepared(tmp_path / "prepared").manifest
     rejects = pd.read_csv(tmp_path / "prepared" / "rejects.csv", keep_default_na=False)
     assert manifest["path"].tolist() == ["a.flac", "b.flac", "c.snd.dat"]
@@ -281,7 +282,7 @@ def test_only_bad_files_is_a_one_line_error(tmp_path):
     _, bad = make_messy_folder(tmp_path / "music")
     shutil.rmtree(tmp_path / "music" / "good")
     with pytest.raises(UserError, match=rf"^prepare: no usable audio: all {len(bad)} files rejected \(") as err:
-        prepare.run(make_cfg(crop_seconds=0.5), tmp_path / "music", tmp_path / "prepared")
+        prepare.run(make_config(make_cfg(crop_seconds=0.5)), tmp_path / "music", tmp_path / "prepared")
     assert "\n" not in str(err.value) and "digital silence" in str(err.value)
     assert not (tmp_path / "prepared").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
@@ -293,9 +294,9 @@ def test_one_usable_file_cannot_be_split(tmp_path):
     sf.write(raw / "a.wav", sine(440, 0.5, SR), SR)
     (raw / "b.wav").write_bytes(b"")
     with pytest.raises(UserError, match="1 usable clip"):
-        prepare.run(make_cfg(), raw, tmp_path / "prepared")
+        prepare.run(make_config(make_cfg()), raw, tmp_path / "prepared")
 
 
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match="run fetch first"):
-        prepare.run(make_cfg(), tmp_path / "nope", tmp_path / "prepared")
+        prepare.run(make_config(make_cfg()), tmp_path / "nope", tmp_path / "prepared")

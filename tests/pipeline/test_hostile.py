@@ -28,7 +28,7 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-from helpers import copy_repo, make_tar, sha256
+from helpers import copy_repo, make_config, make_tar, sha256
 
 from acoustic_mlm import cli, encodec
 from acoustic_mlm import config as C
@@ -115,7 +115,7 @@ def test_huge_samples_and_implausible_rates_are_rejected_with_a_reason(tmp_path)
 
     cfg = yaml.safe_load(SMOKE)
     cfg["tokenizer"]["mode"] = "pretrained"  # a few seconds of audio: too little to calibrate codebooks on
-    prepare.run(cfg, raw, tmp_path / "prepared")
+    prepare.run(make_config(cfg), raw, tmp_path / "prepared")
     manifest = pd.read_csv(tmp_path / "prepared" / "manifest.csv")
     rejects = dict(pd.read_csv(tmp_path / "prepared" / "rejects.csv").itertuples(index=False))
     assert sorted(manifest["path"]) == ["good1.wav", "good2.flac", "loud.wav"]
@@ -258,7 +258,7 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
         steps=50, warmup_steps=5, log_interval=10, batch_size=2, valid_crops=3, crop_seconds=0.4, checkpoint_interval=10
     )
     prepared, codes = data_dirs
-    reference = train.run(cfg, "prenorm_clip1", prepared, codes, tmp_path / "ref", threads=1)
+    reference = train.run(make_config(cfg), "prenorm_clip1", prepared, codes, tmp_path / "ref", threads=1)
     ref_metrics = pd.read_csv(tmp_path / "ref" / "metrics.csv").drop(columns=["wall_time"])
 
     class Stop(Exception):
@@ -274,7 +274,7 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
     monkeypatch.setattr(train, "save_state", save_then_stop)
     out = tmp_path / "run"
     with pytest.raises(Stop):
-        train.run(cfg, "prenorm_clip1", prepared, codes, out, threads=1)
+        train.run(make_config(cfg), "prenorm_clip1", prepared, codes, out, threads=1)
     monkeypatch.setattr(train, "save_state", real_save)
     state_dir = out / "state" / "seed1"
     assert sorted(p.name for p in state_dir.iterdir()) == [
@@ -288,7 +288,7 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
     torch.load(newest, weights_only=True)  # still loads: only the checksum can tell
 
     caplog.set_level("INFO", logger="acoustic_mlm")
-    resumed = train.run(cfg, "prenorm_clip1", prepared, codes, out, threads=1)
+    resumed = train.run(make_config(cfg), "prenorm_clip1", prepared, codes, out, threads=1)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("step-000000040.pt does not match its checksum" in w for w in warnings), warnings
     assert any("resuming after step 30" in r.getMessage() for r in caplog.records)
@@ -759,7 +759,7 @@ def test_truncated_wav_lands_in_rejects_csv(tmp_path):
     (raw / "long.wav").write_bytes(data[: 44 + 2 * int(1.24 * 24000)])  # declares 4 s, holds 1.24 s
     cfg = yaml.safe_load(SMOKE)
     cfg["tokenizer"]["mode"] = "pretrained"
-    prepare.run(cfg, raw, tmp_path / "prepared")
+    prepare.run(make_config(cfg), raw, tmp_path / "prepared")
     rejects = dict(pd.read_csv(tmp_path / "prepared" / "rejects.csv").itertuples(index=False))
     assert rejects == {"long.wav": "truncated or corrupt: decoded 29760 of the 96000 frames its header declares"}
 

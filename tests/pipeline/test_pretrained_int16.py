@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.prepared import AUDIO, as_float, load_prepared, shard_name
@@ -79,13 +80,13 @@ def gpu_data(tmp_path_factory, smoke_cfg_module):
     ckpt = official_format_checkpoint(ckpt_dir)
     cfg = copy.deepcopy(smoke_cfg_module)
     cfg["tokenizer"].update(mode="pretrained", checkpoint=str(ckpt))
-    fetch.run(cfg, base / "raw")
+    fetch.run(make_config(cfg), base / "raw")
     dirs = {}
     for fmt in ("float32", "int16"):
         cfg["data"]["sample_format"] = fmt
-        prepare.run(copy.deepcopy(cfg), base / "raw", base / f"prepared_{fmt}")
+        prepare.run(make_config(cfg), base / "raw", base / f"prepared_{fmt}")
         dirs[fmt] = base / f"prepared_{fmt}"
-    stage.run(copy.deepcopy(cfg), dirs["int16"], base / "codes", threads=2)
+    stage.run(make_config(cfg), dirs["int16"], base / "codes", threads=2)
     return cfg, dirs, base / "codes", ckpt
 
 
@@ -116,7 +117,7 @@ def test_int16_prepared_audio_takes_two_bytes_per_sample_and_reads_back_as_the_f
 
 def test_training_reads_the_int16_corpus_as_its_stored_samples(gpu_data):
     cfg, dirs, codes, _ = gpu_data
-    typed = C.typed(cfg)
+    typed = make_config(cfg)
     corpus = load_prepared(dirs["int16"])
     data = CropData(corpus, codes, "train", 20, 2, typed.model_for("prenorm_clip1"), seed=1)
     wav, _, _ = data[0]
@@ -141,7 +142,7 @@ def test_the_smoke_model_trains_on_pretrained_mode_codes(gpu_data, tmp_path):
     assert tok["distinct_codes"][0] >= 50  # codebook 0 carries information, not one code
     cfg = copy.deepcopy(cfg)
     cfg["train"].update(steps=12, warmup_steps=2, log_interval=4, batch_size=2, valid_crops=3, crop_seconds=0.4)
-    train.run(cfg, "prenorm_clip1", dirs["int16"], codes, tmp_path / "run")
+    train.run(make_config(cfg), "prenorm_clip1", dirs["int16"], codes, tmp_path / "run")
     metrics = pd.read_csv(tmp_path / "run" / "metrics.csv")
     assert metrics["step"].max() == 12
     loss = metrics["loss_cb0_bits"] if "loss_cb0_bits" in metrics else metrics.filter(like="cb0").iloc[:, 0]
@@ -155,14 +156,14 @@ def test_a_missing_checkpoint_or_another_hash_is_refused_in_one_line(gpu_data, t
     cfg = copy.deepcopy(cfg)
     cfg["tokenizer"]["checkpoint"] = str(missing)
     with pytest.raises(UserError) as err:
-        stage.fit(cfg, dirs["int16"], tmp_path / "codes")
+        stage.fit(make_config(cfg), dirs["int16"], tmp_path / "codes")
     msg = str(err.value)
     assert "\n" not in msg and str(missing) in msg and "not found" in msg and prefix in msg
     other = tmp_path / "encodec_24khz-d7cc33bc.th"  # the official name, another file's content
     other.write_bytes(ckpt.read_bytes())
     cfg["tokenizer"]["checkpoint"] = str(other)
     with pytest.raises(UserError) as err:
-        stage.fit(cfg, dirs["int16"], tmp_path / "codes")
+        stage.fit(make_config(cfg), dirs["int16"], tmp_path / "codes")
     msg = str(err.value)
     digest = hashlib.sha256(other.read_bytes()).hexdigest()
     assert "\n" not in msg and str(other) in msg and "d7cc33bc" in msg and digest in msg

@@ -1,5 +1,7 @@
 """preflight/project.py: the figure's wall time, the suggested micro-batch, peak TFLOP/s by GPU name."""
 
+import pytest
+
 from acoustic_mlm.preflight import project
 
 
@@ -22,3 +24,18 @@ def test_peak_tflops_by_gpu_name_and_precision_and_none_for_unknown_gpus():
     assert project.peak_tflops("NVIDIA A10", "bf16") == 125.0
     assert project.peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None
     assert project.peak_tflops("Some New GPU", "bf16") is None
+
+
+@pytest.mark.parametrize(
+    "precision, h100, v100, bytes_per_param",
+    [
+        ("fp32", 67.0, 15.7, 4 + 4 + 8),  # weights, gradients, Adam state
+        ("bf16", 989.0, None, 4 + 4 + 8),  # no bf16 on a V100
+        ("fp16", 989.0, 125.0, 4 + 4 + 8),
+        ("fp16_fairseq", 989.0, 125.0, 2 + 2 + 4 + 4 + 8),  # fp16 model beside fp32 masters
+    ],
+)
+def test_each_precision_s_peak_and_bytes_come_from_its_traits(precision, h100, v100, bytes_per_param):
+    assert project.peak_tflops("NVIDIA H100 80GB HBM3", precision) == h100
+    assert project.peak_tflops("Tesla V100-SXM2-32GB", precision) == v100
+    assert project.steady_bytes_per_param(precision) == bytes_per_param

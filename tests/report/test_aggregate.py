@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import fake_metrics
+from helpers import fake_metrics, make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
@@ -93,7 +93,7 @@ def test_final_losses_are_keyed_by_run_name_where_a_role_is_shared_or_missing():
 
 def test_aggregate_writes_one_row_per_run_step_split_and_codebook(runs_dir, tmp_path, smoke_cfg):
     out = tmp_path / "curves.csv"
-    curves = aggregate.run(smoke_cfg, runs_dir, out)
+    curves = aggregate.run(make_config(smoke_cfg), runs_dir, out)
     on_disk = pd.read_csv(out)
     assert list(on_disk.columns) == ["run", "label", "seed", "step", "split", "codebook", "loss_bits", "nonfinite"]
     assert len(on_disk) == 4 * 8 * 2 * 2  # runs x steps x splits x codebooks
@@ -113,7 +113,7 @@ def test_final_losses_by_role_for_dvc_exp_show(runs_dir, tmp_path, smoke_cfg):
     from acoustic_mlm import curves
 
     smoke_cfg["runs"]["prenorm_attnrelax_clip1"].pop("role")  # no role: keyed by its run name
-    aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv", finals_path=tmp_path / "finals.json")
+    aggregate.run(make_config(smoke_cfg), runs_dir, tmp_path / "c.csv", finals_path=tmp_path / "finals.json")
     finals = json.loads((tmp_path / "finals.json").read_text())
     assert set(finals) == {"clip10", "clip1", "deepnorm", "prenorm_attnrelax_clip1"}
     steps = [1, 2, 4, 8, 16, 20, 32, 40]
@@ -125,7 +125,7 @@ def test_final_losses_by_role_for_dvc_exp_show(runs_dir, tmp_path, smoke_cfg):
 def test_aggregate_missing_run_names_the_file(runs_dir, tmp_path, smoke_cfg):
     (runs_dir / "prenorm_clip1" / "metrics.csv").unlink()
     with pytest.raises(UserError, match=r"prenorm_clip1/metrics.csv"):
-        aggregate.run(smoke_cfg, runs_dir, tmp_path / "c.csv")
+        aggregate.run(make_config(smoke_cfg), runs_dir, tmp_path / "c.csv")
     assert not (tmp_path / "c.csv").exists()
 
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import make_config
 
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import claims as CL
@@ -230,7 +231,7 @@ def test_renamed_arms_keep_their_verdicts(smoke_cfg, tmp_path):
     curves_path = tmp_path / "loss_curves.csv"
     make_curves().replace({"run": renamed}).to_csv(curves_path, index=False)
     smoke_cfg["runs"] = {renamed[name]: r for name, r in smoke_cfg["runs"].items()}
-    doc_claims = CL.run(smoke_cfg, curves_path, tmp_path / "c.json", tmp_path / "c.md")
+    doc_claims = CL.run(make_config(smoke_cfg), curves_path, tmp_path / "c.json", tmp_path / "c.md")
     assert {c["id"]: c["verdict"] for c in doc_claims} == dict.fromkeys("abcdef", REPRODUCED)
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["n_seeds"] == {f"arm_{i}": 1 for i in range(4)}
@@ -252,7 +253,7 @@ def test_run_writes_json_and_markdown(tmp_path, smoke_cfg):
     curves_path = tmp_path / "loss_curves.csv"
     make_curves(seeds=(1,)).to_csv(curves_path, index=False)
     out_json, out_md = tmp_path / "claims.json", tmp_path / "claims.md"
-    result = CL.run(claims_cfg(smoke_cfg, spike_threshold=1.0), curves_path, out_json, out_md)
+    result = CL.run(make_config(claims_cfg(smoke_cfg, spike_threshold=1.0)), curves_path, out_json, out_md)
     assert len(result) == 6
 
     doc = json.loads(out_json.read_text())  # strict JSON: no NaN
@@ -274,14 +275,20 @@ def test_run_writes_json_and_markdown(tmp_path, smoke_cfg):
 
 def test_run_without_curves_names_the_file(tmp_path, smoke_cfg):
     with pytest.raises(UserError, match="loss curves not found"):
-        CL.run(smoke_cfg, tmp_path / "nope.csv", tmp_path / "c.json", tmp_path / "c.md")
+        CL.run(make_config(smoke_cfg), tmp_path / "nope.csv", tmp_path / "c.json", tmp_path / "c.md")
     assert not (tmp_path / "c.json").exists()
 
 
 def test_run_without_reference_still_writes(tmp_path, smoke_cfg):
     curves_path = tmp_path / "loss_curves.csv"
     make_curves().to_csv(curves_path, index=False)
-    CL.run(smoke_cfg, curves_path, tmp_path / "c.json", tmp_path / "c.md", reference_path=tmp_path / "none.csv")
+    CL.run(
+        make_config(smoke_cfg),
+        curves_path,
+        tmp_path / "c.json",
+        tmp_path / "c.md",
+        reference_path=tmp_path / "none.csv",
+    )
     doc = json.loads((tmp_path / "c.json").read_text())
     assert "paper_verdicts" not in doc and len(doc["claims"]) == 6
     assert "on the paper's curves" not in (tmp_path / "c.md").read_text()

@@ -9,7 +9,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import fake_metrics
+from helpers import fake_metrics, make_config
 from matplotlib.colors import to_hex
 
 from acoustic_mlm import config as C
@@ -122,8 +122,8 @@ def test_step_labels_write_thousands_as_k():
 
 def test_figure_files_and_axes(runs_dir, tmp_path, smoke_cfg):
     curves_path = tmp_path / "curves.csv"
-    aggregate.run(smoke_cfg, runs_dir, curves_path)
-    written = figure.run(smoke_cfg, curves_path, tmp_path / "fig")
+    aggregate.run(make_config(smoke_cfg), runs_dir, curves_path)
+    written = figure.run(make_config(smoke_cfg), curves_path, tmp_path / "fig")
     assert [p.name for p in written] == [f"acoustic_mlm_loss_codebook0.{e}" for e in ("png", "pdf", "svg")]
     assert all(p.stat().st_size > 1000 for p in written)
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -172,7 +172,7 @@ def test_several_seeds_draw_a_mean_with_a_band(tmp_path, smoke_cfg):
         d.mkdir(parents=True)
         both = pd.concat([fake_metrics([1, 2, 4, 8, 16, 32], end=6.0 + 0.2 * s).assign(seed=s) for s in (1, 2)])
         both.to_csv(d / "metrics.csv", index=False)
-    curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
+    curves = aggregate.run(make_config(smoke_cfg), runs, tmp_path / "c.csv")
     assert sorted(curves["seed"].unique()) == [1, 2]
     cfg = C.from_mapping(smoke_cfg)
     fig, ax = figure.draw(curves, cfg.runs, cfg.figure)
@@ -193,7 +193,7 @@ def test_coinciding_arms_stay_visible_and_no_marker_is_cut(tmp_path, smoke_cfg):
         (runs / name).mkdir(parents=True)
         end = 6.0 + 0.3 * i if i < 3 else 6.3  # the fourth arm repeats the second exactly
         fake_metrics(steps, end=end).to_csv(runs / name / "metrics.csv", index=False)
-    curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
+    curves = aggregate.run(make_config(smoke_cfg), runs, tmp_path / "c.csv")
     cfg = C.from_mapping(smoke_cfg)
     fig, ax = figure.draw(curves, cfg.runs, cfg.figure)
     lines = ax.get_lines()[:4]
@@ -224,7 +224,7 @@ def test_a_run_that_skipped_non_finite_updates_says_so_in_the_figure(tmp_path, s
         m = fake_metrics([1, 2, 4, 8, 16, 32], end=6.0 + 0.2 * i)
         m["nonfinite"] = [0, 0, 1, 1, 3, 3] if name == "prenorm_clip1" else 0
         m.to_csv(runs / name / "metrics.csv", index=False)
-    curves = aggregate.run(smoke_cfg, runs, tmp_path / "c.csv")
+    curves = aggregate.run(make_config(smoke_cfg), runs, tmp_path / "c.csv")
     assert curves.loc[curves["run"] == "prenorm_clip1", "nonfinite"].max() == 3
     cfg = C.from_mapping(smoke_cfg)
     fig, ax = figure.draw(curves, cfg.runs, cfg.figure)

@@ -6,7 +6,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import read_refused
+from helpers import make_config, read_refused
 from matplotlib.colors import to_hex
 
 from acoustic_mlm import config as C
@@ -172,11 +172,11 @@ def test_compare_writes_a_png_and_names_missing_curves(smoke_cfg, labels, tmp_pa
     curves_path = tmp_path / "loss_curves.csv"
     reproduction(labels).to_csv(curves_path, index=False)
     smoke_cfg["figure"].update(y_min=5.0, y_max=10.0)
-    out = figure.compare(smoke_cfg, curves_path, tmp_path / "figures" / figure.SIDE_BY_SIDE)
+    out = figure.compare(make_config(smoke_cfg), curves_path, tmp_path / "figures" / figure.SIDE_BY_SIDE)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     assert not list(out.parent.glob(".*.tmp-*"))
     with pytest.raises(UserError, match="loss curves not found"):
-        figure.compare(smoke_cfg, tmp_path / "nope.csv", tmp_path / "x.png")
+        figure.compare(make_config(smoke_cfg), tmp_path / "nope.csv", tmp_path / "x.png")
 
 
 def test_read_reference_reads_the_shipped_curves_and_refuses_a_step_of_zero(root, tmp_path):

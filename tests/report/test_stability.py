@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.cli import main
@@ -137,7 +138,7 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     loss.to_csv(tmp_path / "loss_curves.csv", index=False)
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
     claims.run(
-        smoke_cfg,
+        make_config(smoke_cfg),
         tmp_path / "loss_curves.csv",
         tmp_path / "c.json",
         tmp_path / "c.md",
@@ -152,7 +153,7 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     diag.loc[quiet, "value"] = 5.0
     diag.to_csv(tmp_path / "diagnostics.csv", index=False)
     claims.run(
-        smoke_cfg,
+        make_config(smoke_cfg),
         tmp_path / "loss_curves.csv",
         tmp_path / "c.json",
         tmp_path / "c.md",
@@ -167,7 +168,7 @@ def test_forced_spike_is_caught_by_the_diagnostics_and_marked_on_every_panel(tmp
     fs = _load_forced_spike()
     cfg = fs.forced_config()
     cfg["train"]["steps"] = 60  # the spikes come during and just after warm-up (24 steps)
-    result = fs.run(tmp_path, threads=1, cfg=cfg)
+    result = fs.run(tmp_path, threads=1, cfg=make_config(cfg, source="forced_spike"))
     forced = [e for e in result["explained"] if e["run"] == "postnorm_noclip"]
     assert forced, "the Post-Norm arm without DeepNorm or clipping did not spike at lr 0.05"
     for e in result["explained"]:  # every spike over 2 bits comes with a gradient-norm surge

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.report import stability_map as M
@@ -196,7 +197,7 @@ def _trained_points(cfg, runs_dir, edit=None):
 
     from acoustic_mlm.train.state import fingerprint
 
-    cfg = C.typed(cfg)
+    cfg = make_config(cfg)
     for name, p in cfg.points.items():
         for seed in p.seeds:
             fp = fingerprint(cfg.point(name), name, 1)
@@ -243,7 +244,7 @@ def _finished_runs(cfg, runs_dir):
 
     from acoustic_mlm.train.state import fingerprint
 
-    cfg = C.typed(cfg)
+    cfg = make_config(cfg)
     _trained_points(cfg, runs_dir)
     for name, p in cfg.points.items():
         seed_summary = {
@@ -278,7 +279,7 @@ def test_the_table_reads_what_each_run_was_from_its_summary(map_cfg, tmp_path):
     import json
 
     _finished_runs(map_cfg, tmp_path)
-    t = M.table(map_cfg, tmp_path)
+    t = M.table(make_config(map_cfg), tmp_path)
     assert t["run"].tolist() == [
         "prenorm_clip1__lr-1e-3__layers-2",
         "prenorm_clip1__lr-3e-3__layers-2",
@@ -293,13 +294,13 @@ def test_the_table_reads_what_each_run_was_from_its_summary(map_cfg, tmp_path):
     old = json.loads(summary.read_text())
     summary.write_text(json.dumps({k: v for k, v in old.items() if k != "settings"}))
     with pytest.raises(M.UserError) as err:
-        M.table(map_cfg, tmp_path)
+        M.table(make_config(map_cfg), tmp_path)
     assert str(err.value) == (
         f"{summary}: no 'settings' (written by an older version); rerun the train stage for prenorm_clip10__lr-1e-2"
     )
     summary.write_text(json.dumps({**old, "settings": {k: v for k, v in old["settings"].items() if k != "train.lr"}}))
     with pytest.raises(M.UserError, match="'settings' lacks train.lr; rerun the train stage for prenorm_clip10"):
-        M.table(map_cfg, tmp_path)
+        M.table(make_config(map_cfg), tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -349,7 +350,7 @@ def test_amlm_map_refuses_a_run_trained_with_other_settings_than_its_point(
 
     _trained_points(map_cfg, tmp_path / "runs", edit)
     with pytest.raises(M.UserError) as err:
-        M.table(map_cfg, tmp_path / "runs")
+        M.table(make_config(map_cfg), tmp_path / "runs")
     summary = tmp_path / "runs" / run / "seeds" / f"seed{seed}" / "summary.json"
     assert str(err.value).startswith(f"{summary}: run {run} {words}"), str(err.value)
     assert f"rerun the train stage for {run}" in str(err.value)
@@ -396,12 +397,12 @@ def _diverge_first_point(runs_dir, name="prenorm_clip1__lr-3e-3__layers-2"):
 def test_a_point_that_diverged_before_any_finite_loss_is_a_failed_row_of_the_map(map_cfg, tmp_path):
     _finished_runs(map_cfg, tmp_path)
     name = _diverge_first_point(tmp_path)
-    t = M.table(map_cfg, tmp_path)
+    t = M.table(make_config(map_cfg), tmp_path)
     row = t[t["run"] == name].iloc[0]
     assert row["status"] == "diverged" and row["capped_loss"] == M.NO_LOSS_BITS
     assert math.isnan(row["first_train_loss_cb0"]) and math.isnan(row["max_grad_norm"])
     out = tmp_path / "map.csv"
-    M.run_table(map_cfg, tmp_path, out)
+    M.run_table(make_config(map_cfg), tmp_path, out)
     back = M.read_map(out)  # the table reads back: its first loss is empty, its capped loss finite
     assert back[back["run"] == name]["capped_loss"].tolist() == [M.NO_LOSS_BITS]
 
@@ -424,5 +425,5 @@ def test_a_damaged_field_of_a_points_summary_is_one_line(map_cfg, tmp_path, key,
     s["per_seed"]["1"][key] = value
     summary.write_text(json.dumps(s))
     with pytest.raises(M.UserError) as err:
-        M.table(map_cfg, tmp_path)
+        M.table(make_config(map_cfg), tmp_path)
     assert str(err.value).startswith(f"{summary}: ") and needle in str(err.value)

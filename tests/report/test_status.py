@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import make_config
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
@@ -94,7 +95,7 @@ def runs_dir(tmp_path, cfg):
 
 
 def test_status_of_completed_running_diverged_stopped_and_waiting_seeds(cfg, runs_dir):
-    got = {(s.run, s.seed): s for s in status.collect(cfg, runs_dir)}
+    got = {(s.run, s.seed): s for s in status.collect(make_config(cfg), runs_dir)}
     assert {k: s.status for k, s in got.items()} == {
         ("prenorm_clip10", 1): "completed",
         ("prenorm_clip1", 1): "running",
@@ -114,9 +115,12 @@ def test_status_of_completed_running_diverged_stopped_and_waiting_seeds(cfg, run
 
 
 def test_stale_after_decides_running_or_stopped(cfg, runs_dir):
-    stale = {s.run: s.status for s in status.collect(cfg, runs_dir, stale_after=3 * 3600)}
+    stale = {s.run: s.status for s in status.collect(make_config(cfg), runs_dir, stale_after=3 * 3600)}
     assert stale["prenorm_attnrelax_clip1"] == "running"
-    soon = {(s.run, s.seed): s.status for s in status.collect(cfg, runs_dir, now=time.time() + 3600, stale_after=1800)}
+    soon = {
+        (s.run, s.seed): s.status
+        for s in status.collect(make_config(cfg), runs_dir, now=time.time() + 3600, stale_after=1800)
+    }
     assert soon[("prenorm_clip1", 1)] == "stopped"  # the state file counts as progress, but it is an hour old too
 
 
@@ -124,7 +128,7 @@ def test_completed_with_nonfinite_comes_from_the_summary(cfg, runs_dir):
     path = runs_dir / "prenorm_clip10" / "seeds" / "seed1" / "summary.json"
     summary = json.loads(path.read_text())
     path.write_text(json.dumps({**summary, "status": COMPLETED_WITH_NONFINITE}))
-    assert status.collect(cfg, runs_dir)[0].status == "completed_with_nonfinite"
+    assert status.collect(make_config(cfg), runs_dir)[0].status == "completed_with_nonfinite"
 
 
 def test_amlm_status_prints_one_line_per_arm_and_seed(cfg, runs_dir, tmp_path, capsys):
@@ -144,8 +148,8 @@ def test_amlm_status_prints_one_line_per_arm_and_seed(cfg, runs_dir, tmp_path, c
 def test_status_of_a_real_tiny_run(data_dirs, cfg, tmp_path):
     prepared, codes = data_dirs
     cfg["train"].update(steps=4, warmup_steps=1, log_interval=2, batch_size=2, valid_crops=3, crop_seconds=0.4)
-    train.run(cfg, "prenorm_clip10", prepared, codes, tmp_path / "prenorm_clip10", threads=1)
-    s = status.collect(cfg, tmp_path)[0]
+    train.run(make_config(cfg), "prenorm_clip10", prepared, codes, tmp_path / "prenorm_clip10", threads=1)
+    s = status.collect(make_config(cfg), tmp_path)[0]
     assert (s.status, s.step, s.total) == ("completed", 4, 4) and np.isfinite(s.cb0) and s.rate > 0
 
 
@@ -206,7 +210,7 @@ def test_status_of_a_sweep_shows_its_points_with_their_seeds_and_steps(cfg, tmp_
     runs = tmp_path / "runs"
     one = "prenorm_clip1__lr-3e-3__steps-50"
     _write(runs / one / "seeds" / "seed1" / PARTIAL, _rows([1, 2, 4], [1.0, 2.0, 4.0], [10.0, 9.0, 8.0]))
-    statuses = status.collect(cfg, runs)
+    statuses = status.collect(make_config(cfg), runs)
     assert [(s.run, s.seed) for s in statuses] == [(name, seed) for name in points for seed in points[name].seeds]
     assert len(statuses) == 4 * 2 + 3 and {s.run for s in statuses}.isdisjoint(cfg["runs"])  # points, not arms
     by = {(s.run, s.seed): s for s in statuses}
@@ -250,7 +254,7 @@ def test_before_any_run_every_seed_is_waiting_and_status_exits_0(cfg, tmp_path, 
     capsys.readouterr()
     assert cli.main(["status", "--config", str(path), "--runs-dir", str(runs)]) == 0
     out = capsys.readouterr().out.splitlines()
-    arms = C.typed(cfg).runs
+    arms = make_config(cfg).runs
     seeds = sum(len(r.seeds) for r in arms.values())
     assert out[0].startswith(
         f"{runs} (no such folder yet: nothing has started there): {seeds} seeds of {len(arms)} runs"

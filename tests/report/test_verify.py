@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import make_config
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
@@ -40,7 +41,7 @@ def _verify(config, runs_dir, *options) -> int:
 def _train(cfg, data_dirs, runs_dir):
     prepared, codes = data_dirs
     for run in cfg["runs"]:
-        train.run(cfg, run, prepared, codes, runs_dir / run, threads=1)
+        train.run(make_config(cfg), run, prepared, codes, runs_dir / run, threads=1)
 
 
 def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs, tiny, tmp_path, capsys):
@@ -58,7 +59,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     assert _verify(path, str(tmp_path / "fresh"), "--reference", str(ref), "--out", str(out), "--data", str(data)) == 0
     printed = capsys.readouterr().out
     assert out.stat().st_size > 1000
-    result = verify.compare(cfg, tmp_path / "fresh", ref)
+    result = verify.compare(make_config(cfg), tmp_path / "fresh", ref)
     assert result["passed"] and all(a["bits"] == 0.0 for a in result["arms"].values())  # deterministic on CPU
     assert all(re.search(rf"^{run} +largest difference 0 bits .* ok$", printed, re.M) for run in ARMS), printed
 
@@ -67,7 +68,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     metrics = pd.read_csv(metrics_path)
     metrics.loc[2, "valid_loss_cb3"] += 0.2
     metrics.to_csv(metrics_path, index=False)
-    result = verify.compare(cfg, tmp_path / "fresh", ref)
+    result = verify.compare(make_config(cfg), tmp_path / "fresh", ref)
     arm = result["arms"]["postnorm_deepnorm_clip1"]
     assert not result["passed"] and result["arms"]["prenorm_clip10"]["within"]
     assert (arm["column"], arm["step"], arm["within"]) == ("valid_loss_cb3", int(metrics.loc[2, "step"]), False)
@@ -75,16 +76,18 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
     assert _verify(path, str(tmp_path / "fresh"), "--reference", str(ref), "--out", str(out), "--data", str(data)) == 1
     # a row missing inside the run is an infinite difference; the last rows missing, a run cut short, is named
     metrics.drop(index=1).to_csv(metrics_path, index=False)
-    assert verify.compare(cfg, tmp_path / "fresh", ref)["arms"]["postnorm_deepnorm_clip1"]["bits"] == float("inf")
+    assert verify.compare(make_config(cfg), tmp_path / "fresh", ref)["arms"]["postnorm_deepnorm_clip1"][
+        "bits"
+    ] == float("inf")
     metrics.iloc[:-1].to_csv(metrics_path, index=False)
     with pytest.raises(verify.UserError, match="the run is unfinished or its file lost rows"):
-        verify.compare(cfg, tmp_path / "fresh", ref)
+        verify.compare(make_config(cfg), tmp_path / "fresh", ref)
 
 
 def test_a_run_of_other_settings_is_refused_by_name(data_dirs, tiny, tmp_path, capsys):
     cfg, path = tiny
     _train(cfg, data_dirs, tmp_path / "first")
-    verify.record(cfg, path, tmp_path / "first", tmp_path / "ref", "test")
+    verify.record(make_config(cfg), path, tmp_path / "first", tmp_path / "ref", "test")
     other = copy.deepcopy(cfg)
     other["train"]["lr"] = 0.001
     path.write_text(yaml.safe_dump(other, sort_keys=False))
@@ -138,7 +141,7 @@ def test_the_windows_hold_early_rows_tight_and_late_rows_to_their_own_tolerance(
 
 def test_record_refuses_a_window_without_its_tolerance(tmp_path, smoke_cfg):
     with pytest.raises(verify.UserError, match="--until-step and --late-tolerance go together"):
-        verify.record(smoke_cfg, tmp_path / "c.yaml", tmp_path, tmp_path / "ref", "cmd", until_step=300)
+        verify.record(make_config(smoke_cfg), tmp_path / "c.yaml", tmp_path, tmp_path / "ref", "cmd", until_step=300)
 
 
 SHIPPED = [
@@ -323,7 +326,7 @@ def pinned(smoke_cfg, tmp_path):
 def test_a_pinned_run_equal_to_the_reference_passes_at_zero_bits(pinned, tmp_path):
     cfg, data, ref = pinned
     _write_run(tmp_path / "runs", cfg, _curve())
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert result["passed"] and result["kernels"] == "pinned"
     assert [s["outcome"] for s in result["data"]["stages"]] == ["same", "same", "same"]
     assert all(p["bits"] == 0.0 for a in result["arms"].values() for p in a["windows"])
@@ -334,29 +337,32 @@ def test_a_broken_tokenizer_is_named_by_its_stage(pinned, tmp_path, capsys):
     cfg, data, ref = pinned
     _write_run(tmp_path / "runs", cfg, _curve())
     (data / "codes" / "shard-00000" / "codes.npy").write_bytes(b"other codes")
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert not result["passed"] and result["data"]["first_differing_stage"] == "tokenize"
     assert result["data"]["fails"]
     print(verify.report(result))
     assert "the tokenize stage computed other bytes" in capsys.readouterr().out
     (data / "raw" / "a.flac").write_bytes(b"other audio")  # an earlier stage differs: it is the one named
-    assert verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)["data"]["first_differing_stage"] == "fetch"
+    assert (
+        verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)["data"]["first_differing_stage"]
+        == "fetch"
+    )
 
 
 def test_a_changed_model_fails_in_the_early_rows_when_pinned(pinned, tmp_path):
     cfg, data, ref = pinned
     _write_run(tmp_path / "runs", cfg, _curve(early=1e-3))  # every early row moved by 0.001 bits
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert not result["passed"] and result["arms"]["prenorm_clip1"]["window"] == "steps <= 200"
     # a pinned run on another vendor's CPU: rounding of the order measured (2e-5 bits) passes
     _write_run(tmp_path / "runs", cfg, _curve(early=2e-5))
-    assert verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)["passed"]
+    assert verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)["passed"]
 
 
 def test_a_burst_in_one_row_of_one_codebook_cannot_trip_the_late_check(pinned, tmp_path):
     cfg, data, ref = pinned
     _write_run(tmp_path / "runs", cfg, _curve(shift=0.4, burst=(300, "valid_loss_cb1", 5.0)))
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert result["passed"], verify.report(result)
     late = result["arms"]["prenorm_clip1"]["windows"][1]
     assert late["statistic"] == verify.MEDIAN_STATISTIC and late["bits"] == pytest.approx(0.4)
@@ -365,7 +371,7 @@ def test_a_burst_in_one_row_of_one_codebook_cannot_trip_the_late_check(pinned, t
 def test_a_wrong_target_moves_every_late_row_and_fails(pinned, tmp_path):
     cfg, data, ref = pinned
     _write_run(tmp_path / "runs", cfg, _curve(shift=1.5))  # e.g. codes of another tokenizer: another plateau
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert not result["passed"] and result["arms"]["prenorm_clip1"]["windows"][1]["bits"] == pytest.approx(1.5)
 
 
@@ -379,7 +385,7 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     )
     # cpu_kernels differs, and is allowed to
     assert verify.fingerprints(C.from_mapping(cfg_native)) != verify.fingerprints(C.from_mapping(cfg))
-    result = verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg_native), tmp_path / "runs", ref, data_dir=data)
     assert result["kernels"] == "native" and result["passed"], verify.report(result)
     assert result["data"]["first_differing_stage"] == "tokenize" and not result["data"]["fails"]
     assert result["windows"][0]["statistic"] == verify.MEDIAN_STATISTIC
@@ -387,7 +393,7 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     assert "as expected with native kernels" in capsys.readouterr().out
     # but a changed model moves the early rows by more than CPUs do
     _write_run(tmp_path / "runs", cfg_native, _curve(early=0.5), pinned=False)
-    assert not verify.compare(cfg_native, tmp_path / "runs", ref, data_dir=data)["passed"]
+    assert not verify.compare(make_config(cfg_native), tmp_path / "runs", ref, data_dir=data)["passed"]
     # a run whose config asks for avx2 but whose process was not pinned counts as native
     _write_run(tmp_path / "runs", cfg, _curve(early=0.1), pinned=False)
     assert verify.run_kernels(C.from_mapping(cfg), tmp_path / "runs") == "native"
@@ -399,7 +405,7 @@ def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(roo
     curves apart by tenths of a bit after bursts, yet a correct installation."""
     cfg = C.load(root / "config" / "config.yaml")
     runs = root / "tests" / "fixtures" / "native_runs" / machine
-    result = verify.compare(cfg, runs, root / "data" / "reference" / "default_run", data_dir=None)
+    result = verify.compare(make_config(cfg), runs, root / "data" / "reference" / "default_run", data_dir=None)
     assert result["kernels"] == "native" and result["passed"], verify.report(result)
     assert all(w["statistic"] == verify.MEDIAN_STATISTIC for w in result["windows"])
     # the same runs with one arm's late rows moved by 1.5 bits (a wrong target) fail
@@ -408,7 +414,7 @@ def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(roo
     for column in [c for c in broken["prenorm_clip10"].columns if LOSS_COLUMN.match(c)]:
         broken["prenorm_clip10"].loc[late, column] += 1.5
     assert not verify.compare(
-        cfg, _as_runs(broken, runs, tmp_path), root / "data" / "reference" / "default_run", data_dir=None
+        make_config(cfg), _as_runs(broken, runs, tmp_path), root / "data" / "reference" / "default_run", data_dir=None
     )["passed"]
 
 
@@ -443,7 +449,7 @@ def test_a_pinned_run_on_the_references_vendor_is_held_to_zero_bits_on_every_row
     cfg, data, ref = pinned
     _vendor_reference(ref)
     _write_run(tmp_path / "runs", cfg, _curve())
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
     assert result["exact"] and result["passed"] and result["windows"] == verify.exact_windows()
     print(verify.report(result))
     out = capsys.readouterr().out
@@ -455,10 +461,10 @@ def test_a_pinned_run_on_the_references_vendor_is_held_to_zero_bits_on_every_row
         np.nextafter(np.float32(frame.loc[late, "train_loss_cb1"]), np.float32(0))
     )
     _write_run(tmp_path / "runs", cfg, frame)
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
     arm = result["arms"]["prenorm_clip1"]
     assert not result["passed"] and (arm["column"], arm["step"]) == ("train_loss_cb1", 400) and 0 < arm["bits"] < 1e-5
-    other = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data, vendor="OtherVendor")
+    other = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="OtherVendor")
     assert not other["exact"] and other["passed"]  # what an inexact check cannot see
     print(verify.report(other))
     out = capsys.readouterr().out
@@ -477,7 +483,7 @@ def test_a_changed_model_tokenizer_or_target_fails_the_exact_check(pinned, tmp_p
     if defect.startswith("tokenizer"):
         (data / "codes" / "shard-00000" / "codes.npy").write_bytes(b"other codes")
     _write_run(tmp_path / "runs", cfg, frame)
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
     assert result["exact"] and not result["passed"]
     if defect.startswith("tokenizer"):
         assert result["data"]["first_differing_stage"] == "tokenize"
@@ -494,10 +500,10 @@ def test_one_ulp_in_the_data_fails_the_exact_check_at_its_stage(pinned, tmp_path
     meta = json.loads((ref / META).read_text())
     meta["data_hashes"] = verify.data_hashes(data)
     (ref / META).write_text(json.dumps(meta))
-    assert verify.compare(cfg, tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")["passed"]
+    assert verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")["passed"]
     audio[3] = np.nextafter(audio[3], np.float32(1))  # one ulp in one sample
     np.save(path, audio)
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
     assert not result["passed"] and result["data"]["first_differing_stage"] == "prepare" and result["data"]["fails"]
 
 
@@ -505,19 +511,19 @@ def test_a_stage_missing_from_the_data_folder_or_the_reference_is_not_skipped(pi
     cfg, data, ref = pinned
     _write_run(tmp_path / "runs", cfg, _curve())
     shutil.rmtree(data / "codes")  # the tokenize stage's outputs are not here: not checked, so not passed
-    result = verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+    result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert not result["passed"] and result["data"]["not_here"] == "tokenize"
     print(verify.report(result))
     assert (
         "the tokenize stage's outputs are not in the data folder, so they were not checked" in capsys.readouterr().out
     )
     with pytest.raises(verify.UserError, match=r"^--data .*nowhere: no such folder"):
-        verify.compare(cfg, tmp_path / "runs", ref, data_dir=tmp_path / "nowhere")
+        verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=tmp_path / "nowhere")
     meta = json.loads((ref / META).read_text())
     del meta["data_hashes"]["prepare"]
     (ref / META).write_text(json.dumps(meta))
     with pytest.raises(verify.ReferenceDamaged, match="'data_hashes' has no entry for the prepare stage"):
-        verify.compare(cfg, tmp_path / "runs", ref, data_dir=data)
+        verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
 
 
 def test_a_run_trained_with_other_settings_or_cut_short_is_named_not_blamed_on_the_installation(pinned, tmp_path):
@@ -530,12 +536,12 @@ def test_a_run_trained_with_other_settings_or_cut_short_is_named_not_blamed_on_t
     with pytest.raises(
         verify.UserError, match=r"summary.json: this run was trained with other settings .*train.lr: 0.5"
     ):
-        verify.compare(cfg, runs, ref, data_dir=data)
+        verify.compare(make_config(cfg), runs, ref, data_dir=data)
     summary.write_text(json.dumps({"run": "prenorm_clip1", "settings": settings}))
-    assert verify.compare(cfg, runs, ref, data_dir=data)["passed"]
+    assert verify.compare(make_config(cfg), runs, ref, data_dir=data)["passed"]
     _write_run(runs, cfg, _curve().iloc[:-2])  # the last two rows lost
     with pytest.raises(verify.UserError, match=r"metrics.csv: ends, seed 1, at step 300, not at train.steps \(400\)"):
-        verify.compare(cfg, runs, ref, data_dir=data)
+        verify.compare(make_config(cfg), runs, ref, data_dir=data)
 
 
 def test_the_hint_to_train_keeps_the_preset(tmp_path, capsys):

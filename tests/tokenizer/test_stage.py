@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import make_config
 from tokenizer_helpers import (
     CALIB_FRAMES,
     CALIB_ITERS,
@@ -105,14 +106,14 @@ def test_codes_aligned_and_equal_to_encodec_encode(calibrated, prepared):
 def test_sharded_steps_run_separately_match_the_whole_stage(calibrated, prepared, tmp_path):
     """Snakemake runs fit, each shard and merge as separate jobs: the same files as `run`."""
     out, cfg = tmp_path / "steps", tok_cfg()
-    stage.fit(cfg, prepared, out, threads=2)
+    stage.fit(make_config(cfg), prepared, out, threads=2)
     with pytest.raises(TokenizerError, match=r"shard-00000/encode\.json: not found \(run `amlm tokenize --shard 0`"):
-        stage.merge(cfg, prepared, out)
+        stage.merge(make_config(cfg), prepared, out)
     for k in (2, 0, 1):
-        stage.encode_shard(cfg, prepared, out, k, threads=2)
+        stage.encode_shard(make_config(cfg), prepared, out, k, threads=2)
     with pytest.raises(TokenizerError, match="no clips in shard 3"):
-        stage.encode_shard(cfg, prepared, out, 3)
-    stage.merge(cfg, prepared, out)
+        stage.encode_shard(make_config(cfg), prepared, out, 3)
+    stage.merge(make_config(cfg), prepared, out)
     for name in ("model/tokenizer.pt", "shard-00000/codes.npy", "shard-00002/codes.npy"):
         assert (out / name).read_bytes() == (calibrated / name).read_bytes(), name
     drop = (

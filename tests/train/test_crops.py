@@ -4,8 +4,8 @@ boundaries and come from every shard, and a crop longer than every clip refused.
 import numpy as np
 import pytest
 import torch
+from helpers import make_config
 
-from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
@@ -14,7 +14,7 @@ from acoustic_mlm.train.crops import CropData, batches
 
 def test_batches_depend_only_on_seed_and_index(data_dirs, tiny_cfg):
     prepared, codes = data_dirs
-    m = C.typed(tiny_cfg).model_for("prenorm_clip1")
+    m = make_config(tiny_cfg).model_for("prenorm_clip1")
     corpus = load_prepared(prepared)
     data = CropData(corpus, codes, "train", 30, 2, m, seed=3)
     in_process = [tuple(x.clone() for x in b) for b in batches(data, 4, 8, workers=0, pin=False)]
@@ -51,4 +51,4 @@ def test_a_crop_longer_than_every_clip_is_refused_naming_crop_seconds(data_dirs,
     prepared, codes = data_dirs
     tiny_cfg["train"]["crop_seconds"] = 3.0
     with pytest.raises(UserError, match="crop_seconds"):
-        train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r")
+        train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "r")

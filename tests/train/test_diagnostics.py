@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import make_config
 
-from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.report import aggregate
@@ -27,7 +27,7 @@ def tiny_cfg(smoke_cfg):
 
 def _model_and_batch(cfg, run="prenorm_clip1", T=15, B=2, seed=0):
     torch.manual_seed(seed)
-    m = C.typed(cfg).model_for(run)
+    m = make_config(cfg).model_for(run)
     model = AcousticMLM(m)
     wav = torch.randn(B, T * encodec.HOP)
     codes = torch.randint(0, 16, (B, m.codebooks, T))
@@ -129,10 +129,10 @@ def test_valid_probe_measures_every_layer_and_the_accuracy(smoke_cfg, run, stati
 
 def test_diagnostics_do_not_change_training_and_fill_every_row(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
-    on = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "on", threads=1)
+    on = train.run(make_config(tiny_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "on", threads=1)
     off_cfg = copy.deepcopy(tiny_cfg)
     off_cfg["train"]["diagnostics"] = False
-    train.run(off_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "off", threads=1)
+    train.run(make_config(off_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "off", threads=1)
     with_d, without = pd.read_csv(tmp_path / "on" / "metrics.csv"), pd.read_csv(tmp_path / "off" / "metrics.csv")
     shared = [c for c in without.columns if c != "wall_time"]
     pd.testing.assert_frame_equal(with_d[shared], without[shared])  # measuring changes no number
@@ -154,7 +154,7 @@ def test_diagnostics_do_not_change_training_and_fill_every_row(data_dirs, tiny_c
 def test_fp16_rows_carry_the_loss_scale(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["train"]["precision"] = "fp16"
-    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     m = pd.read_csv(tmp_path / "run" / "metrics.csv")
     assert (m["loss_scale"] > 0).all() and "overflow_skips" in m.columns
 
@@ -165,10 +165,10 @@ def test_fp16_fairseq_rows_carry_per_block_gradients_and_master_weight_updates(d
     weights would round updates under 2^-11 of a weight to zero); training is unchanged."""
     prepared, codes = data_dirs
     tiny_cfg["train"].update(precision="fp16_fairseq", log_interval=2, log_powers_of_two=False)
-    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "on", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "on", threads=1)
     off_cfg = copy.deepcopy(tiny_cfg)
     off_cfg["train"]["diagnostics"] = False
-    train.run(off_cfg, "prenorm_clip1", prepared, codes, tmp_path / "off", threads=1)
+    train.run(make_config(off_cfg), "prenorm_clip1", prepared, codes, tmp_path / "off", threads=1)
     with_d, without = pd.read_csv(tmp_path / "on" / "metrics.csv"), pd.read_csv(tmp_path / "off" / "metrics.csv")
     shared = [c for c in without.columns if c != "wall_time"]
     pd.testing.assert_frame_equal(with_d[shared], without[shared])
@@ -200,7 +200,7 @@ def test_aggregate_writes_tidy_diagnostics_beside_the_curves(tmp_path, smoke_cfg
                 "wall_time": [0.1, 0.2],
             }
         ).to_csv(runs_dir / name / "metrics.csv", index=False)
-    aggregate.run(smoke_cfg, runs_dir, tmp_path / "loss_curves.csv")
+    aggregate.run(make_config(smoke_cfg), runs_dir, tmp_path / "loss_curves.csv")
     d = pd.read_csv(tmp_path / aggregate.DIAGNOSTICS)
     assert list(d.columns) == aggregate.DIAGNOSTIC_COLUMNS
     assert set(d["diagnostic"]) == {"grad_norm_max", "attn_logit_max"}  # losses and wall time stay out

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_config
+from helpers import make_config, tiny_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from acoustic_mlm import config as C
@@ -90,7 +90,7 @@ def test_paper_size_model_does_one_training_update_on_cpu(root):
 def test_every_precision_trains_with_finite_losses(data_dirs, tiny_cfg, tmp_path, precision):
     prepared, codes = data_dirs
     tiny_cfg["train"]["precision"] = precision
-    summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     metrics = pd.read_csv(tmp_path / "r" / "metrics.csv")
     assert summary["status"] == "completed" and metrics["step"].iloc[-1] == 4
     assert np.isfinite(metrics[[c for c in metrics.columns if c.startswith(("train_loss", "valid_loss"))]]).all().all()
@@ -276,7 +276,7 @@ def test_evaluate_weights_by_masked_frames():
     m = tiny_config()
     model = AcousticMLM(m)
     wav, codes, mask = batch(m, B=5)
-    got = evaluate(model, wav, codes, mask, torch.device("cpu"), "fp32", chunk=2)
+    got = evaluate(model, wav, codes, mask, make_precision("fp32", torch.device("cpu")), chunk=2)
     assert model.training  # evaluate restores training mode
     with torch.no_grad():
         _, bits = selected_loss(model.eval(), wav, codes, mask)  # every masked frame of the 5 crops at once

@@ -8,7 +8,7 @@ import shutil
 import pandas as pd
 import pytest
 import torch
-from helpers import RUN_NAMES
+from helpers import RUN_NAMES, make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
@@ -19,7 +19,7 @@ from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, run_status
 def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["runs"]["postnorm_deepnorm_clip1"]["seeds"] = [1, 2]
-    summary = train.run(tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    summary = train.run(make_config(tiny_cfg), "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     both = pd.read_csv(tmp_path / "run" / "metrics.csv")
     assert both["seed"].tolist() == [1] * 7 + [2] * 7
     second = both[both.seed == 2]["train_loss_cb0"].reset_index(drop=True)
@@ -57,7 +57,7 @@ def test_tiny_run_writes_metrics_summary_checkpoint(data_dirs, tiny_cfg, tmp_pat
 def test_each_arm_lowers_the_loss(data_dirs, tiny_cfg, tmp_path, run):
     prepared, codes = data_dirs
     tiny_cfg["train"].update(steps=30, warmup_steps=3, log_interval=10, lr=3e-3)
-    train.run(tiny_cfg, run, prepared, codes, tmp_path / run, threads=1)
+    train.run(make_config(tiny_cfg), run, prepared, codes, tmp_path / run, threads=1)
     m = pd.read_csv(tmp_path / run / "metrics.csv")
     assert (m["seed"] == 1).all()
     assert m["valid_loss_cb0"].iloc[-1] < m["valid_loss_cb0"].iloc[0] - 1.0, m[["step", "valid_loss_cb0"]]
@@ -67,19 +67,19 @@ def test_each_arm_lowers_the_loss(data_dirs, tiny_cfg, tmp_path, run):
 def test_bf16_and_fp16_on_cpu_complete_with_finite_losses(data_dirs, tiny_cfg, tmp_path, precision):
     prepared, codes = data_dirs
     tiny_cfg["train"].update(precision=precision, steps=4, accum_steps=2)
-    summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["status"] == "completed" and math.isfinite(summary["final_train_loss_cb0"])
 
 
 def test_missing_codes_are_named_with_the_stage_to_run(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     with pytest.raises(UserError, match="nocodes/tokenizer.json: not found; run the tokenize stage"):
-        train.run(tiny_cfg, "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
+        train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, tmp_path / "nocodes", tmp_path / "r")
     partial = tmp_path / "partial"
     shutil.copytree(codes, partial)
     (partial / "shard-00001" / "codes.npy").unlink()
     with pytest.raises(UserError, match="partial/shard-00001/codes.npy: codes not found"):
-        train.run(tiny_cfg, "prenorm_clip1", prepared, partial, tmp_path / "r")
+        train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, partial, tmp_path / "r")
 
 
 def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monkeypatch):
@@ -101,7 +101,7 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     tiny_cfg["train"].update(steps=40, max_nonfinite=5)
     prepared, codes = data_dirs
     summary = train.run(
-        tiny_cfg, "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "runs" / "postnorm_deepnorm_clip1"
+        make_config(tiny_cfg), "postnorm_deepnorm_clip1", prepared, codes, tmp_path / "runs" / "postnorm_deepnorm_clip1"
     )
     per_seed = summary["per_seed"]["1"]
     assert summary["status"] == "diverged" and per_seed["diverged_at_step"] == 11  # steps 7..11: 5 in a row
@@ -110,8 +110,8 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     assert math.isnan(m["train_loss_cb0"].iloc[-1])  # no finite step since the previous row
     monkeypatch.setattr(AcousticMLM, "forward", real_forward)
     for other in ["prenorm_clip10", "prenorm_clip1", "prenorm_attnrelax_clip1"]:
-        train.run(tiny_cfg, other, prepared, codes, tmp_path / "runs" / other, threads=1)
-    curves = aggregate.run(tiny_cfg, tmp_path / "runs", tmp_path / "curves.csv")
+        train.run(make_config(tiny_cfg), other, prepared, codes, tmp_path / "runs" / other, threads=1)
+    curves = aggregate.run(make_config(tiny_cfg), tmp_path / "runs", tmp_path / "curves.csv")
     typed = C.from_mapping(tiny_cfg)
     fig, ax = figure.draw(curves, typed.runs, typed.figure)
     assert any(t.get_text() == "diverged (seed 1)" for t in ax.texts)
@@ -122,7 +122,7 @@ def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
     """train.compile wraps the model in torch.compile (inductor on CPU): same metrics columns, a falling loss."""
     prepared, codes = data_dirs
     tiny_cfg["train"].update(compile=True, steps=6, log_interval=3)
-    summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["status"] == "completed"
     eager = train.run(
         {**tiny_cfg, "train": {**tiny_cfg["train"], "compile": False}},
@@ -154,7 +154,7 @@ def test_skipped_nonfinite_updates_are_not_a_clean_completion(data_dirs, tiny_cf
     monkeypatch.setattr(AcousticMLM, "forward", two_bad_steps)
     tiny_cfg["train"].update(steps=12, max_nonfinite=5)
     prepared, codes = data_dirs
-    summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     assert summary["status"] == COMPLETED_WITH_NONFINITE and summary["nonfinite_steps"] == 2
     assert summary["per_seed"]["1"]["status"] == COMPLETED_WITH_NONFINITE
     assert summary["per_seed"]["1"]["steps"] == 12 and summary["per_seed"]["1"]["diverged_at_step"] is None
@@ -194,14 +194,14 @@ def test_a_state_that_is_not_this_runs_state_is_skipped_and_the_seed_trains_afre
     from acoustic_mlm.train.state import fingerprint, save_state
 
     tiny_cfg["train"].update(steps=6, log_interval=3, checkpoint_interval=3)
-    train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "ref", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, tmp_path / "ref", threads=1)
     reference = pd.read_csv(tmp_path / "ref" / "metrics.csv").drop(columns=["wall_time"])
     for i, (state, why) in enumerate(_not_resumable(fingerprint(tiny_cfg, "prenorm_clip1", 1))):
         out = tmp_path / f"r{i}"
         save_state(out / "state" / "seed1", 4, state)
         caplog.clear()
         with caplog.at_level("WARNING", logger="acoustic_mlm"):
-            train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)
+            train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, out, threads=1)
         assert why in caplog.text and "step-000000004.pt" in caplog.text, caplog.text
         pd.testing.assert_frame_equal(pd.read_csv(out / "metrics.csv").drop(columns=["wall_time"]), reference)
 
@@ -217,10 +217,10 @@ def test_a_real_state_passes_the_content_check_and_resumes(data_dirs, tiny_cfg, 
 
     monkeypatch.setattr(train, "train_step", stop_at_5)
     with pytest.raises(KeyboardInterrupt):
-        train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
+        train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
     monkeypatch.undo()
     with caplog.at_level("INFO", logger="acoustic_mlm"):
-        train.run(tiny_cfg, "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
+        train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, tmp_path / "cut", threads=1)
     assert "resuming after step 3" in caplog.text and "not a state this run can resume from" not in caplog.text
 
 
@@ -234,6 +234,6 @@ def test_a_second_train_of_a_run_folder_is_refused_while_the_first_runs(data_dir
     tiny_cfg["train"].update(other)
     with folder_lock(out, "train prenorm_clip1"):
         with pytest.raises(UserError, match=r"is writing this folder now; a second train prenorm_clip1 would mix"):
-            train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)
+            train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, out, threads=1)
     assert not out.exists()  # nothing written (the holder made the folder and removed it, empty)
-    assert train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)["status"] == "completed"
+    assert train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, out, threads=1)["status"] == "completed"

@@ -9,9 +9,9 @@ import math
 import pandas as pd
 import pytest
 import yaml
+from helpers import make_config
 
 from acoustic_mlm import cli
-from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.run_summary import read_arm_summary, read_seed_summary
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.report import aggregate, decisive, figure, status
@@ -60,7 +60,7 @@ def test_a_run_with_no_finite_loss_is_recorded_as_diverged(
     tiny_cfg["train"].update(precision=precision, max_nonfinite=3)
     monkeypatch.setattr(AcousticMLM, "forward", _broken(factor))
     out = tmp_path / "r"
-    summary = train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, out, threads=1)
     assert summary["status"] == "diverged" and summary["final_train_loss_cb0"] is None
     seed = _strict_json(out / "seeds" / "seed1" / "summary.json")
     assert seed["status"] == "diverged" and seed["stop_reason"] == reason and seed["diverged_at_step"] == stop
@@ -71,7 +71,7 @@ def test_a_run_with_no_finite_loss_is_recorded_as_diverged(
     assert m["step"].iloc[-1] == stop
     assert read_seed_summary(out / "seeds" / "seed1" / "summary.json")["status"] == "diverged"
     # run again: the diverged seed is complete, not trained again (its summary reads back)
-    assert train.run(tiny_cfg, "prenorm_clip1", *data_dirs, out, threads=1)["status"] == "diverged"
+    assert train.run(make_config(tiny_cfg), "prenorm_clip1", *data_dirs, out, threads=1)["status"] == "diverged"
     line = status.seed_status(out, "prenorm_clip1", 1, 8)
     assert line.status == "diverged" and line.step == stop and math.isnan(line.cb0)
 
@@ -83,9 +83,9 @@ def test_status_figure_and_decide_show_a_seed_with_no_finite_loss(data_dirs, tin
         run["seeds"] = [1, 2]
     cfg["train"].update(max_nonfinite=2)
     runs = tmp_path / "runs"
-    train.run(cfg, "prenorm_clip10", *data_dirs, runs / "prenorm_clip10", threads=1)
+    train.run(make_config(cfg), "prenorm_clip10", *data_dirs, runs / "prenorm_clip10", threads=1)
     monkeypatch.setattr(AcousticMLM, "forward", _broken(float("nan")))
-    train.run(cfg, "prenorm_clip1", *data_dirs, runs / "prenorm_clip1", threads=1)
+    train.run(make_config(cfg), "prenorm_clip1", *data_dirs, runs / "prenorm_clip1", threads=1)
     monkeypatch.undo()
     assert read_arm_summary(runs / "prenorm_clip1" / "summary.json")["status"] == "diverged"
 
@@ -95,10 +95,10 @@ def test_status_figure_and_decide_show_a_seed_with_no_finite_loss(data_dirs, tin
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("prenorm_clip1 ") and line.endswith("diverged") for line in lines) == 2
 
-    curves = aggregate.run(cfg, runs, tmp_path / "loss_curves.csv")
-    fig, ax = figure.draw(curves, C.typed(cfg).runs, C.typed(cfg).figure)
+    curves = aggregate.run(make_config(cfg), runs, tmp_path / "loss_curves.csv")
+    fig, ax = figure.draw(curves, make_config(cfg).runs, make_config(cfg).figure)
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
-    label = C.typed(cfg).runs["prenorm_clip1"].label
+    label = make_config(cfg).runs["prenorm_clip1"].label
     assert any(t.startswith(f"{label}: diverged at step 2, no finite loss (seed 1, 2)") for t in texts), texts
 
     table = decisive.run_table(runs, data_dirs[1])

@@ -7,6 +7,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.model.objective import AcousticMLM
@@ -48,9 +49,9 @@ def test_interval_rows_are_the_mean_of_the_steps_in_the_interval(data_dirs, tiny
     prepared, codes = data_dirs
     every = copy.deepcopy(tiny_cfg)
     every["train"].update(log_interval=1)
-    per_step = train.run(every, "prenorm_clip1", prepared, codes, tmp_path / "every", threads=1)
+    per_step = train.run(make_config(every), "prenorm_clip1", prepared, codes, tmp_path / "every", threads=1)
     tiny_cfg["train"].update(log_powers_of_two=False)
-    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "interval", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "interval", threads=1)
     steps = pd.read_csv(tmp_path / "every" / "metrics.csv").set_index("step")
     rows = pd.read_csv(tmp_path / "interval" / "metrics.csv").set_index("step")
     assert per_step["status"] == "completed" and rows.index.tolist() == [4, 8, 12]
@@ -81,7 +82,7 @@ def _overflow_on(calls_to_blow):
 def test_fp16_fairseq_trains_with_master_weights_and_a_loss_scale(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["train"].update(precision="fp16_fairseq", steps=8, accum_steps=2)
-    summary = train.run(tiny_cfg, "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     m = pd.read_csv(tmp_path / "r" / "metrics.csv")
     assert summary["status"] == "completed" and math.isfinite(summary["final_train_loss_cb0"])
     assert m["step"].tolist() == [1, 2, 4, 8]
@@ -100,7 +101,7 @@ def test_fp16_fairseq_gradient_is_the_mean_over_masked_frames(data_dirs, tiny_cf
     for precision in ("fp32", "fp16_fairseq"):
         cfg = copy.deepcopy(tiny_cfg)
         cfg["train"]["precision"] = precision
-        train.run(cfg, "prenorm_clip10", prepared, codes, tmp_path / precision, threads=1)
+        train.run(make_config(cfg), "prenorm_clip10", prepared, codes, tmp_path / precision, threads=1)
         norms[precision] = pd.read_csv(tmp_path / precision / "metrics.csv")["grad_norm"].iloc[0]
     assert norms["fp16_fairseq"] == pytest.approx(norms["fp32"], rel=0.02)
 
@@ -113,13 +114,13 @@ def test_fp16_fairseq_overflow_is_not_an_update(data_dirs, tiny_cfg, tmp_path, m
     tiny_cfg["train"].update(precision="fp16_fairseq", steps=8, log_interval=1)
     forward, seen = _overflow_on({3, 4})
     monkeypatch.setattr(AcousticMLM, "forward", forward)
-    summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "skip", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "skip", threads=1)
     m = pd.read_csv(tmp_path / "skip" / "metrics.csv")
     assert summary["status"] == "completed" and seen["n"] == 10  # 8 updates + 2 overflows
     assert m["step"].tolist() == list(range(1, 9))
     assert m["overflow_skips"].tolist() == [0, 0, 2, 2, 2, 2, 2, 2]
     assert m["loss_scale"].tolist() == [128.0, 128.0, 32.0, 32.0, 32.0, 32.0, 32.0, 32.0]
-    t = C.typed(tiny_cfg).train_for("prenorm_clip1")
+    t = make_config(tiny_cfg).train_for("prenorm_clip1")
     assert m["lr"].tolist() == pytest.approx([lr_at(s, t) for s in range(1, 9)])
     assert m["train_loss_cb0"].notna().all()  # no row holds an overflowed step
 
@@ -134,7 +135,7 @@ def test_fp16_fairseq_overflow_is_not_an_update(data_dirs, tiny_cfg, tmp_path, m
             return super().__getitem__(i + 2 if self.seed == 1 and self.batch == 2 and i >= 2 else i)
 
     monkeypatch.setattr(train, "CropData", Shifted)
-    train.run(ref_cfg, "prenorm_clip1", prepared, codes, tmp_path / "ref", threads=1)
+    train.run(make_config(ref_cfg), "prenorm_clip1", prepared, codes, tmp_path / "ref", threads=1)
     ref = pd.read_csv(tmp_path / "ref" / "metrics.csv")
     # the loss scale does not enter an fp32 update once unscaled, up to fp16 rounding of scaled gradients
     assert m["train_loss_cb0"].tolist() == pytest.approx(ref["train_loss_cb0"].tolist(), abs=2e-3)
@@ -145,7 +146,7 @@ def test_fp16_fairseq_stops_at_min_loss_scale(data_dirs, tiny_cfg, tmp_path, mon
     tiny_cfg["train"].update(precision="fp16_fairseq", steps=40, max_nonfinite=5)
     forward, _ = _overflow_on(set(range(6, 10_000)))  # every training call from the 6th
     monkeypatch.setattr(AcousticMLM, "forward", forward)
-    summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "r", threads=1)
     per_seed = summary["per_seed"]["1"]
     assert summary["status"] == "diverged" and per_seed["stop_reason"] == "min_loss_scale"
     m = pd.read_csv(tmp_path / "r" / "metrics.csv")
@@ -172,7 +173,7 @@ def test_a_skipped_step_draws_its_micro_batches_so_data_does_not_shift(data_dirs
     forward, _ = _overflow_on({3})  # first micro-batch of update 2
     monkeypatch.setattr(AcousticMLM, "forward", forward)
     monkeypatch.setattr(train.CropData, "__getitem__", getitem)
-    summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "r", threads=1)
+    summary = train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["per_seed"]["1"]["nonfinite_steps"] == 1
     assert drawn == list(range(8))  # 4 steps x 2 micro-batches, none carried into the next step
 
@@ -184,7 +185,7 @@ def test_fp16_fairseq_resumes_with_its_scale_masters_and_micro_batch_count(data_
     tiny_cfg["train"].update(precision="fp16_fairseq", steps=8, log_interval=2, checkpoint_interval=4)
     forward, _ = _overflow_on({3})
     monkeypatch.setattr(AcousticMLM, "forward", forward)
-    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "whole", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "whole", threads=1)
 
     class Stop(Exception):
         pass
@@ -200,12 +201,12 @@ def test_fp16_fairseq_resumes_with_its_scale_masters_and_micro_batch_count(data_
     monkeypatch.setattr(AcousticMLM, "forward", forward)
     monkeypatch.setattr(train, "train_step", stop_at_6)
     with pytest.raises(Stop):
-        train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "cut", threads=1)
+        train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "cut", threads=1)
     state = torch.load(next((tmp_path / "cut" / "state" / "seed1").glob("step-*.pt")), weights_only=True)
     assert (state["step"], state["batches"], state["overflow"]) == (4, 5, 1)
     assert state["fp16"]["scaler"]["scale"] == 64.0
     monkeypatch.undo()  # no overflow after the resume: micro-batch 3 is behind it
-    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "cut", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "cut", threads=1)
     whole = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns=["wall_time"])
     resumed = pd.read_csv(tmp_path / "cut" / "metrics.csv").drop(columns=["wall_time"])
     pd.testing.assert_frame_equal(whole, resumed)

@@ -2,19 +2,24 @@
 fairseq-style fp16: the loss scaler's rule, the master weights, the half model."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from acoustic_mlm.train.precision import (
+    TRAITS,
     AutocastPrecision,
     FairseqPrecision,
     Fp32GroupNorm,
     LossScaler,
     MinLossScaleError,
+    autocast,
     half_model,
     make_precision,
+    names_where,
     scale_window,
 )
 
@@ -223,3 +228,37 @@ def test_half_model_is_fp16_but_group_norm_computes_in_fp32():
     gn = model[1]
     ref = torch.nn.functional.group_norm(x.float(), 4, gn.weight.float(), gn.bias.float(), gn.eps).half()
     assert torch.equal(gn(x), ref)
+
+
+def test_every_configured_precision_has_traits_and_autocasts_as_they_say():
+    from acoustic_mlm import config as C
+
+    assert set(TRAITS) == set(C.PRECISIONS)
+    x = torch.ones(2, 2)
+    for name, tr in TRAITS.items():
+        with make_precision(name, CPU).autocast(), autocast(CPU, name):
+            got = (x @ x).dtype
+        assert got == (tr.autocast_dtype or torch.float32), name
+        assert make_precision(name, CPU).retries_overflows == tr.half_model
+    assert [n for n, t in TRAITS.items() if not t.tensor_cores] == ["fp32"]
+    assert [n for n, t in TRAITS.items() if t.weight_bytes == 2] == ["fp16_fairseq"]
+    assert names_where(lambda t: t.float16_range) == ("fp16", "fp16_fairseq")
+    assert names_where(lambda t: not t.float16_range) == ("fp32", "bf16")
+
+
+NAME_BRANCH = re.compile(r"""(==|!=|\bin|isin\()\s*[(\[]?\s*["'](fp32|bf16|fp16|fp16_fairseq)["']""")
+
+
+def test_no_training_preflight_or_report_module_branches_on_a_precision_s_name():
+    """Precision asked, never named: train/, preflight/ and report/ ask precision.py (its object, `traits`,
+    `names_where`)."""
+    src = Path(__file__).resolve().parents[2] / "src" / "acoustic_mlm"
+    named = [
+        f"{path.relative_to(src)}:{i}"
+        for sub in ("train", "preflight", "report")
+        for path in sorted((src / sub).glob("*.py"))
+        if path.name != "precision.py"
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if NAME_BRANCH.search(line)
+    ]
+    assert named == []

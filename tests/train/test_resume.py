@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import make_config
 
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
@@ -104,19 +105,19 @@ def test_state_of_other_settings_is_refused(data_dirs, resume_cfg, tmp_path):
     out = tmp_path / "run"
     save_state(out / "state" / "seed1", 10, {"fingerprint": {"other": 1}, "step": 10})
     with pytest.raises(UserError, match="resumable state of a run with other settings"):
-        train.run(cfg, "prenorm_clip1", *data_dirs, out, threads=1)
+        train.run(make_config(cfg), "prenorm_clip1", *data_dirs, out, threads=1)
 
 
 def test_a_completed_seed_is_not_trained_again(data_dirs, resume_cfg, tmp_path):
     cfg, _ = resume_cfg
     cfg["train"].update(steps=8, warmup_steps=2, log_interval=4)
-    first = train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
+    first = train.run(make_config(cfg), "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
     ckpt = tmp_path / "run" / "seeds" / "seed1" / "checkpoint.pt"
     mtime = ckpt.stat().st_mtime_ns
     cfg["runs"]["prenorm_clip1"]["seeds"] = [1, 2]  # add a seed: only seed 2 trains
-    second = train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
+    second = train.run(make_config(cfg), "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
     assert ckpt.stat().st_mtime_ns == mtime
     assert second["per_seed"]["1"] == first["per_seed"]["1"] and "2" in second["per_seed"]
     cfg["runs"]["prenorm_clip1"]["clip"] = 5.0  # other settings: seed 1 is trained again
-    train.run(cfg, "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
+    train.run(make_config(cfg), "prenorm_clip1", *data_dirs, tmp_path / "run", threads=1)
     assert ckpt.stat().st_mtime_ns != mtime

@@ -4,13 +4,14 @@ that get a metrics row."""
 import copy
 
 import pytest
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.train.schedule import log_steps, lr_at
 
 
 def test_lr_schedule_warmup_then_polynomial_decay(smoke_cfg):
-    t = C.typed(smoke_cfg).train_for("prenorm_clip1")
+    t = make_config(smoke_cfg).train_for("prenorm_clip1")
     t = type(t)(**{**t.__dict__, "steps": 100, "warmup_steps": 10, "lr": 1e-3, "end_lr": 1e-4, "lr_power": 2.0})
     assert lr_at(1, t) == pytest.approx(1e-4)
     assert lr_at(5, t) == pytest.approx(5e-4)
@@ -27,7 +28,7 @@ def test_log_steps_are_powers_of_two_every_interval_and_the_last():
 def _t(cfg, **train_keys):
     cfg = copy.deepcopy(cfg)
     cfg["train"].update(train_keys)
-    return C.typed(C.validate(cfg)).train_for("prenorm_clip1")
+    return make_config(cfg).train_for("prenorm_clip1")
 
 
 def test_mert_330m_schedule_numbers(root):

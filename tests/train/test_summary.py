@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import make_config
 
-from acoustic_mlm import config as C
 from acoustic_mlm import curves
 from acoustic_mlm.train.summary import COMPLETED_WITH_NONFINITE, Accumulator, run_status, summarize, summarize_arm
 
@@ -68,7 +68,7 @@ def _metrics(nonfinite: list[int], diverged_last: bool = False) -> pd.DataFrame:
 
 
 def test_a_seed_summary_counts_updates_taken_and_names_its_status(smoke_cfg):
-    rc, t = C.typed(smoke_cfg).run("prenorm_clip1"), C.typed(smoke_cfg).train_for("prenorm_clip1")
+    rc, t = make_config(smoke_cfg).run("prenorm_clip1"), make_config(smoke_cfg).train_for("prenorm_clip1")
     clean = summarize(_metrics([0, 0, 0, 0]), rc, t)
     assert (clean["run"], clean["seed"], clean["steps"], clean["status"]) == ("prenorm_clip1", t.seed, 8, "completed")
     assert clean["diverged_at_step"] is None and clean["max_grad_norm"] == 5.0 and clean["first_train_loss_cb0"] == 9.0
@@ -82,7 +82,7 @@ def test_a_seed_summary_counts_updates_taken_and_names_its_status(smoke_cfg):
 
 
 def test_an_arm_summary_averages_its_seeds_and_keeps_each_without_its_fingerprint(smoke_cfg):
-    rc = C.typed(smoke_cfg).run("prenorm_clip1")
+    rc = make_config(smoke_cfg).run("prenorm_clip1")
     seeds = [
         {
             "seed": s,

@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 import pytest
+from helpers import make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
@@ -34,7 +35,7 @@ def _events(folder):
 def test_tensorboard_events_equal_the_csv_rows(data_dirs, tiny_cfg, tmp_path):
     prepared, codes = data_dirs
     tiny_cfg["train"]["loggers"] = ["csv", "tensorboard"]
-    train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     seed_dir = tmp_path / "run" / "seeds" / "seed1"
     rows = pd.read_csv(seed_dir / "metrics.csv")
     events = _events(seed_dir / trackers.TENSORBOARD_DIR)
@@ -69,7 +70,7 @@ def test_wandb_offline_writes_its_run_files(data_dirs, tiny_cfg, tmp_path, monke
     monkeypatch.setenv("WANDB_SILENT", "true")
     prepared, codes = data_dirs
     tiny_cfg["train"].update(steps=4, loggers=["csv", "wandb"], wandb_project="amlm-test")
-    train.run(tiny_cfg, "prenorm_clip10", prepared, codes, tmp_path / "run", threads=1)
+    train.run(make_config(tiny_cfg), "prenorm_clip10", prepared, codes, tmp_path / "run", threads=1)
     runs = list((tmp_path / "run" / "seeds" / "seed1" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     files = list(runs[0].glob("run-*.wandb"))
@@ -101,7 +102,7 @@ def test_a_tracker_that_raises_warns_once_and_training_goes_on(data_dirs, tiny_c
     monkeypatch.setitem(trackers._BACKENDS, "tensorboard", _Raises)
     tiny_cfg["train"]["loggers"] = ["csv", "tensorboard"]
     with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
-        summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+        summary = train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     assert summary["status"] == "completed"
     assert pd.read_csv(tmp_path / "run" / "metrics.csv")["step"].tolist() == [1, 2, 4, 5, 8, 10, 12]
     assert _Raises.calls == 1  # dropped after its first failure
@@ -119,7 +120,7 @@ def test_a_tracker_that_cannot_start_warns_and_training_goes_on(data_dirs, tiny_
     monkeypatch.setattr(trackers, "check_available", lambda names: None)
     tiny_cfg["train"].update(steps=4, loggers=["csv", "wandb"])
     with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
-        summary = train.run(tiny_cfg, "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
+        summary = train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, codes, tmp_path / "run", threads=1)
     assert summary["status"] == "completed"
     assert any("could not start" in r.getMessage() and "unreachable" in r.getMessage() for r in caplog.records)
 

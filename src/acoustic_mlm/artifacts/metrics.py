@@ -39,13 +39,103 @@ from acoustic_mlm.utils import atomic_path
 METRICS = "metrics.csv"
 PARTIAL = "metrics.partial.csv"  # the rows so far, while a seed trains
 LOSS_COLUMN = re.compile(r"^(train|valid)_loss_cb(\d+)$")  # a metrics column of losses: split, codebook
+
+# ----------------------------------------------------------------------------- columns
+# Every metrics column is named here once; training writes them, the readers select them by these
+# names. A new column: its constant here, its place in columns(), the code that computes it.
+
+SEED = "seed"  # an arm's metrics.csv: the seed of the row (first column)
+RUN = "run"  # a reference run's metrics.csv: the arm of the row (before `seed`)
+STEP = "step"  # the update the row was taken after
+TRAIN_LOSS = "train_loss"  # the objective, mean since the previous row
+FEATURE_PENALTY = "feature_penalty"  # mean since the previous row
+GRAD_NORM_MAX = "grad_norm_max"  # largest total gradient norm since the previous row
+CLIP_FRAC = "clip_frac"  # share of clipped updates since the previous row
+LR = "lr"  # the learning rate of this step
+GRAD_NORM = "grad_norm"  # total norm before clipping, this step
+CLIPPED = "clipped"  # this step clipped: 0/1
+CLIPPED_STEPS = "clipped_steps"  # cumulative clipped updates
+NONFINITE = "nonfinite"  # cumulative skipped non-finite steps
+OVERFLOW_SKIPS = "overflow_skips"  # cumulative updates skipped by the loss scaler
+LOSS_SCALE = "loss_scale"  # the loss scale now; NaN without one
+DIVERGED = "diverged"  # 1 on the row where train.max_nonfinite non-finite steps in a row stopped the run
+WALL_TIME = "wall_time"  # seconds since the start
+
+# the stability diagnostics (train.diagnostics), per row step; per-block and per-layer ones below
+MASKED_FRAC = "masked_frac"  # masked frames / frames of the row's update
+MASKED_SHARE = MASKED_FRAC  # the same column, by what it measures
+ATTN_LOGIT_MAX = "attn_logit_max"  # largest pre-softmax attention logit over the layers (validation)
+ATTN_LOGIT_FP16_FRAC = "attn_logit_fp16_frac"  # ATTN_LOGIT_MAX as a fraction of float16's largest value
+VALID_ACC_CB0 = "valid_acc_cb0"  # codebook-0 accuracy on the masked validation frames
+
 FIGURE_LOSS = "train_loss_cb0"  # the figure's loss: every metrics file has it
-PARTIAL_COLUMNS = ["step", FIGURE_LOSS, "wall_time"]  # what amlm status reads of a seed's rows so far
+PARTIAL_COLUMNS = [STEP, FIGURE_LOSS, WALL_TIME]  # what amlm status reads of a seed's rows so far
+
+# the fixed columns, in the order training writes them (the per-codebook losses and the
+# diagnostics go between them: columns() gives a whole header)
+TRAINING_MEANS = [TRAIN_LOSS, FEATURE_PENALTY, GRAD_NORM_MAX, CLIP_FRAC]  # after train_loss_cb<k>
+STEP_VALUES = [LR, GRAD_NORM, CLIPPED]  # before valid_loss_cb<k>
+COUNTERS = [CLIPPED_STEPS, NONFINITE, OVERFLOW_SKIPS, LOSS_SCALE, DIVERGED, WALL_TIME]  # the row's end
+COLUMNS = [STEP, *TRAINING_MEANS, *STEP_VALUES, *COUNTERS]
 
 
 def loss_column(split: str, codebook: int) -> str:
     """The loss column of a split (train | valid) and a codebook: train_loss_cb0, valid_loss_cb3, ..."""
     return f"{split}_loss_cb{codebook}"
+
+
+def grad_norm_column(block: str) -> str:
+    """A block's gradient norm (diagnostics): grad_norm_conv, grad_norm_block0, grad_norm_heads, ..."""
+    return f"{GRAD_NORM}_{block}"
+
+
+def update_ratio_column(block: str) -> str:
+    """A block's update ratio ||dW|| / ||W|| (diagnostics): update_ratio_embed, update_ratio_block3, ..."""
+    return f"update_ratio_{block}"
+
+
+def attn_logit_max_column(layer: int) -> str:
+    """A layer's largest attention logit (diagnostics): attn_logit_max_l0, ..."""
+    return f"{ATTN_LOGIT_MAX}_l{layer}"
+
+
+def diagnostic_columns(blocks: list[str], layers: int) -> list[str]:
+    """The diagnostics' columns in the order training writes them: per block (conv, embed,
+    block0..N-1, heads) the gradient norms then the update ratios, the masked share, per layer the
+    attention logit maxima, then their maximum, its float16 fraction and codebook-0 accuracy."""
+    return [
+        *map(grad_norm_column, blocks),
+        *map(update_ratio_column, blocks),
+        MASKED_FRAC,
+        *map(attn_logit_max_column, range(layers)),
+        ATTN_LOGIT_MAX,
+        ATTN_LOGIT_FP16_FRAC,
+        VALID_ACC_CB0,
+    ]
+
+
+DIAGNOSTIC_COLUMNS = [MASKED_FRAC, ATTN_LOGIT_MAX, ATTN_LOGIT_FP16_FRAC, VALID_ACC_CB0]  # besides per block/layer
+
+
+def model_blocks(layers: int) -> list[str]:
+    """The blocks of a model of `layers` transformer layers, in model order (train.diagnostics'
+    param_blocks): conv, embed, block0..N-1, heads."""
+    return ["conv", "embed", *(f"block{i}" for i in range(layers)), "heads"]
+
+
+def columns(codebooks: int, layers: int | None = None) -> list[str]:
+    """A seed's metrics.csv header, as training writes it: `codebooks` loss columns per split, and
+    with `layers` (train.diagnostics on, a model of that many layers) the diagnostics."""
+    diagnostics = diagnostic_columns(model_blocks(layers), layers) if layers is not None else []
+    return [
+        STEP,
+        *(loss_column("train", k) for k in range(codebooks)),
+        *TRAINING_MEANS,
+        *STEP_VALUES,
+        *(loss_column("valid", k) for k in range(codebooks)),
+        *diagnostics,
+        *COUNTERS,
+    ]
 
 
 def loss_columns(frame: pd.DataFrame) -> list[str]:

@@ -1,7 +1,7 @@
 """Configuration: one YAML file, validated before any work, typed once into `Config`.
 
 The same file is Snakemake's configfile and DVC's params file. Validation has two layers:
-the JSON schema next to this module (types, ranges, unknown keys) and the cross-field rules
+the JSON schema generated from the dataclasses (types, ranges, enums, unknown keys) and the cross-field rules
 (the conv stack must stride 320, one arm per role, ...). Every failure is one line that names
 the file and the key. `load(path)` returns a `Config`, frozen dataclasses all the way down; the
 stages read it (`cfg.train.lr`, `cfg.model_for(run)`, `cfg.train_for(run, seed)`) and never the
@@ -12,11 +12,12 @@ holds the name:
 
     sections.py   the typed sections and `Config` (per-arm views as methods)
     load.py       the strict YAML reader (read_yaml: the mapping, for a program that edits it), load,
-                  from_mapping (validate and type a mapping), typed
+                  from_mapping (validate and type a mapping)
     checks.py     validate, section by section, and the check_* functions of one value; the formulas
                   it applies are the model's (acoustic_mlm.model.config) and EnCodec's (encodec.py)
     steps.py      what each pipeline step's outputs depend on (STEP_KEYS, UPSTREAM, DVC_STAGES)
     sweep.py      the optional `sweep:` section's points (imported as acoustic_mlm.config.sweep)
+    schema.py     the JSON schema generated from the dataclasses (`python -m acoustic_mlm.config --write`)
 """
 
 from acoustic_mlm.config.checks import (
@@ -28,14 +29,14 @@ from acoustic_mlm.config.checks import (
     renamed_settings,
     validate,
 )
-from acoustic_mlm.config.load import from_mapping, load, read_yaml, typed
+from acoustic_mlm.config.load import from_mapping, load, read_yaml
+from acoustic_mlm.config.schema import SCHEMA_PATH
 from acoustic_mlm.config.sections import (
     ATTENTIONS,
     CQT_IMPLS,
     NORMS,
     PRECISIONS,
     ROLES,
-    SCHEMA_PATH,
     ClaimThresholds,
     Config,
     DataConfig,
@@ -76,7 +77,6 @@ __all__ = [
     "load",
     "read_yaml",
     "from_mapping",
-    "typed",
     # checks.py
     "validate",
     "ADDED_KEYS",

@@ -1,7 +1,8 @@
 """Validation: a configuration mapping checked before any work, every failure one line that names
 the file and the key.
 
-Two layers: the JSON schema next to this module (types, ranges, unknown keys) and the rules across
+Two layers: the JSON schema generated from the dataclasses (config/schema.py: types, ranges, enums,
+unknown keys) and the rules across
 fields below, one function per section (the conv stack must stride 320, one arm per role, ...).
 The `check_*` functions of one value are also used for settings derived from the configuration
 (a sweep's run names, say).
@@ -16,10 +17,11 @@ from functools import lru_cache
 from typing import Any
 
 from acoustic_mlm import encodec
-from acoustic_mlm.config.sections import SCHEMA_PATH, ClaimThresholds, world_size
+from acoustic_mlm.config.schema import generate as generate_schema
+from acoustic_mlm.config.sections import ClaimThresholds, world_size
 from acoustic_mlm.config.steps import result_keys
 from acoustic_mlm.errors import ConfigError
-from acoustic_mlm.model.config import ATTENTIONS, CQT_IMPLS, NORMS, cqt_top_frequency, mask_groups, total_stride
+from acoustic_mlm.model.config import cqt_top_frequency, mask_groups, total_stride
 
 # Keys of earlier versions, with what replaced them (a config still using one gets this sentence).
 RENAMED_RUN_KEYS = {
@@ -67,20 +69,10 @@ def validate(cfg: Any, source: str = "config") -> dict:
 # ----------------------------------------------------------------------------- the schema
 
 
-# The values of the model's and the arms' axes have one home, the model (model/config.py): the schema
-# file leaves their enums out and they are filled in here.
-MODEL_ENUMS = {("model", "cqt_impl"): CQT_IMPLS, ("runs", "norm"): NORMS, ("runs", "attention"): ATTENTIONS}
-
-
 @lru_cache(maxsize=1)
 def _schema() -> dict:
-    """The schema file with the model's enums (MODEL_ENUMS) in place."""
-    schema = json.loads(SCHEMA_PATH.read_text())
-    for (section, key), values in MODEL_ENUMS.items():
-        node = schema["properties"][section]
-        node = node["additionalProperties"] if section == "runs" else node
-        node["properties"][key]["enum"] = list(values)
-    return schema
+    """The JSON schema generated from the dataclasses (config/schema.py; the shipped file is the same)."""
+    return generate_schema()
 
 
 def schema() -> dict:

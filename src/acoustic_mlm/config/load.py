@@ -19,18 +19,13 @@ def load(path: str | Path) -> Config:
     """Read, validate and type a YAML configuration file: the one `Config` every stage reads."""
     path = Path(path)
     _check_config_path(path)
-    return Config.from_validated(validate(read_yaml(path), source=str(path)), str(path))
+    return Config._from_checked(validate(read_yaml(path), source=str(path)), str(path))
 
 
 def from_mapping(cfg: dict, source: str = "config") -> Config:
-    """A configuration mapping (as the YAML file holds it), validated and typed."""
-    return Config.from_validated(validate(cfg, source), source)
-
-
-def typed(cfg: Config | dict, source: str = "config") -> Config:
-    """`cfg` itself when already typed, else the mapping validated and typed: what a stage's entry
-    function calls, so that a program may pass the YAML's mapping as well as `load`'s result."""
-    return cfg if isinstance(cfg, Config) else from_mapping(cfg, source)
+    """A configuration mapping (as the YAML file holds it; a program's edited copy of one), validated
+    and typed: the only way to a `Config` besides `load`. Stage entries take a `Config`, never a mapping."""
+    return Config._from_checked(validate(cfg, source), source)
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -281,7 +281,7 @@ SOURCES: dict[str, Callable[[C.Config, Path, Context], dict]] = {
 
 
 def run(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     out_dir: Path,
     downloads_dir: Path | None = None,
     *,
@@ -292,9 +292,8 @@ def run(
 
     Archives are downloaded into and kept in `downloads_dir` (default: `out_dir.parent /
     "downloads"`, i.e. data/downloads), which exists after every successful fetch. `cfg`: a `Config`
-    (or a configuration mapping, validated and typed here).
+    (`config.load`).
     """
-    cfg = C.typed(cfg)
     source = cfg.data.source
     if source not in SOURCES:
         raise UserError(f"data.source: unknown source '{source}' (known: {', '.join(SOURCES)})")

@@ -173,14 +173,13 @@ def _min_samples(cfg: C.Config) -> int:
     return max(1, cfg.crop_frames) * encodec.HOP
 
 
-def plan(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
+def plan(cfg: C.Config, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     """Write out_dir/shards.csv: every audio-named path under raw_dir with its clip id and shard.
 
     Paths are sorted and cut into shards of `data.shard_files` paths. Clip ids are decided here,
     over the whole corpus, so that they are unique across shards. Paths `scan` leaves out
     (hidden, not regular files) carry their reason in `skip` and go straight to the rejects.
     """
-    cfg = C.typed(cfg)
     raw_dir = Path(raw_dir)
     recover_replaced(raw_dir)  # a fetch killed while it replaced the folder: the previous one back, said in the log
     if not raw_dir.is_dir():
@@ -204,7 +203,7 @@ def plan(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> pd.DataFrame:
     return frame
 
 
-def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int) -> dict:
+def prepare_shard(cfg: C.Config, raw_dir: Path, out_dir: Path, shard: int) -> dict:
     """Decode the files of one shard of out_dir/shards.csv into out_dir/shard-<k>/ (atomically).
 
     shard-<k>/: audio.npy (the shard's clips concatenated), clips.csv (the manifest's columns
@@ -212,7 +211,6 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
     by the largest file: clips are decoded one at a time and appended to audio.npy. A shard whose
     files are all unusable is complete (its clips.csv is empty): only the whole corpus must hold audio.
     """
-    cfg = C.typed(cfg)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     recover_replaced(raw_dir)
     sample_rate, min_samples = int(cfg.data.sample_rate), _min_samples(cfg)
@@ -271,14 +269,13 @@ def prepare_shard(cfg: C.Config | dict, raw_dir: Path, out_dir: Path, shard: int
     return summary
 
 
-def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
+def merge(cfg: C.Config, out_dir: Path) -> pd.DataFrame:
     """Join the shards of out_dir into the corpus: manifest.csv, rejects.csv, prepare.json.
 
     The train/valid split is decided here, over every usable clip of every shard. Every path of
     the plan must be in exactly one shard's clips or rejects. Fails with one line when no file
     of the corpus is usable.
     """
-    cfg = C.typed(cfg)
     out_dir = Path(out_dir)
     sample_rate, min_samples = int(cfg.data.sample_rate), _min_samples(cfg)
     todo = read_plan(out_dir)
@@ -343,16 +340,15 @@ def merge(cfg: C.Config | dict, out_dir: Path) -> pd.DataFrame:
     return manifest
 
 
-def run(cfg: C.Config | dict, raw_dir: Path, out_dir: Path) -> None:
+def run(cfg: C.Config, raw_dir: Path, out_dir: Path) -> None:
     """The whole stage in one process: plan, every shard in turn, merge; out_dir appears complete or not at all.
 
     Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this. `cfg`: a
-    `Config` (or a configuration mapping, validated and typed here, as by `plan`, `prepare_shard`, `merge`).
+    `Config` (`config.load`), as for `plan`, `prepare_shard` and `merge`.
     Memory is one file's audio at a time. A run killed mid-corpus (SIGKILL, the OOM killer, a lost node)
     leaves its temporary folder; the next run takes the shards it had finished (each written whole) when
     its plan, settings and fetch record are the same, and prepares only the others.
     """
-    cfg = C.typed(cfg)
     raw_dir = Path(raw_dir)
     resume = claim_killed_run(out_dir)
     try:

@@ -4,7 +4,8 @@
 arm's norm and attention, which is what builds an `AcousticMLM`. The formulas here (the conv stack's
 stride and receptive field, the mask groups, the CQT bins' frequencies) are the model's; the
 configuration's checks import them to refuse a file before any work, never the other way round.
-Standard library and numpy only: Snakemake and the configuration import this without torch.
+Each key is declared once, with acoustic_mlm.declare.setting (config/schema.py writes the JSON schema from
+it). Standard library and numpy only: Snakemake and the configuration import this without torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 from dataclasses import dataclass, fields
 
 import numpy as np
+
+from acoustic_mlm.declare import setting
 
 NORMS = ("pre", "post", "deepnorm")  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha x + F(x)), scaled init
 ATTENTIONS = ("softmax", "pb_relax", "unfused")  # fused kernel | PB-Relax with relax_alpha | fairseq's order
@@ -23,40 +26,55 @@ CQT_IMPLS = ("nnaudio", "fft")  # nnAudio's convolutions (as MERT) | the same ke
 class ModelSection:
     """The `model:` section: the architecture and the objective, the same for every arm."""
 
-    conv_layers: tuple[tuple[int, int, int], ...]  # (channels, kernel, stride) per conv layer
-    dim: int  # transformer width
-    layers: int  # transformer blocks
-    heads: int  # attention heads
-    ffn_dim: int  # feed-forward hidden size
-    dropout: float  # residual dropout
-    attention_dropout: float  # dropout on attention probabilities
-    activation_dropout: float  # FFN hidden dropout (fairseq activation_dropout)
-    encoder_layerdrop: float  # probability of skipping each block in training (LayerDrop)
-    dropout_input: float  # dropout on the projected features, before masking
-    feature_grad_mult: float  # gradient scale into the conv front end (0: frozen)
-    pos_conv_kernel: int  # convolutional positional embedding kernel
-    pos_conv_groups: int  # ... and groups
-    final_dim: int  # per-codebook projection size for cosine logits
-    logit_temp: float  # cosine logits / logit_temp
-    fp16_logits: bool  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
-    relax_alpha: float  # PB-Relax alpha (used only when attention is pb_relax)
-    qk_gain: float  # q and k each multiplied by this (forced logit growth); 1: off
-    feature_penalty: float  # weight of the L2 penalty on conv features
-    mask_prob: float  # fairseq span-mask probability
-    mask_length: int  # span length in frames
-    mask_min_masks: int  # minimum spans per sequence
-    codebooks: int  # codebooks predicted
-    codebook_size: int  # codes per codebook
-    special_symbols: int  # extra never-target classes per codebook (fairseq's Dictionary: 4)
-    cqt_loss_weight: float  # weight of the CQT reconstruction loss on masked frames (0: off)
-    cqt_bins: int  # CQT bins predicted
-    cqt_bins_per_octave: int  # CQT resolution
-    cqt_fmin: float  # lowest CQT bin's centre frequency, Hz
-    mixture_prob: float  # share of training crops mixed with in-batch noise (0: off)
-    mixture_segments: tuple[int, int]  # noise segments per mixed crop, inclusive range
-    mixture_samples: tuple[int, int]  # samples per noise segment, inclusive range
-    mixture_volume: float  # noise gain
-    cqt_impl: str = "nnaudio"  # the one optional key: a file without it computes the CQT as MERT does
+    conv_layers: tuple[tuple[int, int, int], ...] = setting(  # (channels, kernel, stride) per conv layer
+        minItems=1,
+        items={"minItems": 3, "maxItems": 3, "items": {"minimum": 1}},
+    )
+    dim: int = setting(minimum=1)  # transformer width
+    layers: int = setting(minimum=1)  # transformer blocks
+    heads: int = setting(minimum=1)  # attention heads
+    ffn_dim: int = setting(minimum=1)  # feed-forward hidden size
+    dropout: float = setting(minimum=0, maximum=1)  # residual dropout
+    attention_dropout: float = setting(minimum=0, maximum=1)  # dropout on attention probabilities
+    activation_dropout: float = setting(minimum=0, maximum=1)  # FFN hidden dropout (fairseq activation_dropout)
+    encoder_layerdrop: float = setting(  # probability of skipping each block in training (LayerDrop)
+        minimum=0,
+        exclusiveMaximum=1,
+    )
+    dropout_input: float = setting(minimum=0, maximum=1)  # dropout on the projected features, before masking
+    feature_grad_mult: float = setting(minimum=0)  # gradient scale into the conv front end (0: frozen)
+    pos_conv_kernel: int = setting(minimum=2)  # convolutional positional embedding kernel
+    pos_conv_groups: int = setting(minimum=1)  # ... and groups
+    final_dim: int = setting(minimum=1)  # per-codebook projection size for cosine logits
+    logit_temp: float = setting(exclusiveMinimum=0)  # cosine logits / logit_temp
+    fp16_logits: bool = setting()  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
+    relax_alpha: float = setting(minimum=1)  # PB-Relax alpha (used only when attention is pb_relax)
+    qk_gain: float = setting(  # q and k each multiplied by this (forced logit growth); 1: off
+        exclusiveMinimum=0,
+        doc="q and k each multiplied by this before attention (forced logit growth; logits x qk_gain^2); 1: off",
+    )
+    feature_penalty: float = setting(minimum=0)  # weight of the L2 penalty on conv features
+    mask_prob: float = setting(exclusiveMinimum=0, maximum=1)  # fairseq span-mask probability
+    mask_length: int = setting(minimum=1)  # span length in frames
+    mask_min_masks: int = setting(minimum=0)  # minimum spans per sequence
+    codebooks: int = setting(minimum=1, maximum=32)  # codebooks predicted
+    codebook_size: int = setting(minimum=2)  # codes per codebook
+    special_symbols: int = setting(minimum=0)  # extra never-target classes per codebook (fairseq's Dictionary: 4)
+    cqt_loss_weight: float = setting(minimum=0)  # weight of the CQT reconstruction loss on masked frames (0: off)
+    cqt_bins: int = setting(minimum=1)  # CQT bins predicted
+    cqt_bins_per_octave: int = setting(minimum=1)  # CQT resolution
+    cqt_fmin: float = setting(exclusiveMinimum=0)  # lowest CQT bin's centre frequency, Hz
+    mixture_prob: float = setting(minimum=0, maximum=1)  # share of training crops mixed with in-batch noise (0: off)
+    mixture_segments: tuple[int, int] = setting(items={"minimum": 1})  # noise segments per mixed crop, inclusive range
+    mixture_samples: tuple[int, int] = setting(items={"minimum": 1})  # samples per noise segment, inclusive range
+    mixture_volume: float = setting(minimum=0)  # noise gain
+    cqt_impl: str = setting(  # the one optional key: a file without it computes the CQT as MERT does
+        "nnaudio",
+        optional=True,
+        enum=CQT_IMPLS,
+        doc="how the CQT target is computed: nnaudio (nnAudio's convolutions, as MERT; the default) | fft (the same "
+        "kernels by FFT, equal to float32 rounding, a small fraction of the cost)",
+    )
 
     @classmethod
     def from_mapping(cls, section: dict) -> "ModelSection":

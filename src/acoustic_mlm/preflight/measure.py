@@ -22,7 +22,7 @@ from acoustic_mlm import encodec
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.preflight.project import GB, projected_update_ms, steady_bytes_per_param, suggest_micro_batch
-from acoustic_mlm.train.precision import FairseqPrecision
+from acoustic_mlm.train.precision import FP32, FairseqPrecision
 from acoustic_mlm.train.update import build_trainer, update
 from acoustic_mlm.utils import Progress, log
 
@@ -431,7 +431,7 @@ def fit_cuda(m, t, device, precision, frames, plan, crops_per_process, probe, ba
 
 
 def fit_summary(
-    res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int, precision: str = "fp32"
+    res: dict, device: torch.device, preset_micro: int, crops_per_process: int, avail: int, precision: str = FP32
 ) -> dict:
     """Whether the preset's micro-batch fits, the largest that fits, and the setting that keeps the global batch.
 

@@ -17,6 +17,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.data_costs import SAMPLE_BYTES, corpus_seconds
 from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.train.precision import traits
 from acoustic_mlm.train.state import KEEP_STATES
 
 GB = 1e9  # memory and disk in decimal gigabytes
@@ -36,7 +37,6 @@ PEAK_TFLOPS: tuple[tuple[str, float | None, float], ...] = (
     ("V100", None, 15.7),  # fp16 tensor cores (125) but no bf16
 )
 V100_FP16_TFLOPS = 125.0
-HALF_PRECISIONS = ("bf16", "fp16", "fp16_fairseq")  # tensor-core precisions (fp16_fairseq: an fp16 model)
 
 # Named GPUs the cost is projected on when the preset's GPU is not here (from counted FLOPs; a
 # projection, not a measurement): (name, dense fp16/bf16 peak, fp32 peak) in TFLOP/s, NVIDIA's
@@ -69,10 +69,11 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
     """The device's peak for this precision from PEAK_TFLOPS, or None when the name is unknown."""
     for key, half, fp32 in PEAK_TFLOPS:
         if key in device_name:
-            if precision == "fp32":
+            tr = traits(precision)
+            if not tr.tensor_cores:
                 return fp32
             if key == "V100":
-                return V100_FP16_TFLOPS if precision in ("fp16", "fp16_fairseq") else None
+                return V100_FP16_TFLOPS if tr.matmul_dtype == torch.float16 else None
             return half
     return None
 
@@ -165,11 +166,10 @@ def disk_estimate(cfg: C.Config, params: int, arms: list[dict], slots: int, corp
 
 
 def steady_bytes_per_param(precision: str) -> int:
-    """Bytes per parameter a steady update holds: fp32 weights, gradients and Adam state; under
-    fp16_fairseq fp16 weights and gradients beside fp32 master weights, their gradients and Adam state."""
-    if precision == "fp16_fairseq":
-        return 2 + 2 + 2 * PARAM_BYTES + ADAM_STATE_BYTES
-    return 2 * PARAM_BYTES + ADAM_STATE_BYTES
+    """Bytes per parameter a steady update holds: the model's weights and gradients (fp32; fp16 under
+    fp16_fairseq) and Adam state, and with master weights (fp16_fairseq) their fp32 copies and gradients."""
+    tr = traits(precision)
+    return 2 * tr.weight_bytes + (2 * PARAM_BYTES if tr.half_model else 0) + ADAM_STATE_BYTES
 
 
 # ----------------------------------------------------------------------------- on named GPUs, from counted FLOPs
@@ -192,7 +192,7 @@ def gpu_projection(
     frames = cfg.crop_frames
     rows = []
     for gpu, half, fp32 in PROJECTION_GPUS:
-        gpu_peak = half if precision in HALF_PRECISIONS else fp32
+        gpu_peak = half if traits(precision).tensor_cores else fp32
         hours, per_arm = [], []
         for a in arms:
             micro_ms = update_ms_at(
@@ -243,9 +243,9 @@ def sweep_projection(cfg: C.Config, utilisation: float, intra_gb_s: float, inter
             m, t = pc.model_for(name), pc.train_for(name)
             micro = t.batch_size // t.world
             micro_ms = update_ms_at(
-                step_flops(m, micro, frames), half if t.precision in HALF_PRECISIONS else fp32, utilisation
+                step_flops(m, micro, frames), half if traits(t.precision).tensor_cores else fp32, utilisation
             )
-            grad_bytes = _param_count(m) * (2 if t.precision == "fp16_fairseq" else 4)
+            grad_bytes = _param_count(m) * traits(t.precision).weight_bytes
             comm = allreduce_ms(grad_bytes, t.world, t.nodes, intra_gb_s, inter_gb_s)
             ms, _, _ = with_communication(t.accum_steps * micro_ms, micro_ms, comm)
             hours = wall_hours(t.steps, ms, len(pt.seeds)) * t.world
@@ -293,7 +293,7 @@ def gpu_memory_projection(
     workspaces and the CUDA context come on top."""
     static = params * steady_bytes_per_param(precision)
     per_crop = activation_bytes_per_crop * preset_frames / counted_frames
-    if precision == "fp16_fairseq":
+    if traits(precision).half_model:
         per_crop *= HALF_ACTIVATION_SHARE
     total = static + micro_batch * per_crop
     return {

@@ -15,10 +15,8 @@ def _num(x, fmt: str = ".3g") -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
-def markdown(r: dict) -> str:
-    """preflight.json as a readable page."""
-    f, d = r["figure"], r["disk"]
-    kind = "CPU" if r["cpu_times"] else "GPU"
+def _header(r: dict) -> list[str]:
+    """The title, what was measured and how, and the weights measured."""
     measured_frames = r.get("measured_frames", r["crop_frames"])
     cut = f", the model cut to {r['measured_layers']} blocks" if r.get("measured_layers") else ""
     lines = [
@@ -43,6 +41,12 @@ def markdown(r: dict) -> str:
     )
     masters = f", {a0['master_dtype']} master weights" if a0["master_dtype"] else ""
     lines += [f"Weights measured: {a0['param_dtype']}{masters}{scale}.", ""]
+    return lines
+
+
+def _arms(r: dict, kind: str) -> list[str]:
+    """One row per arm: measured (and projected) on this device, or its CPU times beside projected GPU memory."""
+    lines = []
     if r["gpu_projection"] is None:
         lines += [
             "| arm | ms/update | from | all-reduce ms | bound | frames/s | TFLOP/s | MFU | peak memory (GB) | fits | "
@@ -75,6 +79,13 @@ def markdown(r: dict) -> str:
                 f"| {a['run']} | {a['ms_per_micro_batch']:.1f} | {a['peak_memory_gb']:.2f} | "
                 f"{_num(mem.get('total_gb'), '.1f')} | {_yes_no(a['fits'])} | {suggestion} |"
             )
+    return lines
+
+
+def _allreduce(r: dict) -> list[str]:
+    """The gradient all-reduce: bytes per update, links, how it is projected."""
+    a0 = r["arms"][0]
+    lines = []
     ic = r["interconnect"]
     lines += [
         "",
@@ -87,6 +98,12 @@ def markdown(r: dict) -> str:
         "all-reduce takes longer than its compute.",
         "",
     ]
+    return lines
+
+
+def _gpu_memory(r: dict) -> list[str]:
+    """The projected GPU memory per process, per named GPU (when projected)."""
+    lines = []
     mem = r["arms"][0].get("gpu_memory")
     if mem:
         lines += [
@@ -103,6 +120,13 @@ def markdown(r: dict) -> str:
                 f"| {g['gpu']} | {g['memory_gb']:g} | {_yes_no(g['fits'])} | {_num(g['max_micro_batch'], 'd')} |"
             )
         lines.append("")
+    return lines
+
+
+def _figure(r: dict, kind: str) -> list[str]:
+    """The projection on named GPUs (when the preset's GPU is not here), and the whole figure's hours."""
+    f = r["figure"]
+    lines = []
     if r["gpu_projection"] is not None:
         lines += [
             "**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "
@@ -130,6 +154,12 @@ def markdown(r: dict) -> str:
             f"process(es) per run, {f['nodes']} node(s) x {f['gpus_per_node']} GPU(s), {f['concurrent_jobs']} job(s) "
             f"at once: **{f['wall_hours']:.1f} h** wall, {f['gpu_hours']:.1f} {kind}-hours.",
         ]
+    return lines
+
+
+def _sweep(r: dict) -> list[str]:
+    """The sweep's projection and its own models, when there is a sweep."""
+    lines = []
     if r.get("sweep_projection"):
         sw = r["sweep_projection"]
         lines += [
@@ -160,6 +190,13 @@ def markdown(r: dict) -> str:
                 f"(e.g. {sm['measured_as']}) | {sm['params']:,} | {fits} | {sm['suggested_micro_batch'] or '-'} "
                 f"| {_num(memory)} |"
             )
+    return lines
+
+
+def _disk_and_method(r: dict) -> list[str]:
+    """The disk a preset takes, the data side's costs, and how the numbers were computed."""
+    d = r["disk"]
+    lines = []
     lines += [
         "",
         f"**Disk**: audio {_num(d['audio_gb'])} GB ({d.get('sample_format', 'float32')}, 24 kHz), "
@@ -176,5 +213,20 @@ def markdown(r: dict) -> str:
         "ms/update; GPU-hours = wall x processes; the figure's jobs share the GPUs longest first. Model FLOPs: "
         f"acoustic_mlm.preflight.flops.step_flops. Memory: {r['memory_kind']}.",
         "",
+    ]
+    return lines
+
+
+def markdown(r: dict) -> str:
+    """preflight.json as a readable page."""
+    kind = "CPU" if r["cpu_times"] else "GPU"
+    lines = [
+        *_header(r),
+        *_arms(r, kind),
+        *_allreduce(r),
+        *_gpu_memory(r),
+        *_figure(r, kind),
+        *_sweep(r),
+        *_disk_and_method(r),
     ]
     return "\n".join(lines)

@@ -73,6 +73,7 @@ from acoustic_mlm.preflight.project import (
     with_communication,
 )
 from acoustic_mlm.preflight.report import markdown
+from acoustic_mlm.train.precision import FP32, traits
 from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
 
@@ -129,9 +130,7 @@ class Hardware:
         return self.nodes * self.gpus_per_node
 
 
-def run(
-    cfg: C.Config | dict, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()
-) -> dict:
+def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"), options: Options = Options()) -> dict:
     """Measure every arm of the preset; write preflight.json and preflight.md into out_dir.
 
     A preset for CUDA measured on CPU (no CUDA device, or --device cpu) answers in well under a
@@ -148,7 +147,6 @@ def run(
     GPU and projects the preset's node (the all-reduce at the bandwidths given), unless --gpus-per-node
     says otherwise.
     """
-    cfg = C.typed(cfg, str(config_path))
     t0 = cfg.train  # the `train:` section, the same for every arm
     _check_projection_options(options)
     device, note = _device(t0, config_path, options)
@@ -293,7 +291,7 @@ def _hardware(
             "one run's processes on a node need a GPU each"
         )
     nodes = t0.nodes if options.nodes is None else options.nodes  # the figure's machines: by default the run's own
-    measure_precision = "fp32" if substitute else precision  # a half model's CPU kernels take minutes
+    measure_precision = FP32 if substitute else precision  # a half model's CPU kernels take minutes
     return Hardware(device, label, note, substitute, precision, measure_precision, peak, nodes, gpus_per_node)
 
 
@@ -469,7 +467,7 @@ def _projected_fit(
     )
     return {
         "params": params,  # the whole model's (the measured cut's: measured_params)
-        "grad_bytes": params * (2 if hw.precision == "fp16_fairseq" else 4),
+        "grad_bytes": params * traits(hw.precision).weight_bytes,
         "gpu_memory": mem,
         "fits": fits,
         "fits_at_micro_batch": preset_micro,

@@ -51,7 +51,7 @@ def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
 
 
 def run(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     runs_dir: Path,
     out_path: Path,
     diagnostics_path: Path | None = None,
@@ -59,7 +59,6 @@ def run(
 ) -> pd.DataFrame:
     """Write loss_curves.csv to out_path and diagnostics.csv beside it (or to diagnostics_path);
     with finals_path, also each arm's final codebook-0 loss under a short name (final_losses)."""
-    cfg = C.typed(cfg)
     check_runs_dir(Path(runs_dir))
     frames, diag = [], []
     for name in cfg.runs:

@@ -429,7 +429,7 @@ class _Context:
 
 
 def run(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     curves_path,
     out_json,
     out_md,
@@ -446,7 +446,6 @@ def run(
     line if absent). With `diagnostics_path` (diagnostics.csv), every spike is explained by the
     diagnostics.
     """
-    cfg = C.typed(cfg)
     th = cfg.claims
     split = cfg.figure.split
     curves_path = Path(curves_path)

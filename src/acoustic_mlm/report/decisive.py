@@ -28,26 +28,20 @@ import pandas as pd
 from scipy.stats import norm
 
 from acoustic_mlm import curves
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, short_value
 from acoustic_mlm.artifacts.codes import SUMMARY as CODES_SUMMARY
 from acoustic_mlm.artifacts.codes import read_tokenizer_summary
-from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
-from acoustic_mlm.artifacts.run_summary import (
-    SEED_STATUSES,
-    SUMMARY,
-    arm_settings,
-    number,
-    read_arm_summary,
-    whole,
-)
+from acoustic_mlm.artifacts.run_summary import DIVERGED
+from acoustic_mlm.config.differ import first_difference
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import power
+from acoustic_mlm.report.runs import finished_run_folders, read_run_folder
 from acoustic_mlm.report.stability_map import NO_LOSS_BITS  # a run with no finite loss: an untrained model's
-from acoustic_mlm.train.state import STATE_DIR
+from acoustic_mlm.train.precision import names_where
 from acoustic_mlm.utils import (  # FP16_MAX: an unfused logit beyond it is inf
     FP16_MAX,
     atomic_group,
-    folder_busy,
     write_json,
 )
 
@@ -64,7 +58,7 @@ CELL_KEYS = ["layers", "lr", "precision", "warmup_steps", "feature_grad_mult", "
 RUN_COLUMNS = [
     "run",
     "arm",
-    "seed",
+    M.SEED,
     *CELL_KEYS,
     "steps",
     "norm",
@@ -85,7 +79,7 @@ RUN_COLUMNS = [
     "nonfinite_steps",
     "overflow_skips",
     "max_grad_norm",
-    "attn_logit_max",
+    M.ATTN_LOGIT_MAX,
     "wall_time_s",
 ]
 
@@ -175,34 +169,25 @@ def _setting(settings: dict, key: str, default=None):
 
 
 def read_run(run_dir: Path, plateau: float) -> list[dict]:
-    """One row per seed of a run folder, every setting read from its summary.json."""
-    run_dir = Path(run_dir)
-    summary = read_arm_summary(run_dir / SUMMARY)
-    settings = arm_settings(summary, run_dir / SUMMARY)
-    metrics = read_metrics(run_dir / METRICS)
-    if "seed" not in metrics.columns:
-        raise UserError(f"{run_dir / METRICS}: no column 'seed'; rerun the train stage for {run_dir.name}")
-    where = run_dir / SUMMARY
+    """One row per seed of a run folder (runs.read_run_folder), every setting read from its summary.json."""
+    folder = read_run_folder(run_dir)
+    settings, where = folder.settings, folder.summary_path
     norm, attention = _setting(settings, "runs.*.norm"), _setting(settings, "runs.*.attention")
     clip = _setting_number(settings, "runs.*.clip", where)
     rows = []
-    for seed, one in _seed_summaries(summary, where):
-        m = metrics[metrics["seed"] == seed]
+    for one in folder.seed_runs():
+        m = one.rows
         if m.empty:
-            raise UserError(f"{run_dir / METRICS}: no rows of seed {seed}; rerun the train stage for {run_dir.name}")
-        out = run_outcomes(m["step"], m["train_loss_cb0"], plateau)
-        logit = (
-            float(m["attn_logit_max"].max())
-            if "attn_logit_max" in m and m["attn_logit_max"].notna().any()
-            else math.nan
-        )
-        status = one.get("status")
-        nonfinite = whole(one, "nonfinite_steps", where)
+            raise UserError(
+                f"{folder.path / M.METRICS}: no rows of seed {one.seed}; rerun the train stage for {folder.name}"
+            )
+        out = run_outcomes(m[M.STEP], m[M.FIGURE_LOSS], plateau)
+        nonfinite = one.whole("nonfinite_steps")
         rows.append(
             {
-                "run": run_dir.name,
+                "run": folder.name,
                 "arm": kind_name(norm, attention, clip),
-                "seed": seed,
+                M.SEED: one.seed,
                 "layers": int(_setting_number(settings, "model.layers", where)),
                 "lr": _setting_number(settings, "train.lr", where),
                 "precision": _setting(settings, "train.precision"),
@@ -213,15 +198,15 @@ def read_run(run_dir: Path, plateau: float) -> list[dict]:
                 "norm": norm,
                 "attention": attention,
                 "clip": clip,
-                "status": status,
+                "status": one.status,
                 **out,
                 "plateau": plateau,
-                "failed": bool(status == "diverged" or nonfinite > 0),
+                "failed": bool(one.status == DIVERGED or nonfinite > 0),
                 "nonfinite_steps": nonfinite,
-                "overflow_skips": whole(one, "overflow_skips", where),
-                "max_grad_norm": number(one, "max_grad_norm", where),
-                "attn_logit_max": logit,
-                "wall_time_s": number(one, "wall_time_s", where),
+                "overflow_skips": one.whole("overflow_skips"),
+                "max_grad_norm": one.number("max_grad_norm"),
+                M.ATTN_LOGIT_MAX: one.attn_logit_max(),
+                "wall_time_s": one.number("wall_time_s"),
                 "_settings": settings,  # for check_pooled; not a column
             }
         )
@@ -255,59 +240,12 @@ DECIDE_FILES = ("runs.csv", "cells.csv", "decisive.json", "decisive.md")  # one 
 MIN_SEEDS = 2  # seeds per arm below which a comparison has no spread to judge a gap by
 
 
-def run_folders(runs_dir: Path) -> list[Path]:
-    """The run folders under runs_dir that hold a summary.json; a folder training has begun but not
-    finished (seeds or resumable states, no summary.json) is refused, not left out."""
-    if not runs_dir.is_dir():
-        what = "is not a folder" if runs_dir.exists() else "does not exist"
-        raise UserError(f"{runs_dir}: --runs-dir {what}; name the folder the sweep's runs were trained into")
-    done, unfinished = [], []
-    for child in sorted(runs_dir.iterdir()):
-        if child.name.startswith(".") or not child.is_dir():  # temporary names of atomic outputs
-            continue
-        busy = folder_busy(child)  # a train writing it now, even over an earlier summary.json
-        if busy:
-            raise UserError(
-                f"{child}: {busy} is writing this run folder now; decide judges finished runs only: let it finish"
-            )
-        if (child / SUMMARY).is_file():
-            done.append(child)
-        elif (child / "seeds").is_dir() or (child / STATE_DIR).is_dir():
-            unfinished.append(child)
-    if unfinished:
-        more = f" (and {len(unfinished) - 1} more)" if len(unfinished) > 1 else ""
-        raise UserError(
-            f"{unfinished[0]}: no summary.json yet: still training, or stopped before its end{more}; "
-            f"decide judges finished runs only: let it finish (or resume it), or move it out of {runs_dir}"
-        )
-    if not done:
-        raise UserError(f"{runs_dir}: no run folder with a summary.json; train the experiment's points first")
-    return done
-
-
 def _setting_number(settings: dict, key: str, path: Path, default=None) -> float:
     """A numeric setting of a summary's settings; a missing or damaged one is one ReadError line."""
     value = _setting(settings, key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ReadError(f"{path}: 'settings.{key}' is {short_value(value)}, not a finite number; rerun the train stage")
     return float(value)
-
-
-def _seed_summaries(summary: dict, path: Path) -> list[tuple[int, dict]]:
-    """(seed, its summary) of an arm summary's `per_seed`, by seed; a damaged entry is one ReadError line."""
-    out = []
-    for key, one in summary["per_seed"].items():
-        if not (isinstance(key, str) and key.isdigit()) or not isinstance(one, dict):
-            raise ReadError(f"{path}: 'per_seed.{key}' is not a seed's summary; rerun the train stage")
-        if one.get("status") not in SEED_STATUSES:
-            raise ReadError(
-                f"{path}: 'per_seed.{key}.status' is {short_value(one.get('status'))}, not one of "
-                f"{', '.join(SEED_STATUSES)}; rerun the train stage"
-            )
-        out.append((int(key), one))
-    if not out:
-        raise ReadError(f"{path}: 'per_seed' is empty; rerun the train stage")
-    return sorted(out, key=lambda kv: kv[0])
 
 
 def check_pooled(rows: list[dict], runs_dir: Path) -> None:
@@ -323,25 +261,22 @@ def check_pooled(rows: list[dict], runs_dir: Path) -> None:
         for r in rs[1:]:
             if r["run"] == first["run"]:
                 continue
-            other = _pooled_settings(r["_settings"])
-            differ = sorted(k for k in set(own) | set(other) if own.get(k) != other.get(k))
-            if differ:
-                k = differ[0]
+            d = first_difference(_pooled_settings(r["_settings"]), own)
+            if d is not None:
                 raise UserError(
-                    f"{runs_dir / r['run']}: pooled with {first['run']} as {where}, but trained with {k} "
-                    f"{other.get(k, '(unset)')!r} where it has {own.get(k, '(unset)')!r}"
-                    + (f" (and {len(differ) - 1} more settings differ)" if len(differ) > 1 else "")
-                    + f"; decide pools runs of one setting: move one of them out of {runs_dir}"
+                    f"{runs_dir / r['run']}: pooled with {first['run']} as {where}, but trained with {d.key} "
+                    f"{d.mine!r} where it has {d.theirs!r}{d.and_more('settings differ')}; decide pools runs "
+                    f"of one setting: move one of them out of {runs_dir}"
                 )
         seen: dict[int, str] = {}
         for r in rs:
-            if r["seed"] in seen and seen[r["seed"]] != r["run"]:
+            if r[M.SEED] in seen and seen[r[M.SEED]] != r["run"]:
                 raise UserError(
-                    f"{runs_dir / r['run']}: holds seed {r['seed']} of {where}, as {seen[r['seed']]} does, "
+                    f"{runs_dir / r['run']}: holds seed {r[M.SEED]} of {where}, as {seen[r[M.SEED]]} does, "
                     f"with the same settings (a copy of a run folder?); decide counts each seed once: move one "
                     f"of them out of {runs_dir}"
                 )
-            seen[r["seed"]] = r["run"]
+            seen[r[M.SEED]] = r["run"]
 
 
 def _pooled_settings(settings: dict) -> dict:
@@ -369,7 +304,7 @@ def without_spread(result: dict) -> dict:
 
 def run_table(runs_dir: Path, codes_dir: Path) -> pd.DataFrame:
     """Every run folder under runs_dir that holds a summary.json, one row per seed (RUN_COLUMNS)."""
-    folders = run_folders(Path(runs_dir))
+    folders = finished_run_folders(Path(runs_dir), "decide")
     plateau = plateau_bits(codes_dir)
     rows = [row for folder in folders for row in read_run(folder, plateau)]
     check_pooled(rows, Path(runs_dir))
@@ -472,7 +407,7 @@ def aa_difference(runs: pd.DataFrame, layers: int, lr: float, steps: int) -> flo
     """|mean capped loss of the A/A arm - that of clip 1| over their common seeds in fp32 at this
     depth and rate: at this budget if measured there, else at any budget (warm-up as measured)."""
     fp32 = runs[
-        (runs["precision"] == "fp32")
+        runs["precision"].isin(names_where(lambda tr: not tr.tensor_cores))  # fp32
         & (runs["layers"] == layers)
         & np.isclose(runs["lr"], lr)
         & np.isclose(runs["qk_gain"], 1.0)
@@ -482,12 +417,12 @@ def aa_difference(runs: pd.DataFrame, layers: int, lr: float, steps: int) -> flo
         for budget in sorted(set(x["steps"]) & set(y["steps"]), reverse=True):
             xs, ys = x[x["steps"] == budget], y[y["steps"] == budget]
             xs, ys = [g[g["warmup_steps"] == g["warmup_steps"].max()] for g in (xs, ys)]
-            seeds = sorted(set(xs["seed"]) & set(ys["seed"]))
+            seeds = sorted(set(xs[M.SEED]) & set(ys[M.SEED]))
             if seeds:
                 return abs(
                     float(
-                        xs[xs["seed"].isin(seeds)]["capped_loss"].mean()
-                        - ys[ys["seed"].isin(seeds)]["capped_loss"].mean()
+                        xs[xs[M.SEED].isin(seeds)]["capped_loss"].mean()
+                        - ys[ys[M.SEED].isin(seeds)]["capped_loss"].mean()
                     )
                 )
     return math.nan
@@ -555,17 +490,17 @@ def forced_logit_verdict(runs: pd.DataFrame) -> dict:
     where an unfused run's logits passed FP16_MAX, supported if every unfused run there failed and
     every PB-Relax run completed without failing; not supported if a PB-Relax run failed there or an
     unfused run that passed the limit did not fail; inconclusive if no unfused run passed it."""
-    fp16 = runs[runs["precision"].isin(["fp16", "fp16_fairseq"])]
+    fp16 = runs[runs["precision"].isin(names_where(lambda tr: tr.float16_range))]  # fp16, fp16_fairseq
     by_gain, outcomes = {}, []
     for gain, g in fp16.groupby("qk_gain"):
         unfused, relax, fused = (g[g["arm"] == k] for k in ("unfused", "pb_relax", "clip1"))
-        reached = unfused[unfused["attn_logit_max"] >= FP16_MAX]
+        reached = unfused[unfused[M.ATTN_LOGIT_MAX] >= FP16_MAX]
         row = {
             arm: {
                 "runs": len(x),
                 "failed": int(x["failed"].sum()),
-                "reached": int((x["attn_logit_max"] >= FP16_MAX).sum()),
-                "largest_logit": float(x["attn_logit_max"].max()) if len(x) else math.nan,
+                "reached": int((x[M.ATTN_LOGIT_MAX] >= FP16_MAX).sum()),
+                "largest_logit": float(x[M.ATTN_LOGIT_MAX].max()) if len(x) else math.nan,
                 "final_loss": float(x["final_loss"].mean()) if len(x) else math.nan,
             }
             for arm, x in (("unfused", unfused), ("pb_relax", relax), ("fused", fused))
@@ -780,7 +715,7 @@ def read_run_table(path: Path) -> pd.DataFrame:
     )
     for c in BOOL_COLUMNS:
         table[c] = table[c] == "True"
-    for c in ("seed", "layers", "steps", "warmup_steps", "spikes", "nonfinite_steps", "overflow_skips"):
+    for c in (M.SEED, "layers", "steps", "warmup_steps", "spikes", "nonfinite_steps", "overflow_skips"):
         table[c] = table[c].astype(int)
     return table[RUN_COLUMNS]
 

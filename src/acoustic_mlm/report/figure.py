@@ -405,10 +405,9 @@ def save_formats(fig, out_dir: Path, stem: str, png_dpi: int = 300) -> list[Path
     return [_save(fig, Path(out_dir) / f"{stem}.{fmt}", fmt, png_dpi if fmt == "png" else None) for fmt in FORMATS]
 
 
-def run(cfg: C.Config | dict, curves_path: Path, out_dir: Path, reference_path: Path | None = None) -> list[Path]:
+def run(cfg: C.Config, curves_path: Path, out_dir: Path, reference_path: Path | None = None) -> list[Path]:
     """The figure stage: the chart as PNG, PDF and SVG in out_dir (the paper's curves overlaid
     when figure.overlay_paper)."""
-    cfg = C.typed(cfg)
     fig, ax = draw(_read_curves(curves_path), cfg.runs, cfg.figure)
     if cfg.figure.overlay_paper:
         overlay(ax, load_reference(reference_path), cfg.runs)
@@ -418,9 +417,8 @@ def run(cfg: C.Config | dict, curves_path: Path, out_dir: Path, reference_path: 
     return written
 
 
-def compare(cfg: C.Config | dict, curves_path: Path, out_path: Path, reference_path: Path | None = None) -> Path:
+def compare(cfg: C.Config, curves_path: Path, out_path: Path, reference_path: Path | None = None) -> Path:
     """The compare stage: the paper's curves beside the reproduction, one PNG (200 dpi)."""
-    cfg = C.typed(cfg)
     fig, _ = side_by_side(_read_curves(curves_path), load_reference(reference_path), cfg.runs, cfg.figure)
     out = _save(fig, Path(out_path), "png", 200)
     plt.close(fig)

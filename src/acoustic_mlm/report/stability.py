@@ -203,8 +203,7 @@ def draw(
     return fig, axes, found
 
 
-def run(cfg: C.Config | dict, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> list[Path]:
-    cfg = C.typed(cfg)
+def run(cfg: C.Config, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> list[Path]:
     for path, what in ((Path(curves_path), "loss curves"), (Path(diagnostics_path), "diagnostics")):
         if not path.is_file():
             raise UserError(f"{path}: {what} not found; run the aggregate stage first")

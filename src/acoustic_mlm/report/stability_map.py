@@ -33,20 +33,15 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves
-from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, short_value
-from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
-from acoustic_mlm.artifacts.run_summary import (
-    SEED_STATUSES,
-    SUMMARY,
-    arm_settings,
-    number,
-    read_arm_summary,
-    read_seed_summary,
-    whole,
-)
+from acoustic_mlm.artifacts import metrics as M
+from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.run_summary import DIVERGED, SUMMARY, read_seed_summary
+from acoustic_mlm.config.differ import first_difference
 from acoustic_mlm.encodec import CODEBOOK_SIZE
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report.aggregate import check_runs_dir
+from acoustic_mlm.report.runs import SeedRun, read_run_folder, seed_dir
+from acoustic_mlm.train.precision import names_where
 from acoustic_mlm.utils import FP16_MAX, atomic_path, write_json  # FP16_MAX: attention logits beyond it overflow
 
 # The loss of a run that logged no finite loss at all (it diverged at its first update): that of a
@@ -56,7 +51,8 @@ NO_LOSS_BITS = math.log2(CODEBOOK_SIZE)
 
 log = logging.getLogger(__name__)
 
-FULL_RANGE = ("fp32", "bf16")  # precisions with fp32's exponent range: no float16 overflow (the other panels are fp16)
+# precisions with fp32's exponent range: no float16 overflow (the other panels are fp16): fp32, bf16
+FULL_RANGE = names_where(lambda tr: not tr.float16_range)
 STABLE = "completed"  # a stable run: every step taken, no divergence, no skipped non-finite update
 FIGURE_STEM = "lr_sensitivity"
 COLUMNS = [
@@ -66,7 +62,7 @@ COLUMNS = [
     "lr",
     "layers",
     "precision",
-    "seed",
+    M.SEED,
     "status",
     "diverged_at_step",
     "steps",
@@ -77,8 +73,8 @@ COLUMNS = [
     "flattened",
     "late_change_share",
     "max_grad_norm",
-    "attn_logit_max",
-    "attn_logit_fp16_frac",
+    M.ATTN_LOGIT_MAX,
+    M.ATTN_LOGIT_FP16_FRAC,
     "clipped_frac",
     "overflow_skips",
     "nonfinite_steps",
@@ -126,54 +122,74 @@ def relax_reach(relax_alpha: float) -> float:
 def check_trained_as_point(cfg: C.Config, run_dir: Path, name: str, seeds) -> None:
     """Each seed's summary.json in `run_dir` says it was trained with the settings of sweep point `name`
     (train.state.fingerprint, as train decides a seed is complete); else one UserError line naming the
-    run, the first setting that differs and the stage to rerun."""
+    run, the first setting that differs (a swept one first) and the stage to rerun."""
     from acoustic_mlm.train.state import fingerprint
 
     want = fingerprint(cfg.point(name), name, 1)["settings"]
     swept = dict(cfg.points[name].values)  # a differing swept value is named first
     for seed in seeds:
-        path = Path(run_dir) / "seeds" / f"seed{seed}" / SUMMARY
+        path = seed_dir(run_dir, seed) / SUMMARY
         got = C.renamed_settings(read_seed_summary(path)["fingerprint"].get("settings", {}))
-        differ = sorted(
-            (k for k in set(want) | set(got) if want.get(k) != got.get(k)), key=lambda k: (k not in swept, k)
-        )
-        if differ:
-            k = differ[0]
+        d = first_difference(got, want, first=swept)
+        if d is not None:
             raise UserError(
-                f"{path}: run {name} was trained with {k} {got.get(k, '(unset)')!r}, but its sweep point "
-                f"sets {want.get(k, '(unset)')!r}"
-                + (f" (and {len(differ) - 1} more settings differ)" if len(differ) > 1 else "")
-                + f"; rerun the train stage for {name} (snakemake --forcerun train, or amlm train {name})"
+                f"{path}: run {name} was trained with {d.key} {d.mine!r}, but its sweep point sets {d.theirs!r}"
+                f"{d.and_more('settings differ')}; rerun the train stage for {name} (snakemake --forcerun train, "
+                f"or amlm train {name})"
             )
-
-
-def _read_run(run_dir: Path, name: str) -> tuple[pd.DataFrame, dict, dict]:
-    """A point's metrics.csv and summary.json (artifacts.metrics, artifacts.run_summary), and the
-    settings it was trained with as its summary records them, under today's key names."""
-    m = read_metrics(run_dir / METRICS)
-    s = read_arm_summary(run_dir / SUMMARY, {"per_seed": dict})
-    settings = C.renamed_settings(arm_settings(s, run_dir / SUMMARY))
-    if "seed" not in m.columns:
-        raise UserError(f"{run_dir / METRICS}: no column 'seed'; rerun the train stage for {name}")
-    return m, s, settings
 
 
 def _late_share(rows: pd.DataFrame) -> float:
     """curves.late_change over the curve's whole fall: what `flattened` compares with FLAT_TOLERANCE."""
     if len(rows) < 3:
         return math.nan
-    steps, loss = rows["step"].to_numpy(float), rows["train_loss_cb0"].to_numpy(float)
+    steps, loss = rows[M.STEP].to_numpy(float), rows[M.FIGURE_LOSS].to_numpy(float)
     fall = loss[0] - curves.final_loss(steps, loss)
     return float(curves.late_change(steps, loss) / fall) if fall > 0 else math.nan
 
 
-def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
+def _point_row(one: SeedRun, arm: str, role: str, settings: dict) -> dict:
+    """A seed of a sweep point as a row of the map (COLUMNS): from its summary and its metrics rows."""
+    finite = one.rows[np.isfinite(one.rows[M.FIGURE_LOSS])]
+    logit = one.attn_logit_max()
+    diverged = one.status == DIVERGED
+    final, first = one.number("final_train_loss_cb0"), one.number("first_train_loss_cb0")
+    final = math.nan if diverged else final
+    return {
+        "run": one.run,
+        "arm": arm,
+        "role": role,  # the arm's role in the figure
+        "lr": settings["train.lr"],
+        "layers": settings["model.layers"],
+        "precision": settings["train.precision"],
+        M.SEED: one.seed,
+        "status": one.status,
+        "diverged_at_step": one.summary.get("diverged_at_step"),
+        "steps": one.whole("steps"),
+        "first_train_loss_cb0": first,
+        "final_train_loss_cb0": final,
+        "final_valid_loss_cb0": math.nan if diverged else one.number("final_valid_loss_cb0"),
+        "capped_loss": capped_loss(final, first),
+        "flattened": bool(
+            not diverged and len(finite) >= 3 and curves.flattened(finite[M.STEP], finite[M.FIGURE_LOSS])
+        ),
+        "late_change_share": _late_share(finite) if not diverged else math.nan,
+        "max_grad_norm": one.number("max_grad_norm"),
+        M.ATTN_LOGIT_MAX: logit,
+        M.ATTN_LOGIT_FP16_FRAC: logit / FP16_MAX,
+        "clipped_frac": one.number("clipped_frac"),
+        "overflow_skips": one.whole("overflow_skips"),
+        "nonfinite_steps": one.whole("nonfinite_steps"),
+        "wall_time_s": one.number("wall_time_s"),
+    }
+
+
+def table(cfg: C.Config, runs_dir: Path) -> pd.DataFrame:
     """One row per sweep point and seed (COLUMNS, then any other swept key by its dotted name).
 
     What each run was (its rate, depth, precision and other swept settings) is read from its
     summary.json (`settings`, what it was trained with), after check_trained_as_point has held every
     seed to its point; the configuration gives the points, their arms and the arms' roles."""
-    cfg = C.typed(cfg)
     pts = cfg.points
     if not pts:
         raise UserError("config: no 'sweep:' section; the stability map needs a sweep of training settings")
@@ -183,68 +199,18 @@ def table(cfg: C.Config | dict, runs_dir: Path) -> pd.DataFrame:
         check_trained_as_point(cfg, Path(runs_dir) / name, name, p.seeds)
     rows = []
     for name, p in pts.items():
-        m, s, settings = _read_run(Path(runs_dir) / name, name)
+        folder = read_run_folder(Path(runs_dir) / name, renamed=True, required={"per_seed": dict})
+        settings = folder.settings
         lacking = [k for k in ("train.lr", "model.layers", "train.precision", *extra) if k not in settings]
         if lacking:
-            raise UserError(
-                f"{Path(runs_dir) / name / SUMMARY}: 'settings' lacks {lacking[0]}; rerun the train stage for {name}"
-            )
+            raise UserError(f"{folder.summary_path}: 'settings' lacks {lacking[0]}; rerun the train stage for {name}")
         for seed in p.seeds:
-            one = s["per_seed"].get(str(seed))
-            if one is None:
-                raise UserError(f"{Path(runs_dir) / name / SUMMARY}: no seed {seed}; rerun the train stage for {name}")
-            rm = m[m["seed"] == seed]
-            finite = rm[np.isfinite(rm["train_loss_cb0"])]
-            logit = (
-                float(rm["attn_logit_max"].max())
-                if "attn_logit_max" in rm and rm["attn_logit_max"].notna().any()
-                else math.nan
-            )
-            where = Path(runs_dir) / name / SUMMARY  # a damaged field of a seed: one line naming the file and key
-            if not isinstance(one, dict) or one.get("status") not in SEED_STATUSES:
-                status = one.get("status") if isinstance(one, dict) else one
-                raise ReadError(
-                    f"{where}: 'per_seed.{seed}.status' is {short_value(status)}, not one of "
-                    f"{', '.join(SEED_STATUSES)}; rerun the train stage for {name}"
-                )
-            diverged = one["status"] == "diverged"
-            final, first = number(one, "final_train_loss_cb0", where), number(one, "first_train_loss_cb0", where)
-            final = math.nan if diverged else final
-            rows.append(
-                {
-                    "run": name,
-                    "arm": p.arm,
-                    "role": cfg.runs[p.arm].role,  # the arm's role in the figure
-                    "lr": settings["train.lr"],
-                    "layers": settings["model.layers"],
-                    "precision": settings["train.precision"],
-                    "seed": seed,
-                    "status": one["status"],
-                    "diverged_at_step": one.get("diverged_at_step"),
-                    "steps": whole(one, "steps", where),
-                    "first_train_loss_cb0": first,
-                    "final_train_loss_cb0": final,
-                    "final_valid_loss_cb0": math.nan if diverged else number(one, "final_valid_loss_cb0", where),
-                    "capped_loss": capped_loss(final, first),
-                    "flattened": bool(
-                        not diverged and len(finite) >= 3 and curves.flattened(finite["step"], finite["train_loss_cb0"])
-                    ),
-                    "late_change_share": _late_share(finite) if not diverged else math.nan,
-                    "max_grad_norm": number(one, "max_grad_norm", where),
-                    "attn_logit_max": logit,
-                    "attn_logit_fp16_frac": logit / FP16_MAX,
-                    "clipped_frac": number(one, "clipped_frac", where),
-                    "overflow_skips": whole(one, "overflow_skips", where),
-                    "nonfinite_steps": whole(one, "nonfinite_steps", where),
-                    "wall_time_s": number(one, "wall_time_s", where),
-                    **{k: settings[k] for k in extra},
-                }
-            )
+            one = folder.seed_run(seed)
+            rows.append({**_point_row(one, p.arm, cfg.runs[p.arm].role, settings), **{k: settings[k] for k in extra}})
     return pd.DataFrame(rows, columns=COLUMNS + extra)
 
 
-def run_table(cfg: C.Config | dict, runs_dir: Path, out: Path) -> Path:
-    cfg = C.typed(cfg)
+def run_table(cfg: C.Config, runs_dir: Path, out: Path) -> Path:
     t = table(cfg, runs_dir)
     with atomic_path(Path(out)) as tmp:
         t.to_csv(tmp, index=False)
@@ -260,7 +226,7 @@ def read_map(path: Path) -> pd.DataFrame:
         "stability map",
         "map",
         COLUMNS,
-        ints=["layers", "seed", "steps"],
+        ints=["layers", M.SEED, "steps"],
         numbers=[
             "lr",
             "first_train_loss_cb0",
@@ -269,8 +235,8 @@ def read_map(path: Path) -> pd.DataFrame:
             "capped_loss",
             "late_change_share",
             "max_grad_norm",
-            "attn_logit_max",
-            "attn_logit_fp16_frac",
+            M.ATTN_LOGIT_MAX,
+            M.ATTN_LOGIT_FP16_FRAC,
             "clipped_frac",
             "wall_time_s",
             "diverged_at_step",
@@ -326,7 +292,7 @@ def seed_spread(g: pd.DataFrame, per_seed: list[float], how: str) -> float:
     """The seed spread of one arm's panel: with every seed at every rate, the spread of the per-seed
     values; otherwise the largest spread of the capped loss at a rate run with several seeds (the
     noise of one point, in the same bits); 0 with one seed everywhere."""
-    rates = g.groupby("lr")["seed"].nunique()
+    rates = g.groupby("lr")[M.SEED].nunique()
     if len(per_seed) > 1 and (rates == len(per_seed)).all():
         return spread(per_seed, how)
     several = rates[rates > 1].index
@@ -344,10 +310,10 @@ def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
         pt = t[_in_panel(t, panel)]
         for arm, g in pt.groupby("arm", sort=False):
             rates = sorted(g["lr"].unique())
-            full = [s for s, gs in g.groupby("seed") if sorted(gs["lr"].unique()) == rates]
+            full = [s for s, gs in g.groupby(M.SEED) if sorted(gs["lr"].unique()) == rates]
             per_seed, expected = [], []
             for s in full:
-                gs = g[g["seed"] == s]
+                gs = g[g[M.SEED] == s]
                 per_seed.append(lr_sensitivity(gs["final_train_loss_cb0"], gs["first_train_loss_cb0"]))
                 expected.append(float(gs["capped_loss"].mean()))
             by_rate = g.groupby("lr")
@@ -361,7 +327,7 @@ def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
                     "panel": panel["label"],
                     "layers": int(panel["layers"]),
                     "precision": panel["precision"],
-                    "seeds": int(g["seed"].nunique()),
+                    "seeds": int(g[M.SEED].nunique()),
                     "rates": len(rates),
                     "sensitivity": float(np.mean(per_seed)) if per_seed else math.nan,
                     "sensitivity_spread": seed_spread(g, per_seed, how),
@@ -371,11 +337,11 @@ def arm_stats(t: pd.DataFrame, how: str = "range") -> pd.DataFrame:
                     "best_lr": best,
                     "best_loss": float(mean_capped.min()),
                     "best_flattened": bool(g[g["lr"] == best]["flattened"].all()),
-                    "best_seeds": int(g[g["lr"] == best]["seed"].nunique()),
+                    "best_seeds": int(g[g["lr"] == best][M.SEED].nunique()),
                     "largest_stable_lr": max(stable) if stable else math.nan,
-                    "diverged_runs": int((g["status"] == "diverged").sum()),
+                    "diverged_runs": int((g["status"] == DIVERGED).sum()),
                     "lowest_lr_loss": float(mean_capped.iloc[0]),
-                    "attn_logit_max": float(g["attn_logit_max"].max()),
+                    M.ATTN_LOGIT_MAX: float(g[M.ATTN_LOGIT_MAX].max()),
                 }
             )
     return pd.DataFrame(out)
@@ -419,7 +385,7 @@ def _numbers(*arms: dict) -> dict:
         "largest_stable_lr",
         "diverged_runs",
         "lowest_lr_loss",
-        "attn_logit_max",
+        M.ATTN_LOGIT_MAX,
     )
     return {f"{a['arm']} ({a['panel']})": {k: _round(a[k]) for k in keys} for a in arms}
 
@@ -532,9 +498,9 @@ def verdict_pb_relax(stats: pd.DataFrame, floor: float, reach: float) -> dict:
         if a is None or b is None:
             continue
         arms += [a, b]
-        if not b["attn_logit_max"] >= reach:
+        if not b[M.ATTN_LOGIT_MAX] >= reach:
             notes.append(
-                f"{panel}: softmax logits reached {b['attn_logit_max']:.4g}, below {reach:.4g} where PB-Relax matters"
+                f"{panel}: softmax logits reached {b[M.ATTN_LOGIT_MAX]:.4g}, below {reach:.4g} where PB-Relax matters"
             )
             continue
         how, diff, res = _pair(a, b, floor)
@@ -566,8 +532,7 @@ def control_arm(cfg: C.Config) -> str | None:
     return None
 
 
-def verdicts(cfg: C.Config | dict, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    cfg = C.typed(cfg)
+def verdicts(cfg: C.Config, t: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     th = cfg.claims
     stats = arm_stats(t, th.seed_spread)
     floor = th.min_final_gap
@@ -603,12 +568,11 @@ def _md(stats: pd.DataFrame, vs: list[dict], t: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Path) -> dict:
+def run_claims(cfg: C.Config, map_path: Path, out_json: Path, out_md: Path) -> dict:
     """The sweep's verdicts: results/map_claims.json ({"kind": "stability_map", runs, points, arms: one
     object per arm and panel, verdicts: a list of {id, promise, verdict, notes, measured}}) and
     results/map_claims.md. Named apart from the figure's claims.{json,md} (report.claims: another
     schema), docs/stability.md."""
-    cfg = C.typed(cfg)
     t = read_map(map_path)
     stats, vs = verdicts(cfg, t)
     result = {
@@ -627,6 +591,24 @@ def run_claims(cfg: C.Config | dict, map_path: Path, out_json: Path, out_md: Pat
 
 
 # ----------------------------------------------------------------------------- the figure
+
+
+def _styled_line(ax, x, y, st, linewidth: float, label: str | None = None):
+    """One arm's line in its figure style (markers, hollow or filled, dashes); returns the line."""
+    kwargs = {"label": label} if label is not None else {}
+    (line,) = ax.plot(
+        x,
+        y,
+        color=st.color,
+        marker=st.marker,
+        markersize=5,
+        linewidth=linewidth,
+        markerfacecolor="none" if st.hollow else st.color,
+        **kwargs,
+    )
+    if st.dashes:
+        line.set_dashes(st.dashes)
+    return line
 
 
 def draw(cfg: C.Config, t: pd.DataFrame):
@@ -653,37 +635,14 @@ def draw(cfg: C.Config, t: pd.DataFrame):
             by = g.groupby("lr")
             lr = np.array(sorted(g["lr"].unique()), dtype=float)
             mean, lo, hi = (by["capped_loss"].agg(f).reindex(lr).to_numpy() for f in ("mean", "min", "max"))
-            dashes = st.dashes if st.dashes else (None, None)
-            (line,) = top.plot(
-                lr,
-                mean,
-                color=st.color,
-                marker=st.marker,
-                markersize=5,
-                linewidth=1.4,
-                markerfacecolor="none" if st.hollow else st.color,
-                label=run.label,
-            )
-            if st.dashes:
-                line.set_dashes(st.dashes)
-            handles.setdefault(run.label, line)
-            if g["seed"].nunique() > 1:
+            handles.setdefault(run.label, _styled_line(top, lr, mean, st, 1.4, label=run.label))
+            if g[M.SEED].nunique() > 1:
                 top.fill_between(lr, lo, hi, color=st.color, alpha=0.18, linewidth=0)
-            div = g[g["status"] == "diverged"]
+            div = g[g["status"] == DIVERGED]
             if len(div):
                 top.scatter(div["lr"], div["capped_loss"], marker="x", s=60, color=st.color, zorder=5, linewidths=2)
-            logit = by["attn_logit_max"].max().reindex(lr).to_numpy()
-            (l2,) = bottom.plot(
-                lr,
-                logit,
-                color=st.color,
-                marker=st.marker,
-                markersize=5,
-                linewidth=1.2,
-                markerfacecolor="none" if st.hollow else st.color,
-            )
-            if st.dashes:
-                l2.set_dashes(dashes)
+            logit = by[M.ATTN_LOGIT_MAX].max().reindex(lr).to_numpy()
+            _styled_line(bottom, lr, logit, st, 1.2)
         top.set_xscale("log")
         top.set_title(p["label"], fontsize=10)
         top.grid(True, which="major", alpha=0.3)
@@ -694,7 +653,7 @@ def draw(cfg: C.Config, t: pd.DataFrame):
         bottom.grid(True, which="major", alpha=0.3)
         bottom.set_xlabel("Peak learning rate")
         ymax = max(
-            FP16_MAX * 2, float(np.nanmax(panel["attn_logit_max"])) * 2 if panel["attn_logit_max"].notna().any() else 0
+            FP16_MAX * 2, float(np.nanmax(panel[M.ATTN_LOGIT_MAX])) * 2 if panel[M.ATTN_LOGIT_MAX].notna().any() else 0
         )
         bottom.set_ylim(top=ymax)
     axes[0, 0].set_ylabel("Final codebook-0 loss (bits)\nmin(L, L0); diverged = x at L0")
@@ -719,12 +678,11 @@ def draw(cfg: C.Config, t: pd.DataFrame):
     return fig
 
 
-def run_figure(cfg: C.Config | dict, map_path: Path, out_dir: Path) -> list[Path]:
+def run_figure(cfg: C.Config, map_path: Path, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     from acoustic_mlm.report.figure import save_formats
 
-    cfg = C.typed(cfg)
     t = read_map(map_path)
     fig = draw(cfg, t)
     written = save_formats(fig, out_dir, FIGURE_STEM, png_dpi=200)

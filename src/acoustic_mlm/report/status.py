@@ -25,11 +25,11 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import ReadError
-from acoustic_mlm.artifacts.metrics import METRICS, PARTIAL, read_metrics, read_partial_metrics
-from acoustic_mlm.artifacts.run_summary import SUMMARY, read_seed_status
+from acoustic_mlm.artifacts.run_summary import DIVERGED, SUMMARY, read_seed_status
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.train.state import STATE_DIR
+from acoustic_mlm.report.runs import config_runs, seed_dir, seed_state_dir
 
 STALE_AFTER_S = 1800.0  # a running seed without a new metrics row or state for this long is "stopped"
 
@@ -49,7 +49,7 @@ class SeedStatus:
     idle_s: float = math.nan  # seconds since the last sign of progress (running and stopped seeds)
 
 
-def _rows(path: Path, reader=read_partial_metrics) -> pd.DataFrame | None:
+def _rows(path: Path, reader=M.read_partial_metrics) -> pd.DataFrame | None:
     """A seed's rows through its checked reader (a damaged file is one ReadError line naming it);
     None when the file is gone between listing and reading (the seed just finished)."""
     if not path.is_file():
@@ -67,21 +67,21 @@ def _rate(rows: pd.DataFrame) -> float:
     recent = rows.tail(4)  # rows at powers of two come close together; several even them out
     if len(recent) < 2:
         last = rows.iloc[-1]
-        return float(last["step"]) / float(last["wall_time"]) if last["wall_time"] > 0 else math.nan
-    steps = float(recent["step"].iloc[-1] - recent["step"].iloc[0])
-    seconds = float(recent["wall_time"].iloc[-1] - recent["wall_time"].iloc[0])
+        return float(last[M.STEP]) / float(last[M.WALL_TIME]) if last[M.WALL_TIME] > 0 else math.nan
+    steps = float(recent[M.STEP].iloc[-1] - recent[M.STEP].iloc[0])
+    seconds = float(recent[M.WALL_TIME].iloc[-1] - recent[M.WALL_TIME].iloc[0])
     return steps / seconds if seconds > 0 else math.nan
 
 
 def _scaler(rows: pd.DataFrame) -> tuple[float, int | None]:
     last = rows.iloc[-1]
-    scale = float(last.get("loss_scale", math.nan))
-    skips = float(last.get("overflow_skips", math.nan))
+    scale = float(last.get(M.LOSS_SCALE, math.nan))
+    skips = float(last.get(M.OVERFLOW_SKIPS, math.nan))
     return scale, (int(skips) if math.isfinite(scale) and math.isfinite(skips) else None)
 
 
 def _last_cb0(rows: pd.DataFrame) -> float:
-    finite = rows["train_loss_cb0"][rows["train_loss_cb0"].map(math.isfinite)]
+    finite = rows[M.FIGURE_LOSS][rows[M.FIGURE_LOSS].map(math.isfinite)]
     return float(finite.iloc[-1]) if len(finite) else math.nan
 
 
@@ -90,11 +90,11 @@ def seed_status(
 ) -> SeedStatus:
     """One seed's line, from its files alone."""
     now = time.time() if now is None else now
-    seed_dir = Path(run_dir) / "seeds" / f"seed{seed}"
-    summary_path = seed_dir / SUMMARY
+    folder = seed_dir(run_dir, seed)
+    summary_path = folder / SUMMARY
     if summary_path.is_file():
         summary = read_seed_status(summary_path)  # cut, a control character, a key missing: one line
-        rows = _rows(seed_dir / METRICS, read_metrics)
+        rows = _rows(folder / M.METRICS, M.read_metrics)
         steps = int(summary["steps"])
         scale, skips = _scaler(rows) if rows is not None else (math.nan, None)
         wall = float(summary.get("wall_time_s", math.nan))
@@ -110,32 +110,22 @@ def seed_status(
             skips,
             summary["status"],
         )
-    partial = seed_dir / PARTIAL
+    partial = folder / M.PARTIAL
     rows = _rows(partial) if partial.is_file() else None
     if rows is None:
         return SeedStatus(run, seed, 0, total, math.nan, math.nan, math.nan, math.nan, None, "waiting")
-    marks = [partial, *sorted((Path(run_dir) / STATE_DIR / f"seed{seed}").glob("step-*.pt"))]
+    marks = [partial, *sorted(seed_state_dir(run_dir, seed).glob("step-*.pt"))]
     last_change = max((p.stat().st_mtime for p in marks if p.exists()), default=now)
     idle = max(0.0, now - last_change)
-    step = int(rows["step"].iloc[-1])
+    step = int(rows[M.STEP].iloc[-1])
     rate = _rate(rows)
     scale, skips = _scaler(rows)
-    if "diverged" in rows and float(rows["diverged"].iloc[-1]) > 0:  # NaN: not marked
-        status, left = "diverged", math.nan
+    if M.DIVERGED in rows and float(rows[M.DIVERGED].iloc[-1]) > 0:  # NaN: not marked
+        status, left = DIVERGED, math.nan
     else:
         status = "stopped" if idle > stale_after else "running"
         left = (total - step) / rate if rate > 0 and status == "running" else math.nan
     return SeedStatus(run, seed, step, total, _last_cb0(rows), rate, left, scale, skips, status, idle)
-
-
-def runs_of(cfg: C.Config) -> list[tuple[str, tuple[int, ...], int]]:
-    """(run, its seeds, its train.steps) for every run the configuration trains, in order: the sweep's
-    points (each with its own seeds and, when swept, its own train.steps), else the arms."""
-    pts = cfg.points
-    if not pts:
-        total = int(cfg.train.steps)
-        return [(run, tuple(r.seeds), total) for run, r in cfg.runs.items()]
-    return [(name, p.seeds, int(p.settings.get("train.steps", cfg.train.steps))) for name, p in pts.items()]
 
 
 def check_runs_dir(runs_dir: Path) -> bool:
@@ -153,13 +143,12 @@ def check_runs_dir(runs_dir: Path) -> bool:
 
 
 def collect(
-    cfg: C.Config | dict, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S
+    cfg: C.Config, runs_dir: Path, now: float | None = None, stale_after: float = STALE_AFTER_S
 ) -> list[SeedStatus]:
     """Every run (a sweep's points, else the arms) and seed of the config, in config order."""
-    cfg = C.typed(cfg)
     return [
         seed_status(Path(runs_dir) / run, run, int(seed), total, now, stale_after)
-        for run, seeds, total in runs_of(cfg)
+        for run, seeds, total in config_runs(cfg)
         for seed in seeds
     ]
 
@@ -207,8 +196,7 @@ def table(statuses: list[SeedStatus], runs_dir: Path, stale_after: float, starte
     return "\n".join(lines)
 
 
-def run(cfg: C.Config | dict, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
-    cfg = C.typed(cfg)
+def run(cfg: C.Config, runs_dir: Path, stale_after: float = STALE_AFTER_S) -> list[SeedStatus]:
     started = check_runs_dir(runs_dir)
     statuses = collect(cfg, runs_dir, stale_after=stale_after)
     print(table(statuses, runs_dir, stale_after, started), flush=True)

@@ -46,7 +46,7 @@ import pandas as pd
 
 from acoustic_mlm import __version__
 from acoustic_mlm import config as C
-from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, METRICS, read_metrics
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.reference_run import (
     META,
     REFERENCE_RUN,
@@ -54,8 +54,11 @@ from acoustic_mlm.artifacts.reference_run import (
     read_reference_run,
     write_reference_run,
 )
-from acoustic_mlm.artifacts.run_summary import SUMMARY, read_arm_summary
+from acoustic_mlm.artifacts.run_summary import SUMMARY
+from acoustic_mlm.config.differ import first_difference
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.report.runs import arm_metrics as read_arm_metrics
+from acoustic_mlm.report.runs import recorded_settings, recorded_summary
 from acoustic_mlm.utils import atomic_path, log
 
 DEFAULT_TOLERANCE_BITS = 0.05  # a reference written without a measurement of its own (see reference.json)
@@ -137,14 +140,11 @@ def _cpu_model() -> str | None:
 
 
 def _arm_metrics(runs_dir: Path, run: str, config: str | None = None) -> pd.DataFrame:
-    path = Path(runs_dir) / run / METRICS
-    if not path.is_file():
-        preset = f" --configfile {config}" if config and config != "config" else ""
-        option = f" --config {config}" if config and config != "config" else ""
-        raise UserError(
-            f"{path}: not found; train the arm first (snakemake --cores all{preset}, or amlm train {run}{option})"
-        )
-    return read_metrics(path)
+    """An arm's metrics.csv (runs.arm_metrics); one missing is one line saying how to train it."""
+    preset = f" --configfile {config}" if config and config != "config" else ""
+    option = f" --config {config}" if config and config != "config" else ""
+    advice = f"train the arm first (snakemake --cores all{preset}, or amlm train {run}{option})"
+    return read_arm_metrics(Path(runs_dir) / run, advice)
 
 
 def _sha256(path: Path) -> str:
@@ -195,17 +195,14 @@ def run_kernels(cfg: C.Config, runs_dir: Path) -> str:
     if cfg.cpu_kernels != "avx2":
         return "native"
     for run in cfg.runs:
-        path = Path(runs_dir) / run / SUMMARY
-        if path.is_file():
-            summary = read_arm_summary(path, required={})
-            record = summary.get("cpu_kernels")
-            if isinstance(record, dict) and record.get("pinned") is False:
-                return "native"
+        record = (recorded_summary(Path(runs_dir) / run) or {}).get("cpu_kernels")
+        if isinstance(record, dict) and record.get("pinned") is False:
+            return "native"
     return "pinned"
 
 
 def record(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     config_path: Path,
     runs_dir: Path,
     out_dir: Path,
@@ -219,7 +216,6 @@ def record(
 ) -> Path:
     """Write a reference: every arm's metrics (one CSV) and reference.json; with `until_step`, the
     rows after it are held to `late_tolerance_bits` (see the module's docstring)."""
-    cfg = C.typed(cfg)
     if (until_step is None) != (late_tolerance_bits is None):
         raise UserError(
             "--until-step and --late-tolerance go together: the rows after the step need their own tolerance"
@@ -282,13 +278,12 @@ def load_reference(ref_dir: Path) -> tuple[pd.DataFrame, dict]:
 COMPARED_ACROSS = ("cpu_kernels",)
 
 
-def _settings_differ(mine: dict, theirs: dict) -> list[str]:
-    keys = sorted((set(mine) | set(theirs)) - set(COMPARED_ACROSS))
-    return [
-        f"{k}: {mine.get(k, '(unset)')!r} here, {theirs.get(k, '(unset)')!r} in the reference"
-        for k in keys
-        if mine.get(k) != theirs.get(k)
-    ]
+def _settings_differ(mine: dict, theirs: dict) -> str | None:
+    """The first setting that differs from the reference's (config.differ), as one clause, or None."""
+    d = first_difference(mine, theirs, ignore=COMPARED_ACROSS)
+    if d is None:
+        return None
+    return f"{d.key}: {d.mine!r} here, {d.theirs!r} in the reference{d.and_more()}"
 
 
 def difference(
@@ -306,12 +301,12 @@ def difference(
     (in that row: a median of the column may still pass one such row, as it passes one burst).
     """
     lo, hi = steps
-    ref = ref[(ref["step"] > lo) & (ref["step"] <= hi)]
-    mine = mine[(mine["step"] > lo) & (mine["step"] <= hi)]
+    ref = ref[(ref[M.STEP] > lo) & (ref[M.STEP] <= hi)]
+    mine = mine[(mine[M.STEP] > lo) & (mine[M.STEP] <= hi)]
     if ref.empty and mine.empty:
         return {"bits": 0.0, "column": None, "step": None, "why": "no rows in this window"}
-    key = [c for c in ("seed", "step") if c in ref.columns and c in mine.columns]
-    columns = sorted(c for c in ref.columns if LOSS_COLUMN.match(c))  # the columns compared, all in bits
+    key = [c for c in (M.SEED, M.STEP) if c in ref.columns and c in mine.columns]
+    columns = sorted(c for c in ref.columns if M.LOSS_COLUMN.match(c))  # the columns compared, all in bits
     missing = [c for c in columns if c not in mine.columns]
     if missing:
         return {"bits": math.inf, "column": missing[0], "step": None, "why": f"column {missing[0]} missing"}
@@ -322,10 +317,10 @@ def difference(
         return {
             "bits": math.inf,
             "column": None,
-            "step": int(row["step"]),
+            "step": int(row[M.STEP]),
             "why": f"step {int(row['step'])} in {where} (rows at other steps: another schedule or a stop)",
         }
-    best = {"bits": 0.0, "column": columns[0], "step": int(joined["step"].iloc[0]), "why": None}
+    best = {"bits": 0.0, "column": columns[0], "step": int(joined[M.STEP].iloc[0]), "why": None}
     for c in columns:
         a, b = joined[c + "_ref"].to_numpy(float), joined[c].to_numpy(float)
         diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
@@ -336,7 +331,7 @@ def difference(
             best = {
                 "bits": value,
                 "column": c,
-                "step": int(joined["step"].iloc[i]) if statistic == MAX_STATISTIC else None,
+                "step": int(joined[M.STEP].iloc[i]) if statistic == MAX_STATISTIC else None,
                 "why": None if statistic == MAX_STATISTIC else f"median of {c} over {len(diff)} rows",
             }
     return best
@@ -497,15 +492,6 @@ def sees(wins: list[dict]) -> str:
     )
 
 
-def _run_settings(runs_dir: Path, run: str) -> dict | None:
-    """The settings a run recorded in its summary.json (what it was trained with), or None."""
-    path = Path(runs_dir) / run / SUMMARY
-    if not path.is_file():
-        return None
-    settings = read_arm_summary(path, required={}).get("settings")
-    return settings if isinstance(settings, dict) else None
-
-
 def _check_arm(cfg: C.Config, run: str, settings: dict, meta: dict, ref_dir: Path, runs_dir: Path) -> pd.DataFrame:
     """The arm's metrics rows, once it is known to be the reference's arm, trained with the
     reference's settings (the configuration's, `settings`, and the run's own record) and trained to
@@ -518,29 +504,24 @@ def _check_arm(cfg: C.Config, run: str, settings: dict, meta: dict, ref_dir: Pat
         )
     differ = _settings_differ(settings, meta["arms"][run])
     if differ:
-        raise UserError(
-            f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ[0]}"
-            + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
-        )
-    recorded = _run_settings(runs_dir, run)
+        raise UserError(f"runs.{run}: its settings differ from the reference's ({meta['config']}): {differ}")
+    recorded = recorded_settings(Path(runs_dir) / run)
     if recorded is not None:
         differ = _settings_differ(C.renamed_settings(recorded), meta["arms"][run])
         if differ:
             raise UserError(
                 f"{Path(runs_dir) / run / SUMMARY}: this run was trained with other settings than the "
-                f"reference's and the configuration's: {differ[0]}"
-                + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
-                + f"; train it again with {cfg.source}"
+                f"reference's and the configuration's: {differ}; train it again with {cfg.source}"
             )
     mine = _arm_metrics(runs_dir, run, cfg.source)
     steps = cfg.train.steps
-    for seed, rows in mine.groupby("seed", sort=False) if "seed" in mine.columns else [(None, mine)]:
+    for seed, rows in mine.groupby(M.SEED, sort=False) if M.SEED in mine.columns else [(None, mine)]:
         last = rows.iloc[-1]
-        diverged = "diverged" in rows.columns and pd.notna(last["diverged"]) and last["diverged"] > 0
-        if not diverged and int(last["step"]) < steps:
+        diverged = M.DIVERGED in rows.columns and pd.notna(last[M.DIVERGED]) and last[M.DIVERGED] > 0
+        if not diverged and int(last[M.STEP]) < steps:
             which = f", seed {seed}," if seed is not None else ""
             raise UserError(
-                f"{Path(runs_dir) / run / METRICS}: ends{which} at step {int(last['step'])}, not at train.steps "
+                f"{Path(runs_dir) / run / M.METRICS}: ends{which} at step {int(last[M.STEP])}, not at train.steps "
                 f"({steps}), and is not marked diverged: the run is unfinished or its file lost rows; finish "
                 "or train it again, then verify"
             )
@@ -565,7 +546,7 @@ def _check_data(data_dir: Path | None, meta: dict, strict: bool) -> dict | None:
 
 
 def compare(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     runs_dir: Path,
     ref_dir: Path,
     tolerance_bits: float | None = None,
@@ -575,7 +556,6 @@ def compare(
     """The data stages' hashes, then per arm and window of steps: the difference in bits by the
     window's statistic, where it is, and whether it is within that window's tolerance. `ref_dir` is
     one reference or a folder of one per vendor; `vendor` is this CPU's (default: cpu_vendor())."""
-    cfg = C.typed(cfg)
     vendor = cpu_vendor() if vendor is None else vendor or None
     ref_dir, own = reference_for(ref_dir, vendor)
     ref, meta = load_reference(ref_dir)
@@ -590,7 +570,7 @@ def compare(
     for run, mine in checked.items():
         parts = []
         for w in wins:
-            got = difference(mine, ref[ref["run"] == run], w["steps"], w["statistic"])
+            got = difference(mine, ref[ref[M.RUN] == run], w["steps"], w["statistic"])
             parts.append(
                 {
                     **got,
@@ -636,12 +616,12 @@ def draw(cfg: C.Config, runs_dir: Path, result: dict, out: Path) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
     for ax, run in zip(axes.flat, runs):
         mine = _arm_metrics(runs_dir, run)
-        theirs = ref[ref["run"] == run]
-        for seed, g in theirs.groupby("seed"):
-            ax.plot(g["step"], g["train_loss_cb0"], "k--", lw=1.5, label=f"reference, seed {seed}")
-        for seed, g in mine.groupby("seed"):
-            ax.plot(g["step"], g["train_loss_cb0"], lw=1.0, label=f"this run, seed {seed}")
-        steps = pd.concat([theirs["step"], mine["step"]])
+        theirs = ref[ref[M.RUN] == run]
+        for seed, g in theirs.groupby(M.SEED):
+            ax.plot(g[M.STEP], g[M.FIGURE_LOSS], "k--", lw=1.5, label=f"reference, seed {seed}")
+        for seed, g in mine.groupby(M.SEED):
+            ax.plot(g[M.STEP], g[M.FIGURE_LOSS], lw=1.0, label=f"this run, seed {seed}")
+        steps = pd.concat([theirs[M.STEP], mine[M.STEP]])
         log_step_axis(ax, float(steps.min()), float(steps.max()))
         arm = result["arms"][run]
         verdict = "within" if arm["within"] else "OUTSIDE"
@@ -725,14 +705,13 @@ def report(result: dict) -> str:
 
 
 def run(
-    cfg: C.Config | dict,
+    cfg: C.Config,
     runs_dir: Path,
     ref_dir: Path,
     out: Path | None,
     tolerance_bits: float | None = None,
     data_dir: Path | None = Path("data"),
 ) -> int:
-    cfg = C.typed(cfg)
     result = compare(cfg, runs_dir, ref_dir, tolerance_bits, data_dir)
     print(report(result), flush=True)
     if out is not None:

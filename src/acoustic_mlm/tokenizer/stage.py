@@ -108,14 +108,13 @@ def _check_config(cfg: C.Config) -> None:
     loudness_of(cfg.tokenizer)  # a known loudness method
 
 
-def fit(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
+def fit(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> dict:
     """The tokenizer for the corpus, into out_dir/model/ (atomically): fit.json, and tokenizer.pt
     in calibrated mode (codebooks fitted on the train split of every shard).
 
     In pretrained mode it checks the checkpoint (downloading it if needed) and records its sha256.
-    `cfg`: a `Config` (or a configuration mapping, validated and typed here; so for every step).
+    `cfg`: a `Config` (`config.load`), as for every step.
     """
-    cfg = C.typed(cfg)
     set_threads(threads)
     keep_freed_memory()
     _check_config(cfg)
@@ -183,13 +182,12 @@ def load_tokenizer(cfg: C.Config, out_dir: Path):
     return load_pretrained(tc.checkpoint, float(tc.bandwidth))
 
 
-def encode_shard(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, shard: int, threads: int = 1) -> dict:
+def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, threads: int = 1) -> dict:
     """One shard's codes into out_dir/shard-<k>/ (atomically): codes.npy aligned with the shard's
     audio.npy (int16 (K, frames), -1 where no clip is), encode.json (clips, seconds, speed).
 
     Memory: one padded batch and a memory map of the shard's codes.
     """
-    cfg = C.typed(cfg)
     set_threads(threads)
     keep_freed_memory()  # faster encoding on CPU (BENCHMARKS.md, glibc's allocator)
     _check_config(cfg)
@@ -255,10 +253,9 @@ def _planned_shards(prepared_dir: Path) -> set[int]:
     return {int(k) for k in read_plan(prepared_dir)["shard"]}
 
 
-def merge(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path) -> dict:
+def merge(cfg: C.Config, prepared_dir: Path, out_dir: Path) -> dict:
     """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
     every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
-    cfg = C.typed(cfg)
     out_dir = Path(out_dir)
     corpus = read_prepared(prepared_dir)
     fit_path = out_dir / MODEL_DIR / FIT
@@ -375,7 +372,7 @@ def _entropy_bits(counts: np.ndarray) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-def run(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
+def run(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> None:
     """The whole stage in one process: fit, every shard in turn, merge; out_dir appears complete or not at all.
 
     Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this. Memory is one
@@ -383,7 +380,6 @@ def run(cfg: C.Config | dict, prepared_dir: Path, out_dir: Path, threads: int = 
     leaves its temporary folder; the next run takes its fitted model and the shards it had finished
     (each written whole) when the settings and the prepared corpus (its manifest) are the same.
     """
-    cfg = C.typed(cfg)
     _check_config(cfg)
     corpus = read_prepared(prepared_dir)
     resume = claim_killed_run(out_dir)

@@ -82,7 +82,7 @@ class SeedJob:
 
 
 def run(
-    cfg: C.Config | dict, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None
+    cfg: C.Config, run_name: str, prepared_dir: Path, codes_dir: Path, out_dir: Path, threads: int | None = None
 ) -> dict:
     """Train one arm, once per seed; write the arm's metrics.csv (a `seed` column) and summary.json.
 
@@ -90,7 +90,7 @@ def run(
     resumable state in out_dir/state/seed<S>/. A seed already completed with the same settings
     is not trained again.
     """
-    cfg = C.typed(cfg).point(run_name)  # a sweep point's own settings; an unknown run is refused here
+    cfg = cfg.point(run_name)  # a sweep point's own settings, resolved here only; an unknown run is refused
     rc = cfg.run(run_name)
     out_dir = Path(out_dir)
     check_available(cfg.train.loggers)  # in every process, before any work
@@ -434,7 +434,7 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
         return None
     probe = diagnostics.ValidProbe(s.model) if s.t.diagnostics else contextlib.nullcontext()
     with probe:  # attention logits and codebook-0 accuracy, hooked into the validation pass
-        v_bits = evaluate(s.model, *s.valid, s.device, s.t.precision)
+        v_bits = evaluate(s.model, *s.valid, s.precision)
     row = {
         "step": step,
         **loop.acc.flush(),

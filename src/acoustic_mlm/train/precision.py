@@ -149,11 +149,55 @@ def half_model(model: nn.Module) -> nn.Module:
     return model
 
 
+class Traits(NamedTuple):
+    """What other modules ask of a `train.precision` value (preflight's projections, autocast), so
+    that none of them branches on its name."""
+
+    autocast_dtype: torch.dtype | None  # forwards run under autocast to this dtype; None: as the model is
+    matmul_dtype: torch.dtype  # the dtype the matmuls compute in (which of a GPU's peaks applies)
+    half_model: bool  # the model in fp16 (weights, gradients, activations), fp32 master weights beside it
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Matmuls in a 16-bit type: a GPU's tensor-core peak applies."""
+        return self.matmul_dtype != torch.float32
+
+    @property
+    def float16_range(self) -> bool:
+        """Matmuls in float16: an attention logit beyond float16's largest value overflows."""
+        return self.matmul_dtype == torch.float16
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of one of the model's weights, and of its gradient (what DDP all-reduces)."""
+        return 2 if self.half_model else 4
+
+
+TRAITS: dict[str, Traits] = {
+    "fp32": Traits(None, torch.float32, False),
+    "bf16": Traits(torch.bfloat16, torch.bfloat16, False),
+    "fp16": Traits(torch.float16, torch.float16, False),
+    "fp16_fairseq": Traits(None, torch.float16, True),  # `half_model` and fairseq's FP16Optimizer
+}
+FP32 = "fp32"  # the precision a CPU measures in place of a GPU's half precision
+
+
+def names_where(test: Callable[[Traits], bool]) -> tuple[str, ...]:
+    """The `train.precision` values whose traits pass `test`, in TRAITS' order (for reports' tables)."""
+    return tuple(name for name, tr in TRAITS.items() if test(tr))
+
+
+def traits(name: str) -> Traits:
+    """The traits of the `train.precision` value `name` (a validated configuration holds one of TRAITS)."""
+    return TRAITS[name]
+
+
 def autocast(device: torch.device, precision: str):
-    """Autocast for bf16 and fp16; fp32 and fp16_fairseq (a half model, `half_model`) run as they are."""
-    if precision in ("fp32", "fp16_fairseq"):
+    """The context a forward of `precision` runs in: autocast for bf16 and fp16; fp32 and fp16_fairseq
+    (a half model, `half_model`) run as they are."""
+    dtype = traits(precision).autocast_dtype
+    if dtype is None:
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
@@ -264,7 +308,8 @@ class AutocastPrecision(Precision):
 
     def __init__(self, name: str, device: torch.device):
         self.name, self.device = name, device
-        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+        # torch's loss scaler where the forward autocasts to float16
+        self.scaler = torch.amp.GradScaler(device.type, enabled=traits(name).autocast_dtype == torch.float16)
         self.model: nn.Module | None = None
         self.optimizer: Optimizer | None = None
 
@@ -424,6 +469,6 @@ class FairseqPrecision(Precision):
 def make_precision(name: str, device: torch.device, world: int = 1, accum_steps: int = 1) -> Precision:
     """The policy of `train.precision` `name` on `device`; fp16_fairseq's loss-scale window from the
     processes and the micro-batches per update (`scale_window`)."""
-    if name == "fp16_fairseq":
+    if traits(name).half_model:
         return FairseqPrecision(device, LossScaler(scale_window(world, accum_steps)))
     return AutocastPrecision(name, device)

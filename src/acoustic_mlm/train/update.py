@@ -18,16 +18,18 @@ import torch.distributed as dist
 from acoustic_mlm import config as C
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.train import diagnostics
-from acoustic_mlm.train.precision import Precision, autocast, make_precision
+from acoustic_mlm.train.precision import Precision, make_precision
 
 
 @torch.no_grad()
-def evaluate(model, wav, codes, mask, device, precision, chunk: int = 16) -> np.ndarray:
-    """Per-codebook masked loss in bits on a fixed set, weighted by masked frames."""
+def evaluate(model, wav, codes, mask, precision: Precision, chunk: int = 16) -> np.ndarray:
+    """Per-codebook masked loss in bits on a fixed set, weighted by masked frames; each chunk's forward
+    on the precision's device, in its autocast."""
     model.eval()
+    device = precision.device
     total, count = None, 0
     for i in range(0, wav.shape[0], chunk):
-        with autocast(device, precision):
+        with precision.autocast():
             out = model(wav[i : i + chunk].to(device), codes[i : i + chunk].to(device), mask[i : i + chunk].to(device))
         n = float(out.n_masked)
         bits = out.bits.float().cpu().numpy() * n
