@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts import metrics as M
+from acoustic_mlm.artifacts.checkpoint import write_checkpoint
 from acoustic_mlm.artifacts.metrics import METRICS, join_seed_metrics, remove_partial, write_metrics, write_partial
 from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.artifacts.run_summary import SUMMARY, write_summary
@@ -57,7 +58,7 @@ from acoustic_mlm.train.state import (
 from acoustic_mlm.train.summary import Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
-from acoustic_mlm.utils import Progress, atomic_path, folder_lock, log, set_threads
+from acoustic_mlm.utils import Progress, folder_lock, log, set_threads
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -490,18 +491,17 @@ def finish(s: Setup, loop: Loop) -> dict:
     if not s.writer:
         return {"seed": s.job.seed}
     metrics = pd.DataFrame(loop.rows)
-    with atomic_path(s.job.out_dir / "checkpoint.pt") as tmp:
-        weights = s.precision.fp32_state_dict()  # in fp32 (fairseq's precision: its fp32 master weights)
-        torch.save(
-            {
-                "model": weights,
-                "model_config": C.to_dict(s.m),
-                "train_config": C.to_dict(s.t),
-                "run": C.to_dict(s.rc),
-                "step": loop.diverged_at or s.t.steps,
-            },
-            tmp,
-        )
+    weights = s.precision.fp32_state_dict()  # in fp32 (fairseq's precision: its fp32 master weights)
+    write_checkpoint(
+        s.job.out_dir,
+        {
+            "model": weights,
+            "model_config": C.to_dict(s.m),
+            "train_config": C.to_dict(s.t),
+            "run": C.to_dict(s.rc),
+            "step": loop.diverged_at or s.t.steps,
+        },
+    )
     summary = {**summarize(metrics, s.rc, s.t), "stop_reason": loop.stop_reason, "fingerprint": s.fingerprint}
     write_metrics(s.job.out_dir / METRICS, metrics)
     write_summary(s.job.out_dir / SUMMARY, summary)
