@@ -14,7 +14,7 @@ import torch
 from acoustic_mlm import config as C
 from acoustic_mlm import curves, kernels
 from acoustic_mlm.artifacts import metrics as M
-from acoustic_mlm.artifacts.run_summary import COMPLETED_WITH_NONFINITE, SEED_STATUSES
+from acoustic_mlm.artifacts.run_summary import COMPLETED, COMPLETED_WITH_NONFINITE, DIVERGED, SEED_STATUSES
 
 
 class Accumulator:
@@ -83,7 +83,7 @@ def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
             "seed": t.seed,
             "steps": int(last[M.STEP]),
             # a skipped non-finite update is not a clean run: say so rather than "completed"
-            "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
+            "status": DIVERGED if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else COMPLETED),
             "diverged_at_step": int(last[M.STEP]) if diverged else None,
             # a run with no finite row (diverged at its first update, every loss NaN) has no final loss: None
             "final_train_loss_cb0": _final(finite, M.FIGURE_LOSS),
