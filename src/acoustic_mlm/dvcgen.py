@@ -51,6 +51,7 @@ from pathlib import Path
 import yaml
 
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.config import params as P
 from acoustic_mlm.config import sweep as S
 from acoustic_mlm.errors import UserError
@@ -252,7 +253,7 @@ def _train(name: str, run: str, q: str, params: list[str], entry: tuple[str, ...
         plots=[
             Out(
                 f"{folder}/metrics.csv",
-                {"template": "logx", "x": "step", "y": "train_loss_cb0"},
+                {"template": "logx", "x": M.STEP, "y": M.FIGURE_LOSS},
                 {"template": ".dvc/plots/logx.json: DVC's linear template, log x axis"} if comments else {},
             )
         ],

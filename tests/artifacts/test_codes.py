@@ -1,28 +1,39 @@
 """The codes' files: codes.npy created, opened and read checked (every value once), tokenizer.json's
 codebooks, the fit and a shard's encoding record written and read back; damage is one ReadError line
-naming the file and the stage to rerun."""
+naming the file and the stage to rerun; loudness.csv and files.csv written with their declared columns
+and read back checked."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import read_refused
 
 from acoustic_mlm.artifacts.codes import (
     ENCODE_RECORD,
+    FILE_STATS_COLUMNS,
+    FILES,
+    FILES_COLUMNS,
     FIT,
+    LOUDNESS_COLUMNS,
+    LOUDNESS_TABLE,
     SUMMARY,
     codes_path,
     create_codes,
     open_codes,
     read_codes,
     read_encode_record,
+    read_files,
     read_fit,
+    read_loudness,
     read_tokenizer_summary,
     write_encode_record,
+    write_files,
     write_fit,
+    write_loudness,
     write_tokenizer_summary,
 )
 from acoustic_mlm.errors import UserError
@@ -90,3 +101,44 @@ def test_read_codes_reads_codes_and_refuses_wrong_shapes_types_and_values(tmp_pa
     read_refused(lambda: read_codes(path, 4, 2, 1024), path, "float32 values; codes are whole numbers")
     path.write_bytes(b"\x93NUMPY garbage")
     read_refused(lambda: read_codes(path, 4, 2, 1024), path, "not a readable .npy array")
+
+
+def _loudness():
+    return pd.DataFrame(
+        {"clip_id": ["a", "b"], "rms_dbfs": [-20.5, -np.inf], "lufs": [-23.25, -70.0], "gain_db": [1.5, 0.0]}
+    )
+
+
+def test_loudness_written_reads_back_and_damage_is_one_line(tmp_path):
+    write_loudness(tmp_path, _loudness())
+    path = tmp_path / LOUDNESS_TABLE
+    assert path.read_text().splitlines() == ["clip_id,rms_dbfs,lufs,gain_db", "a,-20.5,-23.25,1.5", "b,-inf,-70.0,0.0"]
+    back = read_loudness(path)
+    assert back["gain_db"].tolist() == [1.5, 0.0] and back["rms_dbfs"].iloc[1] == -np.inf
+    with pytest.raises(ValueError, match="clip_id, rms_dbfs, lufs, gain_db"):
+        write_loudness(tmp_path, _loudness()[["clip_id", "gain_db"]])
+    path.write_text("clip_id,rms_dbfs,gain_db\na,-20.5,1.5\n")
+    read_refused(lambda: read_loudness(path), path, "missing column(s) lufs", "tokenize")
+    path.write_text("clip_id,rms_dbfs,lufs,gain_db\na,-20.5,-23.25,nan\n")
+    read_refused(lambda: read_loudness(path), path, "column 'gain_db', row 2", "finite")
+    path.write_text("clip_id,rms_dbfs,lufs,gain_db\na,-20.5,-23.25,1.")
+    read_refused(lambda: read_loudness(path), path, "cut short")
+
+
+def test_files_table_written_reads_back_and_damage_is_one_line(tmp_path):
+    files = pd.DataFrame(
+        {"clip_id": ["a"], "path": ["a.flac"], "split": ["train"], "seconds": [6.0]}
+        | {c: [v] for c, v in zip(LOUDNESS_COLUMNS[1:], (-24.56, -26.31, 3.53))}
+        | {c: [v] for c, v in zip(FILE_STATS_COLUMNS, (175, 7.0258, 0.03111))}
+    )
+    path = write_files(tmp_path, files)
+    assert path == tmp_path / FILES and list(files.columns) == list(FILES_COLUMNS)
+    assert path.read_text().splitlines()[1] == "a,a.flac,train,6.0,-24.56,-26.31,3.53,175,7.0258,0.03111"
+    back = read_files(path)
+    assert back["cb0_codes_used"].tolist() == [175] and back["cb0_top_code_share"].tolist() == [0.03111]
+    with pytest.raises(ValueError):
+        write_files(tmp_path, files[list(reversed(FILES_COLUMNS))])
+    path.write_text(path.read_text().replace(",175,", ",17.5,"))
+    read_refused(lambda: read_files(path), path, "column 'cb0_codes_used', row 2", "not a whole")
+    path.write_text(",".join(FILES_COLUMNS[:-1]) + "\n")
+    read_refused(lambda: read_files(path), path, "missing column(s) cb0_top_code_share")

@@ -1,15 +1,18 @@
 """A run's metrics: the loss columns, a seed's rows written and an arm's joined (a `seed` column
 first), the rows so far while a seed trains, and the checked readers (steps increasing per seed, the
-figure's loss present, the columns `amlm status` reads)."""
+figure's loss present, the columns `amlm status` reads), and the declared columns against the
+headers training wrote."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from helpers import read_refused
 
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.metrics import (
     FIGURE_LOSS,
     LOSS_COLUMN,
@@ -80,3 +83,43 @@ def test_read_partial_metrics_wants_the_columns_status_reads(tmp_path):
     ]:
         path.write_text(text)
         read_refused(lambda: read_partial_metrics(path), path, *needles)
+
+
+def test_the_declared_columns_are_the_shipped_reference_runs_headers():
+    """Both shipped reference runs (written by training, smoke: 2 layers, default: 4) have the
+    header columns() declares, after their `run` and `seed` columns (a column declared since they
+    were recorded aside); the fixed columns in order."""
+    root = Path(__file__).resolve().parents[2] / "data" / "reference"
+    for preset, layers in (("smoke_run", 2), ("default_run", 4)):
+        for path in sorted((root / preset).glob("*/metrics.csv")):
+            header = path.read_text().split("\n", 1)[0].split(",")
+            assert header[:2] == [M.RUN, M.SEED], path
+            assert header[2:] == [c for c in M.columns(8, layers) if c in header], path
+    assert M.COLUMNS == [
+        "step",
+        "train_loss",
+        "feature_penalty",
+        "grad_norm_max",
+        "clip_frac",
+        "lr",
+        "grad_norm",
+        "clipped",
+        "clipped_steps",
+        "nonfinite",
+        "overflow_skips",
+        "loss_scale",
+        "diverged",
+        "wall_time",
+    ]
+    assert M.columns(1) == ["step", "train_loss_cb0", *M.COLUMNS[1:8], "valid_loss_cb0", *M.COLUMNS[8:]]
+    assert M.diagnostic_columns(["conv", "heads"], 1) == [
+        "grad_norm_conv",
+        "grad_norm_heads",
+        "update_ratio_conv",
+        "update_ratio_heads",
+        "masked_frac",
+        "attn_logit_max_l0",
+        "attn_logit_max",
+        "attn_logit_fp16_frac",
+        "valid_acc_cb0",
+    ]

@@ -4,12 +4,14 @@ not match the audio, a shard's audio missing: one line naming the file)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import read_refused
 
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.prepared import (
@@ -19,17 +21,23 @@ from acoustic_mlm.artifacts.prepared import (
     MANIFEST_COLUMNS,
     PLAN,
     PLAN_COLUMNS,
+    RECORD,
     REJECTS,
+    SHARD_RECORD,
     AudioWriter,
     as_float,
     load_prepared,
     read_audio,
     read_plan,
+    read_record,
+    read_shard_record,
     read_shard_tables,
     shard_name,
     to_stored,
     write_manifest,
     write_plan,
+    write_record,
+    write_shard_record,
     write_shard_tables,
 )
 from acoustic_mlm.errors import UserError
@@ -154,3 +162,43 @@ def test_load_prepared_detects_a_mismatch(data_dirs, tmp_path):
     (bad / MANIFEST).unlink()
     with pytest.raises(UserError, match=r"manifest\.csv: not found \(run the prepare stage first\)"):
         load_prepared(bad)
+
+
+def test_the_shard_and_corpus_records_read_back_and_damage_is_one_line(tmp_path):
+    shard = {"shard": 0, "files": 4, "kept": 3, "rejected": 1, "samples": 576000}
+    write_shard_record(tmp_path, shard)
+    path = tmp_path / SHARD_RECORD
+    assert path.read_text() == json.dumps(shard, indent=2, sort_keys=True) + "\n"  # keys sorted, as before
+    assert read_shard_record(path) == shard
+    with pytest.raises(ValueError, match="shard.json's keys"):
+        write_shard_record(tmp_path, {**shard, "extra": 1})
+    path.write_text(json.dumps({**shard, "kept": 2.5}))
+    read_refused(lambda: read_shard_record(path), path, "'kept' is 2.5, not int", "prepare")
+    path.write_text('{"shard": 0, "files": 4')
+    read_refused(lambda: read_shard_record(path), path, "not valid JSON")
+
+    record = {
+        "sample_rate": 24000,
+        "hop": 320,
+        "shards": 3,
+        "shard_files": 4,
+        "clips": {"train": 10, "valid": 2},
+        "seconds": {"train": 60.0, "valid": 12.0},
+        "total_samples": 1728000,
+        "valid_fraction": 0.2,
+        "split_seed": 0,
+        "min_seconds": 0.49333333333333335,
+        "kept": 12,
+        "rejected": 0,
+        "rejected_by_reason": {},
+    }
+    write_record(tmp_path, record)
+    path = tmp_path / RECORD
+    assert path.read_text() == json.dumps(record, indent=2, sort_keys=True) + "\n"
+    assert read_record(path) == record
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "hop"}))
+    read_refused(lambda: read_record(path), path, "lacks 'hop'")
+    path.write_text(json.dumps({**record, "clips": {"train": 10}}))
+    read_refused(lambda: read_record(path), path, "'clips' must hold a number per split")
+    path.write_text(json.dumps({**record, "seconds": {"train": 60.0, "valid": "12"}}))
+    read_refused(lambda: read_record(path), path, "'seconds' must hold a number per split")

@@ -11,8 +11,10 @@ tokenizer.json through here, and no other module of the tokenizer.
                          offset_i // 320 ... + num_frames_i; columns of no clip hold -1 (create_codes,
                          open_codes, read_codes)
       encode.json        clips, seconds, speed (write_encode_record, read_encode_record)
-      loudness.csv       each clip's RMS dBFS, LUFS and the mean gain applied (LOUDNESS_TABLE)
-    files.csv            one row per clip: loudness, codebook-0 codes used, entropy, most frequent code's share
+      loudness.csv       each clip's RMS dBFS, LUFS and the mean gain applied (LOUDNESS_COLUMNS;
+                         write_loudness, read_loudness)
+    files.csv            one row per clip: loudness, codebook-0 codes used, entropy, most frequent code's
+                         share (FILES_COLUMNS; write_files, read_files)
     tokenizer.json       written last, it marks the codes complete: the fit, the codebooks (`n_codebooks`,
                          `codebook_size`, the largest code per codebook `max_code`), codes used and unigram
                          entropy per level, encode time and speed (write_tokenizer_summary,
@@ -24,11 +26,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from acoustic_mlm.artifacts.checked import ReadError, check_file, read_json
+from acoustic_mlm.artifacts.checked import ReadError, check_file, read_csv_table, read_json
 from acoustic_mlm.artifacts.prepared import shard_name
 from acoustic_mlm.errors import UserError, one_line
-from acoustic_mlm.utils import write_json
+from acoustic_mlm.utils import atomic_path, write_json
 
 MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated mode)
 FIT = "fit.json"
@@ -40,6 +43,11 @@ SUMMARY = "tokenizer.json"  # written last: it marks the codes complete
 CODES_DTYPE = np.int16
 ENCODE_KEYS = {"clips": int, "audio_seconds": (int, float), "encode_seconds": (int, float)}  # what merge reads
 SUMMARY_KEYS = {"n_codebooks": int, "max_code": list, "codebook_size": int}  # what training checks
+# loudness.csv: the clip, its RMS level (dBFS) and BS.1770 loudness (LUFS), the mean gain applied (dB)
+LOUDNESS_COLUMNS = ("clip_id", "rms_dbfs", "lufs", "gain_db")
+FILE_STATS_COLUMNS = ("cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share")  # a clip's codebook-0 codes
+# files.csv: the clip (its manifest row's id, path, split and length), its loudness, its codebook-0 codes
+FILES_COLUMNS = ("clip_id", "path", "split", "seconds", *LOUDNESS_COLUMNS[1:], *FILE_STATS_COLUMNS)
 SCAN_BLOCK = 1 << 22  # codes checked 4 M values at a time (8 MB of int16): memory stays flat
 
 
@@ -93,6 +101,56 @@ def read_tokenizer_summary(path: str | Path) -> dict:
             f"{path}: 'max_code' holds {bad[0]}, outside 0-{meta['codebook_size'] - 1}; rerun the tokenize stage"
         )
     return meta
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def _check_columns(table: pd.DataFrame, columns: tuple[str, ...], name: str) -> None:
+    if tuple(table.columns) != columns:
+        raise ValueError(f"{name}'s columns are {', '.join(columns)}, not {', '.join(map(str, table.columns))}")
+
+
+def write_loudness(shard_dir: Path, measured: pd.DataFrame) -> None:
+    """shard-<k>/loudness.csv (into the shard's folder, or its temporary name): LOUDNESS_COLUMNS."""
+    _check_columns(measured, LOUDNESS_COLUMNS, LOUDNESS_TABLE)
+    measured.to_csv(Path(shard_dir) / LOUDNESS_TABLE, index=False)
+
+
+def read_loudness(path: str | Path) -> pd.DataFrame:
+    """A shard's loudness.csv: every LOUDNESS_COLUMNS column, the levels numbers (-inf for
+    silence), the gain a finite number; one line naming the file otherwise."""
+    return read_csv_table(
+        path,
+        "a shard's loudness",
+        "tokenize",
+        LOUDNESS_COLUMNS,
+        numbers=["rms_dbfs", "lufs"],
+        finite=["gain_db"],
+    )
+
+
+def write_files(codes_dir: Path, files: pd.DataFrame) -> Path:
+    """data/codes/files.csv, atomically: FILES_COLUMNS, one row per clip."""
+    _check_columns(files, FILES_COLUMNS, FILES)
+    path = Path(codes_dir) / FILES
+    with atomic_path(path) as tmp:
+        files.to_csv(tmp, index=False)
+    return path
+
+
+def read_files(path: str | Path) -> pd.DataFrame:
+    """data/codes/files.csv: every FILES_COLUMNS column, lengths, counts and shares numbers;
+    one line naming the file otherwise."""
+    return read_csv_table(
+        path,
+        "the codes' per-file table",
+        "tokenize",
+        FILES_COLUMNS,
+        ints=["cb0_codes_used"],
+        numbers=["rms_dbfs", "lufs"],
+        finite=["seconds", "gain_db", "cb0_entropy_bits", "cb0_top_code_share"],
+    )
 
 
 # ----------------------------------------------------------------------------- codes.npy

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import ReadError, convert_columns, read_csv_table
 from acoustic_mlm.utils import atomic_path
 
 LOSS_CURVES = "loss_curves.csv"
 DIAGNOSTICS = "diagnostics.csv"  # written beside loss_curves.csv
-COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]  # and `nonfinite`
+COLUMNS = ["run", "label", "seed", "step", "split", "codebook", "loss_bits"]  # and NONFINITE
+NONFINITE = M.NONFINITE  # loss_curves.csv's last column: the metrics column, carried over
 DIAGNOSTIC_COLUMNS = ["run", "label", "seed", "step", "diagnostic", "value"]
 
 
@@ -44,7 +46,7 @@ def read_curves(path: str | Path) -> pd.DataFrame:
         numbers=["loss_bits"],
         choices={"split": ("train", "valid")},
     )
-    convert_columns(frame, path, "aggregate", ints=["nonfinite"] if "nonfinite" in frame else [])
+    convert_columns(frame, path, "aggregate", ints=[NONFINITE] if NONFINITE in frame else [])
     if (frame["step"] < 0).any() or (frame["codebook"] < 0).any():
         raise ReadError(f"{path}: a negative step or codebook; rerun the aggregate stage")
     return frame

@@ -10,14 +10,15 @@ writers and their checked readers. Tokenization and training read the corpus thr
                          int16 PCM (2 bytes per sample) whose value x stands for x / 32768 (as_float)
       clips.csv          the manifest's columns but shard and split: SHARD_COLUMNS
       rejects.csv        path, reason: REJECTS_COLUMNS (write_shard_tables, read_shard_tables)
-      shard.json         counts
+      shard.json         counts: SHARD_RECORD_KEYS (write_shard_record, read_shard_record)
     manifest.csv         written last, it marks the corpus complete (write_manifest, load_prepared): one
                          row per clip, MANIFEST_COLUMNS: clip_id, path (relative to the raw folder), shard,
                          split (train | valid), offset (first sample in its shard's audio.npy), num_samples
                          (a multiple of 320), num_frames (num_samples // 320, EnCodec frames),
                          orig_sample_rate, orig_channels, duration_s
     rejects.csv          path, reason for every file that is not in the manifest (write_rejects)
-    prepare.json         clips and seconds per split, sample rate, shards, kept and rejected counts
+    prepare.json         clips and seconds per split, sample rate, shards, kept and rejected counts:
+                         RECORD_KEYS (write_record, read_record)
 
 Clip i is `audio(shard_i)[offset_i : offset_i + num_samples_i]`, as stored; `as_float` scales any slice of
 it to float32 in [-1, 1) (a float32 corpus's slice unchanged).
@@ -32,9 +33,9 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import encodec
-from acoustic_mlm.artifacts.checked import read_csv_table
+from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, read_json, rerun_advice
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import OutOfSpaceError, atomic_path, is_out_of_space, recover_replaced
+from acoustic_mlm.utils import OutOfSpaceError, atomic_path, is_out_of_space, recover_replaced, write_json
 
 MANIFEST = "manifest.csv"  # written last: it marks the corpus complete
 MANIFEST_COLUMNS = (
@@ -57,6 +58,26 @@ SHARD_COLUMNS = tuple(c for c in MANIFEST_COLUMNS if c not in ("shard", "split")
 AUDIO = "audio.npy"  # shard-<k>/audio.npy
 SHARD_RECORD = "shard.json"  # shard-<k>/shard.json: the shard's counts
 RECORD = "prepare.json"  # the corpus's counts
+NUMBER = (int, float)
+# shard.json's keys and their types (written sorted by key, as every JSON record)
+SHARD_RECORD_KEYS = {"files": int, "kept": int, "rejected": int, "samples": int, "shard": int}
+# prepare.json's keys and their types; clips and seconds: {"train": ..., "valid": ...}
+RECORD_KEYS = {
+    "clips": dict,
+    "hop": int,
+    "kept": int,
+    "min_seconds": NUMBER,
+    "rejected": int,
+    "rejected_by_reason": dict,
+    "sample_rate": int,
+    "seconds": dict,
+    "shard_files": int,
+    "shards": int,
+    "split_seed": int,
+    "total_samples": int,
+    "valid_fraction": NUMBER,
+}
+SPLITS = ("train", "valid")
 PLAN = "shards.csv"  # the plan: every audio-named path, its clip id, its shard, why it is skipped (if it is)
 PLAN_COLUMNS = ("path", "clip_id", "shard", "skip")
 MANIFEST_DTYPES = {
@@ -212,7 +233,42 @@ def read_shard_tables(folder: Path, shard: int) -> tuple[pd.DataFrame, pd.DataFr
     return clips, rejects
 
 
+def _write_record(path: Path, record: dict, keys: dict) -> None:
+    if set(record) != set(keys):
+        raise ValueError(f"{path.name}'s keys are {', '.join(keys)}, not {', '.join(sorted(record))}")
+    write_json(path, record)
+
+
+def write_shard_record(folder: Path, record: dict) -> None:
+    """A shard's shard.json (SHARD_RECORD_KEYS), into its (temporary) folder."""
+    _write_record(Path(folder) / SHARD_RECORD, record, SHARD_RECORD_KEYS)
+
+
+def read_shard_record(path: str | Path) -> dict:
+    """A shard's shard.json: its counts, whole numbers (SHARD_RECORD_KEYS); one line naming the file otherwise."""
+    return read_json(path, "a shard's record", "prepare", SHARD_RECORD_KEYS)
+
+
 # ----------------------------------------------------------------------------- the corpus
+
+
+def write_record(out_dir: Path, record: dict) -> None:
+    """out_dir/prepare.json (RECORD_KEYS), atomically."""
+    _write_record(Path(out_dir) / RECORD, record, RECORD_KEYS)
+
+
+def read_record(path: str | Path) -> dict:
+    """The corpus's prepare.json: RECORD_KEYS of their types, clips and seconds per split (train,
+    valid); one line naming the file otherwise."""
+    path = Path(path)
+    record = read_json(path, "the corpus's record", "prepare", RECORD_KEYS)
+    for key, kinds in (("clips", int), ("seconds", NUMBER)):
+        per_split = record[key]
+        if sorted(per_split) != sorted(SPLITS) or not all(
+            isinstance(v, kinds) and not isinstance(v, bool) for v in per_split.values()
+        ):
+            raise ReadError(f"{path}: '{key}' must hold a number per split (train, valid); {rerun_advice('prepare')}")
+    return record
 
 
 def write_rejects(out_dir: Path, rejects: pd.DataFrame) -> None:

@@ -17,26 +17,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import Advice, ReadError, convert_columns, read_csv_table, read_json, short_value
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, loss_columns
 from acoustic_mlm.utils import atomic_path, write_json
 
-METRICS = "metrics.csv"  # every arm's rows, with a `run` column
+METRICS = M.METRICS  # every arm's rows, with a `run` column
 META = "reference.json"
 # the `stage` of a reference's files: its advice is to restore it, not to rerun a stage
 REFERENCE_RUN = Advice(
     "the reference is damaged, not the run being checked: restore it (git checkout -- "
     "data/reference) or record it again (amlm verify --record DIR)"
 )
-REFERENCE_RUN_COLUMNS = ("run", "seed", "step", "train_loss_cb0")  # what verify matches rows on and draws
+REFERENCE_RUN_COLUMNS = (M.RUN, M.SEED, M.STEP, M.FIGURE_LOSS)  # what verify matches rows on and draws
 
 
 def write_reference_run(out_dir: Path, arm_metrics: dict[str, pd.DataFrame], meta: dict) -> Path:
     """A reference folder: every arm's metrics rows in one metrics.csv (a `run` column first; full
     precision: a deterministic rerun matches to the bit), then reference.json."""
-    frames = [metrics.assign(run=run) for run, metrics in arm_metrics.items()]
+    frames = [metrics.assign(**{M.RUN: run}) for run, metrics in arm_metrics.items()]
     metrics = pd.concat(frames, ignore_index=True)
-    metrics = metrics[["run"] + [c for c in metrics.columns if c != "run"]]
+    metrics = metrics[[M.RUN] + [c for c in metrics.columns if c != M.RUN]]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_path(out_dir / METRICS) as tmp:
@@ -160,12 +161,12 @@ def read_reference_metrics(path: str | Path, columns=REFERENCE_RUN_COLUMNS) -> p
             f"{path}: {len(codebooks['train'])} train_loss_cb<k> columns but "
             f"{len(codebooks['valid'])} valid_loss_cb<k>; {advice}"
         )
-    others = [c for c in frame.columns if c not in ("run", "seed", "step") and c not in losses]
-    _reference(convert_columns, frame, path, REFERENCE_RUN, ints=["seed", "step"], finite=losses, numbers=others)
-    if (frame["run"].str.strip() == "").any():
-        i = int(np.flatnonzero((frame["run"].str.strip() == "").to_numpy())[0])
+    others = [c for c in frame.columns if c not in (M.RUN, M.SEED, M.STEP) and c not in losses]
+    _reference(convert_columns, frame, path, REFERENCE_RUN, ints=[M.SEED, M.STEP], finite=losses, numbers=others)
+    if (frame[M.RUN].str.strip() == "").any():
+        i = int(np.flatnonzero((frame[M.RUN].str.strip() == "").to_numpy())[0])
         raise ReferenceDamaged(f"{path}: column 'run', row {i + 2} is empty; {advice}")
-    for (run, seed), steps in frame.groupby(["run", "seed"], sort=False)["step"]:
+    for (run, seed), steps in frame.groupby([M.RUN, M.SEED], sort=False)[M.STEP]:
         s = steps.to_numpy()
         if (s < 0).any() or (np.diff(s) <= 0).any():
             raise ReferenceDamaged(
@@ -187,30 +188,28 @@ def read_reference_run(folder: str | Path) -> tuple[pd.DataFrame, dict]:
             f"{folder}: {what}; a reference is a folder holding metrics.csv and reference.json "
             "(amlm verify --record DIR writes one)"
         )
-    meta = read_reference_json(folder / "reference.json")
-    metrics = read_reference_metrics(folder / "metrics.csv")
+    meta = read_reference_json(folder / META)
+    metrics = read_reference_metrics(folder / METRICS)
     advice = _reference_advice()
-    have = list(dict.fromkeys(metrics["run"]))
+    have = list(dict.fromkeys(metrics[M.RUN]))
     lacking = [r for r in meta["arms"] if r not in have]
     if lacking:
         raise ReferenceDamaged(
-            f"{folder / 'metrics.csv'}: no rows of arm {lacking[0]!r}, which "
-            f"{folder / 'reference.json'} lists; {advice}"
+            f"{folder / METRICS}: no rows of arm {lacking[0]!r}, which {folder / META} lists; {advice}"
         )
     extra = [r for r in have if r not in meta["arms"]]
     if extra:
         raise ReferenceDamaged(
-            f"{folder / 'metrics.csv'}: rows of arm {extra[0]!r}, which {folder / 'reference.json'} "
-            f"does not list; {advice}"
+            f"{folder / METRICS}: rows of arm {extra[0]!r}, which {folder / META} does not list; {advice}"
         )
-    for (run, seed), rows in metrics.groupby(["run", "seed"], sort=False):
+    for (run, seed), rows in metrics.groupby([M.RUN, M.SEED], sort=False):
         steps = meta["arms"][run].get("train.steps")
         last = rows.iloc[-1]
-        diverged = "diverged" in rows.columns and _finite_number(last["diverged"]) and last["diverged"] > 0
-        if _finite_number(steps) and not diverged and int(last["step"]) != int(steps):
+        diverged = M.DIVERGED in rows.columns and _finite_number(last[M.DIVERGED]) and last[M.DIVERGED] > 0
+        if _finite_number(steps) and not diverged and int(last[M.STEP]) != int(steps):
             raise ReferenceDamaged(
-                f"{folder / 'metrics.csv'}: arm {run!r}, seed {seed} ends at step "
-                f"{int(last['step'])}, "
+                f"{folder / METRICS}: arm {run!r}, seed {seed} ends at step "
+                f"{int(last[M.STEP])}, "
                 f"not at its train.steps ({int(steps)}) nor marked diverged (rows lost); {advice}"
             )
     return metrics, meta

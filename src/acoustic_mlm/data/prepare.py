@@ -55,7 +55,6 @@ from acoustic_mlm.artifacts.prepared import (
     MANIFEST_COLUMNS,
     PLAN,
     PLAN_COLUMNS,
-    RECORD,
     SHARD_RECORD,
     AudioWriter,
     read_plan,
@@ -63,7 +62,9 @@ from acoustic_mlm.artifacts.prepared import (
     shard_name,
     write_manifest,
     write_plan,
+    write_record,
     write_rejects,
+    write_shard_record,
     write_shard_tables,
 )
 from acoustic_mlm.data.corpus import check_calibration_data
@@ -264,7 +265,7 @@ def prepare_shard(cfg: C.Config, raw_dir: Path, out_dir: Path, shard: int) -> di
             "rejected": len(rejects),
             "samples": int(sum(r["num_samples"] for r in rows)),
         }
-        write_json(tmp / SHARD_RECORD, summary)
+        write_shard_record(tmp, summary)
     log.info("prepare %s: kept %d files, rejected %d", shard_name(shard), len(rows), len(rejects))
     return summary
 
@@ -309,8 +310,8 @@ def merge(cfg: C.Config, out_dir: Path) -> pd.DataFrame:
     write_rejects(out_dir, rejects)
     by_split = manifest.groupby("split")
     total = int(manifest["num_samples"].sum())
-    write_json(
-        out_dir / RECORD,
+    write_record(
+        out_dir,
         {
             "sample_rate": sample_rate,
             "hop": encodec.HOP,

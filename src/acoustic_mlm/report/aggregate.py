@@ -12,40 +12,41 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves as curves_mod
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.curve_tables import COLUMNS, DIAGNOSTIC_COLUMNS, DIAGNOSTICS, write_table
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, METRICS, loss_columns, read_metrics
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import log, write_json
 
-NOT_DIAGNOSTICS = {"seed", "step", "train_loss", "wall_time"}  # and every per-codebook loss column
+NOT_DIAGNOSTICS = {M.SEED, M.STEP, M.TRAIN_LOSS, M.WALL_TIME}  # and every per-codebook loss column
 
 
 def tidy(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's wide metrics table as tidy rows, one per (step, split, codebook)."""
     loss_cols = loss_columns(metrics)
-    if "step" not in metrics.columns or not loss_cols:
-        raise UserError(f"metrics of run '{run.name}' lack 'step' or per-codebook loss columns")
-    if "seed" not in metrics.columns:  # a single seed's own metrics file
-        metrics = metrics.assign(seed=run.seeds[0])
-    if "nonfinite" not in metrics.columns:
-        metrics = metrics.assign(nonfinite=0)
+    if M.STEP not in metrics.columns or not loss_cols:
+        raise UserError(f"metrics of run '{run.name}' lack '{M.STEP}' or per-codebook loss columns")
+    if M.SEED not in metrics.columns:  # a single seed's own metrics file
+        metrics = metrics.assign(**{M.SEED: run.seeds[0]})
+    if M.NONFINITE not in metrics.columns:
+        metrics = metrics.assign(**{M.NONFINITE: 0})
     long = metrics.melt(
-        id_vars=["seed", "step", "nonfinite"], value_vars=loss_cols, var_name="column", value_name="loss_bits"
+        id_vars=[M.SEED, M.STEP, M.NONFINITE], value_vars=loss_cols, var_name="column", value_name="loss_bits"
     )
     parts = long["column"].str.extract(LOSS_COLUMN)
     long["split"], long["codebook"] = parts[0], parts[1].astype(int)
     long["run"], long["label"] = run.name, run.label
-    return long[COLUMNS + ["nonfinite"]]
+    return long[COLUMNS + [M.NONFINITE]]
 
 
 def tidy_diagnostics(metrics: pd.DataFrame, run: C.RunConfig) -> pd.DataFrame:
     """One arm's non-loss metrics columns as tidy rows, one per (seed, step, diagnostic)."""
-    if "step" not in metrics.columns:
-        raise UserError(f"metrics of run '{run.name}' lack 'step'")
-    if "seed" not in metrics.columns:
-        metrics = metrics.assign(seed=run.seeds[0])
+    if M.STEP not in metrics.columns:
+        raise UserError(f"metrics of run '{run.name}' lack '{M.STEP}'")
+    if M.SEED not in metrics.columns:
+        metrics = metrics.assign(**{M.SEED: run.seeds[0]})
     cols = [c for c in metrics.columns if c not in NOT_DIAGNOSTICS and not LOSS_COLUMN.match(c)]
-    long = metrics.melt(id_vars=["seed", "step"], value_vars=cols, var_name="diagnostic", value_name="value")
+    long = metrics.melt(id_vars=[M.SEED, M.STEP], value_vars=cols, var_name="diagnostic", value_name="value")
     long["run"], long["label"] = run.name, run.label
     return long[DIAGNOSTIC_COLUMNS]
 

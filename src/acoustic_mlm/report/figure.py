@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from acoustic_mlm import config as C  # noqa: E402
+from acoustic_mlm.artifacts.curve_tables import NONFINITE  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
 from acoustic_mlm.report.reference import load_reference  # noqa: E402
 from acoustic_mlm.utils import atomic_path, log  # noqa: E402
@@ -177,13 +178,13 @@ def mark_no_finite_loss(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle])
 def mark_nonfinite(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> list[str]:
     """A note at the end of every run (seed) that completed after skipping non-finite updates:
     such a run is not clean, and the figure says so where its curve ends."""
-    if "nonfinite" not in selected.columns:
+    if NONFINITE not in selected.columns:
         return []
     marked = []
     for (label, seed), g in selected.groupby(["label", "seed"], sort=False):
         g = g.sort_values("step")
         finite = g[g["loss_bits"].notna() & (g["loss_bits"].abs() != float("inf"))]
-        skipped = int(g["nonfinite"].max())
+        skipped = int(g[NONFINITE].max())
         if not skipped or finite.empty or len(finite) < len(g) or label not in styles:
             continue  # clean, or diverged (marked by mark_divergence)
         last = finite.iloc[-1]

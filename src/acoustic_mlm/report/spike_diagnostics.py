@@ -11,12 +11,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.report.curve_stats import CurveStats, rounded
 from acoustic_mlm.utils import FP16_MAX
 
 UNUSUAL_FACTOR = 3.0  # a diagnostic at a spike this many times its median before the spike is unusual
 BASELINE_ROWS = 3  # ... the median of the last this many rows before the onset (early training moves fast)
-SKIP_NAMES = {"overflow_skips": "fp16 overflow", "nonfinite": "non-finite loss"}
+SKIP_NAMES = {M.OVERFLOW_SKIPS: "fp16 overflow", M.NONFINITE: "non-finite loss"}  # metrics column -> why
 
 
 def _before_and_during(series: pd.Series, onset: int, peak: int) -> tuple[float, float]:
@@ -52,7 +53,7 @@ def explain_spikes(
                     "height_bits": k["height_bits"],
                     "unusual": [],
                 }
-                for name, column in (("grad_norm", "grad_norm_max"), ("attn_logit", "attn_logit_max")):
+                for name, column in (("grad_norm", M.GRAD_NORM_MAX), ("attn_logit", M.ATTN_LOGIT_MAX)):
                     label = {"grad_norm": "gradient norm", "attn_logit": "attention logit"}[name]
                     if column not in wide.columns:
                         seen[name] = None  # not measured (train.diagnostics false)
@@ -67,7 +68,7 @@ def explain_spikes(
                         seen["unusual"].append(f"{label} {top / median:.1f}x its median")
                 if seen["attn_logit"] and (seen["attn_logit"]["max"] or 0) >= FP16_MAX:
                     seen["unusual"].append("attention logit beyond float16's range")
-                for name in ("overflow_skips", "nonfinite"):
+                for name in SKIP_NAMES:
                     if name not in wide.columns:
                         seen[name] = None
                         continue

@@ -31,6 +31,7 @@ import seaborn as sns  # noqa: E402
 from acoustic_mlm import config as C  # noqa: E402
 from acoustic_mlm import curves as K  # noqa: E402
 from acoustic_mlm.artifacts import curve_tables  # noqa: E402
+from acoustic_mlm.artifacts import metrics as M  # noqa: E402
 from acoustic_mlm.errors import UserError  # noqa: E402
 from acoustic_mlm.report import figure
 from acoustic_mlm.utils import FP16_MAX, log  # noqa: E402
@@ -40,9 +41,9 @@ STEM = "stability"
 # (panel key, diagnostic column in diagnostics.csv, y label, log y)
 PANELS = (
     ("loss", None, "Codebook-0 loss (bits)", False),
-    ("grad_norm", "grad_norm_max", "Gradient norm\nbefore clipping", True),
-    ("attn_logit", "attn_logit_max", "Largest attention\nlogit |q.k|/sqrt(d)", True),
-    ("loss_scale", "loss_scale", "fp16 loss scale", True),
+    ("grad_norm", M.GRAD_NORM_MAX, "Gradient norm\nbefore clipping", True),
+    ("attn_logit", M.ATTN_LOGIT_MAX, "Largest attention\nlogit |q.k|/sqrt(d)", True),
+    ("loss_scale", M.LOSS_SCALE, "fp16 loss scale", True),
 )
 FP16_GID = "threshold:fp16"
 CLIP_GID = "threshold:clip={:g}"
@@ -106,7 +107,37 @@ def draw(
     names = list(runs)
     labels, styles = figure.labels_of(runs), figure.arm_styles(runs)
     label_of = {n: runs[n].label for n in names}  # the config's labels, whatever the files say
-    split = fig_cfg.split
+    loss, diag = _selected(loss_curves, diagnostics, label_of, fig_cfg.split)
+    fp16 = (diag["diagnostic"] == M.LOSS_SCALE) & diag["value"].notna()
+    panels = [p for p in PANELS if p[0] != "loss_scale" or fp16.any()]  # loss scale: fp16 arms only
+
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.3 * len(panels) + 0.6), sharex=True)
+    axes = dict(zip((p[0] for p in panels), np.atleast_1d(axes)))
+    for key, column, ylabel, log_y in panels:
+        _panel(axes[key], loss if column is None else diag, column, ylabel, log_y, labels, styles, key == "loss")
+    _thresholds(axes, runs)
+    found = spikes(loss, names, spike_threshold, recovery_margin)
+    _mark_spikes(axes, found, {n: styles[label_of[n]].color for n in names})
+    steps = pd.concat([loss["step"], diag["step"]])
+    last = axes[panels[-1][0]]
+    figure.log_step_axis(last, float(steps.min()), fig_cfg.x_max or float(steps.max()))
+    last.set_xlabel(figure.XLABEL)
+    for ax in axes.values():
+        if ax is not last:
+            ax.set_xlabel("")
+    axes["loss"].legend(loc="upper right", title=None, frameon=True, fontsize=7)
+    axes["loss"].set_title(TITLE)
+    fig.tight_layout()
+    return fig, axes, found
+
+
+def _selected(
+    loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, label_of: dict[str, str], split: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The arms' codebook-0 rows of `split` and their diagnostics rows, labelled as the config
+    labels them; an arm without a loss row is one line."""
+    names = list(label_of)
     loss = loss_curves[
         (loss_curves["split"] == split) & (loss_curves["codebook"] == 0) & loss_curves["run"].isin(names)
     ]
@@ -115,38 +146,39 @@ def draw(
     if missing:
         raise UserError(f"loss curves hold no {split} codebook-0 rows for: {', '.join(missing)}")
     diag = diagnostics[diagnostics["run"].isin(names)]
-    diag = diag.assign(label=diag["run"].map(label_of))
-    fp16 = (diag["diagnostic"] == "loss_scale") & diag["value"].notna()
-    panels = [p for p in PANELS if p[0] != "loss_scale" or fp16.any()]  # loss scale: fp16 arms only
+    return loss, diag.assign(label=diag["run"].map(label_of))
 
-    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.3 * len(panels) + 0.6), sharex=True)
-    axes = dict(zip((p[0] for p in panels), np.atleast_1d(axes)))
-    for key, column, ylabel, log_y in panels:
-        ax = axes[key]
-        if column is None:
-            data = loss.dropna(subset=["loss_bits"]).rename(columns={"loss_bits": "value"})
-        else:
-            data = diag[(diag["diagnostic"] == column)].replace([np.inf, -np.inf], np.nan).dropna(subset=["value"])
-            if log_y:
-                data = data[data["value"] > 0]
-        if data.empty:
-            ax.text(
-                0.5,
-                0.5,
-                f"not measured ({column} absent: train.diagnostics false?)",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                fontsize=9,
-                color="0.4",
-            )
-        else:
-            _lines(ax, data, labels, styles, band=key == "loss", legend=key == "loss")
+
+def _panel(ax, rows: pd.DataFrame, column: str | None, ylabel: str, log_y: bool, labels, styles, loss: bool) -> None:
+    """One panel: the loss rows (`column` None, a band over seeds and the legend) or a diagnostic's
+    rows; a diagnostic without a finite (positive, on a log axis) value says it was not measured."""
+    if column is None:
+        data = rows.dropna(subset=["loss_bits"]).rename(columns={"loss_bits": "value"})
+    else:
+        data = rows[(rows["diagnostic"] == column)].replace([np.inf, -np.inf], np.nan).dropna(subset=["value"])
         if log_y:
-            ax.set_yscale("log")
-        ax.set_ylabel(ylabel)
-    # thresholds
+            data = data[data["value"] > 0]
+    if data.empty:
+        ax.text(
+            0.5,
+            0.5,
+            f"not measured ({column} absent: train.diagnostics false?)",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="0.4",
+        )
+    else:
+        _lines(ax, data, labels, styles, band=loss, legend=loss)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+
+
+def _thresholds(axes: dict, runs: dict[str, C.RunConfig]) -> None:
+    """Each arm's clip threshold on the gradient norm panel; float16's largest value on the
+    attention logit panel, whose y range reaches past it."""
     for clip in sorted({float(r.clip) for r in runs.values() if float(r.clip) > 0}):
         line = axes["grad_norm"].axhline(clip, color="0.3", linestyle=":", linewidth=1.0)
         line.set_gid(CLIP_GID.format(clip))
@@ -173,14 +205,16 @@ def draw(
     )
     low = ax.get_ylim()[0] if ax.get_yscale() == "log" and ax.has_data() else 1e-2
     ax.set_ylim(min(low, FP16_MAX / 10), FP16_MAX * 8)
-    # spikes: one dashed line per spike on every panel, at its peak step
-    found = spikes(loss, names, spike_threshold, recovery_margin)
-    colour = {n: styles[label_of[n]].color for n in names}
+
+
+def _mark_spikes(axes: dict, found: list[dict], colour: dict[str, str]) -> None:
+    """One dashed line per spike on every panel, at its peak step, in its arm's colour; its height
+    annotated on the loss panel (spikes at one step stacked, not overlaid)."""
     for k in found:
         for ax in axes.values():
             line = ax.axvline(k["peak_step"], color=colour[k["run"]], linestyle="--", linewidth=1.0, alpha=0.8)
             line.set_gid(SPIKE_GID.format(**k))
-        same = sum(1 for j in found[: found.index(k)] if j["peak_step"] == k["peak_step"])  # stacked, not overlaid
+        same = sum(1 for j in found[: found.index(k)] if j["peak_step"] == k["peak_step"])
         axes["loss"].annotate(
             f"spike +{k['height_bits']:.2f} bits",
             (k["peak_step"], k["peak_bits"]),
@@ -190,17 +224,6 @@ def draw(
             fontsize=7,
             color=colour[k["run"]],
         )
-    steps = pd.concat([loss["step"], diag["step"]])
-    last = axes[panels[-1][0]]
-    figure.log_step_axis(last, float(steps.min()), fig_cfg.x_max or float(steps.max()))
-    last.set_xlabel(figure.XLABEL)
-    for ax in axes.values():
-        if ax is not last:
-            ax.set_xlabel("")
-    axes["loss"].legend(loc="upper right", title=None, frameon=True, fontsize=7)
-    axes["loss"].set_title(TITLE)
-    fig.tight_layout()
-    return fig, axes, found
 
 
 def run(cfg: C.Config, curves_path: Path, diagnostics_path: Path, out_dir: Path) -> list[Path]:

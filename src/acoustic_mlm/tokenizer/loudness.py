@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm import encodec
+from acoustic_mlm.artifacts.codes import LOUDNESS_COLUMNS
 from acoustic_mlm.artifacts.prepared import as_float
 from acoustic_mlm.tokenizer.codec import TokenizerError
 
@@ -36,7 +37,6 @@ WINDOW_SILENCE_DB = -100.0
 # methods kweighted and rms: one gain per 8 frames (107 ms); 75 (1 s) measured in docs/tokenizer.md
 LOUDNESS_WINDOW_FRAMES = 8
 LUFS_MIN_SAMPLES = int(0.4 * encodec.SAMPLE_RATE)  # BS.1770 measures in 400 ms blocks: a shorter clip is left as is
-LOUDNESS_COLUMNS = ("clip_id", "rms_dbfs", "lufs", "gain_db")  # the stage's loudness.csv
 
 
 def rms_dbfs(x: np.ndarray) -> float:

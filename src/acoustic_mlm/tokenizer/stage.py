@@ -47,11 +47,12 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
-from acoustic_mlm.artifacts.checked import read_csv_table
 from acoustic_mlm.artifacts.codes import (
     CODES,
     ENCODE_RECORD,
+    FILE_STATS_COLUMNS,
     FILES,
+    FILES_COLUMNS,
     FIT,
     LOUDNESS_TABLE,
     MODEL_DIR,
@@ -60,8 +61,11 @@ from acoustic_mlm.artifacts.codes import (
     read_codes,
     read_encode_record,
     read_fit,
+    read_loudness,
     write_encode_record,
+    write_files,
     write_fit,
+    write_loudness,
     write_tokenizer_summary,
 )
 from acoustic_mlm.artifacts.prepared import MANIFEST, PLAN, load_prepared, read_plan, shard_name
@@ -81,7 +85,6 @@ from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of, loudness_record
 from acoustic_mlm.utils import (
     atomic_dir,
-    atomic_path,
     claim_killed_run,
     file_sha256,
     keep_freed_memory,
@@ -206,7 +209,7 @@ def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, t
     model = load_tokenizer(cfg, out_dir).to(device)
     measured, frame_gain = clip_loudness(audio, clips, loudness_of(tc))
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
-        measured.to_csv(tmp / LOUDNESS_TABLE, index=False)
+        write_loudness(tmp, measured)
         codes = create_codes(tmp / CODES, n_codebooks(model), len(audio) // encodec.HOP)  # (K, frames of the shard)
         t0 = time.perf_counter()
         encode_clips(
@@ -297,8 +300,7 @@ def merge(cfg: C.Config, prepared_dir: Path, out_dir: Path) -> dict:
         "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
     }
     files = pd.concat(tables, ignore_index=True).sort_values("path", kind="stable")
-    with atomic_path(out_dir / FILES) as tmp:
-        files.to_csv(tmp, index=False)
+    write_files(out_dir, files)
     meta["files_table"] = FILES
     crowded = [
         f"level {k} code {meta['top_code'][k]} ({100 * share:.1f}%)"
@@ -335,16 +337,14 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
     path = shard_dir / LOUDNESS_TABLE
     if not path.is_file():
         raise TokenizerError(f"{path}: not found (rerun `amlm tokenize --shard {int(clips['shard'].iloc[0])}`)")
-    measured = read_csv_table(
-        path, "a shard's loudness", "tokenize", ["clip_id", "gain_db"], numbers=["rms_dbfs", "lufs"], finite=["gain_db"]
-    )
+    measured = read_loudness(path)
     rows = []
     for cid, o, nf in zip(clips["clip_id"], clips["offset"].to_numpy(np.int64), clips["num_frames"].to_numpy(np.int64)):
         c = code_counts(np.asarray(codes[0, o // encodec.HOP : o // encodec.HOP + nf]))
         rows.append(
             (cid, int((c > 0).sum()), round(_entropy_bits(c), 4), round(float(c.max()) / max(int(c.sum()), 1), 5))
         )
-    stats = pd.DataFrame(rows, columns=["clip_id", "cb0_codes_used", "cb0_entropy_bits", "cb0_top_code_share"])
+    stats = pd.DataFrame(rows, columns=["clip_id", *FILE_STATS_COLUMNS])
     table = pd.DataFrame(
         {
             "clip_id": clips["clip_id"].to_numpy(),
@@ -353,7 +353,7 @@ def _file_table(clips, codes: np.ndarray, shard_dir: Path):
             "seconds": (clips["num_samples"].to_numpy(np.int64) / encodec.SAMPLE_RATE).round(3),
         }
     )
-    table = table.merge(measured, on="clip_id", how="left").merge(stats, on="clip_id")
+    table = table.merge(measured, on="clip_id", how="left").merge(stats, on="clip_id")[list(FILES_COLUMNS)]
     if table["gain_db"].isna().any():
         raise TokenizerError(f"{path}: does not list every clip of its shard; rerun tokenize")
     return table

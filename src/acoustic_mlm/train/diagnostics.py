@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.utils import FP16_MAX
 
 BLOCK_PATTERNS = (  # parameter-name prefix -> block (first match wins; everything else: embed)
@@ -90,7 +91,7 @@ def grad_norms(blocks: dict[str, list[torch.Tensor]], scale: float = 1.0) -> dic
     """
     grads = [[p.grad for p in ps if p.grad is not None] for ps in blocks.values()]
     values = (_norms(grads, _device(blocks)) / scale).tolist()
-    return {f"grad_norm_{b}": float(v) for b, v in zip(blocks, values)}
+    return {M.grad_norm_column(b): float(v) for b, v in zip(blocks, values)}
 
 
 def snapshot(blocks: dict[str, list[torch.Tensor]]) -> list[list[torch.Tensor]]:
@@ -106,7 +107,7 @@ def update_ratios(blocks: dict[str, list[torch.Tensor]], before: list[list[torch
     diffs = [[p.detach() - b for p, b in zip(ps, bs)] for ps, bs in zip(blocks.values(), before)]
     dev = _device(blocks)
     ratio = (_norms(diffs, dev) / _norms(before, dev)).tolist()
-    return {f"update_ratio_{b}": float(r) if math.isfinite(r) else math.nan for b, r in zip(blocks, ratio)}
+    return {M.update_ratio_column(b): float(r) if math.isfinite(r) else math.nan for b, r in zip(blocks, ratio)}
 
 
 def attention_logits(
@@ -235,10 +236,10 @@ class ValidProbe:
         row = {}
         maxima = [float(m) if m is not None else math.nan for m in self.logit_max]
         for i, m in enumerate(maxima):
-            row[f"attn_logit_max_l{i}"] = m
+            row[M.attn_logit_max_column(i)] = m
         top = max((m for m in maxima if not math.isnan(m)), default=math.nan)
-        row["attn_logit_max"] = top
-        row["attn_logit_fp16_frac"] = fp16_fraction(top)
+        row[M.ATTN_LOGIT_MAX] = top
+        row[M.ATTN_LOGIT_FP16_FRAC] = fp16_fraction(top)
         total = int(self.total) if self.total is not None else 0
-        row["valid_acc_cb0"] = float(self.correct) / total if total else math.nan
+        row[M.VALID_ACC_CB0] = float(self.correct) / total if total else math.nan
         return row

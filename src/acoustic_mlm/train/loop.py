@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts import metrics as M
+from acoustic_mlm.artifacts.checkpoint import write_checkpoint
 from acoustic_mlm.artifacts.metrics import METRICS, join_seed_metrics, remove_partial, write_metrics, write_partial
 from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.artifacts.run_summary import SUMMARY, write_summary
@@ -56,7 +58,7 @@ from acoustic_mlm.train.state import (
 from acoustic_mlm.train.summary import Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
-from acoustic_mlm.utils import Progress, atomic_path, folder_lock, log, set_threads
+from acoustic_mlm.utils import Progress, folder_lock, log, set_threads
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
@@ -238,7 +240,7 @@ def train_seed(job: SeedJob, threads: int | None = None) -> dict:
                 row = record(s, loop, step, result, time.monotonic() - t0)
                 if row is not None:
                     trackers.log(row)  # at metrics rows only (trackers.py)
-                    bar.update(0, cb0=row["train_loss_cb0"])  # shown between rows: no per-step host copy
+                    bar.update(0, cb0=row[M.FIGURE_LOSS])  # shown between rows: no per-step host copy
             if loop.diverged_at:
                 break
             if (
@@ -422,7 +424,7 @@ def train_step(s: Setup, loop: Loop, loader, step: int) -> StepResult:
     if u.probe is None:
         return StepResult(lr, u.grad_norm, u.clipped)
     masked = diagnostics.masked_fraction(float(sum(o.n_masked for o in u.outs)), t.accum_steps * micro[0][2].numel())
-    return StepResult(lr, u.grad_norm, u.clipped, diagnostics={**u.probe.finish(), "masked_frac": masked})
+    return StepResult(lr, u.grad_norm, u.clipped, diagnostics={**u.probe.finish(), M.MASKED_FRAC: masked})
 
 
 def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float) -> dict | None:
@@ -436,22 +438,24 @@ def record(s: Setup, loop: Loop, step: int, result: StepResult, wall_time: float
     with probe:  # attention logits and codebook-0 accuracy, hooked into the validation pass
         v_bits = evaluate(s.model, *s.valid, s.precision)
     row = {
-        "step": step,
+        M.STEP: step,
         **loop.acc.flush(),
-        "lr": result.lr,
-        "grad_norm": result.grad_norm,
-        "clipped": int(result.clipped),
+        M.LR: result.lr,
+        M.GRAD_NORM: result.grad_norm,
+        M.CLIPPED: int(result.clipped),
     }
-    row.update({f"valid_loss_cb{k}": float(b) for k, b in enumerate(v_bits)})
+    row.update({M.loss_column("valid", k): float(b) for k, b in enumerate(v_bits)})
     if s.t.diagnostics:
         row.update({**(result.diagnostics or {}), **probe.values()})
     row.update(
-        clipped_steps=loop.clipped,
-        nonfinite=loop.nonfinite,
-        overflow_skips=loop.overflow,
-        loss_scale=_loss_scale(s),
-        diverged=int(loop.diverged_at is not None),
-        wall_time=wall_time,
+        {
+            M.CLIPPED_STEPS: loop.clipped,
+            M.NONFINITE: loop.nonfinite,
+            M.OVERFLOW_SKIPS: loop.overflow,
+            M.LOSS_SCALE: _loss_scale(s),
+            M.DIVERGED: int(loop.diverged_at is not None),
+            M.WALL_TIME: wall_time,
+        }
     )
     loop.rows.append(row)
     write_partial(s.job.out_dir, loop.rows)  # visible progress, never the final name; a full disk: one line
@@ -487,18 +491,17 @@ def finish(s: Setup, loop: Loop) -> dict:
     if not s.writer:
         return {"seed": s.job.seed}
     metrics = pd.DataFrame(loop.rows)
-    with atomic_path(s.job.out_dir / "checkpoint.pt") as tmp:
-        weights = s.precision.fp32_state_dict()  # in fp32 (fairseq's precision: its fp32 master weights)
-        torch.save(
-            {
-                "model": weights,
-                "model_config": C.to_dict(s.m),
-                "train_config": C.to_dict(s.t),
-                "run": C.to_dict(s.rc),
-                "step": loop.diverged_at or s.t.steps,
-            },
-            tmp,
-        )
+    weights = s.precision.fp32_state_dict()  # in fp32 (fairseq's precision: its fp32 master weights)
+    write_checkpoint(
+        s.job.out_dir,
+        {
+            "model": weights,
+            "model_config": C.to_dict(s.m),
+            "train_config": C.to_dict(s.t),
+            "run": C.to_dict(s.rc),
+            "step": loop.diverged_at or s.t.steps,
+        },
+    )
     summary = {**summarize(metrics, s.rc, s.t), "stop_reason": loop.stop_reason, "fingerprint": s.fingerprint}
     write_metrics(s.job.out_dir / METRICS, metrics)
     write_summary(s.job.out_dir / SUMMARY, summary)

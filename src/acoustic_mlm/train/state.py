@@ -12,6 +12,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.checked import ReadError
+from acoustic_mlm.artifacts.checkpoint import CHECKPOINT
 from acoustic_mlm.artifacts.metrics import METRICS, read_metrics
 from acoustic_mlm.artifacts.run_summary import SUMMARY, read_seed_summary
 from acoustic_mlm.errors import UserError
@@ -33,7 +34,7 @@ def fingerprint(cfg: C.Config, run_name: str, world: int) -> dict:
 def completed_summary(out_dir: Path, fp: dict) -> dict | None:
     """The summary of a seed already completed under the same fingerprint, else None."""
     done = out_dir / SUMMARY
-    if done.is_file() and (out_dir / METRICS).is_file() and (out_dir / "checkpoint.pt").is_file():
+    if done.is_file() and (out_dir / METRICS).is_file() and (out_dir / CHECKPOINT).is_file():
         try:
             previous = read_seed_summary(done)
             read_metrics(out_dir / METRICS)

@@ -13,7 +13,8 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves, kernels
-from acoustic_mlm.artifacts.run_summary import COMPLETED_WITH_NONFINITE, SEED_STATUSES
+from acoustic_mlm.artifacts import metrics as M
+from acoustic_mlm.artifacts.run_summary import COMPLETED, COMPLETED_WITH_NONFINITE, DIVERGED, SEED_STATUSES
 
 
 class Accumulator:
@@ -50,12 +51,14 @@ class Accumulator:
     def flush(self) -> dict:
         nan = float("nan")
         means = (self.sums / self.n).cpu().numpy() if self.n else np.full(self.k + 2, nan)
-        row = {f"train_loss_cb{k}": float(means[k]) for k in range(self.k)}
+        row = {M.loss_column("train", k): float(means[k]) for k in range(self.k)}
         row.update(
-            train_loss=float(means[self.k]),
-            feature_penalty=float(means[self.k + 1]),
-            grad_norm_max=self.gmax if self.n else nan,
-            clip_frac=self.clipped / self.n if self.n else nan,
+            {
+                M.TRAIN_LOSS: float(means[self.k]),
+                M.FEATURE_PENALTY: float(means[self.k + 1]),
+                M.GRAD_NORM_MAX: self.gmax if self.n else nan,
+                M.CLIP_FRAC: self.clipped / self.n if self.n else nan,
+            }
         )
         self.reset()
         return row
@@ -68,29 +71,29 @@ def run_status(statuses: list[str]) -> str:
 
 def summarize(metrics: pd.DataFrame, rc: C.RunConfig, t: C.TrainConfig) -> dict:
     """Scalars for `dvc metrics show`: final losses (curves.final_loss), clipping, status."""
-    finite = metrics[np.isfinite(metrics["train_loss_cb0"])]  # a diverged run: its finite rows
+    finite = metrics[np.isfinite(metrics[M.FIGURE_LOSS])]  # a diverged run: its finite rows
     last = metrics.iloc[-1]
-    diverged = bool(metrics["diverged"].any())
-    updates = int(last["step"]) - int(last["nonfinite"])  # updates taken: skipped steps are not updates
-    nonfinite = int(last["nonfinite"])
+    diverged = bool(metrics[M.DIVERGED].any())
+    updates = int(last[M.STEP]) - int(last[M.NONFINITE])  # updates taken: skipped steps are not updates
+    nonfinite = int(last[M.NONFINITE])
     return _finite_or_none(
         {
             "run": rc.name,
             "label": rc.label,
             "seed": t.seed,
-            "steps": int(last["step"]),
+            "steps": int(last[M.STEP]),
             # a skipped non-finite update is not a clean run: say so rather than "completed"
-            "status": "diverged" if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else "completed"),
-            "diverged_at_step": int(last["step"]) if diverged else None,
+            "status": DIVERGED if diverged else (COMPLETED_WITH_NONFINITE if nonfinite else COMPLETED),
+            "diverged_at_step": int(last[M.STEP]) if diverged else None,
             # a run with no finite row (diverged at its first update, every loss NaN) has no final loss: None
-            "final_train_loss_cb0": _final(finite, "train_loss_cb0"),
-            "final_valid_loss_cb0": _final(finite, "valid_loss_cb0"),
-            "first_train_loss_cb0": float(metrics["train_loss_cb0"].iloc[0]),
-            "max_grad_norm": float(metrics["grad_norm_max"].max()),
-            "clipped_frac": curves.clipped_fraction(int(last["clipped_steps"]), updates),
+            "final_train_loss_cb0": _final(finite, M.FIGURE_LOSS),
+            "final_valid_loss_cb0": _final(finite, M.loss_column("valid", 0)),
+            "first_train_loss_cb0": float(metrics[M.FIGURE_LOSS].iloc[0]),
+            "max_grad_norm": float(metrics[M.GRAD_NORM_MAX].max()),
+            "clipped_frac": curves.clipped_fraction(int(last[M.CLIPPED_STEPS]), updates),
             "nonfinite_steps": nonfinite,
-            "overflow_skips": int(last["overflow_skips"]),
-            "wall_time_s": float(last["wall_time"]),
+            "overflow_skips": int(last[M.OVERFLOW_SKIPS]),
+            "wall_time_s": float(last[M.WALL_TIME]),
         }
     )
 
@@ -119,7 +122,7 @@ def summarize_arm(rc: C.RunConfig, summaries: list[dict]) -> dict:
 
 def _final(rows: pd.DataFrame, column: str) -> float | None:
     """curves.final_loss of `column` over `rows`; None without a row."""
-    return curves.final_loss(rows["step"], rows[column]) if len(rows) else None
+    return curves.final_loss(rows[M.STEP], rows[column]) if len(rows) else None
 
 
 def _finite_or_none(summary: dict) -> dict:

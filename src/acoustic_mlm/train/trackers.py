@@ -22,6 +22,7 @@ import numbers
 from pathlib import Path
 
 from acoustic_mlm import config as C
+from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.errors import UserError, one_line
 from acoustic_mlm.utils import log
 
@@ -39,9 +40,9 @@ class _TensorBoard:
         self.writer = SummaryWriter(log_dir=str(Path(seed_dir) / TENSORBOARD_DIR))
 
     def log(self, row: dict) -> None:
-        step = int(row["step"])
+        step = int(row[M.STEP])
         for key, value in row.items():
-            if key != "step" and isinstance(value, numbers.Real):
+            if key != M.STEP and isinstance(value, numbers.Real):
                 self.writer.add_scalar(key, float(value), step)
         self.writer.flush()  # visible to a running TensorBoard at once; rows are seconds to minutes apart
 
@@ -69,8 +70,8 @@ class _WandB:
         )
 
     def log(self, row: dict) -> None:
-        values = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, numbers.Real)}
-        self.run.log(values, step=int(row["step"]))
+        values = {k: float(v) for k, v in row.items() if k != M.STEP and isinstance(v, numbers.Real)}
+        self.run.log(values, step=int(row[M.STEP]))
 
     def close(self) -> None:
         self.run.finish()
