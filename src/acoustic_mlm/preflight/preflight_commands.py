@@ -9,6 +9,7 @@ from acoustic_mlm.cli_options import Command, torch_threads
 
 
 def _preflight_options(p) -> None:
+    """What is measured, and where."""
     p.add_argument(
         "--out",
         type=Path,
@@ -55,6 +56,11 @@ def _preflight_options(p) -> None:
     )
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="override train.device")
     p.add_argument("--precision", choices=C.PRECISIONS, default=None, help="override train.precision")
+    _projection_options(p)
+
+
+def _projection_options(p) -> None:
+    """How the measured times become the figure's cost: the GPUs, their links, the corpus."""
     p.add_argument(
         "--peak-tflops",
         type=float,
