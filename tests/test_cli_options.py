@@ -43,8 +43,8 @@ def test_the_stages_own_options_follow_the_shared_ones():
 
 
 def test_shared_options_state_their_defaults():
-    for key, (flag, kwargs) in SHARED.items():
-        assert flag.startswith("--") and "(default: " in kwargs["help"], key
+    for key, (flag, _, help_) in SHARED.items():
+        assert flag.startswith("--") and "(default: " in help_, key
 
 
 def test_torch_threads_is_the_option_else_train_threads():

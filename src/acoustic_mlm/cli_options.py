@@ -51,41 +51,23 @@ def torch_threads(args: argparse.Namespace, cfg) -> int:
     return args.threads if args.threads is not None else cfg.train.threads
 
 
-# Options several stages declare alike: key -> (flag, argparse keywords).
+# Paths several stages take alike: key -> (flag, default, help); each a Path.
 SHARED = {
-    "prepared": (
-        "--prepared",
-        dict(type=Path, default=Path("data/prepared"), help="prepared folder (default: data/prepared)"),
-    ),
-    "codes": ("--codes", dict(type=Path, default=Path("data/codes"), help="codes folder (default: data/codes)")),
-    "runs_dir": (
-        "--runs-dir",
-        dict(type=Path, default=Path("results/runs"), help="runs folder (default: results/runs)"),
-    ),
-    "curves": (
-        "--curves",
-        dict(type=Path, default=Path("results/loss_curves.csv"), help="tidy loss curves CSV (default: %(default)s)"),
-    ),
-    "reference": (
-        "--reference",
-        dict(type=Path, default=None, help="paper curves CSV (default: data/reference/paper_curves.csv)"),
-    ),
-    "map": (
-        "--map",
-        dict(type=Path, default=Path("results/stability_map.csv"), help="stability map CSV (default: %(default)s)"),
-    ),
-    "figures": (
-        "--out",
-        dict(type=Path, default=Path("results/figures"), help="output folder (default: results/figures)"),
-    ),
+    "prepared": ("--prepared", Path("data/prepared"), "prepared folder (default: data/prepared)"),
+    "codes": ("--codes", Path("data/codes"), "codes folder (default: data/codes)"),
+    "runs_dir": ("--runs-dir", Path("results/runs"), "runs folder (default: results/runs)"),
+    "curves": ("--curves", Path("results/loss_curves.csv"), "tidy loss curves CSV (default: %(default)s)"),
+    "reference": ("--reference", None, "paper curves CSV (default: data/reference/paper_curves.csv)"),
+    "map": ("--map", Path("results/stability_map.csv"), "stability map CSV (default: %(default)s)"),
+    "figures": ("--out", Path("results/figures"), "output folder (default: results/figures)"),
 }
 
 
 def shared(p: argparse.ArgumentParser, *keys: str) -> None:
     """Add the shared options `keys` (of SHARED) to `p`, in that order."""
     for key in keys:
-        flag, kwargs = SHARED[key]
-        p.add_argument(flag, **kwargs)
+        flag, default, help_ = SHARED[key]
+        p.add_argument(flag, type=Path, default=default, help=help_)
 
 
 def step_options(p: argparse.ArgumentParser, first: str, first_help: str, verb: str, merge_help: str) -> None:
