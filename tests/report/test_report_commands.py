@@ -1,0 +1,153 @@
+"""The report stage's commands: each reaches its function with its options; status's and verify's
+own checks refuse bad values before any work."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from acoustic_mlm import config as C
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.report import aggregate, claims, decisive, figure, stability, stability_map, status, verify
+from acoustic_mlm.report import report_commands as R
+
+
+@pytest.fixture(scope="module")
+def cfg(root):
+    return C.load(root / "config" / "smoke.yaml")
+
+
+def _record(monkeypatch, module, name, result=None):
+    calls = []
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append((a, k)) or result)
+    return calls
+
+
+def _run(command, cfg, *argv):
+    args = command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    return command.entry(args, cfg)
+
+
+P = Path
+CASES = [
+    (R.AGGREGATE, [], aggregate, "run", (P("results/runs"), P("results/loss_curves.csv")), {"finals_path": None}),
+    (
+        R.AGGREGATE,
+        ["--finals", "f.json"],
+        aggregate,
+        "run",
+        (P("results/runs"), P("results/loss_curves.csv")),
+        {"finals_path": P("f.json")},
+    ),
+    (
+        R.FIGURE,
+        ["--reference", "r.csv"],
+        figure,
+        "run",
+        (P("results/loss_curves.csv"), P("results/figures")),
+        {"reference_path": P("r.csv")},
+    ),
+    (
+        R.STABILITY,
+        [],
+        stability,
+        "run",
+        (P("results/loss_curves.csv"), P("results/diagnostics.csv"), P("results/figures")),
+        {},
+    ),
+    (
+        R.CLAIMS,
+        ["--out-md", "c.md"],
+        claims,
+        "run",
+        (P("results/loss_curves.csv"), P("results/claims.json"), P("c.md")),
+        {"reference_path": None, "diagnostics_path": P("results/diagnostics.csv")},
+    ),
+    (
+        R.COMPARE,
+        [],
+        figure,
+        "compare",
+        (P("results/loss_curves.csv"), P("results/figures/paper_vs_reproduction.png")),
+        {"reference_path": None},
+    ),
+    (R.MAP, [], stability_map, "run_table", (P("results/runs"), P("results/stability_map.csv")), {}),
+    (R.MAP_FIGURE, [], stability_map, "run_figure", (P("results/stability_map.csv"), P("results/figures")), {}),
+    (
+        R.MAP_CLAIMS,
+        [],
+        stability_map,
+        "run_claims",
+        (P("results/stability_map.csv"), P("results/map_claims.json"), P("results/map_claims.md")),
+        {},
+    ),
+    (R.STATUS, ["--stale-after", "2"], status, "run", (P("results/runs"),), {"stale_after": 120.0}),
+]
+
+
+@pytest.mark.parametrize("command, argv, module, name, args, kwargs", CASES, ids=[c[0].name for c in CASES])
+def test_each_command_calls_its_function_with_its_options(monkeypatch, cfg, command, argv, module, name, args, kwargs):
+    calls = _record(monkeypatch, module, name)
+    assert _run(command, cfg, *argv) is None
+    assert calls == [((cfg, *args), kwargs)]
+
+
+def test_decide_reads_no_configuration(monkeypatch, cfg):
+    calls = _record(monkeypatch, decisive, "run")
+    _run(R.DECIDE, cfg, "--runs-table", "t.csv", "--numerics", "n.csv")
+    assert calls == [((P("results/runs"), P("data/codes"), P("results/decisive"), P("n.csv"), P("t.csv")), {})]
+
+
+@pytest.mark.parametrize("minutes", ["0", "-1", "nan"])
+def test_status_refuses_a_stale_time_that_is_not_positive(monkeypatch, cfg, minutes):
+    calls = _record(monkeypatch, status, "run")
+    with pytest.raises(UserError, match="--stale-after must be a positive number of minutes"):
+        _run(R.STATUS, cfg, "--stale-after", minutes)
+    assert calls == []
+
+
+def test_verify_compares_with_the_presets_reference_and_returns_its_status(monkeypatch, cfg):
+    calls = _record(monkeypatch, verify, "run", result=1)
+    monkeypatch.setattr(verify, "default_reference", lambda config: P("ref") / P(config).name)
+    assert _run(R.VERIFY, cfg, "--config", "config/smoke.yaml", "--tolerance", "0.5") == 1
+    args = (cfg, P("results/runs"), P("ref/smoke.yaml"), P("results/figures/reference_check.png"), 0.5, P("data"))
+    assert calls == [(args, {})]
+
+
+def test_verify_records_with_the_command_that_made_the_run(monkeypatch, cfg):
+    calls = _record(monkeypatch, verify, "record")
+    assert _run(R.VERIFY, cfg, "--config", "c.yaml", "--runs-dir", "r", "--record", "out", "--until-step", "9") == 0
+    ((args, kwargs),) = calls
+    assert args == (
+        cfg,
+        P("c.yaml"),
+        P("r"),
+        P("out"),
+        "snakemake --cores all --configfile c.yaml, then amlm verify --config c.yaml --runs-dir r --record out",
+    )
+    assert kwargs == {
+        "until_step": 9,
+        "late_tolerance_bits": None,
+        "native_tolerance_bits": None,
+        "data_dir": P("data"),
+    }
+    calls.clear()
+    _run(R.VERIFY, cfg, "--record", "out", "--tolerance", "0.25")
+    assert calls[0][1]["tolerance_bits"] == 0.25
+
+
+def test_verify_refuses_a_negative_tolerance(monkeypatch, cfg):
+    calls = _record(monkeypatch, verify, "run")
+    with pytest.raises(UserError, match="--tolerance must be a number of bits >= 0, not -1.0"):
+        _run(R.VERIFY, cfg, "--tolerance", "-1")
+    assert calls == []
+
+
+def test_the_output_paths_checked_before_any_work():
+    assert {c.name: (c.folders, c.files) for c in (R.AGGREGATE, R.FIGURE, R.CLAIMS, R.DECIDE, R.MAP)} == {
+        "aggregate": ((), ("out",)),
+        "figure": (("out",), ()),
+        "claims": ((), ("out_json", "out_md")),
+        "decide": (("out",), ()),
+        "map": ((), ()),
+    }
