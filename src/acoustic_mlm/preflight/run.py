@@ -154,16 +154,12 @@ def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"),
     options = _with_measurement_defaults(options, substitute)
     hw = _hardware(t0, device, note, substitute, options)
     plan = _plan(cfg, t0, hw, options)
-    probe = MemoryProbe(device)
+    setup = _Setup(cfg, config_path, hw, plan, MemoryProbe(device))
     groups = _model_groups(cfg, substitute, options.every_model)
-    measured = _measure_models(cfg, config_path, t0, hw, plan, probe, groups)
+    measured = _measure_models(setup, groups)
     arms = [_arm(cfg, name, measured[name], t0, hw, options) for name in cfg.runs]  # the configuration's order
     point_groups = _point_model_groups(cfg)  # a sweep's points whose models no arm has (deeper, wider)
-    sweep_models = (
-        _sweep_models(_measure_models(cfg, config_path, t0, hw, plan, probe, point_groups), point_groups)
-        if point_groups
-        else []
-    )
+    sweep_models = _sweep_models(_measure_models(setup, point_groups), point_groups) if point_groups else []
     slots = hw.gpus // t0.world  # runs at once on the figure's GPUs
     projection = None
     if substitute:
@@ -179,7 +175,7 @@ def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"),
             options.inter_node_gb_s,
         )
     result = {
-        **_measured_on(cfg, config_path, t0, hw, plan, probe, options),
+        **_measured_on(setup, options),
         "arms": arms,
         "figure": _figure(arms, t0, hw, slots),
         "gpu_projection": projection,
@@ -389,23 +385,27 @@ def _sweep_models(measured: dict[str, dict], groups: dict) -> list[dict]:
     return rows
 
 
-def _measure_models(
-    cfg: C.Config,
-    config_path: str | Path,
-    t0: C.TrainSection,
-    hw: Hardware,
-    plan: Plan,
-    probe: MemoryProbe,
-    groups: dict,
-) -> dict[str, dict]:
+@dataclass(frozen=True)
+class _Setup:
+    """What every measurement of one preflight shares: the preset, where it is measured and how."""
+
+    cfg: C.Config
+    config_path: str | Path
+    hw: Hardware
+    plan: Plan
+    probe: MemoryProbe
+
+
+def _measure_models(setup: _Setup, groups: dict) -> dict[str, dict]:
     """Each group's first arm measured (on CUDA at the largest micro-batch that fits) with whether the
     preset fits; {arm: its group's measurement, `measured_as` the arm measured}."""
+    cfg, hw, plan, probe, t0 = setup.cfg, setup.hw, setup.plan, setup.probe, setup.cfg.train
     frames = cfg.crop_frames
     crops_per_process = t0.crops_per_update // t0.world
     units = len(groups) * (plan.warmup + plan.micro_batches + plan.optimizer_steps)
     log.info(
         "preflight %s on %s (%s): %d models, micro-batch %d of %d frames",
-        config_path,
+        setup.config_path,
         hw.label,
         hw.measure_precision,
         len(groups),
@@ -537,18 +537,11 @@ def _figure(arms: list[dict], t0: C.TrainSection, hw: Hardware, slots: int) -> d
     }
 
 
-def _measured_on(
-    cfg: C.Config,
-    config_path: str | Path,
-    t0: C.TrainSection,
-    hw: Hardware,
-    plan: Plan,
-    probe: MemoryProbe,
-    options: Options,
-) -> dict:
+def _measured_on(setup: _Setup, options: Options) -> dict:
     """preflight.json's head: what was measured, where and how."""
+    cfg, hw, plan, t0 = setup.cfg, setup.hw, setup.plan, setup.cfg.train
     return {
-        "config": str(config_path),
+        "config": str(setup.config_path),
         "device": hw.label,
         "device_type": hw.device.type,
         "preset_device": t0.device,
@@ -561,7 +554,7 @@ def _measured_on(
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "peak_tflops": hw.peak,
-        "memory_kind": probe.kind,
+        "memory_kind": setup.probe.kind,
         "crop_frames": cfg.crop_frames,
         "batch_size": t0.batch_size,
         "accum_steps": t0.accum_steps,

@@ -201,14 +201,27 @@ def mark_nonfinite(ax, selected: pd.DataFrame, styles: dict[str, ArmStyle]) -> l
     return marked
 
 
-def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], ax, markersize: float) -> None:
-    """The arms' mean curves (and 95 % bands over seeds), in their styles."""
+def styled_lines(
+    ax,
+    data: pd.DataFrame,
+    y: str,
+    labels: list[str],
+    styles: dict[str, ArmStyle],
+    *,
+    band: bool = True,
+    linewidth: float = 1.4,
+    markersize: float = 6,
+    legend: bool | str = "auto",
+) -> None:
+    """The arms' mean `y` per step in their styles, markers spaced evenly along each line (readable on a
+    log axis), hollow where the style says; a 95 % band over seeds if `band` (it appears only when an
+    arm has several seeds). The figure and the stability figure draw their curves with it."""
     present = [lab for lab in labels if lab in set(data["label"])]
     before = len(ax.get_lines())
     sns.lineplot(
         data=data,
         x="step",
-        y="loss_bits",
+        y=y,
         hue="label",
         hue_order=present,
         style="label",
@@ -216,13 +229,14 @@ def _lines(data: pd.DataFrame, labels: list[str], styles: dict[str, ArmStyle], a
         palette={k: styles[k].color for k in present},
         markers={k: styles[k].marker for k in present},
         dashes={k: styles[k].dashes for k in present},
-        errorbar=("ci", 95),  # a band only appears when an arm has several seeds
-        linewidth=1.4,
+        errorbar=("ci", 95) if band else None,
+        linewidth=linewidth,
         markersize=markersize,
+        legend=legend,
         ax=ax,
     )
     for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
-        line.set_markevery(0.08)  # equal spacing along the line: readable on a log axis
+        line.set_markevery(0.08)
         if styles[label].hollow:
             line.set_markerfacecolor("none")
             line.set_markeredgecolor(styles[label].color)
@@ -246,7 +260,7 @@ def draw(curves: pd.DataFrame, runs: dict[str, C.RunConfig], fig_cfg: C.FigureCo
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     if len(data):
-        _lines(data, labels, styles, ax, markersize=6)
+        styled_lines(ax, data, "loss_bits", labels, styles, markersize=6)
     mark_divergence(ax, selected, styles)
     mark_nonfinite(ax, selected, styles)
     mark_no_finite_loss(ax, selected, styles)
@@ -353,7 +367,7 @@ def side_by_side(
 
     overlay(ax_p, reference, runs, legend=False)
     ax_p.set_title("Paper (digitised from the figure's description)")
-    _lines(data, labels, styles, ax_r, markersize=5)
+    styled_lines(ax_r, data, "loss_bits", labels, styles, markersize=5)
     ax_r.set_title(f"Reproduction ({split})")
     log_step_axis(ax_p, float(reference["step"].min()), float(reference["step"].max()))
     log_step_axis(ax_r, float(data["step"].min()), fig_cfg.x_max or float(data["step"].max()))

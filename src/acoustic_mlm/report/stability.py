@@ -63,34 +63,6 @@ def spikes(loss_curves: pd.DataFrame, runs: list[str], threshold: float, recover
     return out
 
 
-def _lines(ax, data: pd.DataFrame, labels: list[str], styles: dict, band: bool, legend: bool) -> None:
-    """The arms' mean `value` per step in the main figure's styles (a 95 % band over seeds if `band`)."""
-    present = [lab for lab in labels if lab in set(data["label"])]
-    before = len(ax.get_lines())
-    sns.lineplot(
-        data=data,
-        x="step",
-        y="value",
-        hue="label",
-        hue_order=present,
-        style="label",
-        style_order=present,
-        palette={k: styles[k].color for k in present},
-        markers={k: styles[k].marker for k in present},
-        dashes={k: styles[k].dashes for k in present},
-        errorbar=("ci", 95) if band else None,
-        linewidth=1.3,
-        markersize=5,
-        legend=legend,
-        ax=ax,
-    )
-    for label, line in zip(present, ax.get_lines()[before : before + len(present)]):
-        line.set_markevery(0.08)
-        if styles[label].hollow:
-            line.set_markerfacecolor("none")
-            line.set_markeredgecolor(styles[label].color)
-
-
 def draw(
     loss_curves: pd.DataFrame,
     diagnostics: pd.DataFrame,
@@ -170,7 +142,7 @@ def _panel(ax, rows: pd.DataFrame, column: str | None, ylabel: str, log_y: bool,
             color="0.4",
         )
     else:
-        _lines(ax, data, labels, styles, band=loss, legend=loss)
+        figure.styled_lines(ax, data, "value", labels, styles, band=loss, linewidth=1.3, markersize=5, legend=loss)
     if log_y:
         ax.set_yscale("log")
     ax.set_ylabel(ylabel)
