@@ -120,7 +120,7 @@ def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
     summary = train.run(make_config(tiny_cfg), "prenorm_attnrelax_clip1", prepared, codes, tmp_path / "r", threads=1)
     assert summary["status"] == "completed"
     eager = train.run(
-        {**tiny_cfg, "train": {**tiny_cfg["train"], "compile": False}},
+        make_config({**tiny_cfg, "train": {**tiny_cfg["train"], "compile": False}}),
         "prenorm_attnrelax_clip1",
         prepared,
         codes,
