@@ -192,6 +192,22 @@ def _matches(quoted: str, value: float) -> bool:
     return Decimal(str(value)).quantize(Decimal(1).scaleb(decimals), rounding=ROUND_HALF_UP) == Decimal(quoted)
 
 
+@cache
+def _confirm(pid: str) -> dict:
+    result = json.loads(_text("data/reference/confirm_round/verdicts.json"))
+    (v,) = [v for v in result["verdicts"] if v["id"] == pid]
+    return v
+
+
+QUOTES.append(
+    Quote(
+        "the confirmatory round's P1 counts",
+        r"(\d+) of 12 against (\d+) of 12 trained, p = (\d\.\d)e-5",
+        lambda: (_confirm("P1")["trained_a"], _confirm("P1")["trained_b"], _confirm("P1")["p_for"] * 1e5),
+    )
+)
+
+
 @pytest.mark.parametrize("quote", QUOTES, ids=[q.what for q in QUOTES])
 def test_the_readme_quotes_its_sources(quote):
     readme = " ".join(_text("README.md").split())  # a quote may wrap across lines
