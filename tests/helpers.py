@@ -43,6 +43,15 @@ _GENERATED = (
     "results/claims.json",
     "results/claims.md",
     "results/config_check.txt",
+    "results/diagnostics.csv",
+    "results/stability_map.csv",
+    "results/map_claims.json",
+    "results/map_claims.md",
+    "results/final_losses.json",
+    "results/preflight.json",
+    "results/preflight.md",
+    "results/report.html",
+    "results/gpu_check",
 )
 
 
