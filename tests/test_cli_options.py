@@ -3,23 +3,25 @@ the output paths checked before any work, and one line for an access error."""
 
 import argparse
 import errno
+from pathlib import Path
 
 import pytest
 
 from acoustic_mlm.cli_options import (
     SHARED,
     Command,
+    Steps,
     access_refusal,
     check_outputs,
-    shared,
-    step_options,
+    command,
+    opt,
     torch_threads,
 )
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.kernels import DEFAULT_CONFIG
 
 
-def _command(threads=False, options=lambda p: None, **paths) -> Command:
+def _command(threads=False, options=(), **paths) -> Command:
     return Command("x", "one line", "A description.", options, lambda args, cfg: None, threads=threads, **paths)
 
 
@@ -36,15 +38,54 @@ def test_every_command_opens_with_config_then_threads_where_asked_then_verbose()
 
 
 def test_the_stages_own_options_follow_the_shared_ones():
-    p = _parser(_command(options=lambda p: shared(p, "runs_dir", "figures")))
+    p = _parser(_command(options=("runs_dir", "figures")))
     assert [a.option_strings[-1] for a in p._actions][-2:] == ["--runs-dir", "--out"]
     args = p.parse_args(["--runs-dir", "r"])
     assert (str(args.runs_dir), str(args.out)) == ("r", "results/figures")
 
 
 def test_shared_options_state_their_defaults():
-    for key, (flag, _, help_) in SHARED.items():
-        assert flag.startswith("--") and "(default: " in help_, key
+    for key, option in SHARED.items():
+        assert option.flags[0].startswith("--") and "(default: " in option.help, key
+
+
+def test_an_option_is_a_path_unless_its_type_or_action_says_otherwise():
+    p = argparse.ArgumentParser()
+    for row in (
+        opt("--out", default=Path("o"), help="a path"),
+        opt("--n", type=int, help="a count"),
+        opt("--name", type=None, help="a string"),
+        opt("--check", action="store_true", help="a flag"),
+    ):
+        row.add(p)
+    args = p.parse_args(["--out", "x", "--n", "3", "--name", "y"])
+    assert (args.out, args.n, args.name, args.check) == (Path("x"), 3, "y", False)
+    assert p.parse_args([]).out == Path("o")
+
+
+def test_a_declared_command_takes_its_help_and_description_from_its_docstring():
+    @command("demo", opt("--out", help="where"), files=("out",))
+    def demo(args, cfg):
+        """do a thing
+
+        Do the thing at length,
+        over two lines.
+        """
+        return 3
+
+    assert (demo.name, demo.help, demo.files) == ("demo", "do a thing", ("out",))
+    assert demo.description == "Do the thing at length,\nover two lines."
+    assert demo(argparse.Namespace(), None) == 3  # a command runs its entry
+    p = _parser(demo)
+    assert "Do the thing at length, over two lines." in p.format_help()  # argparse reflows it
+
+
+def test_a_command_without_a_description_is_refused():
+    def bare(args, cfg):
+        """only a line"""
+
+    with pytest.raises(ValueError, match="bare: its docstring must give a one-line help, then a description"):
+        command("bare")(bare)
 
 
 def test_torch_threads_is_the_option_else_train_threads():
@@ -58,7 +99,7 @@ def test_torch_threads_is_the_option_else_train_threads():
 
 def test_step_options_are_exclusive(capsys):
     p = argparse.ArgumentParser()
-    step_options(p, "--plan", "plan only", "decode", "merge only")
+    Steps("--plan", "plan only", "decode", "merge only").add(p)
     assert p.parse_args(["--shard", "2"]).shard == 2 and not p.parse_args([]).merge
     with pytest.raises(SystemExit) as exit_:
         p.parse_args(["--plan", "--merge"])

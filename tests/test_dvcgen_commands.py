@@ -7,7 +7,7 @@ import pytest
 
 from acoustic_mlm import config as C
 from acoustic_mlm import dvcgen
-from acoustic_mlm.dvcgen_commands import DVC_YAML
+from acoustic_mlm.dvcgen_commands import dvc_yaml_command
 
 
 @pytest.fixture(scope="module")
@@ -16,8 +16,8 @@ def cfg(root):
 
 
 def _run(cfg, *argv):
-    args = DVC_YAML.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    return DVC_YAML.entry(args, cfg)
+    args = dvc_yaml_command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    return dvc_yaml_command.entry(args, cfg)
 
 
 def test_check_writes_nothing(monkeypatch, cfg):
@@ -32,4 +32,4 @@ def test_write_names_the_file_written(monkeypatch, cfg, capsys):
     monkeypatch.setattr(dvcgen, "write", lambda c, config, out: Path("w") / out)
     _run(cfg, "--config", "c.yaml", "--out", "d.yaml")
     assert capsys.readouterr().out == "w/d.yaml: the DVC pipeline for c.yaml\n"
-    assert DVC_YAML.files == ("out",)
+    assert dvc_yaml_command.files == ("out",)

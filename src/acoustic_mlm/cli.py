@@ -31,14 +31,14 @@ import sys
 from acoustic_mlm import __version__, kernels
 from acoustic_mlm import config as C
 from acoustic_mlm.cli_options import access_refusal, check_outputs
-from acoustic_mlm.config.config_commands import VALIDATE
-from acoustic_mlm.data.data_commands import FETCH, PREPARE
-from acoustic_mlm.dvcgen_commands import DVC_YAML
+from acoustic_mlm.config.config_commands import validate_command
+from acoustic_mlm.data.data_commands import fetch_command, prepare_command
+from acoustic_mlm.dvcgen_commands import dvc_yaml_command
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.preflight.preflight_commands import PREFLIGHT
+from acoustic_mlm.preflight.preflight_commands import preflight_command
 from acoustic_mlm.report import report_commands as R
-from acoustic_mlm.tokenizer.tokenizer_commands import TOKENIZE
-from acoustic_mlm.train.train_commands import TRAIN
+from acoustic_mlm.tokenizer.tokenizer_commands import tokenize_command
+from acoustic_mlm.train.train_commands import train_command
 from acoustic_mlm.utils import final_names, setup_logging
 
 # The subcommands in the order `amlm --help` lists them; each stage declares its own (its options,
@@ -46,24 +46,24 @@ from acoustic_mlm.utils import final_names, setup_logging
 COMMANDS = {
     c.name: c
     for c in (
-        FETCH,
-        PREPARE,
-        TOKENIZE,
-        TRAIN,
-        R.AGGREGATE,
-        R.FIGURE,
-        R.STABILITY,
-        R.CLAIMS,
-        R.COMPARE,
-        R.MAP,
-        R.MAP_FIGURE,
-        R.MAP_CLAIMS,
-        R.DECIDE,
-        PREFLIGHT,
-        R.STATUS,
-        R.VERIFY,
-        VALIDATE,
-        DVC_YAML,
+        fetch_command,
+        prepare_command,
+        tokenize_command,
+        train_command,
+        R.aggregate_command,
+        R.figure_command,
+        R.stability_command,
+        R.claims_command,
+        R.compare_command,
+        R.map_command,
+        R.map_figure_command,
+        R.map_claims_command,
+        R.decide_command,
+        preflight_command,
+        R.status_command,
+        R.verify_command,
+        validate_command,
+        dvc_yaml_command,
     )
 }
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from acoustic_mlm.errors import UserError
@@ -21,61 +22,108 @@ from acoustic_mlm.utils import final_names
 
 
 @dataclass(frozen=True)
+class Option:
+    """One argparse argument as a row: its flags, its help and argparse's other keywords."""
+
+    flags: tuple[str, ...]
+    help: str
+    keywords: dict = field(default_factory=dict)
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(*self.flags, help=self.help, **self.keywords)
+
+
+def opt(*flags: str, help: str, **keywords) -> Option:
+    """An option row; a value is a Path unless `type` or `action` says otherwise (`type=None`: a str)."""
+    if "action" not in keywords:
+        keywords.setdefault("type", Path)
+    return Option(flags, help, keywords)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """One step of a sharded stage (Snakemake runs them as separate jobs); none: every step in turn."""
+
+    first: str  # the step before the shards (--plan, --fit)
+    first_help: str
+    verb: str  # what --shard K does to its shard
+    merge_help: str
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        g = p.add_mutually_exclusive_group()
+        g.add_argument(self.first, action="store_true", help=self.first_help)
+        g.add_argument("--shard", type=int, metavar="K", help=f"only {self.verb} shard K into shard-<K>/")
+        g.add_argument("--merge", action="store_true", help=self.merge_help)
+
+
+# Paths several stages take alike, named in a command's options by their key.
+SHARED = {
+    "prepared": opt("--prepared", default=Path("data/prepared"), help="prepared folder (default: data/prepared)"),
+    "codes": opt("--codes", default=Path("data/codes"), help="codes folder (default: data/codes)"),
+    "runs_dir": opt("--runs-dir", default=Path("results/runs"), help="runs folder (default: results/runs)"),
+    "curves": opt(
+        "--curves", default=Path("results/loss_curves.csv"), help="tidy loss curves CSV (default: %(default)s)"
+    ),
+    "reference": opt("--reference", help="paper curves CSV (default: data/reference/paper_curves.csv)"),
+    "map": opt("--map", default=Path("results/stability_map.csv"), help="stability map CSV (default: %(default)s)"),
+    "figures": opt("--out", default=Path("results/figures"), help="output folder (default: results/figures)"),
+}
+
+# What every command opens with: --config, --threads where it sets torch's threads, -v.
+CONFIG = opt("--config", type=None, default=DEFAULT_CONFIG, help=f"configuration YAML (default: {DEFAULT_CONFIG})")
+THREADS = opt("--threads", type=int, help="CPU threads for torch (default: train.threads)")
+VERBOSE = opt("-v", "--verbose", action="store_true", help="debug logging")
+
+
+@dataclass(frozen=True)
 class Command:
-    """One subcommand: `options(parser)` declares the stage's own options (after --config, --threads
-    and -v); `entry(args, cfg)` runs it with the validated configuration and returns its exit status
-    (None: 0). `folders` and `files` name the options (argparse attributes) that are output paths."""
+    """One subcommand: `options` are its own options in help order (rows: an `Option`, a `Steps`
+    group, or a key of SHARED), after --config, --threads and -v; `entry(args, cfg)` runs it with the
+    validated configuration and returns its exit status (None: 0). `folders` and `files` name the
+    options (argparse attributes) that are output paths."""
 
     name: str
     help: str
     description: str
-    options: Callable[[argparse.ArgumentParser], None]
+    options: tuple[Option | Steps | str, ...]
     entry: Callable[..., int | None]
     threads: bool = False  # --threads: the stages whose torch threads it sets (train, preflight)
     folders: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, name: str, entry: Callable[..., int | None], options: tuple = (), **paths) -> Command:
+        """The command `name` run by `entry`, whose docstring's first line is its one-line help and the
+        rest its description (argparse reflows both)."""
+        help_, _, description = inspect.cleandoc(entry.__doc__ or "").partition("\n")
+        if not help_ or not description.strip():
+            raise ValueError(f"{entry.__qualname__}: its docstring must give a one-line help, then a description")
+        return cls(name, help_, description.strip(), options, entry, **paths)
+
+    def __call__(self, args: argparse.Namespace, cfg) -> int | None:
+        return self.entry(args, cfg)
+
     def add_parser(self, sub) -> argparse.ArgumentParser:
         """The command's parser: --config, --threads where it sets torch's threads, -v, then its own."""
         p = sub.add_parser(self.name, help=self.help, description=self.description)
-        p.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration YAML (default: {DEFAULT_CONFIG})")
-        if self.threads:
-            p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: train.threads)")
-        p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-        self.options(p)
+        for row in (CONFIG, *([THREADS] if self.threads else []), VERBOSE, *self.options):
+            (SHARED[row] if isinstance(row, str) else row).add(p)
         return p
+
+
+def command(name: str, *options: Option | Steps | str, **paths) -> Callable[[Callable], Command]:
+    """Declare the function below as the subcommand `name` with these options (rows in help order);
+    `paths`: Command's threads, folders and files. Its docstring is its help, then its description."""
+
+    def declare(entry: Callable[..., int | None]) -> Command:
+        return Command.of(name, entry, options, **paths)
+
+    return declare
 
 
 def torch_threads(args: argparse.Namespace, cfg) -> int:
     """--threads, else the configuration's train.threads."""
     return args.threads if args.threads is not None else cfg.train.threads
-
-
-# Paths several stages take alike: key -> (flag, default, help); each a Path.
-SHARED = {
-    "prepared": ("--prepared", Path("data/prepared"), "prepared folder (default: data/prepared)"),
-    "codes": ("--codes", Path("data/codes"), "codes folder (default: data/codes)"),
-    "runs_dir": ("--runs-dir", Path("results/runs"), "runs folder (default: results/runs)"),
-    "curves": ("--curves", Path("results/loss_curves.csv"), "tidy loss curves CSV (default: %(default)s)"),
-    "reference": ("--reference", None, "paper curves CSV (default: data/reference/paper_curves.csv)"),
-    "map": ("--map", Path("results/stability_map.csv"), "stability map CSV (default: %(default)s)"),
-    "figures": ("--out", Path("results/figures"), "output folder (default: results/figures)"),
-}
-
-
-def shared(p: argparse.ArgumentParser, *keys: str) -> None:
-    """Add the shared options `keys` (of SHARED) to `p`, in that order."""
-    for key in keys:
-        flag, default, help_ = SHARED[key]
-        p.add_argument(flag, type=Path, default=default, help=help_)
-
-
-def step_options(p: argparse.ArgumentParser, first: str, first_help: str, verb: str, merge_help: str) -> None:
-    """One step of a sharded stage (Snakemake runs them as separate jobs); none: every step in turn."""
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(first, action="store_true", help=first_help)
-    g.add_argument("--shard", type=int, metavar="K", help=f"only {verb} shard K into shard-<K>/")
-    g.add_argument("--merge", action="store_true", help=merge_help)
 
 
 def check_outputs(args: argparse.Namespace, command: Command) -> None:

@@ -264,6 +264,12 @@ def _summary(name: str, cmd: str, deps: list[str], cfg: C.Config, **outputs) -> 
     return Stage(name, cmd, deps=[CHECK] + deps + module_deps(ENTRY[name]), params=P.stage_params(cfg, name), **outputs)
 
 
+def _image_stage(name: str, cmd: str, deps: list[str], cfg: C.Config, stem: str) -> Stage:
+    """A stage drawing `stem`.png, .pdf and .svg: the PNG is an image plot, which `dvc plots show` renders."""
+    image = Out(f"{stem}.png", comments={"": "an image plot: dvc plots show renders it"})
+    return _summary(name, cmd, deps, cfg, outs=[Out(f"{stem}.{e}") for e in ("pdf", "svg")], plots=[image])
+
+
 FINALS = "results/final_losses.json"  # `amlm aggregate --finals`: short names for `dvc exp show`
 
 
@@ -295,13 +301,12 @@ def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
             cfg,
             outs=[Out(f"{figures}/acoustic_mlm_loss_codebook0.{e}") for e in ("png", "pdf", "svg")],
         ),
-        _summary(
+        _image_stage(
             "stability",
             _cmd("amlm stability --config", q, "--curves", curves, "--diagnostics", diagnostics, "--out", figures),
             [curves, diagnostics],
             cfg,
-            outs=[Out(f"{figures}/stability.{e}") for e in ("pdf", "svg")],
-            plots=[Out(f"{figures}/stability.png", comments={"": "an image plot: dvc plots show renders it"})],
+            f"{figures}/stability",
         ),
         _summary(
             "claims",
@@ -367,13 +372,12 @@ def _sweep_stages(cfg: C.Config, q: str, pts: dict[str, S.Point]) -> list[Stage]
             cfg,
             outs=[Out(table, comments={"": "one row per point and seed"})],
         ),
-        _summary(
+        _image_stage(
             "map_figure",
             _cmd("amlm map-figure --config", q, "--map", table, "--out", figures),
             [table],
             cfg,
-            outs=[Out(f"{figures}/lr_sensitivity.{e}") for e in ("pdf", "svg")],
-            plots=[Out(f"{figures}/lr_sensitivity.png", comments={"": "an image plot: dvc plots show renders it"})],
+            f"{figures}/lr_sensitivity",
         ),
         _summary(
             "map_claims",

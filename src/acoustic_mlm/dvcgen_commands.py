@@ -4,34 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.cli_options import Command
+from acoustic_mlm.cli_options import command, opt
 
 
-def _dvc_yaml_options(p) -> None:
-    p.add_argument("--out", type=Path, default=Path("dvc.yaml"), help="the file to write (default: dvc.yaml)")
-    p.add_argument(
+@command(
+    "dvc-yaml",
+    opt("--out", default=Path("dvc.yaml"), help="the file to write (default: dvc.yaml)"),
+    opt(
         "--check",
         action="store_true",
         help="write nothing; exit 2 unless --out is exactly the file generated for --config",
-    )
+    ),
+    files=("out",),
+)
+def dvc_yaml_command(args, cfg) -> None:
+    """write dvc.yaml for a configuration
 
-
-def _dvc_yaml(args, cfg) -> None:
+    Write the DVC pipeline for --config: the stages of the Snakemake rules (with a sweep, one training stage per
+    point and the stability map), each stage's params from the settings its steps depend on and its deps from the
+    modules it imports (acoustic_mlm.dvcgen).
+    """
     from acoustic_mlm import dvcgen
 
     if args.check:
         dvcgen.check(cfg, args.config, args.out)
     else:
         print(f"{dvcgen.write(cfg, args.config, args.out)}: the DVC pipeline for {args.config}")
-
-
-DVC_YAML = Command(
-    "dvc-yaml",
-    "write dvc.yaml for a configuration",
-    "Write the DVC pipeline for --config: the stages of the Snakemake rules (with a sweep, one "
-    "training stage per point and the stability map), each stage's params from the settings its "
-    "steps depend on and its deps from the modules it imports (acoustic_mlm.dvcgen).",
-    _dvc_yaml_options,
-    _dvc_yaml,
-    files=("out",),
-)

@@ -196,6 +196,61 @@ def claim_killed_run(final: str | Path) -> Path | None:
     return claimed
 
 
+RESUME = "resume.json"  # in a run's temporary folder only: the inputs its finished parts were made from
+
+
+class Resumable:
+    """A stage's temporary folder (`tmp`, from `resumable_dir`) and the folder a killed earlier run
+    left for the same output, whose finished parts it may take once `match` finds the same inputs."""
+
+    def __init__(self, tmp: Path, claimed: Path | None, stage: str):
+        self.tmp, self.stage = tmp, stage
+        self._claimed = claimed
+        self._earlier: Path | None = None  # until match() finds the same inputs
+
+    def match(self, key: dict) -> bool:
+        """Record `key` (what the parts depend on) in tmp; the killed run's parts become takeable when
+        it recorded the same key. Call before taking any part, after writing what the key hashes."""
+        write_json(self.tmp / RESUME, key)
+        if self._claimed is None:
+            return False
+        try:
+            same = json.loads((self._claimed / RESUME).read_text()) == json.loads(json.dumps(key))
+        except (OSError, ValueError):
+            return False
+        if not same:
+            log.info("%s: a killed earlier run's parts were made from other inputs; redoing every part", self.stage)
+        self._earlier = self._claimed if same else None
+        return same
+
+    def take(self, name: str, record: str) -> bool:
+        """Move the killed run's finished part `name` (a folder whose `record` file says it is whole) into tmp."""
+        if self._earlier is None or not (self._earlier / name / record).is_file():
+            return False
+        os.rename(self._earlier / name, self.tmp / name)
+        log.info("%s %s: finished by the killed earlier run, taken as it is", self.stage, name)
+        return True
+
+    def done(self) -> None:
+        """Every part is in tmp: drop the inputs record before the stage joins the parts."""
+        (self.tmp / RESUME).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def resumable_dir(final: str | Path, stage: str) -> Iterator[Resumable]:
+    """`atomic_dir(final)` for a stage made of parts (shards, a fitted model), each written whole into
+    the temporary folder: a run killed hard leaves them, and the next run for `final` claims that
+    folder (`claim_killed_run`) and takes the parts made from its own inputs (`Resumable.match`,
+    `.take`); the claimed folder is removed at the end, whatever happens."""
+    claimed = claim_killed_run(final)
+    try:
+        with atomic_dir(final) as tmp:
+            yield Resumable(tmp, claimed, stage)
+    finally:
+        if claimed is not None:
+            shutil.rmtree(claimed, ignore_errors=True)
+
+
 def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 

@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from acoustic_mlm import config as C
-from acoustic_mlm.config.config_commands import VALIDATE
+from acoustic_mlm.config.config_commands import validate_command
 
 
 @pytest.fixture(scope="module")
@@ -14,8 +14,8 @@ def cfg(root):
 
 
 def _run(cfg, *argv):
-    args = VALIDATE.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    return VALIDATE.entry(args, cfg)
+    args = validate_command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    return validate_command.entry(args, cfg)
 
 
 def test_validate_names_the_runs_and_writes_no_marker_unless_asked(cfg, capsys, tmp_path, monkeypatch):
@@ -30,4 +30,4 @@ def test_the_marker_holds_the_same_bytes_for_every_valid_file(cfg, tmp_path):
     _run(cfg, "--out", str(marker))
     assert marker.read_bytes() == b"the configuration is valid\n"
     assert sorted(p.name for p in marker.parent.iterdir()) == ["config_check.txt"]  # no temporary left
-    assert VALIDATE.files == ("out",)
+    assert validate_command.files == ("out",)

@@ -7,7 +7,7 @@ import pytest
 
 from acoustic_mlm import config as C
 from acoustic_mlm.data import fetch, prepare
-from acoustic_mlm.data.data_commands import FETCH, PREPARE
+from acoustic_mlm.data.data_commands import fetch_command, prepare_command
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +23,10 @@ def _run(command, cfg, *argv):
 def test_fetch_writes_into_out_with_its_downloads(monkeypatch, cfg):
     calls = []
     monkeypatch.setattr(fetch, "run", lambda *a: calls.append(a))
-    _run(FETCH, cfg)
-    _run(FETCH, cfg, "--out", "o", "--downloads", "d")
+    _run(fetch_command, cfg)
+    _run(fetch_command, cfg, "--out", "o", "--downloads", "d")
     assert calls == [(cfg, Path("data/raw"), Path("data/downloads")), (cfg, Path("o"), Path("d"))]
-    assert FETCH.folders == ("out", "downloads") and not FETCH.threads
+    assert fetch_command.folders == ("out", "downloads") and not fetch_command.threads
 
 
 @pytest.mark.parametrize(
@@ -42,5 +42,5 @@ def test_prepare_runs_the_step_its_option_names(monkeypatch, cfg, argv, called):
     calls = []
     for name in ("run", "plan", "prepare_shard", "merge"):
         monkeypatch.setattr(prepare, name, lambda c, *a, name=name: calls.append((name, *a)) or c)
-    _run(PREPARE, cfg, "--raw", "r", "--out", "p", *argv)
+    _run(prepare_command, cfg, "--raw", "r", "--out", "p", *argv)
     assert calls == [called]

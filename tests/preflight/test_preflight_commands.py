@@ -7,7 +7,7 @@ import pytest
 
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight import run
-from acoustic_mlm.preflight.preflight_commands import PREFLIGHT
+from acoustic_mlm.preflight.preflight_commands import preflight_command
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,8 @@ def measured(monkeypatch):
 
 
 def _run(cfg, *argv):
-    args = PREFLIGHT.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    PREFLIGHT.entry(args, cfg)
+    args = preflight_command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    preflight_command.entry(args, cfg)
 
 
 def test_the_options_left_out_keep_the_presets_values(cfg, measured):
@@ -56,6 +56,6 @@ def test_each_option_given_reaches_its_field(cfg, measured):
 
 def test_every_option_is_a_field_of_options():
     fields = {f for f in run.Options.__dataclass_fields__}
-    parser = PREFLIGHT.add_parser(argparse.ArgumentParser().add_subparsers())
+    parser = preflight_command.add_parser(argparse.ArgumentParser().add_subparsers())
     dests = {a.dest for a in parser._actions} - {"help", "config", "verbose", "out"}
     assert dests <= fields, dests - fields

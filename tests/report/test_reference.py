@@ -147,7 +147,7 @@ def test_overlay_matches_arms_by_role_whatever_their_names(ref, smoke_cfg):
 def test_side_by_side_puts_the_paper_left_and_the_reproduction_right(ref, labels, smoke_cfg, tmp_path):
     curves = reproduction(labels)
     fig_cfg = C.FigureConfig(x_max=None, y_min=None, y_max=None, split="train", overlay_paper=False)
-    fig, (ax_p, ax_r) = figure.side_by_side(curves, ref, C.from_mapping(smoke_cfg).runs, fig_cfg)
+    fig, (ax_p, ax_r) = figure.side_by_side(curves, ref, dataclasses.replace(C.from_mapping(smoke_cfg), figure=fig_cfg))
     assert fig._suptitle.get_text() == figure.TITLE
     assert ax_p.get_xlabel() == ax_r.get_xlabel() == figure.XLABEL and ax_p.get_ylabel() == figure.YLABEL
     assert ax_p.get_xscale() == ax_r.get_xscale() == "log"

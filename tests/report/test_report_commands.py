@@ -30,9 +30,16 @@ def _run(command, cfg, *argv):
 
 P = Path
 CASES = [
-    (R.AGGREGATE, [], aggregate, "run", (P("results/runs"), P("results/loss_curves.csv")), {"finals_path": None}),
     (
-        R.AGGREGATE,
+        R.aggregate_command,
+        [],
+        aggregate,
+        "run",
+        (P("results/runs"), P("results/loss_curves.csv")),
+        {"finals_path": None},
+    ),
+    (
+        R.aggregate_command,
         ["--finals", "f.json"],
         aggregate,
         "run",
@@ -40,7 +47,7 @@ CASES = [
         {"finals_path": P("f.json")},
     ),
     (
-        R.FIGURE,
+        R.figure_command,
         ["--reference", "r.csv"],
         figure,
         "run",
@@ -48,7 +55,7 @@ CASES = [
         {"reference_path": P("r.csv")},
     ),
     (
-        R.STABILITY,
+        R.stability_command,
         [],
         stability,
         "run",
@@ -56,7 +63,7 @@ CASES = [
         {},
     ),
     (
-        R.CLAIMS,
+        R.claims_command,
         ["--out-md", "c.md"],
         claims,
         "run",
@@ -64,24 +71,24 @@ CASES = [
         {"reference_path": None, "diagnostics_path": P("results/diagnostics.csv")},
     ),
     (
-        R.COMPARE,
+        R.compare_command,
         [],
         figure,
         "compare",
         (P("results/loss_curves.csv"), P("results/figures/paper_vs_reproduction.png")),
         {"reference_path": None},
     ),
-    (R.MAP, [], stability_map, "run_table", (P("results/runs"), P("results/stability_map.csv")), {}),
-    (R.MAP_FIGURE, [], stability_map, "run_figure", (P("results/stability_map.csv"), P("results/figures")), {}),
+    (R.map_command, [], stability_map, "run_table", (P("results/runs"), P("results/stability_map.csv")), {}),
+    (R.map_figure_command, [], stability_map, "run_figure", (P("results/stability_map.csv"), P("results/figures")), {}),
     (
-        R.MAP_CLAIMS,
+        R.map_claims_command,
         [],
         stability_map,
         "run_claims",
         (P("results/stability_map.csv"), P("results/map_claims.json"), P("results/map_claims.md")),
         {},
     ),
-    (R.STATUS, ["--stale-after", "2"], status, "run", (P("results/runs"),), {"stale_after": 120.0}),
+    (R.status_command, ["--stale-after", "2"], status, "run", (P("results/runs"),), {"stale_after": 120.0}),
 ]
 
 
@@ -94,7 +101,7 @@ def test_each_command_calls_its_function_with_its_options(monkeypatch, cfg, comm
 
 def test_decide_reads_no_configuration(monkeypatch, cfg):
     calls = _record(monkeypatch, decisive, "run")
-    _run(R.DECIDE, cfg, "--runs-table", "t.csv", "--numerics", "n.csv")
+    _run(R.decide_command, cfg, "--runs-table", "t.csv", "--numerics", "n.csv")
     assert calls == [((P("results/runs"), P("data/codes"), P("results/decisive"), P("n.csv"), P("t.csv")), {})]
 
 
@@ -102,21 +109,24 @@ def test_decide_reads_no_configuration(monkeypatch, cfg):
 def test_status_refuses_a_stale_time_that_is_not_positive(monkeypatch, cfg, minutes):
     calls = _record(monkeypatch, status, "run")
     with pytest.raises(UserError, match="--stale-after must be a positive number of minutes"):
-        _run(R.STATUS, cfg, "--stale-after", minutes)
+        _run(R.status_command, cfg, "--stale-after", minutes)
     assert calls == []
 
 
 def test_verify_compares_with_the_presets_reference_and_returns_its_status(monkeypatch, cfg):
     calls = _record(monkeypatch, verify, "run", result=1)
     monkeypatch.setattr(verify, "default_reference", lambda config: P("ref") / P(config).name)
-    assert _run(R.VERIFY, cfg, "--config", "config/smoke.yaml", "--tolerance", "0.5") == 1
+    assert _run(R.verify_command, cfg, "--config", "config/smoke.yaml", "--tolerance", "0.5") == 1
     args = (cfg, P("results/runs"), P("ref/smoke.yaml"), P("results/figures/reference_check.png"), 0.5, P("data"))
     assert calls == [(args, {})]
 
 
 def test_verify_records_with_the_command_that_made_the_run(monkeypatch, cfg):
     calls = _record(monkeypatch, verify, "record")
-    assert _run(R.VERIFY, cfg, "--config", "c.yaml", "--runs-dir", "r", "--record", "out", "--until-step", "9") == 0
+    assert (
+        _run(R.verify_command, cfg, "--config", "c.yaml", "--runs-dir", "r", "--record", "out", "--until-step", "9")
+        == 0
+    )
     ((args, kwargs),) = calls
     assert args == (
         cfg,
@@ -132,19 +142,22 @@ def test_verify_records_with_the_command_that_made_the_run(monkeypatch, cfg):
         "data_dir": P("data"),
     }
     calls.clear()
-    _run(R.VERIFY, cfg, "--record", "out", "--tolerance", "0.25")
+    _run(R.verify_command, cfg, "--record", "out", "--tolerance", "0.25")
     assert calls[0][1]["tolerance_bits"] == 0.25
 
 
 def test_verify_refuses_a_negative_tolerance(monkeypatch, cfg):
     calls = _record(monkeypatch, verify, "run")
     with pytest.raises(UserError, match="--tolerance must be a number of bits >= 0, not -1.0"):
-        _run(R.VERIFY, cfg, "--tolerance", "-1")
+        _run(R.verify_command, cfg, "--tolerance", "-1")
     assert calls == []
 
 
 def test_the_output_paths_checked_before_any_work():
-    assert {c.name: (c.folders, c.files) for c in (R.AGGREGATE, R.FIGURE, R.CLAIMS, R.DECIDE, R.MAP)} == {
+    assert {
+        c.name: (c.folders, c.files)
+        for c in (R.aggregate_command, R.figure_command, R.claims_command, R.decide_command, R.map_command)
+    } == {
         "aggregate": ((), ("out",)),
         "figure": (("out",), ()),
         "claims": ((), ("out_json", "out_md")),

@@ -8,7 +8,7 @@ import pytest
 
 from acoustic_mlm import config as C
 from acoustic_mlm.tokenizer import stage
-from acoustic_mlm.tokenizer.tokenizer_commands import TOKENIZE
+from acoustic_mlm.tokenizer.tokenizer_commands import tokenize_command
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def calls(monkeypatch):
 
 
 def _run(cfg, *argv):
-    args = TOKENIZE.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    return TOKENIZE.entry(args, cfg)
+    args = tokenize_command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    return tokenize_command.entry(args, cfg)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop
-from acoustic_mlm.train.train_commands import TRAIN
+from acoustic_mlm.train.train_commands import train_command
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,8 @@ def calls(monkeypatch):
 
 
 def _run(cfg, *argv):
-    args = TRAIN.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    return TRAIN.entry(args, cfg)
+    args = train_command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    return train_command.entry(args, cfg)
 
 
 def test_the_run_by_name_or_option_into_its_default_folder(cfg, calls):

@@ -4,51 +4,50 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.cli_options import Command, step_options
+from acoustic_mlm.cli_options import Steps, command, opt
 
 
-def _fetch_options(p) -> None:
-    p.add_argument("--out", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
-    p.add_argument(
+@command(
+    "fetch",
+    opt("--out", default=Path("data/raw"), help="raw audio folder (default: data/raw)"),
+    opt(
         "--downloads",
-        type=Path,
         default=Path("data/downloads"),
         help="where downloaded archives are kept (default: data/downloads)",
-    )
+    ),
+    folders=("out", "downloads"),
+)
+def fetch_command(args, cfg) -> None:
+    """make or download the raw audio
 
-
-def _fetch(args, cfg) -> None:
+    Write the corpus chosen by data.source into --out: synthetic (generated music, offline), folder (a local
+    folder), url (a zip or tar(.gz) with its hash), fma_small/medium/large/full, librispeech-<subset>. Downloads are
+    checksummed, resumable, kept in --downloads and extracted safely.
+    """
     from acoustic_mlm.data import fetch
 
     fetch.run(cfg, args.out, args.downloads)
 
 
-FETCH = Command(
-    "fetch",
-    "make or download the raw audio",
-    "Write the corpus chosen by data.source into --out: synthetic (generated music, offline), "
-    "folder (a local folder), url (a zip or tar(.gz) with its hash), fma_small/medium/large, "
-    "librispeech-<subset>. Downloads are checksummed, resumable, kept in --downloads and "
-    "extracted safely.",
-    _fetch_options,
-    _fetch,
-    folders=("out", "downloads"),
-)
-
-
-def _prepare_options(p) -> None:
-    p.add_argument("--raw", type=Path, default=Path("data/raw"), help="raw audio folder (default: data/raw)")
-    p.add_argument("--out", type=Path, default=Path("data/prepared"), help="output folder (default: data/prepared)")
-    step_options(
-        p,
+@command(
+    "prepare",
+    opt("--raw", default=Path("data/raw"), help="raw audio folder (default: data/raw)"),
+    opt("--out", default=Path("data/prepared"), help="output folder (default: data/prepared)"),
+    Steps(
         "--plan",
         "only write the shard plan, shards.csv",
         "decode",
         "only join the shards: manifest.csv, rejects.csv, prepare.json",
-    )
+    ),
+    folders=("out",),
+)
+def prepare_command(args, cfg) -> None:
+    """decode, mix to mono, resample to 24 kHz, split
 
-
-def _prepare(args, cfg) -> None:
+    Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to whole EnCodec
+    frames, in shards of data.shard_files files; split train/valid deterministically; write shard-<k>/audio.npy,
+    manifest.csv and rejects.csv. Without a step option, all steps run in turn.
+    """
     from acoustic_mlm.data import prepare
 
     if args.plan:
@@ -59,16 +58,3 @@ def _prepare(args, cfg) -> None:
         prepare.merge(cfg, args.out)
     else:
         prepare.run(cfg, args.raw, args.out)
-
-
-PREPARE = Command(
-    "prepare",
-    "decode, mix to mono, resample to 24 kHz, split",
-    "Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to "
-    "whole EnCodec frames, in shards of data.shard_files files; split train/valid "
-    "deterministically; write shard-<k>/audio.npy, manifest.csv and rejects.csv. Without a step "
-    "option, all steps run in turn.",
-    _prepare_options,
-    _prepare,
-    folders=("out",),
-)

@@ -38,9 +38,6 @@ acoustic_mlm.artifacts.prepared's.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -74,11 +71,10 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.utils import (
     Progress,
     atomic_dir,
-    claim_killed_run,
     file_sha256,
     log,
     recover_replaced,
-    write_json,
+    resumable_dir,
 )
 
 
@@ -351,48 +347,23 @@ def run(cfg: C.Config, raw_dir: Path, out_dir: Path) -> None:
     its plan, settings and fetch record are the same, and prepares only the others.
     """
     raw_dir = Path(raw_dir)
-    resume = claim_killed_run(out_dir)
-    try:
-        with atomic_dir(out_dir) as tmp:
-            key = _resume_key(cfg, raw_dir)
-            write_json(tmp / RESUME, key)  # what a later run compares before taking this run's shards
-            todo = plan(cfg, raw_dir, tmp)
-            reusable = resume is not None and _same_inputs(resume, tmp, key)
-            for shard in sorted(todo["shard"].unique()):
-                done = resume / shard_name(shard) if reusable else None
-                if done is not None and (done / SHARD_RECORD).is_file():
-                    os.rename(done, tmp / shard_name(shard))
-                    log.info("prepare %s: finished by the killed earlier run, taken as it is", shard_name(shard))
-                    continue
-                prepare_shard(cfg, raw_dir, tmp, shard)
-            (tmp / RESUME).unlink()
-            merge(cfg, tmp)
-    finally:
-        if resume is not None:
-            shutil.rmtree(resume, ignore_errors=True)
+    with resumable_dir(out_dir, "prepare") as parts:
+        todo = plan(cfg, raw_dir, parts.tmp)
+        parts.match(_resume_key(cfg, raw_dir, parts.tmp / PLAN))  # shards.csv included: same plan, same shards
+        for shard in sorted(todo["shard"].unique()):
+            if not parts.take(shard_name(shard), SHARD_RECORD):
+                prepare_shard(cfg, raw_dir, parts.tmp, shard)
+        parts.done()
+        merge(cfg, parts.tmp)
 
 
-RESUME = "resume.json"  # in a run's temporary folder only: the inputs its finished shards were made from
-
-
-def _resume_key(cfg: C.Config, raw_dir: Path) -> dict:
-    """What a shard's content depends on besides the plan: the settings of the steps up to it and
+def _resume_key(cfg: C.Config, raw_dir: Path, plan_path: Path) -> dict:
+    """What a shard's content depends on: the plan (shards.csv), the settings of the steps up to it and
     fetch's record of the raw folder (the files' sha256 for a folder source)."""
     record = raw_dir / SOURCE_RECORD
     return {
         "raw_dir": str(raw_dir.resolve()),
         "fetch_record_sha256": file_sha256(record) if record.is_file() else None,
         "settings": C.settings(cfg, C.result_keys("prepare_shard", cfg, upstream=True)),
+        "plan_sha256": file_sha256(plan_path),
     }
-
-
-def _same_inputs(resume: Path, tmp: Path, key: dict) -> bool:
-    """Whether a killed run's folder was made from the same plan (shards.csv byte for byte) and key."""
-    try:
-        same_key = json.loads((resume / RESUME).read_text()) == json.loads(json.dumps(key))
-        same_plan = (resume / PLAN).read_bytes() == (tmp / PLAN).read_bytes()
-    except (OSError, ValueError):
-        return False
-    if not (same_key and same_plan):
-        log.info("prepare: a killed earlier run's shards were made from other inputs; preparing every shard")
-    return same_key and same_plan

@@ -151,6 +151,23 @@ class _Grid:
     scale: tuple[int, ...]  # the melody's scale, semitones above the tonic
     chords: list[list[int]]  # the chord of each bar: pitch classes, root first
 
+    @classmethod
+    def of(cls, score: Score, bar_steps: int, step_s: float, n_bars: int, chords: list[list[int]]) -> _Grid:
+        """The grid of `score`: its tempo, metre, swing, key and scale, with the steps and chords drawn."""
+        return cls(
+            tempo=score.tempo,
+            beats_per_bar=score.beats_per_bar,
+            bar_steps=bar_steps,
+            step_s=step_s,
+            swing=score.swing,
+            n_bars=n_bars,
+            bars_per_chord=score.bars_per_chord,
+            cycle_bars=len(score.progression) * score.bars_per_chord,
+            key=score.key,
+            scale=SCALES[score.scale],
+            chords=chords,
+        )
+
     @property
     def bar_s(self) -> float:
         return self.bar_steps * self.step_s
@@ -207,19 +224,7 @@ def _frame(rng: np.random.Generator, seconds: float) -> tuple[Score, _Grid]:
         level=0.9 * 10.0 ** (rng.uniform(-12.0, 0.0) / 20.0),
     )
     degrees = [progression[(bar // bars_per_chord) % len(progression)] for bar in range(n_bars)]
-    grid = _Grid(
-        tempo=tempo,
-        beats_per_bar=beats_per_bar,
-        bar_steps=bar_steps,
-        step_s=step_s,
-        swing=swing,
-        n_bars=n_bars,
-        bars_per_chord=bars_per_chord,
-        cycle_bars=len(progression) * bars_per_chord,
-        key=key,
-        scale=SCALES[scale_name],
-        chords=[_chord_pcs(key, mode, d, sevenths) for d in degrees],
-    )
+    grid = _Grid.of(score, bar_steps, step_s, n_bars, [_chord_pcs(key, mode, d, sevenths) for d in degrees])
     return score, grid
 
 
@@ -494,29 +499,34 @@ def _drum_hits(
     return hits
 
 
+# Each drum voice's parameters, drawn uniformly from [low, high) in this order: the order of the draws
+# is part of the corpus (another order gives other clips). The hat's decay comes last, from _HAT_DECAY
+# by whether the clip's hats ring open.
+_DRUM_RANGES = (
+    ("kick", "f_start", 100.0, 200.0),
+    ("kick", "f_end", 40.0, 65.0),
+    ("kick", "sweep_tau", 0.015, 0.05),
+    ("kick", "decay", 0.12, 0.35),
+    ("kick", "click", 0.0, 0.3),
+    ("snare", "tone_hz", 160.0, 260.0),
+    ("snare", "tone_decay", 0.03, 0.08),
+    ("snare", "noise_hz", 1500.0, 5000.0),
+    ("snare", "noise_q", 0.6, 1.5),
+    ("snare", "noise_decay", 0.06, 0.2),
+    ("snare", "tone_mix", 0.2, 0.6),
+    ("hat", "noise_hz", 7000.0, 11000.0),
+    ("hat", "noise_q", 0.8, 2.0),
+)
+_HAT_DECAY = {True: (0.15, 0.35), False: (0.02, 0.06)}  # open hats ring longer
+
+
 def _drum_kit(rng: np.random.Generator, long_hat: bool) -> tuple[dict, dict, dict]:
     """(voice parameters, gains, pans) of kick, snare and hat; `long_hat`: open hats ring longer."""
     u = rng.uniform
-    params = {
-        "kick": dict(
-            f_start=u(100.0, 200.0),
-            f_end=u(40.0, 65.0),
-            sweep_tau=u(0.015, 0.05),
-            decay=u(0.12, 0.35),
-            click=u(0.0, 0.3),
-        ),
-        "snare": dict(
-            tone_hz=u(160.0, 260.0),
-            tone_decay=u(0.03, 0.08),
-            noise_hz=u(1500.0, 5000.0),
-            noise_q=u(0.6, 1.5),
-            noise_decay=u(0.06, 0.2),
-            tone_mix=u(0.2, 0.6),
-        ),
-        "hat": dict(
-            noise_hz=u(7000.0, 11000.0), noise_q=u(0.8, 2.0), decay=u(0.15, 0.35) if long_hat else u(0.02, 0.06)
-        ),
-    }
+    params: dict[str, dict[str, float]] = {"kick": {}, "snare": {}, "hat": {}}
+    for voice, name, low, high in _DRUM_RANGES:
+        params[voice][name] = u(low, high)
+    params["hat"]["decay"] = u(*_HAT_DECAY[long_hat])
     gains = {"kick": u(0.6, 1.0), "snare": u(0.4, 0.8), "hat": u(0.15, 0.4)}
     pans = {"kick": 0.5, "snare": u(0.4, 0.6), "hat": u(0.25, 0.75)}
     return params, gains, pans

@@ -126,27 +126,27 @@ class _FFTPlan:
         return c.abs().transpose(0, 1).contiguous()  # (B, frames, bins)
 
 
+# nnAudio's other CQT settings, every one stated: nnAudio is not pinned, and a new default would
+# change the target silently. pad_mode and verbose differ from nnAudio 0.3.4's defaults.
+_NNAUDIO_CQT = {
+    "fmax": None,
+    "filter_scale": 1,
+    "norm": 1,
+    "window": "hann",
+    "center": True,
+    "pad_mode": "constant",
+    "trainable": False,
+    "output_format": "Magnitude",
+    "verbose": False,
+}
+
+
 @functools.lru_cache(maxsize=4)
 def _nnaudio_cqt(sample_rate: int, hop: int, fmin: float, bins: int, bins_per_octave: int) -> torch.nn.Module:
     """nnAudio's CQT module (its kernels built once per process and setting; each device gets a copy)."""
     from nnAudio.features.cqt import CQT  # the maintained CQT that MERT uses (PyPI: nnAudio)
 
-    return CQT(
-        sr=sample_rate,
-        hop_length=hop,
-        fmin=fmin,
-        fmax=None,
-        n_bins=bins,
-        bins_per_octave=bins_per_octave,
-        filter_scale=1,
-        norm=1,
-        window="hann",
-        center=True,
-        pad_mode="constant",
-        trainable=False,
-        output_format="Magnitude",
-        verbose=False,
-    )
+    return CQT(sr=sample_rate, hop_length=hop, fmin=fmin, n_bins=bins, bins_per_octave=bins_per_octave, **_NNAUDIO_CQT)
 
 
 _PLANS: dict[tuple, _FFTPlan] = {}  # the fft path's constants, per setting, crop length and device

@@ -79,7 +79,7 @@ from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_js
 
 @dataclass(frozen=True)
 class Options:
-    """`amlm preflight`'s options, built by cli.py from its arguments. None: the preset's value, or the
+    """`amlm preflight`'s options, built from its arguments (`preflight_commands`). None: the preset's value, or the
     default for where the preset is measured (the second default: a CUDA preset measured on CPU)."""
 
     micro_batch: int | None = None  # crops per measured micro-batch (train.batch_size / processes; 1)

@@ -349,14 +349,10 @@ def overlay(ax, reference: pd.DataFrame, runs: dict[str, C.RunConfig], legend: b
     return lines
 
 
-def side_by_side(
-    curves: pd.DataFrame,
-    reference: pd.DataFrame,
-    runs: dict[str, C.RunConfig],
-    fig_cfg: C.FigureConfig,
-    codebook: int = 0,
-):
-    """Left: the paper's curves (dashed); right: the reproduction. Returns (fig, (ax_paper, ax_repro))."""
+def side_by_side(curves: pd.DataFrame, reference: pd.DataFrame, cfg: C.Config, codebook: int = 0):
+    """Left: the paper's curves (dashed); right: the reproduction of cfg's arms as cfg.figure says.
+    Returns (fig, (ax_paper, ax_repro))."""
+    runs, fig_cfg = cfg.runs, cfg.figure
     split = fig_cfg.split
     labels, styles = labels_of(runs), arm_styles(runs)
     data = _selected(curves, runs, split, codebook).dropna(subset=["loss_bits"])
@@ -434,7 +430,7 @@ def run(cfg: C.Config, curves_path: Path, out_dir: Path, reference_path: Path | 
 
 def compare(cfg: C.Config, curves_path: Path, out_path: Path, reference_path: Path | None = None) -> Path:
     """The compare stage: the paper's curves beside the reproduction, one PNG (200 dpi)."""
-    fig, _ = side_by_side(_read_curves(curves_path), load_reference(reference_path), cfg.runs, cfg.figure)
+    fig, _ = side_by_side(_read_curves(curves_path), load_reference(reference_path), cfg)
     out = _save(fig, Path(out_path), "png", 200)
     plt.close(fig)
     log.info("compare: wrote %s", out)

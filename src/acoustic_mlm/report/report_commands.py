@@ -5,118 +5,90 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.cli_options import Command, shared
+from acoustic_mlm.cli_options import command, opt
 from acoustic_mlm.errors import UserError
 
 
-def _aggregate_options(p) -> None:
-    shared(p, "runs_dir")
-    p.add_argument(
-        "--out", type=Path, default=Path("results/loss_curves.csv"), help="output CSV (default: %(default)s)"
-    )
-    p.add_argument(
+@command(
+    "aggregate",
+    "runs_dir",
+    opt("--out", default=Path("results/loss_curves.csv"), help="output CSV (default: %(default)s)"),
+    opt(
         "--finals",
-        type=Path,
-        default=None,
         metavar="JSON",
         help="also write each arm's final codebook-0 loss, keyed by its role, to JSON (dvc exp show)",
-    )
+    ),
+    files=("out",),
+)
+def aggregate_command(args, cfg) -> None:
+    """collect every arm's metrics into one tidy CSV
 
-
-def _aggregate(args, cfg) -> None:
+    Read results/runs/<run>/metrics.csv for every run in the config; write the tidy loss curves (run, label, seed,
+    step, split, codebook, loss_bits).
+    """
     from acoustic_mlm.report import aggregate
 
     aggregate.run(cfg, args.runs_dir, args.out, finals_path=args.finals)
 
 
-AGGREGATE = Command(
-    "aggregate",
-    "collect every arm's metrics into one tidy CSV",
-    "Read results/runs/<run>/metrics.csv for every run in the config; write the tidy loss curves "
-    "(run, label, seed, step, split, codebook, loss_bits).",
-    _aggregate_options,
-    _aggregate,
-    files=("out",),
-)
-
-
-def _figure_options(p) -> None:
-    shared(p, "curves")
-    p.add_argument(
+@command(
+    "figure",
+    "curves",
+    opt(
         "--reference",
-        type=Path,
-        default=None,
         help="paper curves CSV, overlaid when figure.overlay_paper (default: data/reference/paper_curves.csv)",
-    )
-    shared(p, "figures")
+    ),
+    "figures",
+    folders=("out",),
+)
+def figure_command(args, cfg) -> None:
+    """draw the codebook-0 loss vs training steps chart
 
-
-def _figure(args, cfg) -> None:
+    Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.
+    """
     from acoustic_mlm.report import figure
 
     figure.run(cfg, args.curves, args.out, reference_path=args.reference)
 
 
-FIGURE = Command(
-    "figure",
-    "draw the codebook-0 loss vs training steps chart",
-    "Draw the figure from the loss curves CSV as PNG (300 dpi), PDF and SVG.",
-    _figure_options,
-    _figure,
+@command(
+    "stability",
+    "curves",
+    opt("--diagnostics", default=Path("results/diagnostics.csv"), help="tidy diagnostics CSV (default: %(default)s)"),
+    "figures",
     folders=("out",),
 )
+def stability_command(args, cfg) -> None:
+    """draw the stability figure: loss, gradient norm, attention logits
 
-
-def _stability_options(p) -> None:
-    shared(p, "curves")
-    p.add_argument(
-        "--diagnostics",
-        type=Path,
-        default=Path("results/diagnostics.csv"),
-        help="tidy diagnostics CSV (default: %(default)s)",
-    )
-    shared(p, "figures")
-
-
-def _stability(args, cfg) -> None:
+    Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the largest attention logit
+    (fp16 limit drawn) and the fp16 loss scale against training steps, every loss spike marked on every panel; PNG
+    (300 dpi), PDF and SVG.
+    """
     from acoustic_mlm.report import stability
 
     stability.run(cfg, args.curves, args.diagnostics, args.out)
 
 
-STABILITY = Command(
-    "stability",
-    "draw the stability figure: loss, gradient norm, attention logits",
-    "Draw the codebook-0 loss, the gradient norm before clipping (clip thresholds drawn), the "
-    "largest "
-    "attention logit (fp16 limit drawn) and the fp16 loss scale against training steps, every loss "
-    "spike marked on every panel; PNG (300 dpi), PDF and SVG.",
-    _stability_options,
-    _stability,
-    folders=("out",),
-)
-
-
-def _claims_options(p) -> None:
-    shared(p, "curves", "reference")
-    p.add_argument(
+@command(
+    "claims",
+    "curves",
+    "reference",
+    opt(
         "--diagnostics",
-        type=Path,
         default=Path("results/diagnostics.csv"),
         help="tidy diagnostics CSV: what they show at each spike (default: %(default)s)",
-    )
-    p.add_argument(
-        "--out-json", type=Path, default=Path("results/claims.json"), help="verdicts as JSON (default: %(default)s)"
-    )
-    p.add_argument(
-        "--out-md",
-        type=Path,
-        default=Path("results/claims.md"),
-        help="verdicts as a markdown table (default: %(default)s)",
-    )
+    ),
+    opt("--out-json", default=Path("results/claims.json"), help="verdicts as JSON (default: %(default)s)"),
+    opt("--out-md", default=Path("results/claims.md"), help="verdicts as a markdown table (default: %(default)s)"),
+    files=("out_json", "out_md"),
+)
+def claims_command(args, cfg) -> None:
+    """check the figure's claims on the reproduced curves
 
-
-def _claims(args, cfg) -> None:
+    Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, Post-Norm spike,
+    Attn. Relax in between, stable by 40% of the x-range) with numbers and a verdict.
+    """
     from acoustic_mlm.report import claims
 
     claims.run(
@@ -129,174 +101,133 @@ def _claims(args, cfg) -> None:
     )
 
 
-CLAIMS = Command(
-    "claims",
-    "check the figure's claims on the reproduced curves",
-    "Evaluate each claim of the paper's figure (start near 10 bits, clip 10 lowest, clip 1 slowest, "
-    "Post-Norm spike, Attn. Relax in between, stable by 40% of the x-range) with numbers and a "
-    "verdict.",
-    _claims_options,
-    _claims,
-    files=("out_json", "out_md"),
+@command(
+    "compare",
+    "curves",
+    "reference",
+    opt("--out", default=Path("results/figures/paper_vs_reproduction.png"), help="output PNG (default: %(default)s)"),
+    files=("out",),
 )
+def compare_command(args, cfg) -> None:
+    """draw the paper's curves beside the reproduction
 
-
-def _compare_options(p) -> None:
-    shared(p, "curves", "reference")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("results/figures/paper_vs_reproduction.png"),
-        help="output PNG (default: %(default)s)",
-    )
-
-
-def _compare(args, cfg) -> None:
+    Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 curves.
+    """
     from acoustic_mlm.report import figure
 
     figure.compare(cfg, args.curves, args.out, reference_path=args.reference)
 
 
-COMPARE = Command(
-    "compare",
-    "draw the paper's curves beside the reproduction",
-    "Two panels: the paper's digitised curves (data/reference/) and the reproduced codebook-0 curves.",
-    _compare_options,
-    _compare,
-    files=("out",),
+@command(
+    "map",
+    "runs_dir",
+    opt("--out", default=Path("results/stability_map.csv"), help="output CSV (default: %(default)s)"),
 )
+def map_command(args, cfg) -> None:
+    """tabulate a sweep's runs: the stability map
 
-
-def _map_options(p) -> None:
-    shared(p, "runs_dir")
-    p.add_argument(
-        "--out", type=Path, default=Path("results/stability_map.csv"), help="output CSV (default: %(default)s)"
-    )
-
-
-def _map(args, cfg) -> None:
+    One row per sweep point and seed: arm, role, swept values, status, final codebook-0 loss (train, valid),
+    flattened, largest gradient norm, largest attention logit and its float16 share, clipped share, fp16 overflow
+    skips (results/stability_map.csv).
+    """
     from acoustic_mlm.report import stability_map
 
     stability_map.run_table(cfg, args.runs_dir, args.out)
 
 
-MAP = Command(
-    "map",
-    "tabulate a sweep's runs: the stability map",
-    "One row per sweep point and seed: arm, role, swept values, status, final codebook-0 loss "
-    "(train, valid), flattened, largest gradient norm, largest attention logit and its float16 "
-    "share, clipped share, fp16 overflow skips (results/stability_map.csv).",
-    _map_options,
-    _map,
-)
+@command("map-figure", "map", "figures")
+def map_figure_command(args, cfg) -> None:
+    """draw the learning-rate sensitivity of a sweep
 
-
-def _map_figure_options(p) -> None:
-    shared(p, "map", "figures")
-
-
-def _map_figure(args, cfg) -> None:
+    Final codebook-0 loss against peak learning rate, one panel per depth x precision, one line per arm (diverged
+    runs at the loss at initialisation); below, the largest attention logit against the rate with float16's limit.
+    PNG (300 dpi), PDF and SVG.
+    """
     from acoustic_mlm.report import stability_map
 
     stability_map.run_figure(cfg, args.map, args.out)
 
 
-MAP_FIGURE = Command(
-    "map-figure",
-    "draw the learning-rate sensitivity of a sweep",
-    "Final codebook-0 loss against peak learning rate, one panel per depth x precision, one line "
-    "per arm (diverged runs at the loss at initialisation); below, the largest attention logit "
-    "against the rate with float16's limit. PNG (300 dpi), PDF and SVG.",
-    _map_figure_options,
-    _map_figure,
+@command(
+    "map-claims",
+    "map",
+    opt(
+        "--out-json",
+        type=Path,
+        default=Path("results/map_claims.json"),
+        help="verdicts as JSON (default: %(default)s)",
+    ),
+    opt(
+        "--out-md",
+        type=Path,
+        default=Path("results/map_claims.md"),
+        help="verdicts as markdown (default: %(default)s)",
+    ),
 )
+def map_claims_command(args, cfg) -> None:
+    """judge the stability settings' promises on a sweep
 
-
-def _map_claims_options(p) -> None:
-    shared(p, "map")
-    p.add_argument(
-        "--out-json", type=Path, default=Path("results/map_claims.json"), help="verdicts as JSON (default: %(default)s)"
-    )
-    p.add_argument(
-        "--out-md", type=Path, default=Path("results/map_claims.md"), help="verdicts as markdown (default: %(default)s)"
-    )
-
-
-def _map_claims(args, cfg) -> None:
+    Each arm's LR sensitivity (Wortsman et al. 2023) with its seed spread, best and largest stable rate, and one
+    verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in fp16 (rules: docs/stability.md).
+    """
     from acoustic_mlm.report import stability_map
 
     stability_map.run_claims(cfg, args.map, args.out_json, args.out_md)
 
 
-MAP_CLAIMS = Command(
-    "map-claims",
-    "judge the stability settings' promises on a sweep",
-    "Each arm's LR sensitivity (Wortsman et al. 2023) with its seed spread, best and largest stable "
-    "rate, and one verdict per promise: clipping, DeepNorm against Post-Norm at depth, PB-Relax in "
-    "fp16 (rules: docs/stability.md).",
-    _map_claims_options,
-    _map_claims,
-)
-
-
-def _decide_options(p) -> None:
-    shared(p, "runs_dir")
-    p.add_argument(
+@command(
+    "decide",
+    "runs_dir",
+    opt(
         "--codes",
-        type=Path,
         default=Path("data/codes"),
         help="codes folder: its tokenizer.json gives the plateau (default: data/codes)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--numerics",
-        type=Path,
-        default=None,
         help="benchmarks/attention_fp16.py's table (PB-Relax's arithmetic); without it that part is inconclusive",
-    )
-    p.add_argument(
-        "--out", type=Path, default=Path("results/decisive"), help="output folder (default: results/decisive)"
-    )
-    p.add_argument(
+    ),
+    opt("--out", default=Path("results/decisive"), help="output folder (default: results/decisive)"),
+    opt(
         "--runs-table",
-        type=Path,
-        default=None,
         metavar="CSV",
         help="judge a published runs.csv (e.g. data/reference/decisive/runs.csv) instead of run folders "
         "(default: none, the run folders of --runs-dir)",
-    )
+    ),
+    folders=("out",),
+)
+def decide_command(args, cfg) -> None:
+    """judge the decisive experiments by their pre-registered rules
 
-
-def _decide(args, cfg) -> None:
+    Every run folder of a sweep, its settings read from its summary.json: a table of runs (final, capped and lowest
+    loss, late fall, spikes, trained, collapsed), of comparisons per cell and budget (gap, resolution from 2 SE and
+    the A/A pair, catch-up guard, Fisher's exact test) and each promise's verdict (rules: docs/stability.md,
+    'Decisive experiments').
+    """
     from acoustic_mlm.report import decisive
 
     decisive.run(args.runs_dir, args.codes, args.out, args.numerics, args.runs_table)
 
 
-DECIDE = Command(
-    "decide",
-    "judge the decisive experiments by their pre-registered rules",
-    "Every run folder of a sweep, its settings read from its summary.json: a table of runs "
-    "(final, capped and lowest loss, late fall, spikes, trained, collapsed), of comparisons per "
-    "cell and budget (gap, resolution from 2 SE and the A/A pair, catch-up guard, Fisher's exact "
-    "test) and each promise's verdict (rules: docs/stability.md, 'Decisive experiments').",
-    _decide_options,
-    _decide,
-    folders=("out",),
-)
-
-
-def _status_options(p) -> None:
-    shared(p, "runs_dir")
-    p.add_argument(
+@command(
+    "status",
+    "runs_dir",
+    opt(
         "--stale-after",
         type=float,
         default=30.0,
         metavar="MINUTES",
         help="a seed without a new metrics row or state for this long is stopped (default: 30)",
-    )
+    ),
+)
+def status_command(args, cfg) -> None:
+    """where every arm and seed stands, while they train
 
-
-def _status(args, cfg) -> None:
+    Read results/runs/ (only files training writes atomically) and print one line per arm and seed: step of total,
+    last codebook-0 loss, updates per second, time left, the fp16 loss scale and overflow skips, and the status:
+    waiting, running, stopped (no new metrics row or state for --stale-after minutes), completed,
+    completed_with_nonfinite or diverged.
+    """
     from acoustic_mlm.report import status
 
     if not args.stale_after > 0:
@@ -304,79 +235,65 @@ def _status(args, cfg) -> None:
     status.run(cfg, args.runs_dir, stale_after=60.0 * args.stale_after)
 
 
-STATUS = Command(
-    "status",
-    "where every arm and seed stands, while they train",
-    "Read results/runs/ (only files training writes atomically) and print one line per arm and seed: "
-    "step of total, last codebook-0 loss, updates per second, time left, the fp16 loss scale and "
-    "overflow skips, and the status: waiting, running, stopped (no new metrics row or state for "
-    "--stale-after minutes), completed, completed_with_nonfinite or diverged.",
-    _status_options,
-    _status,
-)
-
-
-def _verify_options(p) -> None:
-    shared(p, "runs_dir")
-    p.add_argument(
+@command(
+    "verify",
+    "runs_dir",
+    opt(
         "--reference",
-        type=Path,
-        default=None,
         help="a reference folder, or a folder of one per CPU vendor (default: data/reference/smoke_run for the "
         "smoke preset, else data/reference/default_run)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--out",
-        type=Path,
         default=Path("results/figures/reference_check.png"),
         help="figure of both runs' curves (default: results/figures/reference_check.png)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--tolerance",
         type=float,
-        default=None,
         metavar="BITS",
         help="largest difference allowed (default: 0 bits for the exact check, else the reference's measured "
         "tolerance)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--record",
-        type=Path,
-        default=None,
         metavar="DIR",
         help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--until-step",
         type=int,
-        default=None,
         metavar="STEP",
         help="with --record: --tolerance holds up to this step, --late-tolerance after it (docs/reference_run.md)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--late-tolerance",
         type=float,
-        default=None,
         metavar="BITS",
         help="with --record and --until-step: the median difference allowed after that step",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--native-tolerance",
         type=float,
-        default=None,
         metavar="BITS",
         help="with --record and --until-step: the median difference allowed up to that step for a run "
         "on native kernels (its codes differ from a pinned reference's)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--data",
-        type=Path,
         default=Path("data"),
         help="data folder whose stages' outputs are hashed against the reference's (default: data)",
-    )
+    ),
+)
+def verify_command(args, cfg) -> int | None:
+    """compare this installation's run with the shipped reference run
 
-
-def _verify(args, cfg) -> int | None:
+    Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in --runs-dir with a
+    known-good reference run of the same preset and of this CPU's vendor (data/reference/default_run/<vendor>/: the
+    default; data/reference/smoke_run/<vendor>/: the smoke preset): 0 bits on every row for a pinned run on a vendor
+    with a reference, measured tolerances otherwise; print per arm the difference, draw both runs' codebook-0
+    curves, exit 1 when an arm differs by more than allowed. --record writes a reference from --runs-dir instead.
+    """
     from acoustic_mlm.report import verify
 
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -401,17 +318,3 @@ def _verify(args, cfg) -> int | None:
         return 0
     ref = args.reference or verify.default_reference(args.config)
     return verify.run(cfg, args.runs_dir, ref, args.out, args.tolerance, args.data)
-
-
-VERIFY = Command(
-    "verify",
-    "compare this installation's run with the shipped reference run",
-    "Compare every arm's losses in bits (each codebook, train and valid, every metrics row) in "
-    "--runs-dir with a known-good reference run of the same preset and of this CPU's vendor "
-    "(data/reference/default_run/<vendor>/: the default; data/reference/smoke_run/<vendor>/: the smoke "
-    "preset): 0 bits on every row for a pinned run on a vendor with a reference, measured tolerances "
-    "otherwise; print per arm the difference, draw both runs' codebook-0 curves, exit 1 when an arm "
-    "differs by more than allowed. --record writes a reference from --runs-dir instead.",
-    _verify_options,
-    _verify,
-)

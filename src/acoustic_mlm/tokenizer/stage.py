@@ -35,9 +35,6 @@ Tensor axes: K codebooks (RVQ levels), T frames.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 
@@ -85,12 +82,11 @@ from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of, loudness_record
 from acoustic_mlm.utils import (
     atomic_dir,
-    claim_killed_run,
     file_sha256,
     keep_freed_memory,
     log,
+    resumable_dir,
     set_threads,
-    write_json,
 )
 
 
@@ -382,25 +378,15 @@ def run(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> N
     """
     _check_config(cfg)
     corpus = read_prepared(prepared_dir)
-    resume = claim_killed_run(out_dir)
-    try:
-        with atomic_dir(out_dir) as tmp:
-            key = _resume_key(cfg, prepared_dir)
-            write_json(tmp / RESUME, key)  # what a later run compares before taking this run's parts
-            reusable = resume is not None and _same_key(resume, key)
-            if not _take(resume if reusable else None, tmp, MODEL_DIR, FIT):
-                fit(cfg, prepared_dir, tmp, threads)
-            for shard in corpus.shards:
-                if not _take(resume if reusable else None, tmp, shard_name(shard), ENCODE_RECORD):
-                    encode_shard(cfg, prepared_dir, tmp, shard, threads)
-            (tmp / RESUME).unlink()
-            merge(cfg, prepared_dir, tmp)
-    finally:
-        if resume is not None:
-            shutil.rmtree(resume, ignore_errors=True)
-
-
-RESUME = "resume.json"  # in a run's temporary folder only: the inputs its finished parts were made from
+    with resumable_dir(out_dir, "tokenize") as parts:
+        parts.match(_resume_key(cfg, prepared_dir))
+        if not parts.take(MODEL_DIR, FIT):
+            fit(cfg, prepared_dir, parts.tmp, threads)
+        for shard in corpus.shards:
+            if not parts.take(shard_name(shard), ENCODE_RECORD):
+                encode_shard(cfg, prepared_dir, parts.tmp, shard, threads)
+        parts.done()
+        merge(cfg, prepared_dir, parts.tmp)
 
 
 def _resume_key(cfg: C.Config, prepared_dir: Path) -> dict:
@@ -410,25 +396,6 @@ def _resume_key(cfg: C.Config, prepared_dir: Path) -> dict:
         "manifest_sha256": file_sha256(Path(prepared_dir) / MANIFEST),
         "settings": C.settings(cfg, C.result_keys("tokenize_shard", cfg, upstream=True)),
     }
-
-
-def _same_key(resume: Path, key: dict) -> bool:
-    try:
-        same = json.loads((resume / RESUME).read_text()) == json.loads(json.dumps(key))
-    except (OSError, ValueError):
-        return False
-    if not same:
-        log.info("tokenize: a killed earlier run's parts were made from other inputs; tokenizing every shard")
-    return same
-
-
-def _take(resume: Path | None, tmp: Path, name: str, record: str) -> bool:
-    """Move a killed run's finished part `name` (a folder whose `record` file says it is whole) into tmp."""
-    if resume is None or not (resume / name / record).is_file():
-        return False
-    os.rename(resume / name, tmp / name)
-    log.info("tokenize %s: finished by the killed earlier run, taken as it is", name)
-    return True
 
 
 def _encodec_version() -> str | None:

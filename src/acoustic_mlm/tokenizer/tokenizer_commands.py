@@ -5,26 +5,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from acoustic_mlm.cli_options import Command, shared, step_options
+from acoustic_mlm.cli_options import Steps, command, opt
 from acoustic_mlm.utils import log
 
 
-def _tokenize_options(p) -> None:
-    shared(p, "prepared")
-    p.add_argument("--out", type=Path, default=Path("data/codes"), help="output folder (default: data/codes)")
-    # The codes depend on the thread count, so tokenize computes with tokenizer.threads; the Snakemake rules
-    # pass that same value as --threads, accepted here and not offered in the help.
-    p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
-    step_options(
-        p,
+@command(
+    "tokenize",
+    "prepared",
+    opt("--out", default=Path("data/codes"), help="output folder (default: data/codes)"),
+    opt("--threads", type=int, help=argparse.SUPPRESS),
+    Steps(
         "--fit",
         "only fit (calibrated) or check (pretrained) the tokenizer: model/",
         "encode",
         "only summarise the shards' codes: tokenizer.json",
-    )
+    ),
+    folders=("out",),
+)
+def tokenize_command(args, cfg) -> None:
+    """EnCodec 24 kHz codes, frame-aligned with the audio
 
-
-def _tokenize(args, cfg) -> None:
+    Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of 1024 codes at 75
+    Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded batches; write model/,
+    shard-<k>/codes.npy and tokenizer.json. Without a step option, all steps run in turn.
+    """
     from acoustic_mlm.tokenizer import stage as tokenizer
 
     # the codes depend on the thread count: tokenize computes with tokenizer.threads, whatever --threads says
@@ -44,16 +48,3 @@ def _tokenize(args, cfg) -> None:
         tokenizer.merge(cfg, args.prepared, args.out)
     else:
         tokenizer.run(cfg, args.prepared, args.out, threads=threads)
-
-
-TOKENIZE = Command(
-    "tokenize",
-    "EnCodec 24 kHz codes, frame-aligned with the audio",
-    "Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of "
-    "1024 codes at 75 Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded "
-    "batches; write model/, shard-<k>/codes.npy and tokenizer.json. Without a step option, all "
-    "steps run in turn.",
-    _tokenize_options,
-    _tokenize,
-    folders=("out",),
-)

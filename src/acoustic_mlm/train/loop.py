@@ -188,18 +188,18 @@ class Loop:
     diverged_at: int | None = None
     stop_reason: str | None = None  # why the seed stopped early: nonfinite | min_loss_scale
 
+    # the counters a resumable state holds, restored as they were saved (diverged_at and stop_reason
+    # end a seed, so a state never carries them)
+    SAVED = ("step", "batches", "rows", "nonfinite", "streak", "overflow", "clipped", "elapsed")
+
     def state(self) -> dict:
-        return {
-            "step": self.step,
-            "batches": self.batches,
-            "rows": self.rows,
-            "nonfinite": self.nonfinite,
-            "streak": self.streak,
-            "overflow": self.overflow,
-            "clipped": self.clipped,
-            "elapsed": self.elapsed,
-            "accumulator": self.acc.state(),
-        }
+        return {**{k: getattr(self, k) for k in self.SAVED}, "accumulator": self.acc.state()}
+
+    def load(self, state: dict, accum_steps: int) -> None:
+        """The counters of a saved state; one saved before `batches` was kept drew accum_steps per step."""
+        for k in self.SAVED:
+            setattr(self, k, state.get(k, self.step * accum_steps) if k == "batches" else state[k])
+        self.rows = list(self.rows)
 
 
 class StepResult(NamedTuple):
@@ -324,14 +324,7 @@ def restore(s: Setup) -> Loop:
     s.precision.load_state_dict(state)  # the entries its state_dict gave
     set_rng_state(state["rng"], s.device)
     loop.acc.load(state["accumulator"], s.device)
-    loop.step, loop.rows, loop.elapsed = state["step"], list(state["rows"]), state["elapsed"]
-    loop.batches = state.get("batches", loop.step * s.t.accum_steps)
-    loop.nonfinite, loop.streak, loop.overflow, loop.clipped = (
-        state["nonfinite"],
-        state["streak"],
-        state["overflow"],
-        state["clipped"],
-    )
+    loop.load(state, s.t.accum_steps)
     log.info("train %s seed %d: resuming after step %d from %s", s.job.run_name, s.job.seed, loop.step, s.job.state_dir)
     return loop
 

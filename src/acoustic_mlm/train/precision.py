@@ -103,20 +103,15 @@ class LossScaler:
             raise MinLossScaleError(f"loss scale reached min_loss_scale ({self.min_scale:g}): the loss is exploding")
         self.iter += 1
 
+    # the saved state: the scale (a float) and the step counters (ints)
+    SAVED = ("scale", "iter", "last_overflow", "last_rescale", "overflows_since_rescale", "window")
+
     def state_dict(self) -> dict:
-        return {
-            "scale": self.scale,
-            "iter": self.iter,
-            "last_overflow": self.last_overflow,
-            "last_rescale": self.last_rescale,
-            "overflows_since_rescale": self.overflows_since_rescale,
-            "window": self.window,
-        }
+        return {k: getattr(self, k) for k in self.SAVED}
 
     def load_state_dict(self, st: dict) -> None:
-        self.scale, self.iter, self.window = float(st["scale"]), int(st["iter"]), int(st["window"])
-        self.last_overflow, self.last_rescale = int(st["last_overflow"]), int(st["last_rescale"])
-        self.overflows_since_rescale = int(st["overflows_since_rescale"])
+        for k in self.SAVED:
+            setattr(self, k, float(st[k]) if k == "scale" else int(st[k]))
 
 
 class Fp32GroupNorm(nn.GroupNorm):

@@ -4,22 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.cli_options import Command, shared, torch_threads
+from acoustic_mlm.cli_options import command, opt, torch_threads
 from acoustic_mlm.errors import UserError
 
 
-def _train_options(p) -> None:
-    p.add_argument("run_name", nargs="?", metavar="RUN", help="run name, a key of runs: in the config")
-    p.add_argument(
+@command(
+    "train",
+    opt("run_name", type=None, nargs="?", metavar="RUN", help="run name, a key of runs: in the config"),
+    opt(
         "--run",
-        help="the same, as an option (under torchrun use the positional form: "
-        "torchrun takes --run for its own --run-path)",
-    )
-    shared(p, "prepared", "codes")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default: results/runs/<RUN>)")
+        type=None,
+        help="the same, as an option (under torchrun use the positional form: torchrun takes --run for its "
+        "own --run-path)",
+    ),
+    "prepared",
+    "codes",
+    opt("--out", help="run folder (default: results/runs/<RUN>)"),
+    threads=True,
+    folders=("out",),
+)
+def train_command(args, cfg) -> None:
+    """train one arm of the ablation
 
-
-def _train(args, cfg) -> None:
+    Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write metrics.csv (losses
+    in bits), summary.json and checkpoint.pt into --out.
+    """
     from acoustic_mlm.train import loop as train
 
     threads = torch_threads(args, cfg)
@@ -28,15 +37,3 @@ def _train(args, cfg) -> None:
     args.run = args.run or args.run_name
     out = args.out if args.out is not None else Path("results/runs") / args.run
     train.run(cfg, args.run, args.prepared, args.codes, out, threads=threads)
-
-
-TRAIN = Command(
-    "train",
-    "train one arm of the ablation",
-    "Train the acoustic MLM with one arm's stability settings (runs.<RUN> in the config); write "
-    "metrics.csv (losses in bits), summary.json and checkpoint.pt into --out.",
-    _train_options,
-    _train,
-    threads=True,
-    folders=("out",),
-)
