@@ -37,6 +37,14 @@ def smoke_cfg() -> dict:
 
 
 @pytest.fixture(scope="session")
+def smoke_config():
+    """The smoke preset, loaded and validated (a typed Config)."""
+    from acoustic_mlm import config as C
+
+    return C.load(ROOT / "config" / "smoke.yaml")
+
+
+@pytest.fixture(scope="session")
 def data_dirs(tmp_path_factory):
     """A tiny prepared corpus (6 clips of 2 s in two shards) with skewed, learnable codes."""
     from acoustic_mlm import config as C

@@ -1,6 +1,7 @@
 """Shared test helpers (imported by the test modules of every folder: pyproject.toml puts tests/ on
 sys.path)."""
 
+import argparse
 import copy
 import hashlib
 import io
@@ -306,3 +307,9 @@ def stoppable_by_sigint() -> None:
     pytest &`) with SIGINT ignored, every child inherits that, and a test that stops its child with
     SIGINT would otherwise find it running on."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_command(command, cfg, *argv: str):
+    """A stage's command parsed from argv and run with `cfg`, as `amlm` runs it once --config is validated."""
+    args = command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
+    return command(args, cfg)

@@ -1,31 +1,20 @@
 """`amlm fetch` and `amlm prepare`: each option reaches the stage function it names."""
 
-import argparse
 from pathlib import Path
 
 import pytest
+from helpers import run_command
 
-from acoustic_mlm import config as C
 from acoustic_mlm.data import fetch, prepare
 from acoustic_mlm.data.data_commands import fetch_command, prepare_command
 
 
-@pytest.fixture(scope="module")
-def cfg(root):
-    return C.load(root / "config" / "smoke.yaml")
-
-
-def _run(command, cfg, *argv):
-    args = command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    return command.entry(args, cfg)
-
-
-def test_fetch_writes_into_out_with_its_downloads(monkeypatch, cfg):
+def test_fetch_writes_into_out_with_its_downloads(monkeypatch, smoke_config):
     calls = []
     monkeypatch.setattr(fetch, "run", lambda *a: calls.append(a))
-    _run(fetch_command, cfg)
-    _run(fetch_command, cfg, "--out", "o", "--downloads", "d")
-    assert calls == [(cfg, Path("data/raw"), Path("data/downloads")), (cfg, Path("o"), Path("d"))]
+    run_command(fetch_command, smoke_config)
+    run_command(fetch_command, smoke_config, "--out", "o", "--downloads", "d")
+    assert calls == [(smoke_config, Path("data/raw"), Path("data/downloads")), (smoke_config, Path("o"), Path("d"))]
     assert fetch_command.folders == ("out", "downloads") and not fetch_command.threads
 
 
@@ -38,9 +27,9 @@ def test_fetch_writes_into_out_with_its_downloads(monkeypatch, cfg):
         (["--merge"], ("merge", Path("p"))),
     ],
 )
-def test_prepare_runs_the_step_its_option_names(monkeypatch, cfg, argv, called):
+def test_prepare_runs_the_step_its_option_names(monkeypatch, smoke_config, argv, called):
     calls = []
     for name in ("run", "plan", "prepare_shard", "merge"):
         monkeypatch.setattr(prepare, name, lambda c, *a, name=name: calls.append((name, *a)) or c)
-    _run(prepare_command, cfg, "--raw", "r", "--out", "p", *argv)
+    run_command(prepare_command, smoke_config, "--raw", "r", "--out", "p", *argv)
     assert calls == [called]

@@ -4,15 +4,10 @@ import argparse
 from pathlib import Path
 
 import pytest
+from helpers import run_command
 
-from acoustic_mlm import config as C
 from acoustic_mlm.preflight import run
 from acoustic_mlm.preflight.preflight_commands import preflight_command
-
-
-@pytest.fixture(scope="module")
-def cfg(root):
-    return C.load(root / "config" / "smoke.yaml")
 
 
 @pytest.fixture()
@@ -23,22 +18,17 @@ def measured(monkeypatch):
     return calls
 
 
-def _run(cfg, *argv):
-    args = preflight_command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    preflight_command.entry(args, cfg)
-
-
-def test_the_options_left_out_keep_the_presets_values(cfg, measured):
-    _run(cfg, "--config", "config/smoke.yaml")
+def test_the_options_left_out_keep_the_presets_values(smoke_config, measured):
+    run_command(preflight_command, smoke_config, "--config", "config/smoke.yaml")
     ((c, config, out, options),) = measured
-    assert (c, config, out) == (cfg, "config/smoke.yaml", Path("results"))
-    assert options == run.Options(threads=cfg.train.threads)
+    assert (c, config, out) == (smoke_config, "config/smoke.yaml", Path("results"))
+    assert options == run.Options(threads=smoke_config.train.threads)
 
 
-def test_each_option_given_reaches_its_field(cfg, measured):
+def test_each_option_given_reaches_its_field(smoke_config, measured):
     argv = ["--out", "o", "--threads", "2", "--micro-batch", "3", "--precision", "bf16", "--no-full-update"]
     argv += ["--every-model", "--utilisation", "0.5", "--nodes", "2", "--gpus-per-node", "4", "--corpus-hours", "1.5"]
-    _run(cfg, *argv)
+    run_command(preflight_command, smoke_config, *argv)
     ((_, _, out, options),) = measured
     assert out == Path("o")
     assert options == run.Options(

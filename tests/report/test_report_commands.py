@@ -1,31 +1,20 @@
 """The report stage's commands: each reaches its function with its options; status's and verify's
 own checks refuse bad values before any work."""
 
-import argparse
 from pathlib import Path
 
 import pytest
+from helpers import run_command
 
-from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import aggregate, claims, decisive, figure, stability, stability_map, status, verify
 from acoustic_mlm.report import report_commands as R
-
-
-@pytest.fixture(scope="module")
-def cfg(root):
-    return C.load(root / "config" / "smoke.yaml")
 
 
 def _record(monkeypatch, module, name, result=None):
     calls = []
     monkeypatch.setattr(module, name, lambda *a, **k: calls.append((a, k)) or result)
     return calls
-
-
-def _run(command, cfg, *argv):
-    args = command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
-    return command.entry(args, cfg)
 
 
 P = Path
@@ -93,43 +82,63 @@ CASES = [
 
 
 @pytest.mark.parametrize("command, argv, module, name, args, kwargs", CASES, ids=[c[0].name for c in CASES])
-def test_each_command_calls_its_function_with_its_options(monkeypatch, cfg, command, argv, module, name, args, kwargs):
+def test_each_command_calls_its_function_with_its_options(
+    monkeypatch, smoke_config, command, argv, module, name, args, kwargs
+):
     calls = _record(monkeypatch, module, name)
-    assert _run(command, cfg, *argv) is None
-    assert calls == [((cfg, *args), kwargs)]
+    assert run_command(command, smoke_config, *argv) is None
+    assert calls == [((smoke_config, *args), kwargs)]
 
 
-def test_decide_reads_no_configuration(monkeypatch, cfg):
+def test_decide_reads_no_configuration(monkeypatch, smoke_config):
     calls = _record(monkeypatch, decisive, "run")
-    _run(R.decide_command, cfg, "--runs-table", "t.csv", "--numerics", "n.csv")
+    run_command(R.decide_command, smoke_config, "--runs-table", "t.csv", "--numerics", "n.csv")
     assert calls == [((P("results/runs"), P("data/codes"), P("results/decisive"), P("n.csv"), P("t.csv")), {})]
 
 
 @pytest.mark.parametrize("minutes", ["0", "-1", "nan"])
-def test_status_refuses_a_stale_time_that_is_not_positive(monkeypatch, cfg, minutes):
+def test_status_refuses_a_stale_time_that_is_not_positive(monkeypatch, smoke_config, minutes):
     calls = _record(monkeypatch, status, "run")
     with pytest.raises(UserError, match="--stale-after must be a positive number of minutes"):
-        _run(R.status_command, cfg, "--stale-after", minutes)
+        run_command(R.status_command, smoke_config, "--stale-after", minutes)
     assert calls == []
 
 
-def test_verify_compares_with_the_presets_reference_and_returns_its_status(monkeypatch, cfg):
+def test_verify_compares_with_the_presets_reference_and_returns_its_status(monkeypatch, smoke_config):
     calls = _record(monkeypatch, verify, "run", result=1)
     monkeypatch.setattr(verify, "default_reference", lambda config: P("ref") / P(config).name)
-    assert _run(R.verify_command, cfg, "--config", "config/smoke.yaml", "--tolerance", "0.5") == 1
-    args = (cfg, P("results/runs"), P("ref/smoke.yaml"), P("results/figures/reference_check.png"), 0.5, P("data"))
+    assert run_command(R.verify_command, smoke_config, "--config", "config/smoke.yaml", "--tolerance", "0.5") == 1
+    args = (
+        smoke_config,
+        P("results/runs"),
+        P("ref/smoke.yaml"),
+        P("results/figures/reference_check.png"),
+        0.5,
+        P("data"),
+    )
     assert calls == [(args, {})]
 
 
-def test_verify_records_with_the_command_that_made_the_run(monkeypatch, cfg):
+def test_verify_records_with_the_command_that_made_the_run(monkeypatch, smoke_config):
     calls = _record(monkeypatch, verify, "record")
     assert (
-        _run(R.verify_command, cfg, "--config", "c.yaml", "--runs-dir", "r", "--record", "out", "--until-step", "9")
+        run_command(
+            R.verify_command,
+            smoke_config,
+            "--config",
+            "c.yaml",
+            "--runs-dir",
+            "r",
+            "--record",
+            "out",
+            "--until-step",
+            "9",
+        )
         == 0
     )
     ((args, kwargs),) = calls
     assert args == (
-        cfg,
+        smoke_config,
         P("c.yaml"),
         P("r"),
         P("out"),
@@ -142,14 +151,14 @@ def test_verify_records_with_the_command_that_made_the_run(monkeypatch, cfg):
         "data_dir": P("data"),
     }
     calls.clear()
-    _run(R.verify_command, cfg, "--record", "out", "--tolerance", "0.25")
+    run_command(R.verify_command, smoke_config, "--record", "out", "--tolerance", "0.25")
     assert calls[0][1]["tolerance_bits"] == 0.25
 
 
-def test_verify_refuses_a_negative_tolerance(monkeypatch, cfg):
+def test_verify_refuses_a_negative_tolerance(monkeypatch, smoke_config):
     calls = _record(monkeypatch, verify, "run")
     with pytest.raises(UserError, match="--tolerance must be a number of bits >= 0, not -1.0"):
-        _run(R.verify_command, cfg, "--tolerance", "-1")
+        run_command(R.verify_command, smoke_config, "--tolerance", "-1")
     assert calls == []
 
 
