@@ -330,3 +330,40 @@ def test_atomic_group_replaces_the_files_together_and_keeps_the_folders_other_fi
     assert [(out / n).read_text() for n in names] == ["4", "4"]
     assert (out / "mine.txt").read_text() == "kept" and (out / "sub" / "x").read_text() == "kept too"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary or old folder left
+
+
+def _killed_run_folder(final, key, parts):
+    """The temporary folder a hard-killed run left for `final`: its inputs record and finished parts."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    tmp = final.parent / f".{final.name}.tmp-{int(dead.stdout)}-x"  # a process id that is gone
+    tmp.mkdir()
+    (tmp / utils.RESUME).write_text(json.dumps(key))
+    for name in parts:
+        (tmp / name).mkdir()
+        (tmp / name / "done.json").write_text("{}")
+    return tmp
+
+
+def test_a_resumable_folder_takes_the_killed_runs_parts_made_from_the_same_inputs(tmp_path):
+    final = tmp_path / "codes"
+    left = _killed_run_folder(final, {"settings": 1}, ["shard-00000", "shard-00001"])
+    (left / "shard-00001" / "done.json").unlink()  # killed while writing this one
+    with utils.resumable_dir(final, "tokenize") as parts:
+        assert parts.match({"settings": 1})
+        assert parts.take("shard-00000", "done.json") and not parts.take("shard-00001", "done.json")
+        (parts.tmp / "shard-00001").mkdir()
+        parts.done()
+    assert sorted(p.name for p in final.iterdir()) == ["shard-00000", "shard-00001"]  # no resume.json
+    assert not left.exists() and not list(tmp_path.glob(".codes.tmp-*"))  # the claimed folder is gone
+
+
+def test_a_resumable_folder_takes_nothing_made_from_other_inputs(tmp_path):
+    final = tmp_path / "codes"
+    _killed_run_folder(final, {"settings": 1}, ["shard-00000"])
+    with utils.resumable_dir(final, "tokenize") as parts:
+        assert not parts.match({"settings": 2})
+        assert not parts.take("shard-00000", "done.json")
+        assert json.loads((parts.tmp / utils.RESUME).read_text()) == {"settings": 2}  # for the next run
+        parts.done()
+    assert list(final.iterdir()) == []  # nothing of the other inputs' run came in
+    assert not list(tmp_path.glob(".codes.tmp-*"))
