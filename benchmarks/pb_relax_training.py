@@ -17,9 +17,9 @@ attention: fairseq's unfused order (q.k^T in float16, softmax in float32) and PB
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,14 +40,9 @@ SEEDS_LOW = [511, 512]  # the control: does the unfused order train while its lo
 FAVOURED, OTHER = "prenorm_attnrelax_clip1", "prenorm_unfused_clip1"
 
 
-def _sizing():
-    spec = importlib.util.spec_from_file_location("proxy_sizing", ROOT / "benchmarks" / "proxy_sizing.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(ROOT / "benchmarks"))  # proxy_sizing.py is a sibling script, not a package module
+import proxy_sizing as ps  # noqa: E402
 
-
-ps = _sizing()
 ARMS = {
     FAVOURED: {"norm": "pre", "attention": "pb_relax", "clip": 1.0},
     OTHER: {"norm": "pre", "attention": "unfused", "clip": 1.0},
