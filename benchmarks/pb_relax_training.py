@@ -1,5 +1,5 @@
-"""PB-Relax in float16 training (fairseq's fp16: `fp16_fairseq`): its runs and its verdict
-(docs/stability.md, "PB-Relax in fp16 training: the rules").
+"""PB-Relax in float16 training (fairseq's fp16: `fp16_fairseq`): its runs and its verdicts
+(docs/stability.md, "PB-Relax in fp16 training: the rules", and the confirming round's rules).
 
 Every run is S1 of benchmarks/proxy_sizing.py (width 32, 2 layers, 8 crops of 1 s, the tone corpus,
 one torch thread) trained for 800 updates at peak rate 1e-2 with clip 1 in `fp16_fairseq` (a half
@@ -8,10 +8,15 @@ model, fp32 master weights, fairseq's dynamic loss scaler), its queries and keys
 logit stays below float16's 65,504 and one whose logit crosses it. The two arms differ only in the
 attention: fairseq's unfused order (q.k^T in float16, softmax in float32) and PB-Relax.
 
-    python benchmarks/pb_relax_training.py commands > queue.txt
-    python benchmarks/run_queue.py queue.txt --log data/reference/pb_relax_training/queue_log.txt --jobs 2
-    python benchmarks/pb_relax_training.py run --gain 128 --arm prenorm_attnrelax_clip1 --seed 501
-    python benchmarks/pb_relax_training.py judge   # verdict.json from the runs published so far
+Round 4 ran at gains 48 and 128. Round 5 confirms it on fresh seeds; its low gain comes from a pilot
+of full-length runs of the unfused order (`--pilot`), by `low_gain_from_pilot`.
+
+    python benchmarks/pb_relax_training.py commands --round 5 --pilot > pilot.txt
+    python benchmarks/pb_relax_training.py judge --round 5 --pilot   # pilot.json: the low gain
+    python benchmarks/pb_relax_training.py commands --round 5 > queue.txt
+    python benchmarks/run_queue.py queue.txt --log data/reference/pb_relax_confirm/queue_log.txt --jobs 2
+    python benchmarks/pb_relax_training.py run --round 5 --gain 128 --arm prenorm_attnrelax_clip1 --seed 601
+    python benchmarks/pb_relax_training.py judge --round 5   # verdict.json from the runs published so far
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +37,39 @@ from acoustic_mlm.report.power import fisher_greater
 from acoustic_mlm.utils import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "data" / "reference" / "pb_relax_training"
-ROUND, LR, STEPS, ALPHA = 4, 1e-2, 800, 0.025
+REFERENCE = ROOT / "data" / "reference"
+LR, STEPS, ALPHA = 1e-2, 800, 0.025
 FP16_MAX = 65504.0
-GAIN_LOW, GAIN_HIGH = 48.0, 128.0  # from the pilot (docs/stability.md): below and across 65,504
-SEEDS_HIGH = [501, 502, 503, 504]  # 4 per arm: the fewest at which 4/4 against 0/4 reaches p < 0.025
-SEEDS_LOW = [511, 512]  # the control: does the unfused order train while its logits stay in range?
 FAVOURED, OTHER = "prenorm_attnrelax_clip1", "prenorm_unfused_clip1"
+PILOT_SEED = 1
+# The pilot's rule for the low gain (docs/stability.md, the confirming round's rules): the largest pilot gain
+# whose unfused run trained through all its updates with its largest logit at most FP16_MAX / PILOT_MARGIN.
+# The margin is the spread of the largest logit over round 4's four runs at gain 48 (45,567 to 66,474: 1.46).
+PILOT_MARGIN = 1.5
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's plan: its gains, its seeds and where its tables go (`pilot_gains`: the gains its pilot
+    tried for the low gain; `gain_low` None: the low gain is the pilot's, by `low_gain_from_pilot`)."""
+
+    number: int
+    gain_high: float
+    seeds_high: tuple[int, ...]  # 4 per arm: the fewest at which 4/4 against 0/4 reaches p < 0.025
+    seeds_low: tuple[int, ...]  # the control: does the unfused order train while its logits stay in range?
+    out: Path
+    gain_low: float | None = None
+    pilot_gains: tuple[float, ...] = ()
+
+    @property
+    def pilot_out(self) -> Path:
+        return self.out / "pilot"
+
+
+ROUNDS = {
+    4: Round(4, 128.0, (501, 502, 503, 504), (511, 512), REFERENCE / "pb_relax_training", gain_low=48.0),
+    5: Round(5, 128.0, (601, 602, 603, 604), (611, 612), REFERENCE / "pb_relax_confirm", pilot_gains=(32.0, 24.0)),
+}
 
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # proxy_sizing.py is a sibling script, not a package module
@@ -53,22 +85,42 @@ def size_name(gain: float) -> str:
     return f"S1-fp16-g{gain:g}"
 
 
-def sizes() -> dict[str, dict]:
-    """S1 at 800 updates in fp16_fairseq, one entry per gain (proxy_sizing's size keys)."""
-    return {
-        size_name(g): {**ps.SIZES["S1"], "train.steps": STEPS, "train.precision": "fp16_fairseq", "model.qk_gain": g}
-        for g in (GAIN_LOW, GAIN_HIGH)
-    }
+def size_of(gain: float) -> dict:
+    """S1 at 800 updates in fp16_fairseq at one gain (a proxy_sizing size entry)."""
+    return {**ps.SIZES["S1"], "train.steps": STEPS, "train.precision": "fp16_fairseq", "model.qk_gain": gain}
 
 
-ps.SIZES.update(sizes())
+def low_gain_from_pilot(pilot: pd.DataFrame) -> float | None:
+    """The low gain by the pilot's rule: the largest gain whose run trained through with its largest
+    attention logit at most FP16_MAX / PILOT_MARGIN; None when no pilot run qualifies."""
+    ok = trained_through(pilot) & (pilot["attn_logit_max"] <= FP16_MAX / PILOT_MARGIN)
+    return float(pilot.loc[ok, "qk_gain"].max()) if ok.any() else None
 
 
-def runs_planned() -> list[tuple[float, str, int]]:
-    """(gain, arm, seed) of every run, the crossing gain first."""
-    return [(GAIN_HIGH, arm, s) for arm in (FAVOURED, OTHER) for s in SEEDS_HIGH] + [
-        (GAIN_LOW, arm, s) for arm in (FAVOURED, OTHER) for s in SEEDS_LOW
+def read_table(folder: Path, name: str = "runs.csv", columns: list[str] | None = None) -> pd.DataFrame:
+    path = folder / name
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns or RUN_COLUMNS)
+
+
+def gain_low(rnd: Round) -> float:
+    """The round's low gain: stated in its plan, or derived from its published pilot."""
+    if rnd.gain_low is not None:
+        return rnd.gain_low
+    gain = low_gain_from_pilot(read_table(rnd.pilot_out))
+    if gain is None:
+        raise SystemExit(f"{rnd.pilot_out / 'runs.csv'}: no pilot run qualifies for round {rnd.number}'s low gain yet")
+    return gain
+
+
+def runs_planned(rnd: Round, low: float) -> list[tuple[float, str, int]]:
+    """(gain, arm, seed) of every run of a round at low gain `low`, the crossing gain first."""
+    return [(rnd.gain_high, arm, s) for arm in (FAVOURED, OTHER) for s in rnd.seeds_high] + [
+        (low, arm, s) for arm in (FAVOURED, OTHER) for s in rnd.seeds_low
     ]
+
+
+def pilot_planned(rnd: Round) -> list[tuple[float, str, int]]:
+    return [(g, OTHER, PILOT_SEED) for g in rnd.pilot_gains]
 
 
 def fp16_columns(folder: Path) -> dict:
@@ -86,8 +138,8 @@ def fp16_columns(folder: Path) -> dict:
     }
 
 
-def _select(runs: pd.DataFrame, gain: float, arm: str, seeds: list[int]) -> pd.DataFrame:
-    return runs[(runs["size"] == size_name(gain)) & (runs["arm"] == arm) & runs["seed"].isin(seeds)]
+def _select(runs: pd.DataFrame, gain: float, arm: str, seeds) -> pd.DataFrame:
+    return runs[(runs["size"] == size_name(gain)) & (runs["arm"] == arm) & runs["seed"].isin(list(seeds))]
 
 
 def trained_through(runs: pd.DataFrame) -> pd.Series:
@@ -98,18 +150,19 @@ def trained_through(runs: pd.DataFrame) -> pd.Series:
     return completed & runs["trained"].astype(bool)
 
 
-def judge_runs(runs: pd.DataFrame) -> dict:
-    """The verdict by the rules of docs/stability.md ("PB-Relax in fp16 training: the rules")."""
-    high_a, high_b = _select(runs, GAIN_HIGH, FAVOURED, SEEDS_HIGH), _select(runs, GAIN_HIGH, OTHER, SEEDS_HIGH)
-    low_a, low_b = _select(runs, GAIN_LOW, FAVOURED, SEEDS_LOW), _select(runs, GAIN_LOW, OTHER, SEEDS_LOW)
-    finished = (len(high_a), len(high_b), len(low_a), len(low_b)) == (4, 4, 2, 2)
-    out: dict = {"round": ROUND, "alpha": ALPHA, "gains": [GAIN_LOW, GAIN_HIGH], "finished": finished}
+def judge_runs(runs: pd.DataFrame, rnd: Round, low: float) -> dict:
+    """A round's verdict by its rules (docs/stability.md: round 4's, which round 5 keeps), its low gain `low`."""
+    n_high, n_low = len(rnd.seeds_high), len(rnd.seeds_low)
+    high_a, high_b = (_select(runs, rnd.gain_high, arm, rnd.seeds_high) for arm in (FAVOURED, OTHER))
+    low_a, low_b = (_select(runs, low, arm, rnd.seeds_low) for arm in (FAVOURED, OTHER))
+    finished = (len(high_a), len(high_b), len(low_a), len(low_b)) == (n_high, n_high, n_low, n_low)
+    out: dict = {"round": rnd.number, "alpha": ALPHA, "gains": [low, rnd.gain_high], "finished": finished}
     if not finished:
         return {**out, "verdict": "not finished"}
     trained = lambda r: int(trained_through(r).sum())  # noqa: E731
     ta, tb = trained(high_a), trained(high_b)
     out |= {"trained_high": {FAVOURED: ta, OTHER: tb}, "trained_low": {FAVOURED: trained(low_a), OTHER: trained(low_b)}}
-    out |= {"p_for": fisher_greater(ta, 4, tb, 4), "p_against": fisher_greater(tb, 4, ta, 4)}
+    out |= {"p_for": fisher_greater(ta, n_high, tb, n_high), "p_against": fisher_greater(tb, n_high, ta, n_high)}
     # the cells are what the rules need: the high gain crosses 65,504, the low gain does not
     crossed = bool((high_a["attn_logit_max"] > FP16_MAX).any())
     in_range = bool((pd.concat([low_a, low_b])["attn_logit_max"] < FP16_MAX).all())
@@ -126,20 +179,33 @@ def judge_runs(runs: pd.DataFrame) -> dict:
     return {**out, "verdict": verdict}
 
 
-def run_one(gain: float, arm: str, seed: int, out: Path, work: Path) -> None:
+def judge_pilot(pilot: pd.DataFrame, rnd: Round) -> dict:
+    """The pilot's outcome: each gain's run, and the low gain the rule takes from them."""
+    rows = [
+        {"qk_gain": float(r.qk_gain), "attn_logit_max": float(r.attn_logit_max), "updates": int(r.updates),
+         "trained_through": bool(t), "final_loss": float(r.final_loss)}
+        for r, t in zip(pilot.itertuples(), trained_through(pilot))
+    ]
+    finished = {float(g) for g in pilot["qk_gain"]} >= set(rnd.pilot_gains)
+    return {"round": rnd.number, "margin": PILOT_MARGIN, "limit": FP16_MAX / PILOT_MARGIN, "runs": rows,
+            "finished": finished, "gain_low": low_gain_from_pilot(pilot) if len(pilot) else None}
+
+
+def run_one(gain: float, arm: str, seed: int, rnd: Round, out: Path, work: Path) -> None:
     corpus = work / "data"
     with ps._locked(work):
         if not (corpus / "codes" / "tokenizer.json").exists():
             shutil.rmtree(corpus, ignore_errors=True)
             ps._forced_spike().write_corpus(corpus, clips=ps.CLIPS, frames=ps.FRAMES, seed=0)
-    done = pd.read_csv(out / "runs.csv") if (out / "runs.csv").exists() else None
-    if done is not None and len(_select(done, gain, arm, [seed])):
+    done = read_table(out)
+    if len(_select(done, gain, arm, [seed])):
         print(f"already run: gain {gain:g} {arm} seed {seed}", flush=True)
         return
     size = size_name(gain)
+    ps.SIZES[size] = size_of(gain)
     plateau = decisive.plateau_bits(corpus / "codes")
     run, curve, spikes = ps.one_run(
-        size, arm, LR, seed, corpus / "prepared", corpus / "codes", plateau, work, arms=ARMS, round_=ROUND
+        size, arm, LR, seed, corpus / "prepared", corpus / "codes", plateau, work, arms=ARMS, round_=rnd.number
     )
     folder = work / "runs" / f"{size}__{arm}__lr-{LR:g}__seed-{seed}"
     run = {**run, "qk_gain": gain, **fp16_columns(folder)}
@@ -161,28 +227,40 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("commands", help="print every run as a queue command, the crossing gain first")
     r = sub.add_parser("run", help="one run")
-    r.add_argument("--gain", required=True, type=float, choices=[GAIN_LOW, GAIN_HIGH])
+    r.add_argument("--gain", required=True, type=float)
     r.add_argument("--arm", required=True, choices=sorted(ARMS))
     r.add_argument("--seed", required=True, type=int)
-    sub.add_parser("judge", help="verdict.json from the runs published so far")
+    sub.add_parser("judge", help="verdict.json (pilot.json with --pilot) from the runs published so far")
     for q in sub.choices.values():
-        q.add_argument("--out", type=Path, default=OUT)
+        q.add_argument("--round", type=int, choices=sorted(ROUNDS), default=max(ROUNDS))
+        q.add_argument("--pilot", action="store_true", help="the round's pilot for its low gain")
+        q.add_argument("--out", type=Path, help="the tables' folder (default: the round's, or its pilot's)")
         q.add_argument("--work", type=Path, default=Path("/tmp/amlm_proxy_sizing"))
     args = p.parse_args(argv)
+    rnd = ROUNDS[args.round]
+    if args.pilot and not rnd.pilot_gains:
+        p.error(f"--pilot: round {rnd.number} has no pilot")
+    out = args.out or (rnd.pilot_out if args.pilot else rnd.out)
     if args.command == "commands":
-        for gain, arm, seed in runs_planned():
+        plan = pilot_planned(rnd) if args.pilot else runs_planned(rnd, gain_low(rnd))
+        flags = f"--round {rnd.number}" + (" --pilot" if args.pilot else "")
+        for gain, arm, seed in plan:
             print(
-                f"cd {ROOT} && python benchmarks/pb_relax_training.py run --gain {gain:g} --arm {arm} --seed {seed}"
-                f" --out {args.out} --work {args.work}"
+                f"cd {ROOT} && python benchmarks/pb_relax_training.py run {flags} --gain {gain:g} --arm {arm}"
+                f" --seed {seed} --out {out} --work {args.work}"
             )
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
     if args.command == "run":
-        run_one(args.gain, args.arm, args.seed, args.out, args.work)
+        allowed = pilot_planned(rnd) if args.pilot else runs_planned(rnd, gain_low(rnd))
+        if (args.gain, args.arm, args.seed) not in allowed:
+            p.error(f"gain {args.gain:g} {args.arm} seed {args.seed} is not in round {rnd.number}'s plan")
+        out.mkdir(parents=True, exist_ok=True)
+        run_one(args.gain, args.arm, args.seed, rnd, out, args.work)
         return 0
-    runs = pd.read_csv(args.out / "runs.csv") if (args.out / "runs.csv").exists() else pd.DataFrame(columns=RUN_COLUMNS)
-    result = judge_runs(runs)
-    with atomic_path(args.out / "verdict.json") as tmp:
+    runs = read_table(out)
+    result = judge_pilot(runs, rnd) if args.pilot else judge_runs(runs, rnd, gain_low(rnd))
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / ("pilot.json" if args.pilot else "verdict.json")) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0

@@ -4,10 +4,12 @@ sys.path)."""
 import argparse
 import copy
 import hashlib
+import importlib.util
 import io
 import shutil
 import signal
 import stat
+import sys
 import tarfile
 import threading
 import zipfile
@@ -313,3 +315,16 @@ def run_command(command, cfg, *argv: str):
     """A stage's command parsed from argv and run with `cfg`, as `amlm` runs it once --config is validated."""
     args = command.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(list(argv))
     return command(args, cfg)
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (the scripts are not a package: their folder goes on sys.path
+    for their sibling imports, and the module into sys.modules, where dataclasses look it up)."""
+    folder = str(ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
