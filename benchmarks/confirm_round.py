@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm.report import decisive
-from acoustic_mlm.report.power import fisher_greater, fisher_power
+from acoustic_mlm.report.power import excluded_effect, fisher_greater
 from acoustic_mlm.utils import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUND, SIZE, LR = 3, "S1", 0.05
-ALPHA, POWER, STEP = 0.025, 0.8, 0.05
+ALPHA = 0.025  # report.power.excluded_effect takes the same level, 80 % power and steps of 0.05
 OUT = ROOT / "data" / "reference" / "confirm_round"
 SIZING = ROOT / "data" / "reference" / "proxy_sizing"
 
@@ -107,18 +107,6 @@ def _select(runs: pd.DataFrame, arm: str, seeds: list[int], lr: float = LR, size
     return runs[(runs["size"] == size) & (runs["arm"] == arm) & np.isclose(runs["lr"], lr) & runs["seed"].isin(seeds)]
 
 
-def excluded_effect(q: float, n_a: int, n_b: int) -> float | None:
-    """The smallest difference of shares d (steps of 0.05) against which the one-sided Fisher test at
-    these n has 80 % power, shares q + d against q; None when even q + d = 1 falls short."""
-    k = 1
-    while q + k * STEP <= 1 + 1e-9:
-        d = round(k * STEP, 2)
-        if fisher_power(min(1.0, q + d), q, n_a, n_b, alpha=ALPHA) >= POWER:
-            return d
-        k += 1
-    return None
-
-
 def compare(runs: pd.DataFrame, spec, flags: pd.Series) -> dict:
     """One promise (or the A/A pair) judged by the round's rules; `finished` False until every run is in."""
     pid, promise, arm_a, seeds_a, arm_b, seeds_b, size, lr = spec
@@ -138,7 +126,7 @@ def compare(runs: pd.DataFrame, spec, flags: pd.Series) -> dict:
         verdict = "contradicted"
     else:
         verdict = "undecided"
-        x = excluded_effect(tb / len(b), len(a), len(b))
+        x = excluded_effect(tb / len(b), len(a), len(b), alpha=ALPHA)
         out["excluded_effect"] = x
         out["reading"] = (
             f"no effect larger than {x:g} (share trained) excluded at n = {len(a)} per arm"

@@ -33,7 +33,7 @@ import pandas as pd
 
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.report import decisive
-from acoustic_mlm.report.power import fisher_greater
+from acoustic_mlm.report.power import excluded_effect, fisher_greater
 from acoustic_mlm.utils import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,19 +176,38 @@ def judge_runs(runs: pd.DataFrame, rnd: Round, low: float) -> dict:
         verdict = "undecided: the cells are not as the rules need"
     else:
         verdict = "undecided"
+    if verdict.startswith("undecided") and rnd.number >= 5:  # round 5's rules report what it excludes
+        x = excluded_effect(tb / n_high, n_high, n_high, alpha=ALPHA)
+        out["excluded_effect"] = x
+        out["reading"] = (
+            f"no effect larger than {x:g} (share trained through) excluded at n = {n_high} per arm"
+            if x is not None
+            else f"no effect size excluded at n = {n_high} per arm"
+        )
     return {**out, "verdict": verdict}
 
 
 def judge_pilot(pilot: pd.DataFrame, rnd: Round) -> dict:
     """The pilot's outcome: each gain's run, and the low gain the rule takes from them."""
     rows = [
-        {"qk_gain": float(r.qk_gain), "attn_logit_max": float(r.attn_logit_max), "updates": int(r.updates),
-         "trained_through": bool(t), "final_loss": float(r.final_loss)}
+        {
+            "qk_gain": float(r.qk_gain),
+            "attn_logit_max": float(r.attn_logit_max),
+            "updates": int(r.updates),
+            "trained_through": bool(t),
+            "final_loss": float(r.final_loss),
+        }
         for r, t in zip(pilot.itertuples(), trained_through(pilot))
     ]
     finished = {float(g) for g in pilot["qk_gain"]} >= set(rnd.pilot_gains)
-    return {"round": rnd.number, "margin": PILOT_MARGIN, "limit": FP16_MAX / PILOT_MARGIN, "runs": rows,
-            "finished": finished, "gain_low": low_gain_from_pilot(pilot) if len(pilot) else None}
+    return {
+        "round": rnd.number,
+        "margin": PILOT_MARGIN,
+        "limit": FP16_MAX / PILOT_MARGIN,
+        "runs": rows,
+        "finished": finished,
+        "gain_low": low_gain_from_pilot(pilot) if len(pilot) else None,
+    }
 
 
 def run_one(gain: float, arm: str, seed: int, rnd: Round, out: Path, work: Path) -> None:

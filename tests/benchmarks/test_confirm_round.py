@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
+from acoustic_mlm.report.power import fisher_power
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("confirm_round", ROOT / "benchmarks" / "confirm_round.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cr = _load()
+cr = load_benchmark("confirm_round")
 
 
 def _run(arm, seed, trained, lr=0.05, spike=0.0, left=True, final=None, logit=5.0, first=4.0, size="S1"):
@@ -78,7 +69,7 @@ def test_a_decided_aa_pair_marks_the_round_not_calibrated_and_unfinished_parts_h
 
 def test_excluded_effect_and_instability_definitions():
     assert cr.excluded_effect(0.0, 12, 12) == 0.5  # fisher_power(0.5, 0, 12) >= 0.8 first at d = 0.5
-    assert cr.fisher_power(0.45, 0.0, 12, alpha=0.025) < 0.8 <= cr.fisher_power(0.5, 0.0, 12, alpha=0.025)
+    assert fisher_power(0.45, 0.0, 12, alpha=0.025) < 0.8 <= fisher_power(0.5, 0.0, 12, alpha=0.025)
     assert cr.excluded_effect(0.95, 12, 12) is None  # 1.0 against 0.95 is out of reach at 12
     runs = pd.DataFrame(
         [

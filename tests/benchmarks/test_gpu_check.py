@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
 import sys
 
 import pytest
-from helpers import copy_repo
+from helpers import copy_repo, load_benchmark
 
 from acoustic_mlm import config as C
-
-
-def _load(root, name):
-    spec = importlib.util.spec_from_file_location(name, root / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _env(root):
@@ -71,7 +62,7 @@ def test_without_a_gpu_the_real_run_refuses(root):
 
 
 def test_relax_fp16_benchmark_on_cpu_stays_within_fp16_rounding_of_fp32(root, tmp_path):
-    relax = _load(root, "relax_fp16")
+    relax = load_benchmark("relax_fp16")
     result = relax.main(
         [
             "--config",
@@ -97,7 +88,7 @@ def test_relax_fp16_benchmark_on_cpu_stays_within_fp16_rounding_of_fp32(root, tm
 
 
 def test_loader_benchmark_on_a_small_corpus(root, tmp_path):
-    loader = _load(root, "loader_throughput")
+    loader = load_benchmark("loader_throughput")
     result = loader.main(
         [
             "--config",
@@ -144,7 +135,7 @@ def test_only_selects_steps(root):
 
 def test_gpu_mfu_measures_before_and_after_on_cpu(root, tmp_path):
     """The MFU script's three variants run (on CPU: the front end stays on convolutions; the CQT switches)."""
-    mfu = _load(root, "gpu_mfu")
+    mfu = load_benchmark("gpu_mfu")
     result = mfu.main(
         [
             "--presets",
@@ -180,7 +171,7 @@ def test_gpu_mfu_measures_before_and_after_on_cpu(root, tmp_path):
 
 
 def test_smoke_cuda_copies_the_sources_and_sets_the_device(root, tmp_path, monkeypatch):
-    smoke = _load(root, "smoke_cuda")
+    smoke = load_benchmark("smoke_cuda")
     monkeypatch.setattr(smoke, "ROOT", root)
     repo = smoke.copy_sources(tmp_path / "repo")
     assert (repo / "Snakefile").is_file() and (repo / "src" / "acoustic_mlm" / "cli.py").is_file()

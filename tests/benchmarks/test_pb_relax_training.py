@@ -54,8 +54,17 @@ def _pilot(*rows):
     """Pilot rows: (gain, largest logit, updates done, trained)."""
     return pd.DataFrame(
         [
-            {"qk_gain": g, "attn_logit_max": logit, "updates": n, "status": "completed" if n == pt.STEPS else "diverged",
-             "trained": trained, "final_loss": 1.0, "size": pt.size_name(g), "arm": B, "seed": pt.PILOT_SEED}
+            {
+                "qk_gain": g,
+                "attn_logit_max": logit,
+                "updates": n,
+                "status": "completed" if n == pt.STEPS else "diverged",
+                "trained": trained,
+                "final_loss": 1.0,
+                "size": pt.size_name(g),
+                "arm": B,
+                "seed": pt.PILOT_SEED,
+            }
             for g, logit, n, trained in rows
         ]
     )
@@ -135,3 +144,13 @@ def test_the_published_round_4_judges_as_published():
     published = json.loads((R4.out / "verdict.json").read_text())
     assert json.loads(json.dumps(_judge(runs))) == published
     assert published["verdict"] == "undecided: the cells are not as the rules need"
+
+
+def test_an_undecided_round_5_says_what_it_excludes():
+    v = _judge(_runs(R5, LOW5, high_a=3), R5, LOW5)
+    # at 4 per arm only 4/4 against 0/4 decides: shares 0.95 against 0 give it with probability 0.95^4 = 0.81
+    assert v["verdict"] == "undecided" and v["excluded_effect"] == 0.95
+    assert v["reading"] == "no effect larger than 0.95 (share trained through) excluded at n = 4 per arm"
+    v = _judge(_runs(R5, LOW5, high_a=3, high_b=1), R5, LOW5)
+    assert v["excluded_effect"] is None and v["reading"] == "no effect size excluded at n = 4 per arm"
+    assert "excluded_effect" not in _judge(_runs(high_a=3))  # round 4's rules did not ask for it

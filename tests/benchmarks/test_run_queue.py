@@ -3,24 +3,17 @@ sizing rules (best rate, instabilities) on hand-made tables."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_queue_logs_the_commands_exit_status(tmp_path):
-    q = _load("run_queue")
+    q = load_benchmark("run_queue")
     commands = tmp_path / "commands.txt"
     commands.write_text("# a comment\n\nexit 2\ntrue\necho hello; exit 7\n")
     log = tmp_path / "queue_log.txt"
@@ -53,7 +46,7 @@ def _row(arm, lr, seed, final, spike=0.0, logit=5.0, status="completed", left=Tr
 
 
 def test_best_rate_and_instabilities_by_the_sizing_rules():
-    ps = _load("proxy_sizing")
+    ps = load_benchmark("proxy_sizing")
     runs = pd.DataFrame(
         [
             _row("prenorm_clip10", 0.003, 1, 1.10),
@@ -74,7 +67,7 @@ def test_best_rate_and_instabilities_by_the_sizing_rules():
 
 
 def test_round_two_counts_late_spikes_only_and_asks_the_stabilized_arm_to_learn():
-    ps = _load("proxy_sizing")
+    ps = load_benchmark("proxy_sizing")
     base = [_row("prenorm_clip10", 0.01, seed, 0.95) for seed in (1, 2, 3)]
     early = [_row("prenorm_noclip", 0.05, seed, 1.0, spike=0.6, late=0.0) for seed in (1, 2, 3)]
     late = [_row("prenorm_clip10", 0.05, seed, 1.0, spike=0.6, late=0.6) for seed in (1, 2)]
@@ -96,7 +89,7 @@ def test_round_two_counts_late_spikes_only_and_asks_the_stabilized_arm_to_learn(
 
 
 def test_late_spikes_skip_single_update_rows_and_the_warm_up():
-    ps = _load("proxy_sizing")
+    ps = load_benchmark("proxy_sizing")
     steps = [1, 2, 4, 8, 16, 25, 50, 75, 100, 125, 150]
     loss = [9.0, 9.9, 9.0, 9.0, 9.0, 4.0, 3.0, 3.8, 3.0, 2.0, 2.0]  # a 0.9 rise at step 2 and a 0.8 one at 75
     assert [s["onset_step"] for s in ps.late_spikes(steps, loss, warmup=50)] == [75]

@@ -5,29 +5,20 @@ Nothing is timed here: the speeds it measures are only checked to be finite and 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_benchmark
 
 from acoustic_mlm.tokenizer import calibration, codec
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("tokenize_throughput", ROOT / "benchmarks" / "tokenize_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+bench = load_benchmark("tokenize_throughput")
 
 
 def test_clip_lengths_are_whole_frames_in_range():
@@ -141,8 +132,6 @@ def test_allocator_comparison_strips_the_options_it_sets(monkeypatch):
 
 
 def test_long_clip_benchmark_encodes_and_reports():
-    spec = importlib.util.spec_from_file_location("tokenize_long_clip", ROOT / "benchmarks" / "tokenize_long_clip.py")
-    long_clip = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(long_clip)
+    long_clip = load_benchmark("tokenize_long_clip")
     row = long_clip.one(seconds=2.0, segment_s=1.0, context_s=0.5, threads=1)
     assert row["segment_seconds"] == 1.0 and row["seconds"] > 0 and row["peak_rss_gb"] > 0

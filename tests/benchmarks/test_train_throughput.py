@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 import yaml
-from helpers import RUN_NAMES
+from helpers import RUN_NAMES, load_benchmark
 from torch.utils.flop_counter import FlopCounterMode
 
 from acoustic_mlm import config as C
@@ -22,15 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = list(RUN_NAMES)
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("train_throughput", ROOT / "benchmarks" / "train_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+bench = load_benchmark("train_throughput")
 
 
 @pytest.fixture()

@@ -14,6 +14,7 @@ import dataclasses
 
 import pytest
 import yaml
+from helpers import load_benchmark
 
 from acoustic_mlm import config as C
 from acoustic_mlm.train import precision
@@ -254,13 +255,7 @@ def test_presets_have_no_duplicate_keys(root):
 
 def test_cost_at_merts_batch_is_the_documented_one(root):
     """benchmarks/recipe_cost.py: the numbers docs/recipe.md states for the paper preset."""
-    import importlib.util
-    import sys
-
-    sys.path.insert(0, str(root / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("recipe_cost", root / "benchmarks" / "recipe_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("recipe_cost")
     paper = module.cost(C.load(root / "config" / "paper.yaml"), [0.3, 0.4], 989.0)
     assert paper["crop_frames"] == 384 and paper["crops_per_update"] == 3_584 and paper["gpus"] == 64
     assert paper["tflop_per_crop"] == pytest.approx(0.878, abs=0.001)  # "about 1 TFLOP per crop step"

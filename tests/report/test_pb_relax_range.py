@@ -3,27 +3,18 @@ tables (the full measurement is a benchmark, its table in data/reference/pb_rela
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "attention_fp16_range", ROOT / "benchmarks" / "attention_fp16_range.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_mantissa_rounding_is_float16s_where_float16_has_the_range():
-    r = _load()
+    r = load_benchmark("attention_fp16_range")
     # float32 values (float64 -> float16 in torch may round twice, through float32), none subnormal
     x = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 1000
     x = x[x.abs() > 1e-3]
@@ -38,7 +29,7 @@ def test_mantissa_rounding_is_float16s_where_float16_has_the_range():
 
 
 def test_the_baseline_matches_float64_attention_up_to_the_rounding():
-    r = _load()
+    r = load_benchmark("attention_fp16_range")
     gen = torch.Generator().manual_seed(0)
     q, k, v, g = (torch.randn(1, 2, 16, 8, generator=gen, dtype=torch.float64) for _ in range(4))
     qr, kr, vr = (t.clone().requires_grad_(True) for t in (q, k, v))
@@ -56,7 +47,7 @@ def test_the_baseline_matches_float64_attention_up_to_the_rounding():
 
 
 def test_the_range_is_the_last_logit_held_at_every_instance_up_to_it():
-    r = _load()
+    r = load_benchmark("attention_fp16_range")
     rows = []
     for path, holds in {"unfused": [1, 1, 0, 0], "pb_relax": [1, 1, 1, 0], "fused": [1, 0, 1, 1]}.items():
         for logit, h in zip([1e2, 1e4, 1e5, 2e6], holds):

@@ -3,15 +3,13 @@ tables and on a run where a spike is forced (benchmarks/forced_spike.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import make_config
+from helpers import load_benchmark, make_config
 
 from acoustic_mlm import config as C
 from acoustic_mlm.cli import main
@@ -19,14 +17,6 @@ from acoustic_mlm.report import aggregate, claims, figure, stability
 from acoustic_mlm.utils import FP16_MAX
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_forced_spike():
-    spec = importlib.util.spec_from_file_location("forced_spike", ROOT / "benchmarks" / "forced_spike.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tables(runs: dict[str, C.RunConfig], spike_run: str, spike_step: int, fp16: bool):
@@ -165,7 +155,7 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
 
 
 def test_forced_spike_is_caught_by_the_diagnostics_and_marked_on_every_panel(tmp_path):
-    fs = _load_forced_spike()
+    fs = load_benchmark("forced_spike")
     cfg = fs.forced_config()
     cfg["train"]["steps"] = 60  # the spikes come during and just after warm-up (24 steps)
     result = fs.run(tmp_path, threads=1, cfg=make_config(cfg, source="forced_spike"))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import make_config
+from helpers import load_benchmark, make_config
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
@@ -223,19 +223,10 @@ def test_a_recorded_reference_is_one_folder_checked_exactly_on_its_own_vendor(ro
     assert "reports no CPU vendor" in verify.exactness(meta, "pinned", None, False)[1]
 
 
-def _load_tolerance_script(root):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("verify_tolerances", root / "benchmarks" / "verify_tolerances.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("folder", ["smoke_run", "default_run"])
 def test_the_shipped_tolerances_are_twice_what_was_measured_on_all_four_arms(root, folder):
     """benchmarks/verify_tolerances.py --write stored them; measured again here from the shipped runs."""
-    script = _load_tolerance_script(root)
+    script = load_benchmark("verify_tolerances")
     pinned, native, until = script.measure(folder)
     assert len(pinned) == 4 and (native is None or len(native) == 16)  # four arms; two machines x two vendors
     found = verify.tolerances_from(pinned, native)

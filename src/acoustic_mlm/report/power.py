@@ -13,6 +13,8 @@ confirmatory round compare between two arms:
                         pilot's (time, left) pairs
     seeds_for_power     the fewest runs per arm whose power reaches a target (0.8)
     loss_seeds_for_power  the same for a difference of mean losses by a one-sided z-test
+    excluded_effect     what an undecided Fisher comparison excludes: the smallest difference of
+                        shares (steps of 0.05) its test had 80 % power against
 
 The log-rank statistic is the standard one (Mantel 1966; Peto and Peto 1972): at every distinct
 event time t_j, with n_j runs still at risk (n_aj of them in A) and d_j leaving at t_j (d_aj of A),
@@ -112,3 +114,18 @@ def loss_seeds_for_power(gap: float, sd_a: float, sd_b: float, alpha: float = 0.
         raise ValueError("no number of runs detects a zero gap")
     z = norm.isf(alpha) + norm.ppf(target)
     return max(2, math.ceil(z**2 * (sd_a**2 + sd_b**2) / gap**2))
+
+
+def excluded_effect(
+    q: float, n_a: int, n_b: int, alpha: float = 0.025, target: float = 0.8, step: float = 0.05
+) -> float | None:
+    """The smallest difference of shares d (steps of `step`) against which the one-sided Fisher test at
+    these n has the target power, shares q + d against q (q: the share of the arm the promise says is
+    worse, q + d capped at 1); None when even q + d = 1 falls short."""
+    k = 1
+    while q + k * step <= 1 + 1e-9:
+        d = round(k * step, 2)
+        if fisher_power(min(1.0, q + d), q, n_a, n_b, alpha=alpha) >= target:
+            return d
+        k += 1
+    return None
