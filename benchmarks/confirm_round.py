@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm.report import decisive
-from acoustic_mlm.report.power import excluded_effect, fisher_greater
+from acoustic_mlm.report.power import excluded_reading, fisher_greater
 from acoustic_mlm.utils import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,13 +126,7 @@ def compare(runs: pd.DataFrame, spec, flags: pd.Series) -> dict:
         verdict = "contradicted"
     else:
         verdict = "undecided"
-        x = excluded_effect(tb / len(b), len(a), len(b), alpha=ALPHA)
-        out["excluded_effect"] = x
-        out["reading"] = (
-            f"no effect larger than {x:g} (share trained) excluded at n = {len(a)} per arm"
-            if x is not None
-            else f"no effect size excluded at n = {len(a)} per arm"
-        )
+        out |= excluded_reading(tb / len(b), len(a), len(b), "share trained", alpha=ALPHA)
     return {**out, "verdict": verdict}
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.report import decisive
-from acoustic_mlm.report.power import excluded_effect, fisher_greater
+from acoustic_mlm.report.power import excluded_reading, fisher_greater
 from acoustic_mlm.utils import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,13 +177,7 @@ def judge_runs(runs: pd.DataFrame, rnd: Round, low: float) -> dict:
     else:
         verdict = "undecided"
     if verdict.startswith("undecided") and rnd.number >= 5:  # round 5's rules report what it excludes
-        x = excluded_effect(tb / n_high, n_high, n_high, alpha=ALPHA)
-        out["excluded_effect"] = x
-        out["reading"] = (
-            f"no effect larger than {x:g} (share trained through) excluded at n = {n_high} per arm"
-            if x is not None
-            else f"no effect size excluded at n = {n_high} per arm"
-        )
+        out |= excluded_reading(tb / n_high, n_high, n_high, "share trained through", alpha=ALPHA)
     return {**out, "verdict": verdict}
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers import load_benchmark
 
-from acoustic_mlm.report.power import fisher_power
+from acoustic_mlm.report.power import excluded_effect, fisher_power
 
 cr = load_benchmark("confirm_round")
 
@@ -50,7 +50,7 @@ def test_the_rules_verdicts_and_the_excluded_effect(tmp_path):
     assert p1["verdict"] == "supported" and p1["trained_a"] == 11 and p1["trained_b"] == 2
     assert p1["p_for"] == pytest.approx(cr.fisher_greater(11, 12, 2, 12)) and p1["p_for"] < 0.025
     assert p1["unstable_b"] == 10  # the untrained runs left the plateau and fell back: (iii)
-    assert p2["verdict"] == "undecided" and p2["excluded_effect"] == cr.excluded_effect(11 / 12, 12, 12)
+    assert p2["verdict"] == "undecided" and p2["excluded_effect"] == excluded_effect(11 / 12, 12, 12)
     assert p3["verdict"] == "contradicted" and p3["p_against"] < 0.025 and p3["trained_a"] == 0
     assert result["aa"]["verdict"] == "undecided" and result["aa"]["calibrated"] is True
     assert json.loads((out / "verdicts.json").read_text()) == result
@@ -68,9 +68,9 @@ def test_a_decided_aa_pair_marks_the_round_not_calibrated_and_unfinished_parts_h
 
 
 def test_excluded_effect_and_instability_definitions():
-    assert cr.excluded_effect(0.0, 12, 12) == 0.5  # fisher_power(0.5, 0, 12) >= 0.8 first at d = 0.5
+    assert excluded_effect(0.0, 12, 12) == 0.5  # fisher_power(0.5, 0, 12) >= 0.8 first at d = 0.5
     assert fisher_power(0.45, 0.0, 12, alpha=0.025) < 0.8 <= fisher_power(0.5, 0.0, 12, alpha=0.025)
-    assert cr.excluded_effect(0.95, 12, 12) is None  # 1.0 against 0.95 is out of reach at 12
+    assert excluded_effect(0.95, 12, 12) is None  # 1.0 against 0.95 is out of reach at 12
     runs = pd.DataFrame(
         [
             _run("a", 1, True),

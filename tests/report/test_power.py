@@ -93,3 +93,13 @@ def test_logrank_power_by_simulation():
     a = [(20, True), (30, True), (40, True), (100, False)]
     b = [(50, True), (100, False), (100, False), (100, False)]
     assert P.logrank_power(a, b, 4, sims=500) < P.logrank_power(a, b, 12, sims=500)
+
+
+def test_excluded_reading_names_the_effect_or_says_none_is_excluded():
+    from acoustic_mlm.report.power import excluded_reading
+
+    r = excluded_reading(0.0, 12, 12, "share trained")
+    assert r["excluded_effect"] == 0.5
+    assert r["reading"] == "no effect larger than 0.5 (share trained) excluded at n = 12 per arm"
+    r = excluded_reading(0.95, 12, 12, "share trained")
+    assert r == {"excluded_effect": None, "reading": "no effect size excluded at n = 12 per arm"}

@@ -15,6 +15,7 @@ confirmatory round compare between two arms:
     loss_seeds_for_power  the same for a difference of mean losses by a one-sided z-test
     excluded_effect     what an undecided Fisher comparison excludes: the smallest difference of
                         shares (steps of 0.05) its test had 80 % power against
+    excluded_reading    that effect and the sentence a verdict table gives for it
 
 The log-rank statistic is the standard one (Mantel 1966; Peto and Peto 1972): at every distinct
 event time t_j, with n_j runs still at risk (n_aj of them in A) and d_j leaving at t_j (d_aj of A),
@@ -129,3 +130,14 @@ def excluded_effect(
             return d
         k += 1
     return None
+
+
+def excluded_reading(q: float, n_a: int, n_b: int, outcome: str, alpha: float = 0.025) -> dict:
+    """An undecided comparison's `excluded_effect` and its reading, for `outcome` (what the shares count)."""
+    x = excluded_effect(q, n_a, n_b, alpha=alpha)
+    reading = (
+        f"no effect larger than {x:g} ({outcome}) excluded at n = {n_a} per arm"
+        if x is not None
+        else f"no effect size excluded at n = {n_a} per arm"
+    )
+    return {"excluded_effect": x, "reading": reading}
