@@ -9,6 +9,7 @@ sizing's, with `round` 3, under --out:
     python benchmarks/run_queue.py queue.txt --log data/reference/confirm_round/queue_log.txt --jobs 2
     python benchmarks/confirm_round.py run --arm prenorm_clip1 --lr 0.05 --seed 101   # one run (the queue's)
     python benchmarks/confirm_round.py judge   # verdicts.json and sensitivity.csv from the runs so far
+    python benchmarks/confirm_round.py judge --figure docs/lr_sensitivity_s1.png   # and the curves drawn
 
 `judge` gives a verdict only for a part whose runs are all published; the rest is "not finished".
 """
@@ -26,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm.report import decisive
+from acoustic_mlm import config as C
+from acoustic_mlm.report import decisive, stability_map
 from acoustic_mlm.report.power import excluded_reading, fisher_greater
 from acoustic_mlm.utils import atomic_path
 
@@ -139,13 +141,40 @@ def sensitivity(runs: pd.DataFrame) -> pd.DataFrame:
         r = r.sort_values("lr")
         done = len(r) == len(SENSITIVITY_RATES)
         finals = r["final_loss"].to_numpy(dtype=float)
-        capped = np.minimum(np.where(np.isfinite(finals), finals, np.inf), r["first_loss"].to_numpy(dtype=float))
         best = float(np.nanmin(finals)) if done and np.isfinite(finals).any() else math.nan
-        value = float(np.mean(capped - best)) if done else math.nan
+        # L* is the lowest capped final loss: the lowest final loss whenever one rate ends below its L0
+        value = stability_map.lr_sensitivity(finals, r["first_loss"].to_numpy(dtype=float)) if done else math.nan
         for lr, final in zip(r["lr"], finals):
             rows.append({"arm": arm, "lr": float(lr), "final_loss": float(final)})
         rows.append({"arm": arm, "lr": math.nan, "final_loss": best, "lr_sensitivity": value, "finished": done})
     return pd.DataFrame(rows, columns=["arm", "lr", "final_loss", "lr_sensitivity", "finished"])
+
+
+def sensitivity_figure(runs: pd.DataFrame, path: Path) -> Path:
+    """The sensitivity runs drawn: each figure arm's final loss against the peak rate (log x), capped at
+    the run's first loss as the sensitivity caps it, with the plateau's line (U, and U - 1: trained)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {arm: run.label for arm, run in C.load(ROOT / "config" / "config.yaml").runs.items()}
+    r = runs[(runs["size"] == SIZE) & runs["arm"].isin(FIGURE_ARMS) & (runs["seed"] == SENSITIVITY_SEED)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    for arm, marker in zip(FIGURE_ARMS, "osD^"):
+        a = r[r["arm"] == arm].sort_values("lr")
+        capped = [stability_map.capped_loss(f, i) for f, i in zip(a["final_loss"], a["first_loss"])]
+        ax.plot(a["lr"], capped, marker=marker, label=labels[arm])
+    plateau = float(r["plateau"].median())
+    ax.axhline(plateau, color="0.4", linestyle="--", linewidth=1, label=f"unigram plateau U = {plateau:.2f}")
+    ax.axhline(plateau - ps.MARGIN, color="0.4", linestyle=":", linewidth=1, label="U - 1 (trained)")
+    ax.set(xscale="log", xlabel="peak learning rate", ylabel="final codebook-0 loss (bits)")
+    ax.set_title(f"S1, seed {SENSITIVITY_SEED}: final loss against the peak rate", fontsize=10)
+    ax.legend(fontsize=7)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=150)
+    plt.close(fig)
+    return path
 
 
 def judge(out: Path, sizing: Path) -> dict:
@@ -196,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--arm", required=True, choices=sorted(ARMS))
     r.add_argument("--lr", required=True, type=float)
     r.add_argument("--seed", required=True, type=int)
-    sub.add_parser("judge", help="verdicts.json and sensitivity.csv from the runs published so far")
+    j = sub.add_parser("judge", help="verdicts.json and sensitivity.csv from the runs published so far")
+    j.add_argument("--figure", type=Path, help="also draw the sensitivity curves to this image")
     for q in sub.choices.values():
         q.add_argument("--out", type=Path, default=OUT)
         q.add_argument("--work", type=Path, default=Path("/tmp/amlm_proxy_sizing"))
@@ -216,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         run_one(args.size, args.arm, args.lr, args.seed, args.out, args.work)
         return 0
     print(json.dumps(judge(args.out, SIZING), indent=2))
+    if args.figure is not None:
+        print(sensitivity_figure(pd.read_csv(args.out / "runs.csv"), args.figure))
     return 0
 
 

@@ -107,3 +107,13 @@ def test_the_round_runs_each_arm_with_fresh_seeds_in_its_part_order():
     assert seeds.isdisjoint({1, 2, 3})  # never the sizing's seeds
     settings = cr.ps.settings_for("S1", "prenorm_attnrelax_clip1", 0.05, 101, cr.ARMS)
     assert settings.runs["prenorm_attnrelax_clip1"].attention == "pb_relax"
+
+
+def test_the_sensitivity_figure_is_drawn_from_the_runs(tmp_path):
+    rows = [
+        _run(arm, cr.SENSITIVITY_SEED, True, lr=lr, final=1.0 + i) | {"plateau": 3.98}
+        for arm in cr.FIGURE_ARMS
+        for i, lr in enumerate(cr.SENSITIVITY_RATES)
+    ]
+    path = cr.sensitivity_figure(pd.DataFrame(rows), tmp_path / "sens.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(tmp_path.glob(".*"))  # no temporary left
