@@ -48,7 +48,9 @@ def test_readme_is_short_with_the_quick_start_first(readme):
 
 
 def test_every_link_resolves(root, readme):
-    pages = {"README.md": readme} | {f"docs/{p.name}": p.read_text() for p in (root / "docs").glob("*.md")}
+    others = [*(root / "docs").glob("*.md"), *(root / "data" / "reference").rglob("README.md")]
+    others.append(root / "benchmarks" / "README.md")
+    pages = {"README.md": readme} | {str(p.relative_to(root)): p.read_text() for p in others}
     for page, text in pages.items():
         base = (root / page).parent
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
