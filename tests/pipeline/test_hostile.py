@@ -350,31 +350,31 @@ def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
 # ------------------------------------------------------------------ resource faults, archive bombs
 
 
-def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, **train) -> tuple:
-    """`amlm train prenorm_clip1` on the tiny corpus, a small smoke model, under a file-size limit."""
+def _train_args(cfg: dict, tmp_path: Path, prepared: Path, codes: Path, **train) -> list:
+    """`amlm train prenorm_clip1`'s arguments on the tiny corpus, a small smoke model, out to tmp_path/run."""
     cfg["train"].update(warmup_steps=2, batch_size=2, valid_crops=3, crop_seconds=0.4, **train)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    prepared, codes = data_dirs
-    out = tmp_path / "run"
-    proc = _amlm(
-        [
-            "train",
-            "prenorm_clip1",
-            "--config",
-            path,
-            "--threads",
-            "1",
-            "--prepared",
-            prepared,
-            "--codes",
-            codes,
-            "--out",
-            out,
-        ],
-        limit_bytes=limit_bytes,
-    )
-    return proc, out
+    return [
+        "train",
+        "prenorm_clip1",
+        "--config",
+        path,
+        "--threads",
+        "1",
+        "--prepared",
+        prepared,
+        "--codes",
+        codes,
+        "--out",
+        tmp_path / "run",
+    ]
+
+
+def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, **train) -> tuple:
+    """`amlm train` as `_train_args` says, under a file-size limit."""
+    proc = _amlm(_train_args(cfg, tmp_path, *data_dirs, **train), limit_bytes=limit_bytes)
+    return proc, tmp_path / "run"
 
 
 def test_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
@@ -1013,26 +1013,6 @@ def test_damaged_summaries_are_refused_by_every_stage_that_reads_them(summaries,
     before = _snapshot(d)
     _one_line_refusal(_amlm([args[0], "--config", cfg, *args[1:]]), *needles)
     assert _snapshot(d) == before
-
-
-def _train_args(cfg: dict, tmp_path: Path, prepared: Path, codes: Path) -> list:
-    cfg["train"].update(warmup_steps=2, batch_size=2, valid_crops=3, crop_seconds=0.4)
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return [
-        "train",
-        "prenorm_clip1",
-        "--config",
-        path,
-        "--threads",
-        "1",
-        "--prepared",
-        prepared,
-        "--codes",
-        codes,
-        "--out",
-        tmp_path / "run",
-    ]
 
 
 @pytest.mark.parametrize(
