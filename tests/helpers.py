@@ -328,3 +328,17 @@ def load_benchmark(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+AMLM = (sys.executable, "-m", "acoustic_mlm")
+
+
+def train_argv(run: str, cfg_path, data_dirs, out, launcher=AMLM) -> list[str]:
+    """`amlm train RUN` with a config, on a prepared corpus and its codes (`data_dirs`), one torch thread,
+    out to `out`; `launcher` runs the package (a torch.distributed launcher, or () for the bare arguments)."""
+    prepared, codes = data_dirs
+    return [
+        *launcher,
+        *("train", run, "--config", str(cfg_path), "--threads", "1"),
+        *("--prepared", str(prepared), "--codes", str(codes), "--out", str(out)),
+    ]

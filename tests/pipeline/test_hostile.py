@@ -28,7 +28,7 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-from helpers import copy_repo, make_config, make_tar, sha256
+from helpers import copy_repo, make_config, make_tar, sha256, train_argv
 
 from acoustic_mlm import cli, encodec
 from acoustic_mlm import config as C
@@ -355,20 +355,7 @@ def _train_args(cfg: dict, tmp_path: Path, prepared: Path, codes: Path, **train)
     cfg["train"].update(warmup_steps=2, batch_size=2, valid_crops=3, crop_seconds=0.4, **train)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return [
-        "train",
-        "prenorm_clip1",
-        "--config",
-        path,
-        "--threads",
-        "1",
-        "--prepared",
-        prepared,
-        "--codes",
-        codes,
-        "--out",
-        tmp_path / "run",
-    ]
+    return train_argv("prenorm_clip1", path, (prepared, codes), tmp_path / "run", launcher=())
 
 
 def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, **train) -> tuple:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from helpers import train_argv
 
 TOLERANCE_BITS = 2e-3  # float reduction order differs between 1 and 2 processes; nothing else may
 
@@ -26,21 +27,7 @@ def ddp_cfg(smoke_cfg, tmp_path):
 
 
 def _train(launcher, cfg_path, data_dirs, out):
-    prepared, codes = data_dirs
-    cmd = launcher + [
-        "train",
-        "postnorm_deepnorm_clip1",
-        "--config",
-        str(cfg_path),
-        "--threads",
-        "1",
-        "--prepared",
-        str(prepared),
-        "--codes",
-        str(codes),
-        "--out",
-        str(out),
-    ]
+    cmd = train_argv("postnorm_deepnorm_clip1", cfg_path, data_dirs, out, launcher=launcher)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return pd.read_csv(out / "metrics.csv")

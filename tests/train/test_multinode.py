@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 import yaml
+from helpers import train_argv
 
 from acoustic_mlm import config as C
 from acoustic_mlm.train.launch import slurm_resources, torchrun, train_launcher
@@ -57,24 +58,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cmd(launcher, cfg_path, data_dirs, out):
-    prepared, codes = data_dirs
-    return launcher + [
-        "train",
-        "postnorm_deepnorm_clip1",
-        "--config",
-        str(cfg_path),
-        "--threads",
-        "1",
-        "--prepared",
-        str(prepared),
-        "--codes",
-        str(codes),
-        "--out",
-        str(out),
-    ]
-
-
 def test_two_nodes_match_one_process(data_dirs, smoke_cfg, tmp_path):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["train"].update(
@@ -91,7 +74,7 @@ def test_two_nodes_match_one_process(data_dirs, smoke_cfg, tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     one = subprocess.run(
-        _cmd([sys.executable, "-m", "acoustic_mlm"], path, data_dirs, tmp_path / "one"),
+        train_argv("postnorm_deepnorm_clip1", path, data_dirs, tmp_path / "one"),
         capture_output=True,
         text=True,
         timeout=600,
@@ -100,7 +83,10 @@ def test_two_nodes_match_one_process(data_dirs, smoke_cfg, tmp_path):
     node = [sys.executable] + torchrun(2, 1, f"127.0.0.1:{_free_port()}", "amlm-test") + ["-m", "acoustic_mlm"]
     procs = [
         subprocess.Popen(
-            _cmd(node, path, data_dirs, tmp_path / "two"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            train_argv("postnorm_deepnorm_clip1", path, data_dirs, tmp_path / "two", launcher=node),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for _ in range(2)
     ]

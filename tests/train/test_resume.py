@@ -4,14 +4,13 @@ import copy
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import make_config
+from helpers import make_config, train_argv
 
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.train import loop as train
@@ -37,28 +36,6 @@ def resume_cfg(smoke_cfg, tmp_path):
     return cfg, path
 
 
-def _cli(cfg_path, data_dirs, out):
-    prepared, codes = data_dirs
-    return [
-        sys.executable,
-        "-m",
-        "acoustic_mlm",
-        "train",
-        "--config",
-        str(cfg_path),
-        "--run",
-        "prenorm_clip1",
-        "--threads",
-        "1",
-        "--prepared",
-        str(prepared),
-        "--codes",
-        str(codes),
-        "--out",
-        str(out),
-    ]
-
-
 def _kill_after_state(cmd, out, min_step: int) -> None:
     """Start the CLI, SIGKILL it as soon as a state past `min_step` exists."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -77,12 +54,12 @@ def _kill_after_state(cmd, out, min_step: int) -> None:
 
 def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_path):
     cfg, cfg_path = resume_cfg
-    subprocess.run(_cli(cfg_path, data_dirs, tmp_path / "ref"), check=True, capture_output=True)
+    subprocess.run(train_argv("prenorm_clip1", cfg_path, data_dirs, tmp_path / "ref"), check=True, capture_output=True)
     reference = pd.read_csv(tmp_path / "ref" / "metrics.csv").drop(columns=TIMING)
     assert not (tmp_path / "ref" / "state").exists()  # removed once the run is complete
 
     out = tmp_path / "killed"
-    _kill_after_state(_cli(cfg_path, data_dirs, out), out, min_step=40)
+    _kill_after_state(train_argv("prenorm_clip1", cfg_path, data_dirs, out), out, min_step=40)
     assert not (out / "metrics.csv").exists()  # nothing half-written looks complete
     states = sorted((out / "state" / "seed1").glob("step-*.pt"))
     assert 1 <= len(states) <= KEEP_STATES
@@ -90,7 +67,7 @@ def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_p
     # the newest state is damaged (e.g. a bad copy): the previous one must be used
     if len(states) == 2:
         states[-1].write_bytes(states[-1].read_bytes()[:1000])
-    proc = subprocess.run(_cli(cfg_path, data_dirs, out), capture_output=True, text=True)
+    proc = subprocess.run(train_argv("prenorm_clip1", cfg_path, data_dirs, out), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "resuming after step" in proc.stderr
     resumed = pd.read_csv(out / "metrics.csv").drop(columns=TIMING)
