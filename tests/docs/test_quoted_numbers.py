@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -204,6 +205,57 @@ QUOTES.append(
         "the confirmatory round's P1 counts",
         r"(\d+) of 12 against (\d+) of 12 trained, p = (\d\.\d)e-5",
         lambda: (_confirm("P1")["trained_a"], _confirm("P1")["trained_b"], _confirm("P1")["p_for"] * 1e5),
+    )
+)
+
+
+QUOTES.append(
+    Quote(
+        "the confirmatory round's P2 and P3",
+        r"undecided\*\*, (\d+) of 12 against (\d+) of 12, p = ([\d.]+) \(no effect larger than ([\d.]+) in share "
+        r"trained excluded at n = 12\).*?\*\*supported\*\*, (\d+) of 12 against (\d+) of 12, p = (\d\.\d)e-7",
+        lambda: (
+            _confirm("P2")["trained_a"],
+            _confirm("P2")["trained_b"],
+            _confirm("P2")["p_for"],
+            _confirm("P2")["excluded_effect"],
+            _confirm("P3")["trained_a"],
+            _confirm("P3")["trained_b"],
+            _confirm("P3")["p_for"] * 1e7,
+        ),
+    )
+)
+
+
+@cache
+def _pb_relax_round5() -> tuple[dict, list[dict]]:
+    folder = ROOT / "data/reference/pb_relax_confirm"
+    return json.loads((folder / "verdict.json").read_text()), list(csv.DictReader(open(folder / "runs.csv")))
+
+
+A, B = "prenorm_attnrelax_clip1", "prenorm_unfused_clip1"  # PB-Relax, fairseq's unfused order
+
+
+def _round5(gain: float, arm: str, column: str) -> list[float]:
+    return [float(r[column]) for r in _pb_relax_round5()[1] if float(r["qk_gain"]) == gain and r["arm"] == arm]
+
+
+QUOTES.append(
+    Quote(
+        "PB-Relax in fp16 training, round 5",
+        r"PB-Relax trained through (\d) of 4 runs, fairseq's unfused order (\d) of 4 \(each stopped by update (\d+) "
+        r"at the loss scaler's floor once its logits passed 65,504\), p = ([\d.]+); at the control gain "
+        r"\(x (\d+), logits below (\d+),000\) both orders trained through (\d) of 2",
+        lambda: (
+            _pb_relax_round5()[0]["trained_high"][A],
+            _pb_relax_round5()[0]["trained_high"][B],
+            max(_round5(128.0, B, "updates")),
+            _pb_relax_round5()[0]["p_for"],
+            _pb_relax_round5()[0]["gains"][0],
+            # "below 26,000": the largest control logit, in thousands rounded up
+            math.ceil(max(v for a in (A, B) for v in _round5(32.0, a, "attn_logit_max")) / 1000),
+            *{_pb_relax_round5()[0]["trained_low"][a] for a in (A, B)},
+        ),
     )
 )
 
