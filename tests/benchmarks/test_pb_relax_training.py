@@ -154,3 +154,12 @@ def test_an_undecided_round_5_says_what_it_excludes():
     v = _judge(_runs(R5, LOW5, high_a=3, high_b=1), R5, LOW5)
     assert v["excluded_effect"] is None and v["reading"] == "no effect size excluded at n = 4 per arm"
     assert "excluded_effect" not in _judge(_runs(high_a=3))  # round 4's rules did not ask for it
+
+
+def test_the_published_round_5_judges_as_published_from_its_published_pilot():
+    assert pt.gain_low(R5) == 32.0  # by the rule, from pilot/runs.csv
+    assert json.loads((R5.pilot_out / "pilot.json").read_text())["gain_low"] == 32.0
+    runs = pd.read_csv(R5.out / "runs.csv")
+    published = json.loads((R5.out / "verdict.json").read_text())
+    assert json.loads(json.dumps(_judge(runs, R5, 32.0))) == published
+    assert published["verdict"] == "supported" and published["trained_high"] == {A: 4, B: 0}
