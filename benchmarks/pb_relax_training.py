@@ -97,16 +97,17 @@ def low_gain_from_pilot(pilot: pd.DataFrame) -> float | None:
     return float(pilot.loc[ok, "qk_gain"].max()) if ok.any() else None
 
 
-def read_table(folder: Path, name: str = "runs.csv", columns: list[str] | None = None) -> pd.DataFrame:
-    path = folder / name
-    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns or RUN_COLUMNS)
+def read_runs(folder: Path) -> pd.DataFrame:
+    """A folder's published runs.csv, empty when nothing is published yet."""
+    path = folder / "runs.csv"
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RUN_COLUMNS)
 
 
 def gain_low(rnd: Round) -> float:
     """The round's low gain: stated in its plan, or derived from its published pilot."""
     if rnd.gain_low is not None:
         return rnd.gain_low
-    gain = low_gain_from_pilot(read_table(rnd.pilot_out))
+    gain = low_gain_from_pilot(read_runs(rnd.pilot_out))
     if gain is None:
         raise SystemExit(f"{rnd.pilot_out / 'runs.csv'}: no pilot run qualifies for round {rnd.number}'s low gain yet")
     return gain
@@ -210,7 +211,7 @@ def run_one(gain: float, arm: str, seed: int, rnd: Round, out: Path, work: Path)
         if not (corpus / "codes" / "tokenizer.json").exists():
             shutil.rmtree(corpus, ignore_errors=True)
             ps._forced_spike().write_corpus(corpus, clips=ps.CLIPS, frames=ps.FRAMES, seed=0)
-    done = read_table(out)
+    done = read_runs(out)
     if len(_select(done, gain, arm, [seed])):
         print(f"already run: gain {gain:g} {arm} seed {seed}", flush=True)
         return
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         run_one(args.gain, args.arm, args.seed, rnd, out, args.work)
         return 0
-    runs = read_table(out)
+    runs = read_runs(out)
     result = judge_pilot(runs, rnd) if args.pilot else judge_runs(runs, rnd, gain_low(rnd))
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / ("pilot.json" if args.pilot else "verdict.json")) as tmp:
