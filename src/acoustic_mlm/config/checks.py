@@ -334,6 +334,7 @@ def _check_point(cfg: dict, source: str) -> None:
         check_codebooks,
         _check_arm_names,
         check_seeds,
+        _check_sizes,  # a swept size a machine cannot hold is refused as the file's would be
     ):
         check(cfg, source)
 
@@ -362,9 +363,21 @@ def _value_problem(key: str, kind: str, text: str) -> str | None:
     return None
 
 
-def _check_swept_value(key: str, value, source: str, where: str) -> None:
-    """One value of a sweep's grid, checked once against its key's schema (a point holding it would fail so)."""
+def key_value_problem(key: str, value) -> str | None:
+    """Why one value is refused for a section.leaf key, by the rules a file's value meets there: its
+    schema, finiteness, whole numbers, and its ceiling (SIZE_CEILINGS); None if it is taken. A sweep's
+    values and the command-line options that stand for a key (--threads) are checked by it."""
     problem = _value_problem(key, type(value).__name__, json.dumps(value))
+    if problem is None and key in SIZE_CEILINGS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        ceiling, why = SIZE_CEILINGS[key]
+        if value > ceiling:
+            problem = f"{value} is more than {ceiling:,} ({why})"
+    return problem
+
+
+def _check_swept_value(key: str, value, source: str, where: str) -> None:
+    """One value of a sweep's grid, checked once against its key's rules (a point holding it would fail so)."""
+    problem = key_value_problem(key, value)
     if problem:
         raise ConfigError(f"{source}: '{where}': {problem}")
 
