@@ -138,3 +138,92 @@ def test_access_refusal_names_the_final_path_and_leaves_other_errors_alone():
     )
     assert access_refusal(OSError(errno.EROFS, "ro", "/mnt/x")).startswith("/mnt/x: a read-only file system")
     assert access_refusal(FileNotFoundError(errno.ENOENT, "missing", "x")) is None
+
+
+# ----------------------------------------------------------------------------- values: the same rule as the file's
+
+
+def _run(argv, root, capsys) -> tuple[int, str]:
+    from acoustic_mlm import cli
+
+    try:
+        code = cli.main([*argv, "--config", str(root / "config" / "smoke.yaml")])
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["train", "--threads", "1025", "prenorm_clip1"],
+            "--threads 1025 (it stands for 'train.threads'): 1025 is more",
+        ),
+        (["train", "--threads", "0", "prenorm_clip1"], "--threads 0 (it stands for 'train.threads'): 0 is less than"),
+        (["train", "--threads", "-2", "prenorm_clip1"], "-2 is less than the minimum of 1"),
+        (["tokenize", "--threads", "0"], "(it stands for 'tokenizer.threads')"),
+        (["preflight", "--nodes", "0"], "(it stands for 'train.nodes')"),
+        (["preflight", "--corpus-hours", "-1"], "--corpus-hours -1.0: -1.0 is less than or equal to the minimum of 0"),
+        (["preflight", "--utilisation", "1.5"], "--utilisation 1.5: 1.5 is greater than the maximum of 1"),
+        (["preflight", "--peak-tflops", "nan"], "--peak-tflops nan: nan is not a finite number"),
+        (["verify", "--tolerance", "-1"], "--tolerance -1.0: -1.0 is less than the minimum of 0"),
+        (["verify", "--record", "r", "--until-step", "5", "--late-tolerance", "nan"], "nan is not a finite number"),
+        (["verify", "--record", "r", "--until-step", "0"], "--until-step 0: 0 is less than the minimum of 1"),
+        (["status", "--stale-after", "0"], "--stale-after 0.0: 0.0 is less than or equal to the minimum of 0"),
+        (["verify", "--until-step", "5"], "--until-step means something only with --record; add --record"),
+        (
+            ["verify", "--record", "r", "--late-tolerance", "0.1"],
+            "--late-tolerance means something only with --until-step",
+        ),
+        (["verify", "--record", "r", "--native-tolerance", "0.1"], "--native-tolerance means something only with"),
+        (["train", "--out", "", "prenorm_clip1"], "argument --out: an empty path (an unset shell variable?)"),
+        (["train", "--run", ""], "argument --run: an empty value (an unset shell variable?)"),
+        (["train", ""], "argument RUN: an empty value"),
+        (["aggregate", "--runs-dir", ""], "argument --runs-dir: an empty path"),
+        (["status", "--run", "x"], "unrecognized arguments: --run x"),  # never completed to --runs-dir
+        (["train", "--thr", "2", "prenorm_clip1"], "unrecognized arguments: --thr"),
+        (["preflight", "--corpus", "1"], "unrecognized arguments: --corpus"),
+    ],
+)
+def test_a_bad_command_line_value_is_one_line_exit_2_before_any_work(root, capsys, tmp_path, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(argv, root, capsys)
+    assert code == 2
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written, least of all a run's files in the working folder
+
+
+@pytest.mark.parametrize("value, taken", [(-2, False), (0, False), (1, True), (1024, True), (1025, False)])
+def test_threads_on_the_command_line_meet_the_files_rule(smoke_cfg, value, taken):
+    from acoustic_mlm import config as C
+    from acoustic_mlm.cli_options import THREADS, value_problem
+
+    smoke_cfg["train"]["threads"] = value
+    try:
+        C.validate(smoke_cfg, "c.yaml")
+        file_taken = True
+    except C.ConfigError:
+        file_taken = False
+    assert file_taken is taken
+    assert (value_problem(THREADS.rule, value) is None) is taken
+
+
+def test_every_parser_refuses_abbreviations():
+    from acoustic_mlm import cli
+
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert not parser.allow_abbrev
+    assert sub.choices and all(not p.allow_abbrev for p in sub.choices.values())
+
+
+def test_a_value_within_its_rule_is_taken(root, tmp_path):
+    from acoustic_mlm import cli
+
+    args = cli.build_parser().parse_args(["preflight", "--corpus-hours", "0.5", "--utilisation", "1", "--nodes", "2"])
+    from acoustic_mlm.cli_options import check_values
+
+    check_values(args, cli.COMMANDS["preflight"])  # no refusal
+    args = cli.build_parser().parse_args(["verify", "--record", "r", "--until-step", "3", "--late-tolerance", "0"])
+    check_values(args, cli.COMMANDS["verify"])

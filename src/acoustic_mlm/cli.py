@@ -30,7 +30,7 @@ import sys
 
 from acoustic_mlm import __version__, kernels
 from acoustic_mlm import config as C
-from acoustic_mlm.cli_options import access_refusal, check_outputs
+from acoustic_mlm.cli_options import Parser, access_refusal, check_outputs, check_values
 from acoustic_mlm.config.config_commands import validate_command
 from acoustic_mlm.data.data_commands import fetch_command, prepare_command
 from acoustic_mlm.dvcgen_commands import dvc_yaml_command
@@ -69,7 +69,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="amlm",
         description="Reproduce MERT's acoustic-MLM stability figure: codebook-0 loss vs training steps.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         mismatch = kernels.check_config_read(getattr(args, "config", None))
         if mismatch:  # the kernels were pinned for another file than the one argparse read
             raise UserError(mismatch)
+        check_values(args, COMMANDS[args.command])
         check_outputs(args, COMMANDS[args.command])
         code = dispatch(args)
     except UserError as exc:

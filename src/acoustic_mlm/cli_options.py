@@ -21,23 +21,72 @@ from acoustic_mlm.kernels import DEFAULT_CONFIG
 from acoustic_mlm.utils import final_names
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with no abbreviations (`--run` never completes to `--runs-dir`) and its
+    errors in one line, as every other refusal: `amlm <stage>: error: <what>` and exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 @dataclass(frozen=True)
 class Option:
-    """One argparse argument as a row: its flags, its help and argparse's other keywords."""
+    """One argparse argument as a row: its flags, its help and argparse's other keywords. `rule`: what
+    its value must satisfy, checked before any work (check_values): the dotted configuration key it
+    stands for (its declared schema and ceiling), or JSON schema keywords of its own. `needs`: the
+    option without which it means nothing (`--record`): given alone, it is refused."""
 
     flags: tuple[str, ...]
     help: str
     keywords: dict = field(default_factory=dict)
+    rule: str | dict | None = None
+    needs: str | None = None
 
     def add(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(*self.flags, help=self.help, **self.keywords)
 
+    @property
+    def dest(self) -> str:
+        if "dest" in self.keywords:
+            return self.keywords["dest"]
+        long = [f for f in self.flags if f.startswith("--")]
+        return (long[0] if long else self.flags[0]).lstrip("-").replace("-", "_")
 
-def opt(*flags: str, help: str, **keywords) -> Option:
-    """An option row; a value is a Path unless `type` or `action` says otherwise (`type=None`: a str)."""
+    @property
+    def name(self) -> str:
+        long = [f for f in self.flags if f.startswith("--")]
+        return long[0] if long else self.keywords.get("metavar", self.flags[0])
+
+
+def path_value(text: str) -> Path:
+    """A path from the command line; an empty one (an unset shell variable) is refused, never read as
+    the working folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?); name a file or folder")
+    return Path(text)
+
+
+def text_value(text: str) -> str:
+    """A word from the command line (a run name, a config file); an empty one is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty value (an unset shell variable?); give one")
+    return text
+
+
+def opt(*flags: str, help: str, rule: str | dict | None = None, needs: str | None = None, **keywords) -> Option:
+    """An option row; a value is a Path unless `type` or `action` says otherwise (`type=None`: a str).
+    Neither may be empty."""
     if "action" not in keywords:
         keywords.setdefault("type", Path)
-    return Option(flags, help, keywords)
+        if keywords["type"] is Path:
+            keywords["type"] = path_value
+        elif keywords["type"] is None:
+            keywords["type"] = text_value
+    return Option(flags, help, keywords, rule, needs)
 
 
 @dataclass(frozen=True)
@@ -71,7 +120,7 @@ SHARED = {
 
 # What every command opens with: --config, --threads where it sets torch's threads, -v.
 CONFIG = opt("--config", type=None, default=DEFAULT_CONFIG, help=f"configuration YAML (default: {DEFAULT_CONFIG})")
-THREADS = opt("--threads", type=int, help="CPU threads for torch (default: train.threads)")
+THREADS = opt("--threads", type=int, rule="train.threads", help="CPU threads for torch (default: train.threads)")
 VERBOSE = opt("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -105,10 +154,15 @@ class Command:
 
     def add_parser(self, sub) -> argparse.ArgumentParser:
         """The command's parser: --config, --threads where it sets torch's threads, -v, then its own."""
-        p = sub.add_parser(self.name, help=self.help, description=self.description)
-        for row in (CONFIG, *([THREADS] if self.threads else []), VERBOSE, *self.options):
-            (SHARED[row] if isinstance(row, str) else row).add(p)
+        p = sub.add_parser(self.name, help=self.help, description=self.description, allow_abbrev=False)
+        for row in self.rows():
+            row.add(p)
         return p
+
+    def rows(self) -> list[Option | Steps]:
+        """Every option row of the command, in help order: --config, --threads, -v, then its own."""
+        rows = (CONFIG, *([THREADS] if self.threads else []), VERBOSE, *self.options)
+        return [SHARED[row] if isinstance(row, str) else row for row in rows]
 
 
 def command(name: str, *options: Option | Steps | str, **paths) -> Callable[[Callable], Command]:
@@ -124,6 +178,42 @@ def command(name: str, *options: Option | Steps | str, **paths) -> Callable[[Cal
 def torch_threads(args: argparse.Namespace, cfg) -> int:
     """--threads, else the configuration's train.threads."""
     return args.threads if args.threads is not None else cfg.train.threads
+
+
+def value_problem(rule: str | dict, value) -> str | None:
+    """Why `value` breaks `rule` (a dotted configuration key: the schema it declares and its ceiling,
+    config/checks.py's rule for the same key in a file; or JSON schema keywords), or None."""
+    if isinstance(rule, str):
+        from acoustic_mlm.config.checks import key_value_problem
+
+        return key_value_problem(rule, value)
+    import math
+
+    import jsonschema
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    errors = list(jsonschema.Draft202012Validator(rule).iter_errors(value))
+    return errors[0].message if errors else None
+
+
+def check_values(args: argparse.Namespace, command: Command) -> None:
+    """Every option's value against its rule (the configuration key it stands for, or its own bounds),
+    and no option given without the one it needs; one line naming the option otherwise."""
+    rows = [r for r in command.rows() if isinstance(r, Option)]
+    for row in rows:
+        value = getattr(args, row.dest, None)
+        if value is None or row.rule is None or isinstance(value, bool):
+            continue
+        problem = value_problem(row.rule, value)
+        if problem:
+            stands = f" (it stands for '{row.rule}')" if isinstance(row.rule, str) else ""
+            raise UserError(f"{row.name} {value}{stands}: {problem}")
+    for row in rows:
+        if row.needs is not None and getattr(args, row.dest, None) not in (None, False):
+            needed = next(r for r in rows if r.name == row.needs)
+            if getattr(args, needed.dest, None) in (None, False):
+                raise UserError(f"{row.name} means something only with {row.needs}; add {row.needs} or leave it out")
 
 
 def check_outputs(args: argparse.Namespace, command: Command) -> None:

@@ -172,3 +172,14 @@ def test_a_cpu_run_is_held_to_this_machines_memory_and_a_gpu_run_to_an_accelerat
         C.validate(smoke_cfg, "c.yaml")
     smoke_cfg["train"]["device"] = "cuda"
     C.validate(smoke_cfg, "c.yaml")  # fits an accelerator of 192 GB
+
+
+def test_a_swept_size_is_bounded_as_the_files_value_is(smoke_cfg):
+    with pytest.raises(C.ConfigError, match="one training process needs at least"):
+        C.validate({**smoke_cfg, "train": {**smoke_cfg["train"], "batch_size": 10**12}}, "c.yaml")
+    smoke_cfg["sweep"] = [{"grid": {"train.batch_size": [4, 10**12]}, "arms": ["prenorm_clip1"]}]
+    with pytest.raises(C.ConfigError, match=r"sweep point prenorm_clip1__.*one training process needs at least"):
+        C.validate(smoke_cfg, "c.yaml")
+    smoke_cfg["sweep"] = [{"grid": {"train.threads": [2000]}, "arms": ["prenorm_clip1"]}]
+    with pytest.raises(C.ConfigError):  # not a swept key, and beyond its ceiling in any case
+        C.validate(smoke_cfg, "c.yaml")

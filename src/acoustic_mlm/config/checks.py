@@ -326,6 +326,7 @@ def _check_point(cfg: dict, source: str) -> None:
     values, and runs: holding the point). The rest of validate reads only sections a point shares with
     its file (data, claims, figure; the labels and roles of its arm), which passed already."""
     for check in (
+        _check_sizes,  # first, as for the file: a swept size a machine cannot hold is refused before any rule allocates
         _check_model,
         _check_train,
         _check_recipe,
@@ -334,7 +335,6 @@ def _check_point(cfg: dict, source: str) -> None:
         check_codebooks,
         _check_arm_names,
         check_seeds,
-        _check_sizes,  # a swept size a machine cannot hold is refused as the file's would be
     ):
         check(cfg, source)
 

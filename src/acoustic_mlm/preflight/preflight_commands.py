@@ -9,7 +9,10 @@ from acoustic_mlm.cli_options import command, opt, torch_threads
 
 _PROJECTION = (
     opt(
-        "--peak-tflops", type=float, help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)"
+        "--peak-tflops",
+        type=float,
+        rule={"exclusiveMinimum": 0},
+        help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)",
     ),
     opt(
         "--every-model",
@@ -19,30 +22,40 @@ _PROJECTION = (
     opt(
         "--utilisation",
         type=float,
+        rule={"exclusiveMinimum": 0, "maximum": 1},
         metavar="U",
         help="share of a GPU's peak assumed when projecting a CUDA preset measured on CPU (default: 0.35)",
     ),
     opt(
         "--intra-node-gb-s",
         type=float,
+        rule={"exclusiveMinimum": 0},
         metavar="GB_S",
         help="all-reduce bandwidth per GPU within a node, GB/s (default: 450, NVLink of an H100/H200 SXM)",
     ),
     opt(
         "--inter-node-gb-s",
         type=float,
+        rule={"exclusiveMinimum": 0},
         metavar="GB_S",
         help="all-reduce bandwidth per GPU across nodes, GB/s (default: 50, one 400 Gb/s InfiniBand port)",
     ),
-    opt("--nodes", type=int, help="nodes for the whole-figure projection (default: train.nodes, one run's nodes)"),
+    opt(
+        "--nodes",
+        type=int,
+        rule="train.nodes",
+        help="nodes for the whole-figure projection (default: train.nodes, one run's nodes)",
+    ),
     opt(
         "--gpus-per-node",
         type=int,
+        rule="train.processes",
         help="GPUs per node for the projection (default: the GPUs visible here; on CPU train.processes)",
     ),
     opt(
         "--corpus-hours",
         type=float,
+        rule={"exclusiveMinimum": 0},
         help="hours of audio, for the disk estimate of a source whose size is unknown before fetching",
     ),
 )
@@ -54,6 +67,7 @@ _PROJECTION = (
     opt(
         "--micro-batch",
         type=int,
+        rule={"minimum": 1},
         metavar="N",
         help="crops per measured micro-batch (default: train.batch_size / train.processes; 1 for a CUDA "
         "preset measured on CPU)",
@@ -61,18 +75,21 @@ _PROJECTION = (
     opt(
         "--micro-batches",
         type=int,
+        rule={"minimum": 1},
         metavar="N",
         help="timed micro-batches per model (default: 4; 1 for a CUDA preset measured on CPU)",
     ),
     opt(
         "--optimizer-steps",
         type=int,
+        rule={"minimum": 1},
         metavar="N",
         help="timed optimizer steps per model (default: 2; 1 for a CUDA preset measured on CPU)",
     ),
     opt(
         "--warmup",
         type=int,
+        rule={"minimum": 0},
         metavar="N",
         help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1; 0 "
         "for a CUDA preset measured on CPU)",

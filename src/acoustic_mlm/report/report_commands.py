@@ -215,6 +215,7 @@ def decide_command(args, cfg) -> None:
     opt(
         "--stale-after",
         type=float,
+        rule={"exclusiveMinimum": 0},
         default=30.0,
         metavar="MINUTES",
         help="a seed without a new metrics row or state for this long is stopped (default: 30)",
@@ -251,6 +252,7 @@ def status_command(args, cfg) -> None:
     opt(
         "--tolerance",
         type=float,
+        rule={"minimum": 0},
         metavar="BITS",
         help="largest difference allowed (default: 0 bits for the exact check, else the reference's measured "
         "tolerance)",
@@ -263,18 +265,24 @@ def status_command(args, cfg) -> None:
     opt(
         "--until-step",
         type=int,
+        rule={"minimum": 1},
+        needs="--record",
         metavar="STEP",
         help="with --record: --tolerance holds up to this step, --late-tolerance after it (docs/reference_run.md)",
     ),
     opt(
         "--late-tolerance",
         type=float,
+        rule={"minimum": 0},
+        needs="--until-step",
         metavar="BITS",
         help="with --record and --until-step: the median difference allowed after that step",
     ),
     opt(
         "--native-tolerance",
         type=float,
+        rule={"minimum": 0},
+        needs="--until-step",
         metavar="BITS",
         help="with --record and --until-step: the median difference allowed up to that step for a run "
         "on native kernels (its codes differ from a pinned reference's)",

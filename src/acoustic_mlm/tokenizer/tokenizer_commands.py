@@ -13,7 +13,7 @@ from acoustic_mlm.utils import log
     "tokenize",
     "prepared",
     opt("--out", default=Path("data/codes"), help="output folder (default: data/codes)"),
-    opt("--threads", type=int, help=argparse.SUPPRESS),
+    opt("--threads", type=int, rule="tokenizer.threads", help=argparse.SUPPRESS),
     Steps(
         "--fit",
         "only fit (calibrated) or check (pretrained) the tokenizer: model/",
