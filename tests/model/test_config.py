@@ -56,3 +56,21 @@ def test_only_the_optional_key_has_a_default():
     assert defaults == ["cqt_impl"]
     with pytest.raises(TypeError):
         ModelSection()  # every key of the section must be given
+
+
+def test_an_arm_with_qk_norm_is_accepted_and_a_misspelling_named(root):
+    """`attention: qk_norm` passes the schema and the checks and reaches the arm's model; a
+    misspelling is one line naming the key (and the CLI exits 2 on it, as on every ConfigError)."""
+    from acoustic_mlm import config as C
+
+    raw = C.read_yaml(root / "config" / "smoke.yaml")
+    raw["runs"]["prenorm_clip1"]["attention"] = "qk_norm"
+    cfg = C.from_mapping(raw, "smoke.yaml")
+    assert cfg.model_for("prenorm_clip1").attention == "qk_norm"
+    from acoustic_mlm.config.checks import schema
+
+    assert "qk_norm" in schema()["properties"]["runs"]["additionalProperties"]["properties"]["attention"]["enum"]
+    raw["runs"]["prenorm_clip1"]["attention"] = "qk-norm"
+    with pytest.raises(C.ConfigError) as exc:
+        C.validate(raw, source="smoke.yaml")
+    assert "'runs.prenorm_clip1.attention'" in str(exc.value) and "\n" not in str(exc.value)

@@ -180,6 +180,120 @@ def test_encoder_config_takes_unfused_and_qk_gain():
     assert all(b.attn.attention == "unfused" and b.attn.qk_gain == 4.0 for b in enc.blocks)
 
 
+def _qk_norm_attention(dim: int = 16, heads: int = 4, seed: int = 0, dtype=torch.float64, **kw):
+    """attention qk_norm with random projections and random (not identity) LayerNorm gains and biases."""
+    torch.manual_seed(seed)
+    attn = MultiheadSelfAttention(dim, heads, attention="qk_norm", **kw).to(dtype)
+    with torch.no_grad():
+        for norm in (attn.q_norm, attn.k_norm):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0.0, 0.1)
+    return attn
+
+
+def _qk_norm_by_hand(attn: MultiheadSelfAttention, x: torch.Tensor, qk_gain: float = 1.0) -> torch.Tensor:
+    """qk-layernorm attention written out: per head, (q - mean) / sqrt(var + eps) * g + b over hd, the
+    same for k, then softmax(q k^T / sqrt(hd)) v, heads concatenated, out projection."""
+    B, T, D = x.shape
+    H = attn.heads
+    hd = D // H
+    out = []
+    for h in range(H):
+        cols = slice(h * hd, (h + 1) * hd)
+        q = x @ attn.q_proj.weight[cols].T + attn.q_proj.bias[cols]  # (B, T, hd)
+        k = x @ attn.k_proj.weight[cols].T + attn.k_proj.bias[cols]
+        v = x @ attn.v_proj.weight[cols].T + attn.v_proj.bias[cols]
+
+        def ln(t, norm):
+            mean = t.mean(-1, keepdim=True)
+            var = ((t - mean) ** 2).mean(-1, keepdim=True)  # biased, as LayerNorm
+            return (t - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+        q, k = ln(q, attn.q_norm) * qk_gain, ln(k, attn.k_norm) * qk_gain
+        p = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd), dim=-1)  # (B, T, T)
+        out.append(p @ v)
+    return torch.cat(out, dim=-1) @ attn.out_proj.weight.T + attn.out_proj.bias
+
+
+@pytest.mark.parametrize("qk_gain", [1.0, 3.0])
+def test_qk_norm_attention_equals_the_formula_written_out(qk_gain):
+    attn = _qk_norm_attention(qk_gain=qk_gain)
+    assert attn.q_norm.normalized_shape == (4,) and attn.k_norm.normalized_shape == (4,)  # hd, shared by heads
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    y = attn(x)
+    assert y.shape == (3, 7, 16) and y.dtype == torch.float64
+    torch.testing.assert_close(y, _qk_norm_by_hand(attn, x, qk_gain), atol=1e-12, rtol=0)
+    # the logits the diagnostics record are the ones this kernel exponentiates (the gain included)
+    from acoustic_mlm.train.diagnostics import attention_logits
+
+    logits = attention_logits(x, attn.q_proj, attn.k_proj, 4, qk_gain, attn.q_norm, attn.k_norm)  # (B, H, T, T)
+    v = attn.v_proj(x).view(3, 7, 4, 4).transpose(1, 2)
+    y_from_logits = attn.out_proj((logits.double().softmax(-1) @ v).transpose(1, 2).reshape(3, 7, 16))
+    torch.testing.assert_close(y_from_logits, y, atol=1e-6, rtol=0)  # attention_logits computes in float32
+
+
+def test_qk_norm_logits_stay_bounded_when_the_projections_grow():
+    """With unit gains a normalised q or k has norm sqrt(hd) (less by eps): |q.k| / sqrt(hd) <= sqrt(hd),
+    and scaling the q and k projections by 1000 changes neither the logits nor the output."""
+    from acoustic_mlm.train.diagnostics import attention_logits
+
+    torch.manual_seed(0)
+    attn = MultiheadSelfAttention(16, 4, attention="qk_norm").double().requires_grad_(False)
+    plain = MultiheadSelfAttention(16, 4, attention="softmax").double().requires_grad_(False)
+    plain.load_state_dict(attn.state_dict(), strict=False)  # the same projections, no norms
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    y = attn(x)
+    with torch.no_grad():
+        for m in (attn, plain):
+            for proj in (m.q_proj, m.k_proj):
+                proj.weight.mul_(1000.0)
+                proj.bias.mul_(1000.0)
+    grown = attention_logits(x, plain.q_proj, plain.k_proj, 4)
+    normed = attention_logits(x, attn.q_proj, attn.k_proj, 4, 1.0, attn.q_norm, attn.k_norm)
+    assert float(grown.detach().abs().max()) > 1e4  # without the norms the logits grew a million-fold
+    assert float(normed.detach().abs().max()) <= math.sqrt(4) + 1e-6  # sqrt(hd), hd = 4
+    torch.testing.assert_close(attn(x), y, atol=1e-3, rtol=0)  # equal up to LayerNorm's eps (1e-5 of the variance)
+
+
+def test_qk_norm_gradients_reach_every_parameter_and_pass_gradcheck():
+    attn = _qk_norm_attention(dim=8, heads=2)
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(attn, (x,))
+    attn(x).pow(2).sum().backward()
+    for name, p in attn.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+    assert {"q_norm.weight", "q_norm.bias", "k_norm.weight", "k_norm.bias"} <= dict(attn.named_parameters()).keys()
+
+
+def test_qk_norm_stays_finite_in_float16_where_unfused_overflows():
+    """Projections that give plain logits beyond 65504: fairseq's unfused order overflows in float16,
+    qk_norm keeps its logits at most sqrt(hd) and its float16 output close to the float64 one."""
+    torch.manual_seed(0)
+    qk = MultiheadSelfAttention(16, 4, attention="qk_norm")
+    unfused = MultiheadSelfAttention(16, 4, attention="unfused")
+    with torch.no_grad():
+        for proj in (qk.q_proj, qk.k_proj):
+            proj.weight.normal_(0.0, 100.0)  # q, k ~ 400 per feature: plain logits ~ 400^2 * 4 / 2 = 3e5
+    unfused.load_state_dict(qk.state_dict(), strict=False)
+    x = torch.randn(2, 6, 16)
+    assert not torch.isfinite(unfused.half()(x.half())).all()
+    ref = qk.double()(x.double())
+    y16 = qk.half()(x.half())
+    assert y16.dtype == torch.float16 and torch.isfinite(y16).all()
+    torch.testing.assert_close(y16.double(), ref, atol=5e-2, rtol=2e-2)
+
+
+def test_encoder_config_takes_qk_norm_and_only_it_has_the_norms():
+    hd = 32 // 4
+    plain, qk = TransformerEncoder(tiny_config()), TransformerEncoder(tiny_config(attention="qk_norm"))
+    assert all(b.attn.attention == "qk_norm" and b.attn.q_norm is not None for b in qk.blocks)
+    assert all(b.attn.q_norm is None and b.attn.k_norm is None for b in plain.blocks)
+    extra = sum(p.numel() for p in qk.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert extra == 2 * 4 * hd  # layers x (q and k) x (gain and bias) x hd
+    norm = qk.blocks[0].attn.q_norm
+    assert torch.equal(norm.weight, torch.ones(hd)) and torch.equal(norm.bias, torch.zeros(hd))  # identity at init
+
+
 # --- the block against PyTorch's reference layer ------------------------------------------------
 
 

@@ -149,6 +149,7 @@ def test_bad_inputs_are_refused():
 ARMS = {
     "pre": dict(norm="pre"),
     "pre_attn_relax": dict(norm="pre", attention="pb_relax"),
+    "pre_qk_norm": dict(norm="pre", attention="qk_norm"),
     "post_deepnorm": dict(norm="deepnorm"),
     "post": dict(norm="post"),
 }

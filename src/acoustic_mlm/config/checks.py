@@ -26,7 +26,7 @@ from acoustic_mlm.model.config import cqt_top_frequency, mask_groups, total_stri
 # Keys of earlier versions, with what replaced them (a config still using one gets this sentence).
 RENAMED_RUN_KEYS = {
     "deepnorm": "'norm: deepnorm' (norm is pre | post | deepnorm)",
-    "attn_relax": "'attention: pb_relax' (attention is softmax | pb_relax)",
+    "attn_relax": "'attention: pb_relax' (attention is softmax | pb_relax | unfused | qk_norm)",
 }
 # Keys of earlier versions renamed with their values unchanged: old dotted key -> new dotted key. A
 # config still using one gets a sentence naming the new key; settings recorded under the old names

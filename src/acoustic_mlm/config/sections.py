@@ -295,10 +295,11 @@ class RunConfig:
         enum=NORMS,
         doc="pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha x + F(x)) with beta-scaled init",
     )
-    attention: str = setting(  # softmax | pb_relax | unfused
+    attention: str = setting(  # softmax | pb_relax | unfused | qk_norm
         enum=ATTENTIONS,
         doc="softmax: fused scaled-dot-product attention; pb_relax: CogView's PB-Relax with model.relax_alpha; "
-        "unfused: fairseq's order (q.k in the model's dtype, softmax in float32)",
+        "unfused: fairseq's order (q.k in the model's dtype, softmax in float32); qk_norm: queries and keys "
+        "layer-normalised per head, then the fused kernel (Dehghani et al. 2023)",
     )
     clip: float = setting(minimum=0)
     seeds: tuple[int, ...] = setting(  # one training run per seed; the figure shows their mean and 95% interval

@@ -18,7 +18,8 @@ import numpy as np
 from acoustic_mlm.declare import setting
 
 NORMS = ("pre", "post", "deepnorm")  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha x + F(x)), scaled init
-ATTENTIONS = ("softmax", "pb_relax", "unfused")  # fused kernel | PB-Relax with relax_alpha | fairseq's order
+# fused kernel | PB-Relax with relax_alpha | fairseq's order | q and k layer-normalised per head, then the fused kernel
+ATTENTIONS = ("softmax", "pb_relax", "unfused", "qk_norm")
 CQT_IMPLS = ("nnaudio", "fft")  # nnAudio's convolutions (as MERT) | the same kernels by FFT (model/cqt.py)
 
 

@@ -172,9 +172,16 @@ class MultiheadSelfAttention(nn.Module):
     """Self-attention with separate q/k/v/out projections (DeepNorm scales v and out only).
 
     attention "softmax": PyTorch's fused scaled_dot_product_attention; "pb_relax": PB-Relax with
-    relax_alpha; "unfused": fairseq's unfused order (q.k^T in the model's dtype, softmax in float32).
+    relax_alpha; "unfused": fairseq's unfused order (q.k^T in the model's dtype, softmax in float32);
+    "qk_norm": qk-layernorm, each head's query and key layer-normalised over the head width (one
+    LayerNorm for queries and one for keys, shared by the heads, gain 1 and bias 0 at init) before the
+    fused kernel (Dehghani et al. 2023, ViT-22B, arXiv 2302.05442; Wortsman et al. 2023, arXiv
+    2309.14322, as the remedy for attention-logit growth). A normalised q or k has norm sqrt(hd)
+    (less by eps), so at the initial gains |q.k| / sqrt(hd) <= sqrt(hd) whatever the projections'
+    scale: the logits cannot grow with the weights, only with the norms' gains.
     qk_gain multiplies q and k (so the logits by its square): forced logit growth, as Wortsman et al.
-    2023 (arXiv 2309.14322) transplant it; 1 leaves the attention as it is.
+    2023 (arXiv 2309.14322) transplant it; 1 leaves the attention as it is. Under qk_norm it acts after
+    the norms, so the logits still grow by its square.
     No padding mask: every crop in a batch has the same length.
     """
 
@@ -203,6 +210,10 @@ class MultiheadSelfAttention(nn.Module):
         self.k_proj = nn.Linear(dim, dim)
         self.v_proj = nn.Linear(dim, dim)
         self.out_proj = nn.Linear(dim, dim)
+        # qk-layernorm over each head's hd features; None for the other attentions (no parameters)
+        qk_norm = self.attention == "qk_norm"
+        self.q_norm = nn.LayerNorm(dim // heads, eps=1e-5) if qk_norm else None
+        self.k_norm = nn.LayerNorm(dim // heads, eps=1e-5) if qk_norm else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
@@ -211,10 +222,12 @@ class MultiheadSelfAttention(nn.Module):
             return t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
 
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))  # (B, H, T, hd)
+        if self.q_norm is not None:  # qk_norm: per head, over hd
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, H, T, hd), each row of norm ~sqrt(hd) at init
         if self.qk_gain != 1.0:  # forced logit growth (1: not applied, so no rounding either)
             q, k = q * self.qk_gain, k * self.qk_gain
         p = self.dropout if self.training else 0.0
-        if self.attention == "softmax":
+        if self.attention in ("softmax", "qk_norm"):  # qk_norm: normalised above, then the fused kernel
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, T, hd)
         elif self.attention == "unfused":
             y = unfused_attention(q, k, v, dropout_p=p, training=self.training)  # (B, H, T, hd)

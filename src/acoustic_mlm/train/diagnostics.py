@@ -111,11 +111,18 @@ def update_ratios(blocks: dict[str, list[torch.Tensor]], before: list[list[torch
 
 
 def attention_logits(
-    x: torch.Tensor, q_proj: nn.Linear, k_proj: nn.Linear, heads: int, qk_gain: float = 1.0
+    x: torch.Tensor,
+    q_proj: nn.Linear,
+    k_proj: nn.Linear,
+    heads: int,
+    qk_gain: float = 1.0,
+    q_norm: nn.LayerNorm | None = None,
+    k_norm: nn.LayerNorm | None = None,
 ) -> torch.Tensor:
     """The pre-softmax logits q.k / sqrt(hd) of self-attention on input x (B, T, D), in float32:
     (B, H, T, T). What a plain softmax kernel exponentiates; PB-Relax divides them by alpha first.
-    qk_gain: the attention's forced logit growth (q and k each multiplied by it)."""
+    qk_gain: the attention's forced logit growth (q and k each multiplied by it); q_norm, k_norm:
+    attention qk_norm's per-head LayerNorms (applied before the gain, as the attention does)."""
     B, T, D = x.shape
     with torch.autocast(device_type=x.device.type, enabled=False):
         x = x.float()
@@ -123,6 +130,9 @@ def attention_logits(
         k = F.linear(x, k_proj.weight.float(), None if k_proj.bias is None else k_proj.bias.float())
         q = q.view(B, T, heads, D // heads).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, heads, D // heads).transpose(1, 2)  # (B, H, T, hd)
+        if q_norm is not None:
+            q = F.layer_norm(q, q_norm.normalized_shape, q_norm.weight.float(), q_norm.bias.float(), q_norm.eps)
+            k = F.layer_norm(k, k_norm.normalized_shape, k_norm.weight.float(), k_norm.bias.float(), k_norm.eps)
         if qk_gain != 1.0:
             q, k = q * qk_gain, k * qk_gain
         return (q @ k.transpose(-2, -1)) / math.sqrt(D // heads)  # (B, H, T, T)
@@ -206,7 +216,10 @@ class ValidProbe:
     def _attention_hook(self, i: int):
         def hook(module, args):
             with torch.no_grad():
-                m = attention_logits(args[0], module.q_proj, module.k_proj, module.heads, module.qk_gain).abs().amax()
+                m = attention_logits(
+                    args[0], module.q_proj, module.k_proj, module.heads, module.qk_gain, module.q_norm, module.k_norm
+                )
+                m = m.abs().amax()
             self.logit_max[i] = m if self.logit_max[i] is None else torch.maximum(self.logit_max[i], m)
 
         return hook
