@@ -4,6 +4,7 @@ import errno
 import hashlib
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -366,4 +367,45 @@ def test_a_resumable_folder_takes_nothing_made_from_other_inputs(tmp_path):
         assert json.loads((parts.tmp / utils.RESUME).read_text()) == {"settings": 2}  # for the next run
         parts.done()
     assert list(final.iterdir()) == []  # nothing of the other inputs' run came in
+    assert not list(tmp_path.glob(".codes.tmp-*"))
+
+
+def test_a_resumable_part_that_fails_its_check_is_redone_not_taken(tmp_path, caplog):
+    final = tmp_path / "prepared"
+    _killed_run_folder(final, {"settings": 1}, ["shard-00000", "shard-00001"])
+    with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
+        with utils.resumable_dir(final, "prepare") as parts:
+            assert parts.match({"settings": 1})
+            cut = {"shard-00001": "its audio.npy holds 3 samples where shard.json records 9"}
+            names = ["shard-00001", "shard-00000"]
+            taken = [parts.take(name, "done.json", check=lambda f: cut.get(f.name)) for name in names]
+            assert taken == [False, True]
+            (parts.tmp / "shard-00001").mkdir()
+            parts.done()
+    assert "prepare shard-00001: left by the killed earlier run but its audio.npy holds 3 samples" in caplog.text
+
+
+SIGTERMED_STAGE = r"""
+import os, signal, sys
+from pathlib import Path
+from acoustic_mlm import cli, utils
+
+signal.signal(signal.SIGTERM, cli._terminate)  # as amlm does: SIGTERM is SystemExit(143)
+with utils.resumable_dir(Path(sys.argv[1]), "tokenize") as parts:
+    parts.match({"settings": 1})
+    (parts.tmp / "shard-00000").mkdir()
+    (parts.tmp / "shard-00000" / "done.json").write_text("{}")
+    os.kill(os.getpid(), signal.SIGTERM)  # a scheduler preempts the job while shard 1 is encoded
+"""
+
+
+def test_a_resumable_stage_stopped_by_sigterm_keeps_its_finished_parts_for_the_next_run(tmp_path):
+    final = tmp_path / "codes"
+    stopped = subprocess.run([sys.executable, "-c", SIGTERMED_STAGE, str(final)], capture_output=True, text=True)
+    assert stopped.returncode == 143, stopped.stderr
+    assert not final.exists() and len(list(tmp_path.glob(".codes.tmp-*"))) == 1  # kept, never under the final name
+    with utils.resumable_dir(final, "tokenize") as parts:
+        assert parts.match({"settings": 1}) and parts.take("shard-00000", "done.json")
+        parts.done()
+    assert [p.name for p in final.iterdir()] == ["shard-00000"]
     assert not list(tmp_path.glob(".codes.tmp-*"))

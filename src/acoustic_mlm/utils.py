@@ -177,8 +177,8 @@ def claim_killed_run(final: str | Path) -> Path | None:
     node) left for `final`, renamed to a temporary name of this process, for the caller to take its
     finished parts from (each written atomically inside it) and then remove; None when there is none.
     The name carries this process's id: no other run removes it meanwhile, and if this one is killed
-    too the next run claims it again. A clean stop (SIGTERM, SIGINT) removes its own temporary folder:
-    only a hard kill leaves one to claim."""
+    too the next run claims it again. SIGINT removes its own temporary folder; a hard kill and, for a
+    resumable stage, SIGTERM (a scheduler's preemption) leave one to claim."""
     final = Path(final)
     dead = []
     with contextlib.suppress(OSError):
@@ -223,12 +223,23 @@ class Resumable:
         self._earlier = self._claimed if same else None
         return same
 
-    def take(self, name: str, record: str) -> bool:
-        """Move the killed run's finished part `name` (a folder whose `record` file says it is whole) into tmp."""
+    def take(self, name: str, record: str, check=None) -> bool:
+        """Move the killed run's finished part `name` (a folder whose `record` file says it is whole) into
+        tmp. `check(folder)`: why the part's content does not match its record (a file cut or changed
+        since), or None; a part that fails it is redone, never taken on trust."""
         if self._earlier is None or not (self._earlier / name / record).is_file():
             return False
+        problem = None
+        if check is not None:
+            try:
+                problem = check(self._earlier / name)
+            except UserError as exc:  # its record unreadable
+                problem = str(exc)
+        if problem:
+            log.warning("%s %s: left by the killed earlier run but %s; redoing it", self.stage, name, problem)
+            return False
         os.rename(self._earlier / name, self.tmp / name)
-        log.info("%s %s: finished by the killed earlier run, taken as it is", self.stage, name)
+        log.info("%s %s: finished by the killed earlier run, checked against its record and taken", self.stage, name)
         return True
 
     def done(self) -> None:
@@ -244,7 +255,7 @@ def resumable_dir(final: str | Path, stage: str) -> Iterator[Resumable]:
     `.take`); the claimed folder is removed at the end, whatever happens."""
     claimed = claim_killed_run(final)
     try:
-        with atomic_dir(final) as tmp:
+        with atomic_dir(final, keep_on_sigterm=True) as tmp:
             yield Resumable(tmp, claimed, stage)
     finally:
         if claimed is not None:
@@ -289,13 +300,15 @@ def _settle(old: Path | None, final: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(final: str | Path) -> Iterator[Path]:
+def atomic_dir(final: str | Path, keep_on_sigterm: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces `final` by two renames.
 
     Nothing half-written ever sits at `final`: an exception, SIGINT or SIGTERM removes the
     temporary folder; a harder kill leaves it, and the next run for `final` removes it. An
     existing `final` is renamed aside before the new one is renamed in and removed after, so
-    `final` is the old folder or the new one, complete, whenever a stop comes.
+    `final` is the old folder or the new one, complete, whenever a stop comes. `keep_on_sigterm`: a
+    SIGTERM (a scheduler preempting the job) leaves the temporary folder, as a hard kill does, for the
+    next run to claim and take its finished parts from (`resumable_dir`).
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +328,10 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
             old = None
     except BaseException as exc:
         written = _tree_bytes(tmp) if tmp is not None and is_out_of_space(exc) else 0
-        if tmp is not None:
+        preempted = keep_on_sigterm and isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM
+        if tmp is not None and preempted:
+            log.info("stopped by SIGTERM: the finished parts stay in %s for the next run to take", tmp.name)
+        elif tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         _settle(old, final)
         if (

@@ -4,6 +4,7 @@ not match the audio, a shard's audio missing: one line naming the file)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import shutil
@@ -33,6 +34,7 @@ from acoustic_mlm.artifacts.prepared import (
     read_shard_record,
     read_shard_tables,
     shard_name,
+    shard_problem,
     to_stored,
     write_manifest,
     write_plan,
@@ -165,13 +167,22 @@ def test_load_prepared_detects_a_mismatch(data_dirs, tmp_path):
 
 
 def test_the_shard_and_corpus_records_read_back_and_damage_is_one_line(tmp_path):
-    shard = {"shard": 0, "files": 4, "kept": 3, "rejected": 1, "samples": 576000}
+    shard = {"shard": 0, "files": 4, "kept": 3, "rejected": 1, "samples": 3}
+    np.save(tmp_path / "audio.npy", np.zeros(3, np.int16))  # the record is written after the audio, its sha256 read
     write_shard_record(tmp_path, shard)
     path = tmp_path / SHARD_RECORD
+    shard["audio_sha256"] = hashlib.sha256((tmp_path / "audio.npy").read_bytes()).hexdigest()
     assert path.read_text() == json.dumps(shard, indent=2, sort_keys=True) + "\n"  # keys sorted, as before
     assert read_shard_record(path) == shard
+    assert shard_problem(tmp_path) is None
+    np.save(tmp_path / "audio.npy", np.zeros(1, np.int16))
+    assert shard_problem(tmp_path) == "its audio.npy holds 1 samples where shard.json records 3"
+    np.save(tmp_path / "audio.npy", np.ones(3, np.int16))
+    assert shard_problem(tmp_path) == "its audio.npy is not the audio shard.json records (sha256 differs)"
+    (tmp_path / "audio.npy").write_bytes(b"\x93NUMPY")
+    assert shard_problem(tmp_path).startswith("its audio.npy is not a readable .npy array")
     with pytest.raises(ValueError, match="shard.json's keys"):
-        write_shard_record(tmp_path, {**shard, "extra": 1})
+        write_shard_record(tmp_path, {k: v for k, v in shard.items() if k != "audio_sha256"} | {"extra": 1})
     path.write_text(json.dumps({**shard, "kept": 2.5}))
     read_refused(lambda: read_shard_record(path), path, "'kept' is 2.5, not int", "prepare")
     path.write_text('{"shard": 0, "files": 4')

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -300,3 +301,56 @@ def test_one_usable_file_cannot_be_split(tmp_path):
 def test_missing_raw_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match="run fetch first"):
         prepare.run(make_config(make_cfg()), tmp_path / "nope", tmp_path / "prepared")
+
+
+def _killed_prepare(cfg, root, final) -> Path:
+    """The temporary folder a prepare killed after its last shard left for `final`: a copy of the
+    finished corpus's plan and shards with the inputs record the run wrote."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = final.parent / f".{final.name}.tmp-{int(dead.stdout)}-x"  # a process id that is gone
+    left.mkdir(parents=True)
+    shutil.copy(root / "prepared" / "shards.csv", left / "shards.csv")
+    for shard in sorted((root / "prepared").glob("shard-*")):
+        shutil.copytree(shard, left / shard.name)
+    key = prepare._resume_key(make_config(cfg), root / "raw", left / "shards.csv")
+    (left / "resume.json").write_text(json.dumps(key))
+    return left
+
+
+@pytest.mark.parametrize("damage", ["cut", "other_content"])
+def test_a_resumed_prepare_checks_each_finished_shard_against_its_record(prepared, tmp_path, caplog, damage):
+    """A killed run's shard whose audio.npy was cut to a third, or holds other samples, with its
+    shard.json intact, is prepared again, never taken: the corpus equals an uninterrupted run's."""
+    cfg, root = prepared
+    final = tmp_path / "prepared"
+    left = _killed_prepare(cfg, root, final)
+    audio = left / "shard-00001" / "audio.npy"
+    data = audio.read_bytes()
+    if damage == "cut":
+        audio.write_bytes(data[: len(data) // 3])
+    else:
+        header = len(data) - 2 * np.load(audio).size  # int16 or float32: flip the last sample's bytes
+        audio.write_bytes(data[:-4] + bytes(b ^ 0xFF for b in data[-4:]))
+        assert header > 0
+    with caplog.at_level(logging.INFO, logger="acoustic_mlm"):
+        prepare.run(make_config(cfg), root / "raw", final)
+    why = "holds" if damage == "cut" else "sha256 differs"
+    assert "prepare shard-00001: left by the killed earlier run but its audio.npy" in caplog.text
+    assert why in caplog.text or "not a readable .npy" in caplog.text
+    assert "prepare shard-00000: finished by the killed earlier run, checked against its record" in caplog.text
+    for name in ("manifest.csv", "shard-00000/audio.npy", "shard-00001/audio.npy", "shard-00001/shard.json"):
+        assert (final / name).read_bytes() == (root / "prepared" / name).read_bytes(), name
+
+
+def test_a_shards_record_holds_its_audios_sha256(prepared):
+    from acoustic_mlm.artifacts.prepared import read_shard_record, shard_problem
+    from acoustic_mlm.utils import file_sha256
+
+    _, root = prepared
+    shard = root / "prepared" / "shard-00000"
+    record = read_shard_record(shard / "shard.json")
+    assert record["audio_sha256"] == file_sha256(shard / "audio.npy")
+    assert record["samples"] == len(np.load(shard / "audio.npy")) and shard_problem(shard) is None

@@ -273,3 +273,22 @@ def test_bad_inputs_fail_in_one_line_naming_the_file(breakage, needle, tmp_path)
     assert needle in str(err.value) and "\n" not in str(err.value)
     assert str(prep) in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_resume_key_covers_each_shards_audio_not_only_the_manifest(prepared, tmp_path):
+    """Clips replaced by other sounds of the same names and lengths leave the manifest as it was; the
+    key a resumed tokenize compares changes, so the killed run's model and codes are not taken."""
+    from acoustic_mlm.artifacts.prepared import load_prepared
+
+    copy = tmp_path / "prepared"
+    shutil.copytree(prepared, copy)
+    shards = load_prepared(copy).shards
+    before = stage._resume_key(tok_cfg(), copy, shards)
+    audio = copy / "shard-00000" / "audio.npy"
+    samples = np.load(audio)
+    np.save(audio, samples[::-1].copy())  # other sounds, same length and dtype
+    after = stage._resume_key(tok_cfg(), copy, shards)
+    assert (copy / "manifest.csv").read_bytes() == (prepared / "manifest.csv").read_bytes()
+    assert after["manifest_sha256"] == before["manifest_sha256"]
+    assert after["audio_sha256"]["shard-00000"] != before["audio_sha256"]["shard-00000"]
+    assert after != before and sorted(after["audio_sha256"]) == [f"shard-{k:05d}" for k in shards]

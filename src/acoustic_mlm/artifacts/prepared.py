@@ -10,7 +10,8 @@ writers and their checked readers. Tokenization and training read the corpus thr
                          int16 PCM (2 bytes per sample) whose value x stands for x / 32768 (as_float)
       clips.csv          the manifest's columns but shard and split: SHARD_COLUMNS
       rejects.csv        path, reason: REJECTS_COLUMNS (write_shard_tables, read_shard_tables)
-      shard.json         counts: SHARD_RECORD_KEYS (write_shard_record, read_shard_record)
+      shard.json         counts and the audio's sha256: SHARD_RECORD_KEYS (write_shard_record,
+                         read_shard_record; shard_problem checks a shard against it)
     manifest.csv         written last, it marks the corpus complete (write_manifest, load_prepared): one
                          row per clip, MANIFEST_COLUMNS: clip_id, path (relative to the raw folder), shard,
                          split (train | valid), offset (first sample in its shard's audio.npy), num_samples
@@ -35,7 +36,14 @@ import pandas as pd
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, read_json, rerun_advice
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.utils import OutOfSpaceError, atomic_path, is_out_of_space, recover_replaced, write_json
+from acoustic_mlm.utils import (
+    OutOfSpaceError,
+    atomic_path,
+    file_sha256,
+    is_out_of_space,
+    recover_replaced,
+    write_json,
+)
 
 MANIFEST = "manifest.csv"  # written last: it marks the corpus complete
 MANIFEST_COLUMNS = (
@@ -60,7 +68,7 @@ SHARD_RECORD = "shard.json"  # shard-<k>/shard.json: the shard's counts
 RECORD = "prepare.json"  # the corpus's counts
 NUMBER = (int, float)
 # shard.json's keys and their types (written sorted by key, as every JSON record)
-SHARD_RECORD_KEYS = {"files": int, "kept": int, "rejected": int, "samples": int, "shard": int}
+SHARD_RECORD_KEYS = {"audio_sha256": str, "files": int, "kept": int, "rejected": int, "samples": int, "shard": int}
 # prepare.json's keys and their types; clips and seconds: {"train": ..., "valid": ...}
 RECORD_KEYS = {
     "clips": dict,
@@ -240,8 +248,27 @@ def _write_record(path: Path, record: dict, keys: dict) -> None:
 
 
 def write_shard_record(folder: Path, record: dict) -> None:
-    """A shard's shard.json (SHARD_RECORD_KEYS), into its (temporary) folder."""
+    """A shard's shard.json (SHARD_RECORD_KEYS), into its (temporary) folder, after its audio.npy: the
+    counts given and the audio's sha256, read from the file written (what a resumed run checks)."""
+    record = {**record, "audio_sha256": file_sha256(Path(folder) / AUDIO)}
     _write_record(Path(folder) / SHARD_RECORD, record, SHARD_RECORD_KEYS)
+
+
+def shard_problem(folder: Path) -> str | None:
+    """Why a finished shard's folder does not hold what its shard.json records (an audio.npy cut
+    short, another length, other content), or None: what a resumed prepare checks before taking it."""
+    folder = Path(folder)
+    record = read_shard_record(folder / SHARD_RECORD)
+    path = folder / AUDIO
+    try:
+        n = len(np.load(path, mmap_mode="r"))
+    except Exception as exc:  # noqa: BLE001 - a cut or unreadable .npy is one answer: redo the shard
+        return f"its {AUDIO} is not a readable .npy array ({type(exc).__name__})"
+    if n != record["samples"]:
+        return f"its {AUDIO} holds {n} samples where {SHARD_RECORD} records {record['samples']}"
+    if file_sha256(path) != record["audio_sha256"]:
+        return f"its {AUDIO} is not the audio {SHARD_RECORD} records (sha256 differs)"
+    return None
 
 
 def read_shard_record(path: str | Path) -> dict:

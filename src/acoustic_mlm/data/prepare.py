@@ -57,6 +57,7 @@ from acoustic_mlm.artifacts.prepared import (
     read_plan,
     read_shard_tables,
     shard_name,
+    shard_problem,
     write_manifest,
     write_plan,
     write_record,
@@ -351,7 +352,7 @@ def run(cfg: C.Config, raw_dir: Path, out_dir: Path) -> None:
         todo = plan(cfg, raw_dir, parts.tmp)
         parts.match(_resume_key(cfg, raw_dir, parts.tmp / PLAN))  # shards.csv included: same plan, same shards
         for shard in sorted(todo["shard"].unique()):
-            if not parts.take(shard_name(shard), SHARD_RECORD):
+            if not parts.take(shard_name(shard), SHARD_RECORD, check=shard_problem):
                 prepare_shard(cfg, raw_dir, parts.tmp, shard)
         parts.done()
         merge(cfg, parts.tmp)

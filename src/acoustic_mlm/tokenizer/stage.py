@@ -65,7 +65,7 @@ from acoustic_mlm.artifacts.codes import (
     write_loudness,
     write_tokenizer_summary,
 )
-from acoustic_mlm.artifacts.prepared import MANIFEST, PLAN, load_prepared, read_plan, shard_name
+from acoustic_mlm.artifacts.prepared import AUDIO, MANIFEST, PLAN, load_prepared, read_plan, shard_name
 from acoustic_mlm.data.corpus import check_calibration_data
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
@@ -374,12 +374,13 @@ def run(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> N
     Snakemake runs the same three steps as separate jobs (one per shard), DVC runs this. Memory is one
     padded batch and one shard's codes. A run killed mid-corpus (SIGKILL, the OOM killer, a lost node)
     leaves its temporary folder; the next run takes its fitted model and the shards it had finished
-    (each written whole) when the settings and the prepared corpus (its manifest) are the same.
+    (each written whole) when the settings and the prepared corpus (its manifest and its audio, by
+    content) are the same; a SIGTERM (a scheduler's preemption) leaves them too.
     """
     _check_config(cfg)
     corpus = read_prepared(prepared_dir)
     with resumable_dir(out_dir, "tokenize") as parts:
-        parts.match(_resume_key(cfg, prepared_dir))
+        parts.match(_resume_key(cfg, prepared_dir, corpus.shards))
         if not parts.take(MODEL_DIR, FIT):
             fit(cfg, prepared_dir, parts.tmp, threads)
         for shard in corpus.shards:
@@ -389,11 +390,15 @@ def run(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> N
         merge(cfg, prepared_dir, parts.tmp)
 
 
-def _resume_key(cfg: C.Config, prepared_dir: Path) -> dict:
-    """What the fit and a shard's codes depend on: the settings of the steps up to them and the corpus."""
+def _resume_key(cfg: C.Config, prepared_dir: Path, shards: list[int]) -> dict:
+    """What the fit and a shard's codes depend on: the settings of the steps up to them and the corpus,
+    its manifest and every shard's audio by content (clips replaced by other sounds of the same names
+    and lengths leave the manifest as it was)."""
+    prepared_dir = Path(prepared_dir)
     return {
-        "prepared_dir": str(Path(prepared_dir).resolve()),
-        "manifest_sha256": file_sha256(Path(prepared_dir) / MANIFEST),
+        "prepared_dir": str(prepared_dir.resolve()),
+        "manifest_sha256": file_sha256(prepared_dir / MANIFEST),
+        "audio_sha256": {shard_name(k): file_sha256(prepared_dir / shard_name(k) / AUDIO) for k in shards},
         "settings": C.settings(cfg, C.result_keys("tokenize_shard", cfg, upstream=True)),
     }
 
