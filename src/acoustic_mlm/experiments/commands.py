@@ -1,0 +1,56 @@
+"""`amlm experiment`: a round's plan, its standing against git, and its verdicts (experiments.judge)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from acoustic_mlm.cli_options import command, opt
+
+
+@command(
+    "experiment",
+    opt(
+        "verb",
+        type=None,
+        choices=("plan", "status", "judge"),
+        help="plan: runs and cost; status: the declaration against git; judge: verdicts from the round's tables",
+    ),
+    opt("round", metavar="ROUND_YAML", help="the round's declaration (config/experiments/<round>.yaml)"),
+    opt("--out", help="judge: output folder (default: results/experiments/<round>)"),
+    opt(
+        "--partial",
+        action="store_true",
+        help="judge: a round not finished yet (parts without all runs: 'not finished')",
+    ),
+    opt("--figure", help="judge: also draw the round's sensitivity curves to this image"),
+    folders=("out",),
+    files=("figure",),
+)
+def experiment_command(args, cfg) -> None:
+    """plan, check and judge a round of experiments
+
+    A round is a declaration (config/experiments/<round>.yaml): base preset and size, arms, cells, seeds, promises
+    with their test, alpha and family. plan lists its runs with their counted cost and which are done; status says
+    whether the declaration was committed before the round's first runs; judge reads the round's tables through the
+    checked reader, checks every row against the plan and writes the verdicts (docs/stability.md).
+    """
+    from acoustic_mlm.experiments import declaration, judge
+
+    if args.verb == "judge":
+        result = judge.judge(args.round, args.out, partial=args.partial, figure=args.figure)
+        print(json.dumps(result["verdict"], indent=2))
+        for path in result["written"]:
+            print(f"wrote {path}")
+        return
+    if args.verb == "status":
+        print(json.dumps(judge.git_status(Path(args.round)), indent=2))
+        return
+    rnd = declaration.load(args.round)
+    rows = judge.cost_rows(rnd)
+    for r in rows:
+        state = "done" if r["done"] else "to run"
+        print(f"{r['cell']:>14} {r['arm']:<26} lr {r['lr']:<7g} seed {r['seed']:<5} {r['tflop']:9.2f} TFLOP  {state}")
+    left = [r for r in rows if not r["done"]]
+    total = sum(r["tflop"] for r in left)
+    print(f"{rnd.name}: {len(rows)} runs planned, {len(rows) - len(left)} done, {len(left)} to run ({total:.1f} TFLOP)")
