@@ -13,6 +13,7 @@
     amlm map-figure final loss vs learning rate, per arm       -> results/figures/lr_sensitivity.{png,pdf,svg}
     amlm map-claims LR sensitivity and the settings' promises  -> results/map_claims.{json,md}
     amlm decide     the decisive experiments' pre-registered verdicts -> results/decisive/
+    amlm experiment a round's plan, its declaration against git, its verdicts -> results/experiments/
     amlm preflight  measure every arm before a GPU run        -> results/preflight.{json,md}
     amlm status     one line per arm and seed while runs train (reads results/runs/)
     amlm verify     this installation's run against the shipped reference run, in bits
@@ -35,6 +36,7 @@ from acoustic_mlm.config.config_commands import validate_command
 from acoustic_mlm.data.data_commands import fetch_command, prepare_command
 from acoustic_mlm.dvcgen_commands import dvc_yaml_command
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.experiments.commands import experiment_command
 from acoustic_mlm.preflight.preflight_commands import preflight_command
 from acoustic_mlm.report import report_commands as R
 from acoustic_mlm.tokenizer.tokenizer_commands import tokenize_command
@@ -59,6 +61,7 @@ COMMANDS = {
         R.map_figure_command,
         R.map_claims_command,
         R.decide_command,
+        experiment_command,
         preflight_command,
         R.status_command,
         R.verify_command,
