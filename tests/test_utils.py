@@ -409,3 +409,40 @@ def test_a_resumable_stage_stopped_by_sigterm_keeps_its_finished_parts_for_the_n
         parts.done()
     assert [p.name for p in final.iterdir()] == ["shard-00000"]
     assert not list(tmp_path.glob(".codes.tmp-*"))
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling_symlink", "folder", "fifo", "hard_link"])
+def test_a_lock_path_that_is_not_the_folders_own_file_is_refused_and_nothing_outside_is_written(tmp_path, kind):
+    folder, outside = tmp_path / "runs" / "prenorm_clip1", tmp_path / "precious.txt"
+    folder.mkdir(parents=True)
+    outside.write_text("keep me")
+    path = folder / utils.LOCK_NAME
+    {
+        "symlink": lambda: path.symlink_to(outside),
+        "dangling_symlink": lambda: path.symlink_to(tmp_path / "elsewhere" / "new.txt"),
+        "folder": lambda: path.mkdir(),
+        "fifo": lambda: os.mkfifo(path),
+        "hard_link": lambda: os.link(outside, path),
+    }[kind]()
+    with pytest.raises(utils.UserError) as refused:
+        with utils.folder_lock(folder, "train prenorm_clip1"):
+            pytest.fail("locked through a path that is not the folder's own file")
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and "not the lock file amlm writes there; remove it" in message
+    assert "\n" not in message
+    assert outside.read_text() == "keep me" and not (tmp_path / "elsewhere").exists()
+    assert os.path.lexists(path)  # left for the user to look at, never removed or followed
+    assert utils.folder_busy(folder) is None
+
+
+def test_the_lock_is_filelocks_with_the_holders_line(tmp_path):
+    import filelock
+
+    folder = tmp_path / "run"
+    with utils.folder_lock(folder, "train x"):
+        line = (folder / utils.LOCK_NAME).read_text()
+        assert line == f"amlm train x (pid {os.getpid()} on {utils._host()})"
+        assert utils.folder_busy(folder) == line
+        with pytest.raises(filelock.Timeout):  # the library's lock, as any filelock user sees it
+            filelock.FileLock(folder / utils.LOCK_NAME, timeout=0).acquire()
+    assert not folder.exists() and utils.folder_busy(folder) is None
