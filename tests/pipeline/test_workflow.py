@@ -108,16 +108,127 @@ def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
     assert proc.returncode == 0 and "rule preflight" not in proc.stdout + proc.stderr
 
 
-def test_snakemake_refuses_command_line_overrides(root, tmp_path):
+def test_snakemake_config_overrides_reach_every_job_through_one_merged_file(root, tmp_path):
+    """`--config KEY=VALUE` (the catalog's way): the file's settings with the override merged in are
+    written to results/config.yaml, which every job's command reads; a nested value is typed as YAML types it."""
     repo = copy_repo(root, tmp_path / "repo")
+    smoke = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    assert smoke["cpu_kernels"] == "avx2" and smoke["train"]["steps"] != 20
     proc = subprocess.run(
-        SNAKEMAKE + ["-n", "--cores", "1", "--config", "figure={split: valid}"],
+        SNAKEMAKE
+        + ["-n", "--cores", "1", "--printshellcmds", "--configfile", "config/smoke.yaml"]
+        + ["--config", "cpu_kernels=native", "train={steps: 20, lr: 1e-3}"],
         cwd=repo,
         capture_output=True,
         text=True,
     )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "--config figure=...: command-line overrides are not supported" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    commands = [line for line in out.splitlines() if "python -m acoustic_mlm" in line]
+    assert len(commands) >= 10 and all("--config results/config.yaml " in c for c in commands), commands
+    assert re.search(r"train \S+ --config results/config\.yaml", out)
+    merged = yaml.safe_load((repo / "results" / "config.yaml").read_text())
+    expected = {**smoke, "cpu_kernels": "native", "train": {**smoke["train"], "steps": 20, "lr": 0.001}}
+    assert merged == expected  # the override and nothing else: the other train keys are the file's
+    # The next run's overrides replace the last's: the file is rewritten, the file's train section is back.
+    again = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/smoke.yaml", "--config", "cpu_kernels=native"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stderr
+    assert yaml.safe_load((repo / "results" / "config.yaml").read_text())["train"] == smoke["train"]
+    # Without overrides the jobs read the file itself, as before.
+    plain = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--printshellcmds", "--configfile", "config/smoke.yaml"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert plain.returncode == 0 and "--config config/smoke.yaml " in plain.stdout + plain.stderr
+    assert "results/config.yaml" not in plain.stdout + plain.stderr
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("cpu_kernels=avx9", "'cpu_kernels': 'avx9' is not one of ['avx2', 'native']"),
+        ("train={steps: 5}", "'train.warmup_steps' (10) must be below 'train.steps' (5)"),
+        ("steps=10", "unknown key 'steps'"),
+    ],
+)
+def test_snakemake_refuses_an_invalid_override_in_one_line(root, tmp_path, override, needle):
+    repo = copy_repo(root, tmp_path / "repo")
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/smoke.yaml", "--config", override],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower() or "invalid" in line]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    prefix = "snakemake: invalid configuration: config/smoke.yaml with --config"
+    assert len(errors) == 1 and errors[0].startswith(prefix)
+    assert needle in errors[0], errors
+    assert not (repo / "results" / "config.yaml").exists()  # nothing written for a refused override
+
+
+def test_the_catalog_test_config_draws_the_rule_graph(root, tmp_path):
+    """The Snakemake workflow catalog's check: `.test/` holds the smoke preset, and the rule graph of
+    `-s workflow/Snakefile -d .test` is the pipeline's."""
+    link = root / ".test" / "config" / "config.yaml"
+    assert link.resolve() == (root / "config" / "smoke.yaml").resolve()
+    repo = copy_repo(root, tmp_path / "repo")
+    proc = subprocess.run(
+        SNAKEMAKE + ["-s", "workflow/Snakefile", "-d", ".test", "--rulegraph"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    labels = set(re.findall(r'label = "(\w+)"', proc.stdout))
+    assert {"fetch", "plan", "prepare", "tokenize", "train", "aggregate", "figure", "claims", "all"} <= labels
+    dry = subprocess.run(
+        SNAKEMAKE + ["-s", "workflow/Snakefile", "-d", ".test", "-n", "--cores", "1", "--printshellcmds"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert 'PYTHONPATH="../src" python -m acoustic_mlm fetch --config config/config.yaml' in dry.stdout
+    assert "--reference ../data/reference/paper_curves.csv" in dry.stdout
+
+
+def test_the_workflow_schema_is_the_packages_schema(root):
+    """workflow/schemas/config.schema.yaml (the catalog's place, read by Snakemake's validate) is the
+    schema generated from the configuration's dataclasses, written as YAML."""
+    from acoustic_mlm.config import schema
+
+    path = root / "workflow" / "schemas" / "config.schema.yaml"
+    regenerate = (
+        'python -c "import yaml; from acoustic_mlm.config import schema as s; '
+        "print(yaml.safe_dump(s.generate(), sort_keys=False, width=120), end='')\" "
+        "> workflow/schemas/config.schema.yaml"
+    )
+    assert path.read_text() == yaml.safe_dump(schema.generate(), sort_keys=False, width=120), f"stale: {regenerate}"
+    shipped = json.loads((root / "src/acoustic_mlm/config/config.schema.json").read_text())
+    assert yaml.safe_load(path.read_text()) == shipped
+    common = (root / "workflow" / "rules" / "common.smk").read_text()
+    assert 'validate(_whole, str(ROOT / "workflow/schemas/config.schema.yaml")' in common
+    assert "except ImportError" not in common  # Snakemake's validate runs on every parse, not as a fallback
+
+
+def test_snakemakes_validate_refuses_what_the_package_refuses(root):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    path = str(root / "workflow" / "schemas" / "config.schema.yaml")
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    validate(dict(cfg), path, set_default=False)
+    for bad in ({**cfg, "cpu_kernels": "avx9"}, {**cfg, "typo": 1}, {**cfg, "train": {**cfg["train"], "steps": "x"}}):
+        with pytest.raises(WorkflowError):
+            validate(bad, path, set_default=False)
 
 
 def test_snakemake_refuses_invalid_config(root, tmp_path):
@@ -135,7 +246,7 @@ def test_snakemake_refuses_invalid_config(root, tmp_path):
 def test_dvc_stages_call_the_same_commands_as_the_rules(root, tmp_path):
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     # Snakemake runs the same check while it parses the workflow (common.smk), DVC as its first stage
-    assert "amlm_config.load(CONFIGFILE)" in rules
+    assert "amlm_config.from_mapping(_whole, source=_source)" in rules
     for stages in (_dvc(root)["stages"], _sweep_dvc(root, tmp_path)["stages"]):
         assert stages.pop("check_config")["cmd"].startswith("amlm validate")
         for name, stage in stages.items():

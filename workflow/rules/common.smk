@@ -16,24 +16,21 @@ ROOT = Path(workflow.basedir) if (Path(workflow.basedir) / "src").is_dir() else 
 sys.path.insert(0, str(ROOT / "src"))
 from acoustic_mlm import config as amlm_config
 from acoustic_mlm.config import sweep as amlm_sweep
+from acoustic_mlm.utils import atomic_path
 
 
 # The CLI reads the configuration from a file, so that file is the whole configuration: the one
 # --configfile, or the default. Snakemake deep-merges --configfile into the Snakefile's
 # `configfile:` (config/config.yaml), which would add the default's arms to the user's; so `config`
-# is replaced below by the file's contents alone. `--config KEY=VALUE` overrides would never reach
-# the CLI's jobs, and several --configfile files would be merged where the CLI reads one: both are
-# refused in one line (exit status 2, as the CLI's refusals), before any job runs.
+# is rebuilt below from the file's contents alone. Several --configfile files would be merged where
+# the CLI reads one: they are refused in one line (exit status 2, as the CLI's refusals), before any
+# job runs. `--config KEY=VALUE` overrides are merged into the file's settings, and the result is
+# written to MERGED, which every job then reads in place of the file.
 def _refuse(message):
     print(f"snakemake: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-if workflow.config_settings.config:
-    _refuse(
-        f"--config {' '.join(f'{k}=...' for k in workflow.config_settings.config)}: command-line overrides are "
-        "not supported; put every setting in one YAML file and pass it with --configfile FILE"
-    )
 # Snakemake keeps only the last of repeated options (`--configfile a --configfile b` reads b alone), so
 # the command line itself is counted too.
 _given = [a for a in sys.argv[1:] if a.split("=")[0] in ("--configfile", "--configfiles")]
@@ -47,21 +44,70 @@ CONFIGFILE = (
     if workflow.overwrite_configfiles
     else "config/config.yaml"
 )
+MERGED = "results/config.yaml"  # the file's settings with the --config overrides, when there are any
+OVERRIDES = dict(workflow.config_settings.config or {})
+
+
+def _typed(value):
+    """A nested --config value as YAML would type it: Snakemake reads `train={steps: 10}` with YAML's
+    base loader, which leaves every scalar inside a string ('10'); a top-level value it types itself."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, str):
+        for parse in (int, float):  # the order Snakemake types a top-level value in
+            try:
+                return parse(value)
+            except ValueError:
+                pass
+        words = {"true": True, "false": False, "null": None, "~": None}
+        return words.get(value.lower(), value) if value.lower() in words else value
+    return value
+
+
+def _merged(base, overrides):
+    """`base` with `overrides` merged in key by key (nested mappings merged, any other value replaced), as
+    Snakemake merges --config into its config; `base` itself is left as it is."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data):  # the package's reader refuses YAML aliases: write every value out
+        return True
+
+
 # The CLI's own validation (schema, cross-field and cross-stage rules), at parse time: an invalid
-# file stops Snakemake before any job runs, so no output is deleted for a job that would fail.
+# file or override stops Snakemake with one line before any job runs, so no output is deleted for a
+# job that would fail.
 try:
-    _whole = amlm_config.load(CONFIGFILE).mapping  # the validated file: Snakemake's config is the file's keys
+    _whole = amlm_config.read_yaml(CONFIGFILE)
+    _source = CONFIGFILE
+    if OVERRIDES:
+        _whole = _merged(_whole, {k: _typed(v) for k, v in OVERRIDES.items()})
+        _source = f"{CONFIGFILE} with --config {' '.join(OVERRIDES)}"
+    amlm_config.from_mapping(_whole, source=_source)
 except amlm_config.ConfigError as _exc:
     print(f"snakemake: invalid configuration: {_exc}", file=sys.stderr)
     sys.exit(2)  # as the CLI: exit status 2 for a problem with the user's input
-except ImportError as _exc:  # Snakemake's own environment lacks a dependency of the package
-    # The shipped schema is generated from the configuration's dataclasses (python -m acoustic_mlm.config
-    # --write; tests/config/test_schema.py holds it current): keys, types, ranges and every enum, the
-    # model's norms and attentions included. Only the rules across keys are left to the stages.
-    print(f"snakemake: warning: full configuration check skipped ({_exc}); schema only", file=sys.stderr)
-    with open(CONFIGFILE) as _fh:
-        _whole = yaml.safe_load(_fh)
-    validate(_whole, str(ROOT / "src/acoustic_mlm/config/config.schema.json"))
+# The catalog's check: the same schema (generated from the configuration's dataclasses, as the
+# package's; tests/config/test_schema.py holds the two equal), by Snakemake's validator.
+validate(_whole, str(ROOT / "workflow/schemas/config.schema.yaml"), set_default=False)
+if OVERRIDES:
+    _text = (
+        f"# {CONFIGFILE} with --config {' '.join(OVERRIDES)}, written by Snakemake for its jobs: edit those,\n"
+        "# not this file (it is rewritten at every run with overrides).\n"
+    ) + yaml.dump(_whole, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
+    if not os.path.isfile(MERGED) or Path(MERGED).read_text() != _text:  # unchanged: left alone
+        with atomic_path(MERGED) as _tmp:
+            _tmp.write_text(_text)
+    CONFIGFILE = MERGED
 config.clear()
 config.update(_whole)
 
@@ -70,6 +116,8 @@ config.update(_whole)
 # The path is relative to the working directory (the repository root), so that moving the
 # checkout does not change rule parameters and trigger reruns.
 SRC = os.path.relpath(ROOT / "src")
+# The paper's digitised curves, shipped in the repository (relative, as SRC: `-d .test` finds them too).
+REFERENCE = os.path.relpath(ROOT / "data/reference/paper_curves.csv")
 AMLM = f'PYTHONPATH="{SRC}" python -m acoustic_mlm'
 # A run on several GPUs: torchrun starts train.processes DDP processes (one per GPU) on each of
 # train.nodes machines (srun and a c10d rendezvous under SLURM); the package builds the command

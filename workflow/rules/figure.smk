@@ -25,7 +25,7 @@ rule aggregate:
 rule figure:
     input:
         curves="results/loss_curves.csv",
-        reference="data/reference/paper_curves.csv",  # overlaid when figure.overlay_paper
+        reference=REFERENCE,  # overlaid when figure.overlay_paper
     output:
         png=report(
             "results/figures/acoustic_mlm_loss_codebook0.png",
@@ -78,7 +78,7 @@ rule claims:
     input:
         curves="results/loss_curves.csv",
         diagnostics="results/diagnostics.csv",
-        reference="data/reference/paper_curves.csv",
+        reference=REFERENCE,
     output:
         json="results/claims.json",
         md=report("results/claims.md", caption="../report/claims.rst", category="2. Findings"),
@@ -100,7 +100,7 @@ rule claims:
 rule compare:
     input:
         curves="results/loss_curves.csv",
-        reference="data/reference/paper_curves.csv",
+        reference=REFERENCE,
     output:
         report(
             "results/figures/paper_vs_reproduction.png",
