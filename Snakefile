@@ -12,9 +12,9 @@ include: "workflow/Snakefile"
 # An included file cannot set the default target (Snakemake restores the including file's), so the
 # default here is workflow/Snakefile's `all`: the same files, whichever of the two Snakefiles runs.
 rule default:
+    default_target: True
     input:
         rules.all.input,
-    default_target: True
 
 
 localrules:

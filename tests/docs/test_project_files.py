@@ -15,8 +15,21 @@ def test_one_version_everywhere(root):
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "acoustic_mlm.__version__"}
     cff = yaml.safe_load((root / "CITATION.cff").read_text())
     assert str(cff["version"]) == acoustic_mlm.__version__
-    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", (root / "CHANGELOG.md").read_text(), re.M)
-    assert released and released[0] == acoustic_mlm.__version__
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})$", (root / "CHANGELOG.md").read_text(), re.M)
+    assert released and released[0][0] == acoustic_mlm.__version__
+    # The citation's release date is the version's heading's (a BibTeX export takes its year from it).
+    assert str(cff["date-released"]) == released[0][1]
+    assert 'date-released: "' in (root / "CITATION.cff").read_text()  # quoted: a string, as CFF's schema wants
+
+
+def test_the_package_index_metadata(root):
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    classifiers = project["classifiers"]
+    assert "Programming Language :: Python :: 3.11" in classifiers
+    assert "Intended Audience :: Science/Research" in classifiers
+    assert not any(c.startswith("License ::") for c in classifiers)  # PEP 639: the `license` expression says it
+    assert len(classifiers) == len(set(classifiers)) and all(" :: " in c for c in classifiers)
+    assert project["urls"]["Paper"] == "https://arxiv.org/abs/2306.00107"
 
 
 def test_licence_and_citation(root):

@@ -75,6 +75,24 @@ def test_snakemake_lint(root, tmp_path):
     assert "Congratulations" in proc.stdout + proc.stderr
 
 
+def test_snakefiles_are_snakefmt_clean(root):
+    """`snakefmt --check .` (the workflow catalog's format check, settings in pyproject's [tool.snakefmt])
+    finds every Snakefile and .smk file and would change none."""
+    snakefiles = sorted(
+        p.relative_to(root).as_posix() for p in [root / "Snakefile", *(root / "workflow").rglob("*")] if p.is_file()
+    )
+    snakefiles = [p for p in snakefiles if p.endswith((".smk", "Snakefile"))]
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "--verbose", "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"All {len(snakefiles)} file(s) would be left unchanged" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("preset, gpu", [("smoke.yaml", 0), ("paper.yaml", 1)])
 def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
     repo = copy_repo(root, tmp_path / "repo")

@@ -40,9 +40,7 @@ if len(workflow.overwrite_configfiles) > 1 or len(_given) > 1:
         "merge them into one YAML file and pass it with --configfile FILE"
     )
 CONFIGFILE = (
-    os.path.relpath(workflow.overwrite_configfiles[-1])
-    if workflow.overwrite_configfiles
-    else "config/config.yaml"
+    os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "config/config.yaml"
 )
 MERGED = "results/config.yaml"  # the file's settings with the --config overrides, when there are any
 OVERRIDES = dict(workflow.config_settings.config or {})

@@ -10,15 +10,15 @@
 rule fetch:
     output:
         directory("data/raw"),
+    log:
+        "results/logs/fetch.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("fetch"),
-    log:
-        "results/logs/fetch.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} fetch --config {params.config} --out {output} > {log} 2>&1"
 
@@ -28,15 +28,15 @@ checkpoint plan:
         "data/raw",
     output:
         "data/prepared/shards.csv",
+    log:
+        "results/logs/prepare/plan.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("plan"),
-    log:
-        "results/logs/prepare/plan.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} prepare --plan --config {params.config} --raw {input} --out data/prepared > {log} 2>&1"
 
@@ -47,16 +47,16 @@ rule prepare_shard:
         plan="data/prepared/shards.csv",
     output:
         directory("data/prepared/shard-{shard}"),
+    log:
+        "results/logs/prepare/shard-{shard}.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         k=lambda wildcards: int(wildcards.shard),
         settings=settings_for("prepare_shard"),
-    log:
-        "results/logs/prepare/shard-{shard}.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} prepare --shard {params.k} --config {params.config} --raw {input.raw} --out data/prepared "
         "> {log} 2>&1"
@@ -70,15 +70,15 @@ rule prepare:
         manifest="data/prepared/manifest.csv",
         rejects=report("data/prepared/rejects.csv", caption="../report/rejects.rst", category="4. Data"),
         summary="data/prepared/prepare.json",
+    log:
+        "results/logs/prepare/merge.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("prepare_merge"),
-    log:
-        "results/logs/prepare/merge.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} prepare --merge --config {params.config} --out data/prepared > {log} 2>&1"
 
@@ -89,15 +89,15 @@ rule fit_tokenizer:
         shards=prepared_shards,
     output:
         directory("data/codes/model"),
+    log:
+        "results/logs/tokenize/fit.log",
+    conda:
+        ENV
+    threads: config["tokenizer"]["threads"]  # fixed: the codes depend on it (acoustic_mlm.config tokenizer.threads)
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("tokenize_fit"),
-    log:
-        "results/logs/tokenize/fit.log",
-    threads: config["tokenizer"]["threads"]  # fixed: the codes depend on it (acoustic_mlm.config tokenizer.threads)
-    conda:
-        ENV
     shell:
         "{params.cli} tokenize --fit --config {params.config} --threads {threads} --prepared data/prepared "
         "--out data/codes > {log} 2>&1"
@@ -110,18 +110,18 @@ rule tokenize_shard:
         model="data/codes/model",
     output:
         directory("data/codes/shard-{shard}"),
+    log:
+        "results/logs/tokenize/shard-{shard}.log",
+    conda:
+        ENV
+    threads: config["tokenizer"]["threads"]  # fixed: the codes depend on it (acoustic_mlm.config tokenizer.threads)
+    resources:
+        gpu=1 if config["tokenizer"]["device"] == "cuda" else 0,
     params:
         cli=AMLM,
         config=CONFIGFILE,
         k=lambda wildcards: int(wildcards.shard),
         settings=settings_for("tokenize_shard"),
-    log:
-        "results/logs/tokenize/shard-{shard}.log",
-    threads: config["tokenizer"]["threads"]  # fixed: the codes depend on it (acoustic_mlm.config tokenizer.threads)
-    resources:
-        gpu=1 if config["tokenizer"]["device"] == "cuda" else 0,
-    conda:
-        ENV
     shell:
         "{params.cli} tokenize --shard {params.k} --config {params.config} --threads {threads} "
         "--prepared data/prepared --out data/codes > {log} 2>&1"
@@ -134,15 +134,15 @@ rule tokenize:
         shards=code_shards,
     output:
         "data/codes/tokenizer.json",
+    log:
+        "results/logs/tokenize/merge.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("tokenize_merge"),
-    log:
-        "results/logs/tokenize/merge.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} tokenize --merge --config {params.config} --prepared data/prepared --out data/codes "
         "> {log} 2>&1"

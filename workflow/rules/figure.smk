@@ -8,15 +8,15 @@ rule aggregate:
         curves="results/loss_curves.csv",
         diagnostics="results/diagnostics.csv",
         finals="results/final_losses.json",  # each arm's final loss by role (DVC: dvc exp show's columns)
+    log:
+        "results/logs/aggregate.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("aggregate"),
-    log:
-        "results/logs/aggregate.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} aggregate --config {params.config} --runs-dir results/runs --out {output.curves} "
         "--finals {output.finals} > {log} 2>&1"
@@ -34,15 +34,15 @@ rule figure:
         ),
         pdf="results/figures/acoustic_mlm_loss_codebook0.pdf",
         svg="results/figures/acoustic_mlm_loss_codebook0.svg",
+    log:
+        "results/logs/figure.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("figure"),
-    log:
-        "results/logs/figure.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} figure --config {params.config} --curves {input.curves} --reference {input.reference} "
         "--out results/figures > {log} 2>&1"
@@ -60,15 +60,15 @@ rule stability:
         ),
         pdf="results/figures/stability.pdf",
         svg="results/figures/stability.svg",
+    log:
+        "results/logs/stability.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("stability"),
-    log:
-        "results/logs/stability.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} stability --config {params.config} --curves {input.curves} "
         "--diagnostics {input.diagnostics} --out results/figures > {log} 2>&1"
@@ -82,15 +82,15 @@ rule claims:
     output:
         json="results/claims.json",
         md=report("results/claims.md", caption="../report/claims.rst", category="2. Findings"),
+    log:
+        "results/logs/claims.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("claims"),
-    log:
-        "results/logs/claims.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} claims --config {params.config} --curves {input.curves} --reference {input.reference} "
         "--diagnostics {input.diagnostics} "
@@ -107,15 +107,15 @@ rule compare:
             caption="../report/compare.rst",
             category="1. Figure",
         ),
+    log:
+        "results/logs/compare.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("compare"),
-    log:
-        "results/logs/compare.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} compare --config {params.config} --curves {input.curves} --reference {input.reference} "
         "--out {output} > {log} 2>&1"

@@ -8,15 +8,15 @@ rule stability_map:
         summaries=expand("results/runs/{run}/summary.json", run=RUNS),
     output:
         report("results/stability_map.csv", caption="../report/stability_map.rst", category="2. Findings"),
+    log:
+        "results/logs/map.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("map"),
-    log:
-        "results/logs/map.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} map --config {params.config} --runs-dir results/runs --out {output} > {log} 2>&1"
 
@@ -32,15 +32,15 @@ rule map_figure:
         ),
         pdf="results/figures/lr_sensitivity.pdf",
         svg="results/figures/lr_sensitivity.svg",
+    log:
+        "results/logs/map_figure.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("map_figure"),
-    log:
-        "results/logs/map_figure.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} map-figure --config {params.config} --map {input} --out results/figures > {log} 2>&1"
 
@@ -51,15 +51,15 @@ rule map_claims:
     output:
         json="results/map_claims.json",
         md=report("results/map_claims.md", caption="../report/map_claims.rst", category="2. Findings"),
+    log:
+        "results/logs/map_claims.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("map_claims"),
-    log:
-        "results/logs/map_claims.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} map-claims --config {params.config} --map {input} --out-json {output.json} "
         "--out-md {output.md} > {log} 2>&1"
@@ -75,15 +75,15 @@ rule decide:
         cells="results/decisive/cells.csv",
         json="results/decisive/decisive.json",
         md=report("results/decisive/decisive.md", caption="../report/decisive.rst", category="2. Findings"),
+    log:
+        "results/logs/decide.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
         settings=settings_for("decide"),
-    log:
-        "results/logs/decide.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} decide --config {params.config} --runs-dir results/runs --codes data/codes "
         "--out results/decisive > {log} 2>&1"

@@ -7,17 +7,17 @@ rule preflight:
     output:
         json="results/preflight.json",
         md="results/preflight.md",
+    log:
+        "results/logs/preflight.log",
+    conda:
+        ENV
+    threads: config["train"]["threads"]
+    resources:
+        gpu=1 if USE_GPU else 0,
     params:
         cli=AMLM,
         config=CONFIGFILE,
         # what its numbers depend on: the model, training and arms, the corpus size and the codes' bandwidth
         settings={key: config[key] for key in ("data", "tokenizer", "model", "train", "runs")},
-    log:
-        "results/logs/preflight.log",
-    threads: config["train"]["threads"]
-    resources:
-        gpu=1 if USE_GPU else 0,
-    conda:
-        ENV
     shell:
         "{params.cli} preflight --config {params.config} --threads {threads} --out results > {log} 2>&1"

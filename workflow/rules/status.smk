@@ -5,13 +5,13 @@
 
 
 rule status:
+    log:
+        "results/logs/status.log",
+    conda:
+        ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,
-    log:
-        "results/logs/status.log",
-    threads: 1
-    conda:
-        ENV
     shell:
         "{params.cli} status --config {params.config} --runs-dir results/runs 2>&1 | tee {log}"

@@ -15,19 +15,19 @@ rule train:
             subcategory="{run}",
         ),
         summary="results/runs/{run}/summary.json",
+    log:
+        "results/logs/train/{run}.log",
+    conda:
+        ENV
+    threads: config["train"]["threads"]
+    resources:
+        **TRAIN_SLURM,
+        gpu=GPUS if USE_GPU else 0,
     params:
         cli=TRAIN_CLI,
         config=CONFIGFILE,
         settings=lambda wildcards: settings_for("train", wildcards.run),
         out=lambda wildcards: f"results/runs/{wildcards.run}",
-    log:
-        "results/logs/train/{run}.log",
-    threads: config["train"]["threads"]
-    resources:
-        gpu=GPUS if USE_GPU else 0,
-        **TRAIN_SLURM,
-    conda:
-        ENV
     shell:
         "{params.cli} train {wildcards.run} --config {params.config} --threads {threads} "
         "--prepared data/prepared --codes data/codes --out {params.out} > {log} 2>&1"
