@@ -27,10 +27,31 @@ def test_every_gpu_preset_trains_on_real_music_against_the_official_encodec(pres
     assert r["prepared_gb"] == pytest.approx(hours * 3600 * 24000 * 2 / 1e9)  # int16: 2 bytes per sample
     assert r["codes_gb"] == pytest.approx(hours * 3600 * 75 * 8 * 2 / 1e9)
     assert r["disk_gb"] == pytest.approx(2 * r["download_gb"] + r["prepared_gb"] + r["codes_gb"])
+    assert r["peak_disk_gb"] == r["final_disk_gb"] == r["disk_gb"]  # nothing is removed along the way
+    assert r["free_gb"] > 0 and r["disk_fits"] == (r["peak_disk_gb"] <= r["free_gb"])
+    # on a GPU: EnCodec's counted FLOPs at the assumed share of the fp32 peak
+    assert r["tokenize_gflops_per_audio_second"] == pytest.approx(3.137, abs=0.001)
+    assert r["tokenize_gpu_hours"] == pytest.approx(hours * 3600 * 3.1368192e9 / (67e12 * 0.35) / 3600)
     assert r["tokenize_hours"] == pytest.approx(hours * D.TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR / 16)
     assert r["prepare_hours"] == pytest.approx(hours * D.PREPARE_CORE_HOURS_PER_AUDIO_HOUR / 16)
     page = " ".join(D.lines(r))
-    assert f"{D._n(r['epochs'])} epochs" in page and "on a GPU: not yet measured" in page
+    assert f"{D._n(r['epochs'])} epochs" in page and "a lower bound, not measured" in page
+    assert f"on one H100 / H200 (SXM): {D._n(r['tokenize_gpu_hours'])} h" in page
+
+
+def test_fma_full_tokenizes_in_hours_on_a_gpu_by_its_counted_flops_against_1780_on_two_cores():
+    r = D.data_costs(C.load(ROOT / "config" / "paper.yaml"), 2)
+    assert round(r["tokenize_hours"]) == 1780  # CPU: measured per core (BENCHMARKS.md)
+    assert 1.0 < r["tokenize_gpu_hours"] < 1.2  # 8,232 h x 3.14 GFLOP/s at 35 % of 67 TFLOP/s: a lower bound
+
+
+def test_the_peak_that_does_not_fit_the_free_space_is_marked(tmp_path, monkeypatch):
+    cfg = C.load(ROOT / "config" / "gpu-small.yaml")
+    monkeypatch.setattr(D.shutil, "disk_usage", lambda p: type("U", (), {"free": 64 * 2**30})())
+    r = D.data_costs(cfg, 2, data_dir=tmp_path / "not" / "yet")
+    assert r["free_where"] == str(tmp_path) and r["free_gb"] == pytest.approx(68.72, abs=0.01)
+    assert r["disk_fits"] is False and round(r["peak_disk_gb"]) == 357  # DESIGN.md: gpu-small about 357 GB
+    assert "(**the peak does not fit**)" in " ".join(D.lines(r))
 
 
 def test_the_figures_the_preset_headers_quote():

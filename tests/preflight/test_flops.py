@@ -2,6 +2,8 @@
 torch.utils.flop_counter on a matmul and a conv stack. The whole model against the flop counter is
 tests/benchmarks/test_train_throughput.py."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -72,3 +74,18 @@ def test_step_is_the_sum_of_its_parts_and_the_transformer_scope_two_of_them():
     assert F.step_flops(TINY, 2 * B, T) == 2 * parts  # linear in the crops
     with pytest.raises(ValueError, match="scope must be 'step' or 'transformer'"):
         F.step_flops(TINY, B, T, scope="model")
+
+
+def test_encodec_encode_counts_3_1_gflop_per_audio_second_and_its_lstm_as_torch_decomposes_it():
+    from encodec import EncodecModel
+
+    counted = F.encodec_flops_per_second(6.0)
+    assert counted == pytest.approx(3.1368192e9)
+    # on the meta device torch decomposes the LSTM into matmuls, which its counter sees: the same total
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = EncodecModel.encodec_model_24khz(pretrained=False)
+        model.set_target_bandwidth(6.0)
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            model.encode(torch.zeros(1, 1, 24000))
+    assert fc.get_total_flops() == counted

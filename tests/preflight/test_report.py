@@ -155,8 +155,8 @@ def test_fp16_a_note_and_a_gpu_projection_with_a_sweep(measured):
         "**4.0 GB**." in md
     )
     assert "| H200 (141 GB) | 141 | yes | 281 |" in md
-    assert "**Projection on GPUs**" in md and "at 40% of each GPU's dense fp32 peak" in md
-    assert "| H200 | 989 | 210.0 | 3.5 | compute | 12.3 | 99 |" in md
+    assert "**Projection on GPUs**" in md and "at a share of each GPU's dense fp32 peak, measured where" in md
+    assert "| H200 | 989 | an assumed 40 % of its peak | 210.0 | 3.5 | compute | 12.3 | 98.7 |" in md
     assert "(hours: the projection above)" in md and "CPU-hours" not in md
     assert "**The sweep** (a projection from counted FLOPs, not a measurement): 9 points, 18 runs" in md
-    assert "| H200 | 1.50 | lr: 1.00, layers: 0.50 |" in md
+    assert "| H200 | 1.50 | an assumed 40 % of its peak | lr: 1.00, layers: 0.50 |" in md

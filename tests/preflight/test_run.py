@@ -233,7 +233,7 @@ def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp
     assert not list(tmp_path.glob(".*tmp*"))  # nothing half-written left behind
     summary = [r.getMessage() for r in caplog.records if "the figure takes" in r.getMessage()]
     assert len(summary) == 1 and "on this CPU (1 process(es) per run" in summary[0], summary
-    assert "GPU" not in summary[0] and re.search(r"takes \d+\.\d (min|h) on", summary[0]), summary
+    assert "GPU" not in summary[0] and re.search(r"takes (\d+ s|\d+\.\d (min|h)) on", summary[0]), summary
 
 
 def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_weights(root, tmp_path):
@@ -338,10 +338,12 @@ def test_paper_preset_without_its_gpu_answers_within_a_minute(root, tmp_path):
     gpus = {g["gpu"]: g for g in r["gpu_projection"]}
     assert set(gpus) == {"H100 / H200 (SXM)", "A100 (SXM)"}
     m = cfg.model_for("prenorm_clip1")
+    # the H200's measured 12.4 % for paper's micro-batch in fp16_fairseq (BENCHMARKS.md), the assumed 35 % elsewhere
+    assert gpus["H100 / H200 (SXM)"]["utilisation"] == pytest.approx(0.124)
+    assert gpus["A100 (SXM)"]["utilisation"] == project.DEFAULT_UTILISATION
     for g in gpus.values():  # from counted FLOPs at the stated utilisation: no CPU time enters
-        p = g["arms"][0]
-        assert g["utilisation"] == project.DEFAULT_UTILISATION
-        assert p["compute_ms"] == pytest.approx(56 * step_flops(m, 1, 384) / (g["peak_tflops"] * 1e12 * 0.35) * 1000)
+        p, u = g["arms"][0], g["utilisation"]
+        assert p["compute_ms"] == pytest.approx(56 * step_flops(m, 1, 384) / (g["peak_tflops"] * 1e12 * u) * 1000)
         assert p["ms_per_update"] == pytest.approx(
             p["compute_ms"] + max(0.0, expected_comm - 2 / 3 * p["compute_ms"] / 56)
         )

@@ -6,7 +6,9 @@ speeds measured per core (BENCHMARKS.md, "The data stages per core"). A projecti
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
@@ -38,6 +40,12 @@ KNOWN_CORPORA = {
 # music as 44.1 kHz stereo MP3 (BENCHMARKS.md): core-hours per hour of audio (205x and 2.31x real time).
 PREPARE_CORE_HOURS_PER_AUDIO_HOUR = 0.00487  # MP3 decode, mix to mono, resample to 24 kHz
 TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR = 0.4325  # EnCodec 24 kHz's encoder and RVQ at 6 kbps (pretrained architecture)
+# The GPU tokenization estimate: EnCodec's counted FLOPs (flops.encodec_flops_per_second) on one GPU at an assumed
+# share of its fp32 peak (the tokenizer runs EnCodec in float32; NVIDIA's H100/H200 SXM datasheet: 67 TFLOP/s).
+# A lower bound on the time: not measured on a GPU, and the encoder's LSTM steps through 75 frames per audio
+# second one after another.
+TOKENIZE_GPU = ("H100 / H200 (SXM)", 67.0)
+TOKENIZE_GPU_UTILISATION = 0.35
 MERT_330M_HOURS = 160_000  # MERT's training corpus (Li et al. 2023, arXiv 2306.00107)
 
 
@@ -60,9 +68,18 @@ def epochs(cfg: C.Config, seconds: float) -> float:
     return seen / (seconds * (1.0 - cfg.data.valid_fraction))
 
 
-def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None) -> dict:
-    """The corpus, its download and disk (GB, decimal), the CPU hours of prepare and tokenize (per core
-    and on `cores` cores), and the epochs the preset's updates make of it."""
+def free_gb(path: Path) -> tuple[float, str]:
+    """Free space (GB) on the filesystem that holds `path` (its nearest existing folder), and that folder."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free / GB, str(p)
+
+
+def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None, data_dir: Path = Path("data")) -> dict:
+    """The corpus, its download and disk (GB, decimal) at the peak and when the data stages are done, the free
+    space where the data goes (`data_dir`), the CPU hours of prepare and tokenize (per core and on `cores`
+    cores) and a GPU estimate of tokenize from counted FLOPs, and the epochs the preset's updates make of it."""
     d = cfg.data
     seconds = corpus_seconds(cfg, corpus_hours)
     known = KNOWN_CORPORA.get(d.source) if corpus_hours is None else None
@@ -85,12 +102,27 @@ def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None) -> 
     codes = seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB
     prepare_ch = hours * PREPARE_CORE_HOURS_PER_AUDIO_HOUR
     tokenize_ch = hours * TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR
+    free, where = free_gb(data_dir)
+    peak = 2 * download + prepared + codes  # nothing is removed: the archive, its members, prepared audio, codes
+    from acoustic_mlm.preflight.flops import encodec_flops_per_second  # builds EnCodec's architecture: only here
+
+    tok_flops = encodec_flops_per_second(float(cfg.tokenizer.bandwidth))
     out.update(
         download_gb=download,
         extracted_gb=download,  # MP3s in a zip: stored as they are; fetch keeps the archive beside them
         prepared_gb=prepared,
         codes_gb=codes,
-        disk_gb=2 * download + prepared + codes,
+        disk_gb=peak,
+        peak_disk_gb=peak,
+        final_disk_gb=peak,
+        disk_parts="archive + extracted members + prepared audio + codes, all kept",
+        free_gb=free,
+        free_where=where,
+        disk_fits=peak <= free,
+        tokenize_gflops_per_audio_second=tok_flops / 1e9,
+        tokenize_gpu=TOKENIZE_GPU[0],
+        tokenize_gpu_utilisation=TOKENIZE_GPU_UTILISATION,
+        tokenize_gpu_hours=seconds * tok_flops / (TOKENIZE_GPU[1] * 1e12 * TOKENIZE_GPU_UTILISATION) / 3600.0,
         prepare_core_hours=prepare_ch,
         tokenize_core_hours=tokenize_ch,
         prepare_hours=prepare_ch / cores,
@@ -112,11 +144,16 @@ def lines(r: dict) -> list[str]:
         return [f"**Data** ({r['source']}): {r['note']}."]
     return [
         f"**Data** ({r['source']}, {r['corpus_hours']:,.0f} h of audio; {r['corpus_source'] or 'generated'}): "
-        f"download {_n(r['download_gb'])} GB, disk {_n(r['disk_gb'])} GB (archive {_n(r['download_gb'])} + "
+        f"download {_n(r['download_gb'])} GB, disk {_n(r['peak_disk_gb'])} GB at the peak and "
+        f"{_n(r['final_disk_gb'])} GB when done (archive {_n(r['download_gb'])} + "
         f"extracted {_n(r['extracted_gb'])} + prepared audio {_n(r['prepared_gb'])} ({r['sample_format']}, 24 kHz) "
-        f"+ codes {_n(r['codes_gb'])}); prepare {_n(r['prepare_core_hours'])} CPU core-hours "
-        f"({_n(r['prepare_hours'])} h on {r['cores']} cores), tokenize ({r['tokenizer']}) "
-        f"{_n(r['tokenize_core_hours'])} CPU core-hours ({_n(r['tokenize_hours'])} h on {r['cores']} cores; on a "
-        f"GPU: not yet measured); the preset's updates are **{_n(r['epochs'])} epochs** of its train split "
+        f"+ codes {_n(r['codes_gb'])}); free where the data goes ({r['free_where']}): {_n(r['free_gb'])} GB"
+        f"{'' if r['disk_fits'] else ' (**the peak does not fit**)'}; prepare {_n(r['prepare_core_hours'])} CPU "
+        f"core-hours ({_n(r['prepare_hours'])} h on {r['cores']} cores), tokenize ({r['tokenizer']}) "
+        f"{_n(r['tokenize_core_hours'])} CPU core-hours ({_n(r['tokenize_hours'])} h on {r['cores']} cores; on one "
+        f"{r['tokenize_gpu']}: {_n(r['tokenize_gpu_hours'])} h, projected from EnCodec's counted "
+        f"{r['tokenize_gflops_per_audio_second']:.2f} GFLOP per audio second at an assumed "
+        f"{100 * r['tokenize_gpu_utilisation']:.0f} % of the fp32 peak, a lower bound, not measured); the "
+        f"preset's updates are **{_n(r['epochs'])} epochs** of its train split "
         f"(of MERT-330M's 160K h: {_n(r['mert_epochs'])}). Speeds: {r['throughput_source']}.",
     ]

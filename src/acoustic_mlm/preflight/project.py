@@ -15,6 +15,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import AcousticMLM
+from acoustic_mlm.preflight import measured
 from acoustic_mlm.preflight.data_costs import SAMPLE_BYTES, corpus_seconds
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.train.precision import traits
@@ -53,7 +54,8 @@ PROJECTION_GPU_MEMORY_GB: tuple[tuple[str, float], ...] = (
     ("A100 (40 GB)", 40.0),
 )
 HALF_ACTIVATION_SHARE = 0.5  # fp16_fairseq: a half model's activations are half the float32 ones counted
-DEFAULT_UTILISATION = 0.35  # share of the peak assumed for a projection: the middle of docs/recipe.md's 30-40 %
+# share of the peak assumed where no GPU measured the shape (measured.py): the middle of docs/recipe.md's 30-40 %
+DEFAULT_UTILISATION = 0.35
 # Interconnect bandwidth per GPU and direction, GB/s, for the gradient all-reduce:
 NVLINK_GB_S = 450.0  # within a node: NVLink 4 of an H100/H200 SXM, 900 GB/s bidirectional (NVIDIA H100 datasheet)
 # across nodes: one 400 Gb/s NDR InfiniBand port per GPU (NVIDIA DGX H100 datasheet, 8x ConnectX-7)
@@ -175,11 +177,22 @@ def steady_bytes_per_param(precision: str) -> int:
 # ----------------------------------------------------------------------------- on named GPUs, from counted FLOPs
 
 
+def _utilisation(rec: measured.MeasuredMfu | None, gpu: str, utilisation: float | None) -> tuple[float, str]:
+    """The share of `gpu`'s peak a projection uses and where it comes from: `--utilisation` when given, else the
+    measured MFU where a measurement of this shape was taken on this GPU, else DEFAULT_UTILISATION (assumed)."""
+    if utilisation is not None:
+        return utilisation, "given (--utilisation)"
+    hit = measured.on_gpu(rec, gpu)
+    if hit is not None:
+        return hit.mfu, f"measured: {hit.text()} on an {hit.gpu} at {hit.commit} ({hit.source})"
+    return DEFAULT_UTILISATION, "assumed"
+
+
 def gpu_projection(
     cfg: C.Config,
     arms: list[dict],
     precision: str,
-    utilisation: float,
+    utilisation: float | None,
     processes: int,
     nodes: int,
     slots: int,
@@ -187,17 +200,18 @@ def gpu_projection(
     inter_gb_s: float,
 ) -> list[dict]:
     """A projection, not a measurement: per GPU of PROJECTION_GPUS, one update of each arm from its
-    counted FLOPs (flops.step_flops, per process) at `utilisation` of the GPU's peak for `precision`,
-    plus what the gradient all-reduce leaves exposed; the figure's hours from those."""
+    counted FLOPs (flops.step_flops, per process) at a share of the GPU's peak for `precision` (`utilisation`
+    when given, else the measured MFU of this shape on this GPU (`measured.MEASURED_MFU`), else
+    DEFAULT_UTILISATION, assumed), plus what the gradient all-reduce leaves exposed; the figure's hours from
+    those. A row at an assumed share also gives its GPU-hours at the lowest measured MFU."""
     frames = cfg.crop_frames
-    rows = []
-    for gpu, half, fp32 in PROJECTION_GPUS:
-        gpu_peak = half if traits(precision).tensor_cores else fp32
+    rec = measured.for_config(cfg, precision)
+
+    def at(gpu_peak: float, util: float) -> tuple[list[dict], list[float]]:
         hours, per_arm = [], []
         for a in arms:
-            micro_ms = update_ms_at(
-                step_flops(cfg.model_for(a["run"]), a["measured_micro_batch"], frames), gpu_peak, utilisation
-            )
+            flops = step_flops(cfg.model_for(a["run"]), a["measured_micro_batch"], frames)
+            micro_ms = update_ms_at(flops, gpu_peak, util)
             compute = a["micro_batches_per_update"] * micro_ms
             comm = allreduce_ms(a["grad_bytes"], processes, nodes, intra_gb_s, inter_gb_s)
             ms, exposed, bound = with_communication(compute, micro_ms, comm)
@@ -213,50 +227,73 @@ def gpu_projection(
                 }
             )
             hours.append(per_arm[-1]["hours"])
-        rows.append(
-            {
-                "gpu": gpu,
-                "peak_tflops": gpu_peak,
-                "utilisation": utilisation,
-                "arms": per_arm,
-                "wall_hours": figure_wall_hours(hours, slots),
-                "gpu_hours": sum(hours) * processes,
-            }
-        )
+        return per_arm, hours
+
+    rows = []
+    for gpu, half, fp32 in PROJECTION_GPUS:
+        gpu_peak = half if traits(precision).tensor_cores else fp32
+        util, source = _utilisation(rec, gpu, utilisation)
+        per_arm, hours = at(gpu_peak, util)
+        row = {
+            "gpu": gpu,
+            "peak_tflops": gpu_peak,
+            "utilisation": util,
+            "utilisation_source": source,
+            "arms": per_arm,
+            "wall_hours": figure_wall_hours(hours, slots),
+            "gpu_hours": sum(hours) * processes,
+        }
+        if source == "assumed":
+            low = measured.lowest()
+            row["measured_mfu"] = measured.beside()
+            row["gpu_hours_at_lowest_measured"] = sum(at(gpu_peak, low.mfu_low)[1]) * processes
+            row["lowest_measured"] = low.mfu_low
+        rows.append(row)
     return rows
 
 
-def sweep_projection(cfg: C.Config, utilisation: float, intra_gb_s: float, inter_gb_s: float) -> dict | None:
+def sweep_projection(cfg: C.Config, utilisation: float | None, intra_gb_s: float, inter_gb_s: float) -> dict | None:
     """A projection, not a measurement: a sweep's whole map on each GPU of PROJECTION_GPUS, every point
-    from its own counted FLOPs (its model, batch and steps) at `utilisation` of the GPU's peak for its
-    own precision, plus its exposed all-reduce, its seeds one after another; None without a sweep.
-    Training updates only: validation rows and start-up are not counted."""
+    from its own counted FLOPs (its model, batch and steps) at a share of the GPU's peak for its own precision
+    (as `gpu_projection` chooses it, per point), plus its exposed all-reduce, its seeds one after another; None
+    without a sweep. Training updates only: validation rows and start-up are not counted. Each row also gives
+    its GPU-hours with every point at the lowest measured MFU (`measured.lowest`)."""
     pts = cfg.points
     if not pts:
         return None
     frames = cfg.crop_frames
+    low = measured.lowest()
     rows = []
     for gpu, half, fp32 in PROJECTION_GPUS:
-        gpu_hours, panels = 0.0, {}
+        gpu_hours, at_low, panels, sources = 0.0, 0.0, {}, set()
         for name, pt in pts.items():
             pc = cfg.point(name)
             m, t = pc.model_for(name), pc.train_for(name)
+            util, source = _utilisation(measured.for_config(pc, t.precision), gpu, utilisation)
+            sources.add(source)
             micro = t.batch_size // t.world
-            micro_ms = update_ms_at(
-                step_flops(m, micro, frames), half if traits(t.precision).tensor_cores else fp32, utilisation
-            )
+            flops = step_flops(m, micro, frames)
+            peak = half if traits(t.precision).tensor_cores else fp32
             grad_bytes = _param_count(m) * traits(t.precision).weight_bytes
             comm = allreduce_ms(grad_bytes, t.world, t.nodes, intra_gb_s, inter_gb_s)
-            ms, _, _ = with_communication(t.accum_steps * micro_ms, micro_ms, comm)
-            hours = wall_hours(t.steps, ms, len(pt.seeds)) * t.world
-            gpu_hours += hours
+            point_hours = []
+            for u in (util, low.mfu_low):
+                micro_ms = update_ms_at(flops, peak, u)
+                ms, _, _ = with_communication(t.accum_steps * micro_ms, micro_ms, comm)
+                point_hours.append(wall_hours(t.steps, ms, len(pt.seeds)) * t.world)
+            gpu_hours += point_hours[0]
+            at_low += point_hours[1]
             key = f"{m.layers} layers, {t.precision}"
-            panels[key] = panels.get(key, 0.0) + hours
+            panels[key] = panels.get(key, 0.0) + point_hours[0]
         rows.append(
             {
                 "gpu": gpu,
-                "utilisation": utilisation,
+                "utilisation": utilisation if utilisation is not None else DEFAULT_UTILISATION,
+                "utilisation_source": "; ".join(sorted(sources)),
                 "gpu_hours": gpu_hours,
+                "gpu_hours_at_lowest_measured": at_low,
+                "lowest_measured": low.mfu_low,
+                "measured_mfu": measured.beside(),
                 "panels": {k: round(v, 3) for k, v in panels.items()},
             }
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from acoustic_mlm.preflight.data_costs import lines as data_lines
 from acoustic_mlm.preflight.project import GB
+from acoustic_mlm.preflight.summary import number, share
 from acoustic_mlm.train.state import KEEP_STATES
 
 
@@ -130,17 +131,19 @@ def _figure(r: dict, kind: str) -> list[str]:
     if r["gpu_projection"] is not None:
         lines += [
             "**Projection on GPUs** (not a measurement: counted FLOPs, `acoustic_mlm.preflight.flops.step_flops`, at "
-            f"{100 * r['gpu_projection'][0]['utilisation']:.0f}% of each GPU's dense {r['precision']} peak, plus the "
-            "exposed all-reduce; no hours are taken from the CPU times above):",
+            f"a share of each GPU's dense {r['precision']} peak, measured where a GPU measured this shape "
+            "(`acoustic_mlm.preflight.measured`), else assumed, plus the exposed all-reduce; no hours are taken from "
+            "the CPU times above):",
             "",
-            "| GPU | peak TFLOP/s | ms/update | all-reduce ms | bound | the figure: wall hours | GPU-hours |",
-            "|---|---:|---:|---:|---|---:|---:|",
+            "| GPU | peak TFLOP/s | share of the peak | ms/update | all-reduce ms | bound | the figure: wall hours | "
+            "GPU-hours |",
+            "|---|---:|---|---:|---:|---|---:|---:|",
         ]
         for g in r["gpu_projection"]:
             a = g["arms"][0]
             lines.append(
-                f"| {g['gpu']} | {g['peak_tflops']:g} | {a['ms_per_update']:.1f} | {a['allreduce_ms']:.1f} | "
-                f"{a['bound']} | {g['wall_hours']:.1f} | {g['gpu_hours']:.0f} |"
+                f"| {g['gpu']} | {g['peak_tflops']:g} | {share(g)} | {a['ms_per_update']:.1f} | "
+                f"{a['allreduce_ms']:.1f} | {a['bound']} | {g['wall_hours']:.1f} | {number(g['gpu_hours'])} |"
             )
         lines += [
             "",
@@ -165,15 +168,15 @@ def _sweep(r: dict) -> list[str]:
         lines += [
             "",
             f"**The sweep** (a projection from counted FLOPs, not a measurement): {sw['points']} points, "
-            f"{sw['runs']} runs one after another on one GPU, each at its own precision's peak x "
-            f"{100 * sw['gpus'][0]['utilisation']:.0f}%, training updates only:",
+            f"{sw['runs']} runs one after another on one GPU, each at a share of its own precision's peak, "
+            "training updates only:",
             "",
-            "| GPU | GPU-hours for the map | by panel |",
-            "| --- | --- | --- |",
+            "| GPU | GPU-hours for the map | share of the peak | by panel |",
+            "| --- | --- | --- | --- |",
         ]
         for g in sw["gpus"]:
             by = ", ".join(f"{k}: {v:.2f}" for k, v in g["panels"].items())
-            lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {by} |")
+            lines.append(f"| {g['gpu']} | {g['gpu_hours']:.2f} | {share(g)} | {by} |")
     if r.get("sweep_models"):
         lines += [
             "",

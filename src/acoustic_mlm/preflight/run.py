@@ -73,6 +73,7 @@ from acoustic_mlm.preflight.project import (
     with_communication,
 )
 from acoustic_mlm.preflight.report import markdown
+from acoustic_mlm.preflight.summary import log_summary
 from acoustic_mlm.train.precision import FP32, traits
 from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
@@ -94,7 +95,7 @@ class Options:
     gpus_per_node: int | None = None  # GPUs per node of the projection (the GPUs here; on CPU train.processes)
     corpus_hours: float | None = None  # hours of audio, for a source whose size is unknown before fetching
     threads: int | None = None  # CPU threads for torch (train.threads)
-    utilisation: float = DEFAULT_UTILISATION  # share of a GPU's peak the projections assume
+    utilisation: float | None = None  # share of a GPU's peak projected at (measured MFU where known, else assumed)
     intra_node_gb_s: float = NVLINK_GB_S  # all-reduce bandwidth per GPU within a node
     inter_node_gb_s: float = INFINIBAND_GB_S  # ... and across nodes
     every_model: bool = False  # a CUDA preset measured on CPU: each distinct model, not the first only
@@ -138,8 +139,9 @@ def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"),
     float32 step (one crop of as many frames as fit `options.cpu_budget_s`, the model cut to CUT_LAYERS
     blocks, one update, no warm-up: plumbing, a finite loss, and the activations autograd saves, counted),
     reports its times as CPU times and gives no hours from them. The GPU cost is projected from the
-    counted FLOPs at `options.utilisation` of the peaks of PROJECTION_GPUS, with the gradient all-reduce
-    at the interconnect bandwidths given; the GPU memory from the counted parameters and activations
+    counted FLOPs at a share of the peaks of PROJECTION_GPUS (`options.utilisation` when given, else the MFU
+    a GPU measured for this shape, `preflight.measured`, else the assumed DEFAULT_UTILISATION), with the
+    gradient all-reduce at the interconnect bandwidths given; the GPU memory from the counted parameters and activations
     (`project.gpu_memory_projection`). Only the first arm's model is measured then (`every_model`: each
     distinct one).
 
@@ -188,7 +190,7 @@ def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"),
     }
     out_dir = Path(out_dir)
     _write(result, out_dir)
-    _log_summary(result, out_dir, options.utilisation)
+    log_summary(result, out_dir)
     return result
 
 
@@ -198,13 +200,13 @@ def run(cfg: C.Config, config_path: str | Path, out_dir: Path = Path("results"),
 def _check_projection_options(options: Options) -> None:
     """The utilisation is a share of the peak; the bandwidths are positive."""
     for name, value, low in (
-        ("--utilisation", options.utilisation, 1e-9),
+        ("--utilisation", DEFAULT_UTILISATION if options.utilisation is None else options.utilisation, 1e-9),
         ("--intra-node-gb-s", options.intra_node_gb_s, 1e-9),
         ("--inter-node-gb-s", options.inter_node_gb_s, 1e-9),
     ):
         if not value >= low:
             raise UserError(f"preflight: {name} must be above 0, got {value}")
-    if options.utilisation > 1:
+    if options.utilisation is not None and options.utilisation > 1:
         raise UserError(f"preflight: --utilisation is a share of the peak, at most 1, got {options.utilisation}")
 
 
@@ -603,83 +605,3 @@ def _write(result: dict, out_dir: Path) -> None:
     write_json(out_dir / "preflight.json", result)
     with atomic_path(out_dir / "preflight.md") as tmp:
         tmp.write_text(markdown(result))
-
-
-def _log_summary(result: dict, out_dir: Path, utilisation: float) -> None:
-    """A line for the sweep's projection, if any, and one for the figure (projected in place of the preset's GPU)."""
-    sweep, projection, figure = result["sweep_projection"], result["gpu_projection"], result["figure"]
-    data = result["data"]
-    if "epochs" in data:
-        log.info(
-            "preflight: data %s (%.0f h of audio): download %.3g GB, disk %.3g GB; prepare %.3g h and tokenize "
-            "%.3g h on %d CPU cores; the preset's updates are %.3g epochs of it",
-            data["source"],
-            data["corpus_hours"],
-            data["download_gb"],
-            data["disk_gb"],
-            data["prepare_hours"],
-            data["tokenize_hours"],
-            data["cores"],
-            data["epochs"],
-        )
-    if sweep is not None:
-        g = sweep["gpus"][0]
-        log.info(
-            "preflight: the sweep's %d points (%d runs) project to %.2f GPU-hours on one %s at %.0f%% of its peak",
-            sweep["points"],
-            sweep["runs"],
-            g["gpu_hours"],
-            g["gpu"],
-            100 * utilisation,
-        )
-    for row in result.get("sweep_models") or []:
-        if row["fits"] is False:
-            log.warning(
-                "preflight: the sweep's %d-layer model (%d points, e.g. %s) does not fit at micro-batch %s; "
-                "suggested micro-batch %s",
-                row["layers"],
-                len(row["points"]),
-                row["measured_as"],
-                row["fits_at_micro_batch"],
-                row["suggested_micro_batch"],
-            )
-    if projection is not None:
-        best = projection[0]
-        mem = result["arms"][0]["gpu_memory"]
-        log.info("preflight: %s", result["measurement"])
-        log.info(
-            "preflight: projected GPU memory per process %.1f GB (%s)",
-            mem["total_gb"],
-            ", ".join(f"{g['gpu']}: {'fits' if g['fits'] else 'does not fit'}" for g in mem["gpus"]),
-        )
-        log.info(
-            "preflight: measured on CPU (CPU times); projected on %s at %.0f%% of its peak: the figure takes "
-            "%.1f h on %d GPU(s) (%.0f GPU-hours); results in %s",
-            best["gpu"],
-            100 * utilisation,
-            best["wall_hours"],
-            figure["gpus"],
-            best["gpu_hours"],
-            out_dir / "preflight.md",
-        )
-    elif result["cpu_times"]:  # a CPU preset: process-hours on this CPU, no GPU involved
-        log.info(
-            "preflight: the figure takes %s on this CPU (%d process(es) per run, %s of processes); results in %s",
-            _hours(figure["wall_hours"]),
-            figure["processes"],
-            _hours(figure["gpu_hours"]),
-            out_dir / "preflight.md",
-        )
-    else:
-        log.info(
-            "preflight: the figure takes %s on %d GPU(s) (%.1f GPU-hours); results in %s",
-            _hours(figure["wall_hours"]),
-            figure["gpus"],
-            figure["gpu_hours"],
-            out_dir / "preflight.md",
-        )
-
-
-def _hours(hours: float) -> str:
-    """A duration for the log: minutes under an hour (a CPU preset's figure), hours above."""
-    return f"{60 * hours:.1f} min" if hours < 1 else f"{hours:.1f} h"
