@@ -338,3 +338,54 @@ def test_the_published_tables_are_what_todays_rules_give_on_the_published_runs(r
     broken = tmp_path / "runs.csv"
     broken.write_text((shipped / "runs.csv").read_text().replace(",False,False,False,", ",False,maybe,False,", 1))
     assert cli.main(["decide", "--runs-table", str(broken), "--out", str(tmp_path / "x")]) == 2
+
+
+# ----------------------------------------------------------------------------- a runs table read for its meaning
+
+PUBLISHED_RUNS = __import__("pathlib").Path(__file__).resolve().parents[2] / "data/reference/decisive/runs.csv"
+
+
+def _edited(tmp_path, edit):
+    lines = PUBLISHED_RUNS.read_text().splitlines(keepends=True)
+    path = tmp_path / "runs.csv"
+    path.write_text("".join(edit(lines)))
+    return path
+
+
+def _set(line: str, column: str, value: str) -> str:
+    header = PUBLISHED_RUNS.read_text().splitlines()[0].split(",")
+    cells = line.rstrip("\n").split(",")
+    cells[header.index(column)] = value
+    return ",".join(cells) + "\n"
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda ls: ls + ls[1:], "repeats run"),
+        (lambda ls: ls[:1] + [_set(ls[1], "spikes", "0.5")] + ls[2:], "not a whole number"),
+        (lambda ls: ls[:1] + [_set(ls[1], "nonfinite_steps", "inf")] + ls[2:], "column 'nonfinite_steps', row 2"),
+        (lambda ls: ls[:1] + [_set(ls[1], "steps", "")] + ls[2:], "column 'steps', row 2"),
+        (lambda ls: ls[:1] + [_set(ls[1], "capped_loss", "nan")] + ls[2:], "column 'capped_loss', row 2"),
+        (lambda ls: ls[:1] + [_set(ls[1], "precision", "fp64")] + ls[2:], "'fp64' is not one of fp32"),
+        (lambda ls: ls[:1] + [_set(ls[1], "status", "finished")] + ls[2:], "'finished' is not one of completed"),
+        (lambda ls: ls[:-1] + [ls[-1][:20]], "cut short"),
+    ],
+)
+def test_decide_refuses_a_runs_table_that_means_something_else_in_one_line(edit, words, tmp_path, capsys):
+    path = _edited(tmp_path, edit)
+    assert main(["decide", "--runs-table", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err and str(path) in err
+    assert not (tmp_path / "out" / "decisive.json").exists()
+
+
+def test_decide_without_a_cell_holding_both_arms_of_a_promise_says_inconclusive(tmp_path):
+    runs = pd.read_csv(PUBLISHED_RUNS)
+    only = tmp_path / "runs.csv"
+    runs[runs["arm"] == "clip1"].to_csv(only, index=False)
+    assert main(["decide", "--runs-table", str(only), "--out", str(tmp_path / "out")]) in (0, None)
+    result = json.loads((tmp_path / "out" / "decisive.json").read_text())
+    by = {p["id"]: p for p in result["promises"]}
+    assert by["deepnorm"]["verdict"] == by["clipping"]["verdict"] == "inconclusive"
+    assert by["deepnorm"]["cells"] == by["clipping"]["rows"] == []

@@ -32,18 +32,17 @@ from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import ReadError, read_csv_table, short_value
 from acoustic_mlm.artifacts.codes import SUMMARY as CODES_SUMMARY
 from acoustic_mlm.artifacts.codes import read_tokenizer_summary
-from acoustic_mlm.artifacts.run_summary import DIVERGED
+from acoustic_mlm.artifacts.run_summary import DIVERGED, SEED_STATUSES
 from acoustic_mlm.config.differ import first_difference
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import power
+from acoustic_mlm.report.decisive_markdown import to_markdown
+from acoustic_mlm.report.decisive_pb_relax import forced_logit_verdict, numerics_verdict
 from acoustic_mlm.report.runs import finished_run_folders, read_run_folder
 from acoustic_mlm.report.stability_map import NO_LOSS_BITS  # a run with no finite loss: an untrained model's
-from acoustic_mlm.train.precision import names_where
-from acoustic_mlm.utils import (  # FP16_MAX: an unfused logit beyond it is inf
-    FP16_MAX,
-    atomic_group,
-    write_json,
-)
+from acoustic_mlm.report.verdicts import INCONCLUSIVE, MIXED, NOT_SUPPORTED, SUPPORTED
+from acoustic_mlm.train.precision import TRAITS, names_where
+from acoustic_mlm.utils import atomic_group, write_json
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,6 @@ SIGNIFICANCE = 0.05  # Fisher's exact test, one-sided
 MIN_GAP = 0.02  # bits: no resolution is finer than this
 SPIKE_THRESHOLD, SPIKE_RECOVERY = 0.5, 0.2  # curves.detect_spikes, as claim (d)
 
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, MIXED = "supported", "not supported", "inconclusive", "mixed"
 CELL_KEYS = ["layers", "lr", "precision", "warmup_steps", "feature_grad_mult", "qk_gain"]
 RUN_COLUMNS = [
     "run",
@@ -485,70 +483,6 @@ def combine(verdicts: list[str]) -> str:
     return NOT_SUPPORTED if all(v == NOT_SUPPORTED for v in decided) else MIXED
 
 
-def forced_logit_verdict(runs: pd.DataFrame) -> dict:
-    """PB-Relax in fp16 under forced logit growth (the amended part 2 of the rules): at each gain
-    where an unfused run's logits passed FP16_MAX, supported if every unfused run there failed and
-    every PB-Relax run completed without failing; not supported if a PB-Relax run failed there or an
-    unfused run that passed the limit did not fail; inconclusive if no unfused run passed it."""
-    fp16 = runs[runs["precision"].isin(names_where(lambda tr: tr.float16_range))]  # fp16, fp16_fairseq
-    by_gain, outcomes = {}, []
-    for gain, g in fp16.groupby("qk_gain"):
-        unfused, relax, fused = (g[g["arm"] == k] for k in ("unfused", "pb_relax", "clip1"))
-        reached = unfused[unfused[M.ATTN_LOGIT_MAX] >= FP16_MAX]
-        row = {
-            arm: {
-                "runs": len(x),
-                "failed": int(x["failed"].sum()),
-                "reached": int((x[M.ATTN_LOGIT_MAX] >= FP16_MAX).sum()),
-                "largest_logit": float(x[M.ATTN_LOGIT_MAX].max()) if len(x) else math.nan,
-                "final_loss": float(x["final_loss"].mean()) if len(x) else math.nan,
-            }
-            for arm, x in (("unfused", unfused), ("pb_relax", relax), ("fused", fused))
-        }
-        if len(reached) and len(relax):
-            if relax["failed"].any() or not reached["failed"].all():
-                outcome = NOT_SUPPORTED
-            elif unfused["failed"].all():
-                outcome = SUPPORTED
-            else:
-                outcome = INCONCLUSIVE
-            outcomes.append(outcome)
-            row["outcome"] = outcome
-        by_gain[f"{gain:g}"] = row
-    verdict = (
-        INCONCLUSIVE
-        if not outcomes
-        else NOT_SUPPORTED
-        if NOT_SUPPORTED in outcomes
-        else SUPPORTED
-        if SUPPORTED in outcomes
-        else INCONCLUSIVE
-    )
-    return {"id": "pb_relax_training", "verdict": verdict, "by_gain": by_gain}
-
-
-def numerics_verdict(numerics: pd.DataFrame | None) -> dict:
-    """PB-Relax's arithmetic (part 1, benchmarks/attention_fp16.py's table): supported if at a scale
-    where unfused fails (non-finite output or gradient), PB-Relax is finite with relative error
-    below 1e-2; not supported if PB-Relax fails or is worse wherever unfused fails; inconclusive if
-    unfused never fails (or no table)."""
-    if numerics is None:
-        return {"id": "pb_relax_arithmetic", "verdict": INCONCLUSIVE, "note": "no numerics table given"}
-    fails = numerics[(numerics["path"] == "unfused") & ~numerics["finite"]]
-    scales = sorted(fails["logit_max"].unique())
-    good = []
-    for s in scales:
-        r = numerics[(numerics["path"] == "pb_relax") & (numerics["logit_max"] == s)]
-        good.append(bool(len(r) and r["finite"].all() and (r["rel_error"] < 1e-2).all()))
-    verdict = INCONCLUSIVE if not scales else SUPPORTED if any(good) else NOT_SUPPORTED
-    return {
-        "id": "pb_relax_arithmetic",
-        "verdict": verdict,
-        "unfused_fails_at": [float(s) for s in scales],
-        "pb_relax_good_at": [float(s) for s, ok in zip(scales, good) if ok],
-    }
-
-
 def judge(runs: pd.DataFrame, numerics: pd.DataFrame | None = None) -> dict:
     """Every promise's verdict with its cells' numbers."""
     cells = cell_table(runs)
@@ -558,7 +492,7 @@ def judge(runs: pd.DataFrame, numerics: pd.DataFrame | None = None) -> dict:
     promises = []
     for promise, arm_a, arm_b, text in PROMISES:
         mine = per_cell[per_cell["promise"] == promise]
-        two = mine[mine["two_budgets"]]
+        two = mine[mine["two_budgets"].astype(bool)]  # an empty table (no cell holds both arms): no rows
         promises.append(
             {
                 "id": promise,
@@ -600,123 +534,36 @@ def _clean(row: dict) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------- the report
-
-
-def to_markdown(result: dict) -> str:
-    lines = [
-        "# Decisive experiments: verdicts",
-        "",
-        f"Rules: docs/stability.md (written before the runs). Plateau U = {result['plateau_bits']:.4f} bits "
-        f"(codebook-0 unigram entropy of the training codes); trained: final loss <= U - {PLATEAU_MARGIN:g}.",
-        "",
-    ]
-    for p in result["promises"]:
-        lines += [f"## {p['id']}: **{p['verdict']}**", ""]
-        if "promise" in p:
-            lines += [
-                f"{p['promise']} ({p['favoured']} against {p['against']}).",
-                "",
-                "| cell | budget | mean A | mean B | gap | resolution (2 SE, A/A) | late fall of the loser "
-                "| void | trained A / B | p (A more) | p (B more) | at this budget |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-            ]
-            for r in p["rows"]:
-                lines.append(
-                    f"| {r['cell']} | {r['steps']} | {_f(r['mean_a'])} | {_f(r['mean_b'])} | {_f(r['gap'], '+.3f')} "
-                    f"| {_f(r['resolution'])} ({_f(2 * r['se'] if r['se'] is not None else None)}, {_f(r['aa'])}) "
-                    f"| {_f(r['loser_late_fall'])} | {'yes' if r['void'] else 'no'} | {r['trained_a']}/{r['n_a']} "
-                    f"/ {r['trained_b']}/{r['n_b']} | {_f(r['p_a'])} | {_f(r['p_b'])} | {r['verdict']} |"
-                )
-            undecided = [r for r in p["rows"] if r["verdict"] == INCONCLUSIVE]
-            for r in undecided:
-                need = {
-                    test: int(r[f"seeds_for_{test}"])
-                    for test in ("survival", "loss")
-                    if r.get(f"seeds_for_{test}") is not None and math.isfinite(r[f"seeds_for_{test}"])
-                }
-                if r.get("too_few_seeds"):
-                    lines.append(
-                        f"- {r['cell']} at {r['steps']} updates: one seed in an arm, so no spread to judge a gap "
-                        f"by and no estimate of the seeds needed; train at least {MIN_SEEDS} seeds per arm"
-                    )
-                elif need:
-                    test = min(need, key=need.get)
-                    n = need[test]
-                    extra = 2 * n  # fresh seeds for both arms
-                    hours = extra * (r.get("run_seconds") or math.nan) / 3600
-                    lines.append(
-                        f"- {r['cell']} at {r['steps']} updates: a fresh comparison (new seeds, not pooled "
-                        f"with these) needs {n} seeds per arm ({test}) for 80 % power if the observed numbers "
-                        f"were the truth: {extra} runs, about {hours:.1f} core-hours at this cell's "
-                        "measured run time"
-                    )
-                else:
-                    lines.append(
-                        f"- {r['cell']} at {r['steps']} updates: no number of seeds decides it (the gap is "
-                        "within the A/A floor and the trained shares are equal)"
-                    )
-            lines += (
-                [""]
-                + [
-                    f"- {c['cell']}: **{c['verdict']}** (budgets {', '.join(str(b) for b in c['budgets'])}: "
-                    f"{', '.join(f'{k} {v}' for k, v in c['at_budget'].items())}"
-                    f"{'' if c['two_budgets'] else '; one budget: an indication, not a verdict'})"
-                    for c in p["cells"]
-                ]
-                + [""]
-            )
-        elif p["id"] == "pb_relax_training":
-            lines += [
-                "| qk_gain | arm | runs | failed | reached 65,504 | largest logit | final loss |",
-                "| --- | --- | --- | --- | --- | --- | --- |",
-            ]
-            for gain, row in p["by_gain"].items():
-                for arm in ("unfused", "fused", "pb_relax"):
-                    x = row[arm]
-                    lines.append(
-                        f"| {gain} | {arm} | {x['runs']} | {x['failed']} | {x['reached']} "
-                        f"| {_f(x['largest_logit'], '.4g')} | {_f(x['final_loss'])} |"
-                    )
-            lines.append("")
-        elif "unfused_fails_at" in p:
-            fails = ", ".join(f"{x:g}" for x in p["unfused_fails_at"]) or "none"
-            good = ", ".join(f"{x:g}" for x in p["pb_relax_good_at"]) or "none"
-            lines += [
-                f"Largest logits where the unfused order returns a non-finite output or gradient: {fails}; "
-                f"where PB-Relax is finite with a relative error below 1e-2 there: {good} "
-                "(benchmarks/attention_fp16.py's table).",
-                "",
-            ]
-        else:
-            lines += [p.get("note", ""), ""]
-    return "\n".join(lines) + "\n"
-
-
-def _f(x, fmt: str = ".3f") -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
-
 BOOL_COLUMNS = ("trained", "collapsed", "failed")  # runs.csv's True/False columns
 TEXT_COLUMNS = ("run", "arm", "precision", "norm", "attention", "status")  # the rest are numbers
 
 
 def read_run_table(path: Path) -> pd.DataFrame:
-    """A published runs.csv (decide's own, e.g. data/reference/decisive/runs.csv), checked: every
-    RUN_COLUMNS column, numbers where numbers go, True/False in the flags; so that anyone can judge
-    the published runs again by today's rules without their run folders."""
+    """A published runs.csv (decide's own, e.g. data/reference/decisive/runs.csv), checked for its
+    meaning: every RUN_COLUMNS column, whole counts whole, the capped loss and settings finite, the
+    package's words in precision and status, True/False in the flags, and no (run, seed) twice; so
+    that anyone can judge the published runs again by today's rules without their run folders."""
+    whole = (M.SEED, "layers", "steps", "warmup_steps", "spikes", "nonfinite_steps", "overflow_skips")
+    finite = ("lr", "feature_grad_mult", "qk_gain", "clip", "capped_loss", "plateau")
     table = read_csv_table(
         Path(path),
         "table of decisive runs",
         "decide",
         RUN_COLUMNS,
-        numbers=[c for c in RUN_COLUMNS if c not in (*TEXT_COLUMNS, *BOOL_COLUMNS)],
-        choices={c: ("True", "False") for c in BOOL_COLUMNS},
+        ints=whole,
+        finite=finite,
+        numbers=[c for c in RUN_COLUMNS if c not in (*TEXT_COLUMNS, *BOOL_COLUMNS, *whole, *finite)],
+        choices={**{c: ("True", "False") for c in BOOL_COLUMNS}, "precision": tuple(TRAITS), "status": SEED_STATUSES},
     )
+    twice = table.duplicated(["run", M.SEED]).to_numpy()
+    if twice.any():
+        i = int(np.flatnonzero(twice)[0])
+        raise ReadError(
+            f"{path}: row {i + 2} repeats run {table['run'].iloc[i]} seed {table[M.SEED].iloc[i]}; decide "
+            "counts each seed once: remove the repeated row"
+        )
     for c in BOOL_COLUMNS:
         table[c] = table[c] == "True"
-    for c in (M.SEED, "layers", "steps", "warmup_steps", "spikes", "nonfinite_steps", "overflow_skips"):
-        table[c] = table[c].astype(int)
     return table[RUN_COLUMNS]
 
 

@@ -88,6 +88,8 @@ def draw(
     axes = dict(zip((p[0] for p in panels), np.atleast_1d(axes)))
     for key, column, ylabel, log_y in panels:
         _panel(axes[key], loss if column is None else diag, column, ylabel, log_y, labels, styles, key == "loss")
+    figure.mark_divergence(axes["loss"], loss, styles)
+    figure.mark_no_finite_loss(axes["loss"], loss, styles)  # diverged at its first update: said in the legend
     _thresholds(axes, runs)
     found = spikes(loss, names, spike_threshold, recovery_margin)
     _mark_spikes(axes, found, {n: styles[label_of[n]].color for n in names})
@@ -108,13 +110,14 @@ def _selected(
     loss_curves: pd.DataFrame, diagnostics: pd.DataFrame, label_of: dict[str, str], split: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The arms' codebook-0 rows of `split` and their diagnostics rows, labelled as the config
-    labels them; an arm without a loss row is one line."""
+    labels them; an arm without a loss row is one line (an arm whose rows are all non-finite, one that
+    diverged before any finite loss, is drawn as the main figure draws it)."""
     names = list(label_of)
     loss = loss_curves[
         (loss_curves["split"] == split) & (loss_curves["codebook"] == 0) & loss_curves["run"].isin(names)
     ]
     loss = loss.assign(label=loss["run"].map(label_of))
-    missing = [n for n in names if n not in set(loss.dropna(subset=["loss_bits"])["run"])]
+    missing = [n for n in names if n not in set(loss["run"])]
     if missing:
         raise UserError(f"loss curves hold no {split} codebook-0 rows for: {', '.join(missing)}")
     diag = diagnostics[diagnostics["run"].isin(names)]
