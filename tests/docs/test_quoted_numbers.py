@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import test_holm_restatement as restated  # tests/docs (pytest puts a test's folder on the path): its statistics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,8 +142,7 @@ QUOTES = [
     ),
     Quote(
         "the decisive preset's seeds and runs (its section)",
-        r"went back to its edge cells with (\d+)-(\d+) seeds, two budgets and an A/A pair, under\s+"
-        r"rules committed before its first run \((\d+) runs",
+        r"on its edge cells with (\d+)-(\d+) seeds \((\d+) runs",
         lambda: (
             min(_sweep_runs("config/decisive.yaml")),
             max(_sweep_runs("config/decisive.yaml")),
@@ -200,31 +200,52 @@ def _confirm(pid: str) -> dict:
     return v
 
 
-QUOTES.append(
-    Quote(
-        "the confirmatory round's P1 counts",
-        r"(\d+) of 12 against (\d+) of 12 trained, p = (\d\.\d)e-5",
-        lambda: (_confirm("P1")["trained_a"], _confirm("P1")["trained_b"], _confirm("P1")["p_for"] * 1e5),
-    )
-)
+def _interval(pid: str) -> tuple[float, float, float]:
+    v = _confirm(pid)
+    return restated.newcombe(v["trained_a"], v["n_a"], v["trained_b"], v["n_b"])
 
 
-QUOTES.append(
+QUOTES += [
     Quote(
-        "the confirmatory round's P2 and P3",
-        r"undecided\*\*, (\d+) of 12 against (\d+) of 12, p = ([\d.]+) \(no effect larger than ([\d.]+) in share "
-        r"trained excluded at n = 12\).*?\*\*supported\*\*, (\d+) of 12 against (\d+) of 12, p = (\d\.\d)e-7",
+        "the confirmatory round's P1",
+        r"(\d+) of 12 against (\d+) of 12 trained, p = (\d\.\d)e-5 \(Fisher one-sided, α = 0\.025\); difference "
+        r"([\d.]+), 95 % interval "
+        r"\[([\d.]+), ([\d.]+)\]",
+        lambda: (
+            (_confirm("P1")["trained_a"], _confirm("P1")["trained_b"], _confirm("P1")["p_for"] * 1e5) + _interval("P1")
+        ),
+    ),
+    Quote(
+        "the confirmatory round's P2, by its interval and its planned power",
+        r"\| undecided \| (\d+) of 12 against (\d+) of 12, p = ([\d.]+) \(difference ([\d.]+), 95 % interval "
+        r"\[([\d.]+), ([\d.]+)\]\); planned with about ([\d.]+) % power \|",
         lambda: (
             _confirm("P2")["trained_a"],
             _confirm("P2")["trained_b"],
             _confirm("P2")["p_for"],
-            _confirm("P2")["excluded_effect"],
-            _confirm("P3")["trained_a"],
-            _confirm("P3")["trained_b"],
-            _confirm("P3")["p_for"] * 1e7,
+            *_interval("P2"),
+            100 * restated.fisher_power(0.8, 2 / 3, 12),  # the pilot's planned shares
         ),
-    )
-)
+    ),
+    Quote(
+        "the confirmatory round's P3",
+        r"a positive control\) \| supported \| (\d+) of 12 against (\d+) of 12, p = (\d\.\d)e-7; difference "
+        r"([\d.]+), 95 % interval \[([\d.]+), ([\d.]+)\]",
+        lambda: (
+            (_confirm("P3")["trained_a"], _confirm("P3")["trained_b"], _confirm("P3")["p_for"] * 1e7) + _interval("P3")
+        ),
+    ),
+    Quote(
+        "the A/A pair's chance of failing",
+        r"could not fail \(the exact tests reject ([\d.]+) % of the time\)",
+        lambda: (100 * restated.aa_rejection(0.9),),
+    ),
+    Quote(
+        "round 5 under Holm with the three confirmatory tests",
+        r"above it does not stand \(adjusted p = ([\d.]+)\)",
+        lambda: (restated.stats()["R5"]["four"],),
+    ),
+]
 
 
 @cache
