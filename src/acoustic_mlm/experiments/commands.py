@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from acoustic_mlm.cli_options import command, opt
+from acoustic_mlm.errors import UserError
 
 
 @command(
@@ -13,8 +14,9 @@ from acoustic_mlm.cli_options import command, opt
     opt(
         "verb",
         type=None,
-        choices=("plan", "status", "judge"),
-        help="plan: runs and cost; status: the declaration against git; judge: verdicts from the round's tables",
+        choices=("plan", "run", "status", "judge"),
+        help="plan: runs and cost; run: train the planned runs its tables lack; status: the declaration against "
+        "git; judge: verdicts from the round's tables",
     ),
     opt("round", metavar="ROUND_YAML", help="the round's declaration (config/experiments/<round>.yaml)"),
     opt("--out", help="judge: output folder (default: results/experiments/<round>)"),
@@ -24,14 +26,17 @@ from acoustic_mlm.cli_options import command, opt
         help="judge: a round not finished yet (parts without all runs: 'not finished')",
     ),
     opt("--figure", help="judge: also draw the round's sensitivity curves to this image"),
+    opt("--work", default=Path("results/experiments/work"), help="run: corpus and run folders (default: %(default)s)"),
+    opt("--limit", type=int, help="run: train at most this many runs, then stop (default: every planned run)"),
     folders=("out",),
     files=("figure",),
 )
 def experiment_command(args, cfg) -> None:
-    """plan, check and judge a round of experiments
+    """plan, run, check and judge a round of experiments
 
     A round is a declaration (config/experiments/<round>.yaml): base preset and size, arms, cells, seeds, promises
-    with their test, alpha and family. plan lists its runs with their counted cost and which are done; status says
+    with their test, alpha and family. plan lists its runs with their counted cost and which are done; run trains
+    the planned runs its tables lack, one at a time, appending each run's record; status says
     whether the declaration was committed before the round's first runs; judge reads the round's tables through the
     checked reader, checks every row against the plan and writes the verdicts (docs/stability.md).
     """
@@ -42,6 +47,14 @@ def experiment_command(args, cfg) -> None:
         print(json.dumps(result["verdict"], indent=2))
         for path in result["written"]:
             print(f"wrote {path}")
+        return
+    if args.verb == "run":
+        from acoustic_mlm.experiments import runner
+
+        if args.limit is not None and args.limit < 1:
+            raise UserError(f"--limit must be a positive number of runs, not {args.limit}")
+        written = runner.run_round(Path(args.round), args.work, limit=args.limit)
+        print(f"{len(written)} run(s) trained and recorded")
         return
     if args.verb == "status":
         print(json.dumps(judge.git_status(Path(args.round)), indent=2))

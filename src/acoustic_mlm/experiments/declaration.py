@@ -328,9 +328,12 @@ def _check_overrides(path: Path, key: str, base: Path, overrides: dict) -> None:
             raise _fail(path, f"{key}.{dotted}", f"is not a key of {base}")
 
 
-def settings(rnd: Round, arm: str, cell: str, seed: int) -> C.Config:
-    """One run's configuration: the base preset, the round's size, the cell's overrides and rate, one arm
-    and one seed, no sweep; validated and typed by the package's configuration."""
+def settings(
+    rnd: Round, arm: str, cell: str, seed: int, lr: float | None = None, gain: float | None = None
+) -> C.Config:
+    """One run's configuration: the base preset, the round's size, the cell's overrides, rate (or `lr`)
+    and qk gain (or `gain`), one arm and one seed, no sweep; validated and typed by the package's
+    configuration."""
     import copy
 
     s = copy.deepcopy(C.read_yaml(rnd.base))
@@ -338,6 +341,8 @@ def settings(rnd: Round, arm: str, cell: str, seed: int) -> C.Config:
     c = rnd.cells[cell]
     values = {**rnd.size, **c.get("overrides", {}), **({"train.lr": c["lr"]} if "lr" in c else {})}
     values |= {"model.qk_gain": c["gain"]} if "gain" in c else {}
+    values |= {"train.lr": lr} if lr is not None else {}
+    values |= {"model.qk_gain": gain} if gain is not None else {}
     for dotted, value in values.items():
         section, _, key = dotted.partition(".")
         s[section][key] = value

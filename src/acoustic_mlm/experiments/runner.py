@@ -1,0 +1,199 @@
+"""Training a round's planned runs with the package's own training (`train.loop.run`), one at a time,
+each run's record appended to the round's tables as it finishes.
+
+    runs.csv     one row per run (experiments.record.RUN_RECORD, the fp16 rounds' columns beside)
+    curves.csv   every metrics row of every run: step, training and validation codebook-0 loss, largest
+                 attention logit, gradient norm before clipping (and the fp16 loss scale)
+    spikes.csv   every spike (curves.detect_spikes), with onset, peak and recovery steps
+
+A planned run already in runs.csv is never trained again, so a killed round resumes where it stopped;
+a run outside the plan is refused (experiments.record.check_plan). One writer of a round's tables at a
+time (a file lock in the tables' folder); the tables are rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acoustic_mlm import curves
+from acoustic_mlm.artifacts import metrics as M
+from acoustic_mlm.errors import UserError
+from acoustic_mlm.experiments import corpus
+from acoustic_mlm.experiments import declaration as D
+from acoustic_mlm.experiments import judge as J
+from acoustic_mlm.experiments import record as R
+from acoustic_mlm.report import decisive
+from acoustic_mlm.utils import atomic_path
+
+log = logging.getLogger(__name__)
+CURVE_COLUMNS = ["size", "arm", "lr", "seed", "step", "train_loss_cb0", "valid_loss_cb0", "attn_logit_max"]
+CURVE_COLUMNS += ["grad_norm"]
+SPIKE_COLUMNS = ["size", "arm", "lr", "seed", "onset_step", "peak_step", "peak_bits", "base_bits", "height_bits"]
+SPIKE_COLUMNS += ["recovery_step"]
+
+
+@contextlib.contextmanager
+def locked(folder: Path):
+    """One writer of a folder's tables at a time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
+    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    new = pd.concat([old, rows[columns]], ignore_index=True) if len(rows) else old
+    with atomic_path(path) as tmp:
+        new.to_csv(tmp, index=False)
+
+
+def cell_of(rnd: D.Round, size: str) -> str:
+    """The cell a table's `size` stands for (the fp16 rounds name a size by its gain)."""
+    return size if size in rnd.cells else J._cell_of(rnd, size)
+
+
+def record_of(rnd: D.Round, cfg, size: str, arm: str, lr: float, seed: int, folder: Path, plateau: float, wall: float):
+    """A finished run folder as the round's record: its runs.csv row, its curve rows and its spikes."""
+    [row] = decisive.read_run(folder, plateau)
+    m = pd.read_csv(folder / M.METRICS)
+    steps, loss = m["step"].to_numpy(), m["train_loss_cb0"].to_numpy()
+    finite = np.isfinite(loss)
+    found = curves.detect_spikes(steps[finite], loss[finite], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
+    averaged = finite & (steps % cfg.train.log_interval == 0)  # late spikes: averaged rows after warm-up
+    late = curves.detect_spikes(steps[averaged], loss[averaged], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
+    late = [s for s in late if s["onset_step"] > cfg.train.warmup_steps]
+    below = np.flatnonzero(loss[finite] <= plateau - decisive.PLATEAU_MARGIN)
+    crossed = int(steps[finite][below[0]]) if len(below) else None
+    model = cfg.model_for(arm)
+    logits = m["attn_logit_max"].dropna()
+    key = {"size": size, "arm": arm, "lr": lr, "seed": seed}
+    run = {
+        "round": rnd.number,
+        **key,
+        "dim": model.dim,
+        "layers": model.layers,
+        "ffn_dim": model.ffn_dim,
+        "steps": cfg.train.steps,
+        "batch_size": cfg.train.batch_size,
+        **{k: row[k] for k in ("norm", "attention", "clip")},
+        "warmup_steps": cfg.train.warmup_steps,
+        **{k: row[k] for k in ("status", "plateau", "first_loss", "final_loss", "lowest_loss", "lowest_step")},
+        "cross_step": crossed,
+        "left_plateau": crossed is not None,
+        "trained": row["trained"],
+        "collapsed": row["collapsed"],
+        "spikes": len(found),
+        "largest_spike_bits": max((s["height_bits"] for s in found), default=0.0),
+        "late_spikes": len(late),
+        "largest_late_spike_bits": max((s["height_bits"] for s in late), default=0.0),
+        "nonfinite_steps": row["nonfinite_steps"],
+        "max_grad_norm": row["max_grad_norm"],
+        "attn_logit_max": row["attn_logit_max"],
+        "attn_logit_final": float(logits.iloc[-1]) if len(logits) else math.nan,
+        "wall_time_s": round(wall, 1),
+    }
+    curve = pd.DataFrame(
+        {
+            **{k: [v] * len(m) for k, v in key.items()},
+            "step": m["step"],
+            "train_loss_cb0": m["train_loss_cb0"],
+            "valid_loss_cb0": m["valid_loss_cb0"],
+            "attn_logit_max": m["attn_logit_max"],
+            "grad_norm": m["grad_norm_max"],
+        }
+    )
+    if fp16(rnd):
+        run |= fp16_columns(folder, model.qk_gain)
+        curve["loss_scale"] = m[M.LOSS_SCALE].to_numpy() if M.LOSS_SCALE in m else np.nan
+    spikes = [{**key, **{k: s[k] for k in SPIKE_COLUMNS if k in s}} for s in found]
+    return run, curve, spikes
+
+
+def fp16(rnd: D.Round) -> bool:
+    return rnd.rules in ("fp16_gains", "pilot")
+
+
+def fp16_columns(folder: Path, gain: float) -> dict:
+    """What fp16_fairseq did in a run folder: the lowest loss scale, the overflow skips, the stop reason."""
+    m = pd.read_csv(folder / M.METRICS)
+    summary = json.loads((folder / "summary.json").read_text())
+    (seed,) = summary["per_seed"].values()
+    scale = m[M.LOSS_SCALE].dropna() if M.LOSS_SCALE in m else pd.Series(dtype=float)
+    skips = m[M.OVERFLOW_SKIPS].dropna() if M.OVERFLOW_SKIPS in m else pd.Series(dtype=float)
+    return {
+        "qk_gain": gain,
+        "updates": int(m[M.STEP].max()),
+        "lowest_loss_scale": float(scale.min()) if len(scale) else math.nan,
+        "overflow_skips": int(skips.iloc[-1]) if len(skips) else 0,
+        "stop_reason": seed.get("stop_reason") or "",
+    }
+
+
+def remaining(rnd: D.Round) -> list[tuple[str, str, float, int]]:
+    """The planned runs the round's tables lack, in plan order (the tables checked as judge checks them)."""
+    if not (rnd.tables / "runs.csv").exists():
+        return J.plan(rnd)
+    done = J.read_round(rnd, partial=True)
+    have = {(r.size, r.arm, f"{r.lr:.12g}", int(r.seed)) for r in done.itertuples()}
+    return [(s, a, lr, seed) for s, a, lr, seed in J.plan(rnd) if (s, a, f"{lr:.12g}", seed) not in have]
+
+
+def run_round(path: Path, work: Path, limit: int | None = None) -> list[dict]:
+    """Train the round's planned runs that its tables lack (at most `limit`), in plan order; each run's
+    record appended as it finishes. Returns the rows written."""
+    from acoustic_mlm.train import loop as train
+
+    rnd = D.load(path)
+    if rnd.base is None or rnd.rules not in ("pairs", "fp16_gains", "pilot"):
+        raise UserError(
+            f"{path}: 'rules' is {rnd.rules}: its runs are chosen by its own procedure or trained elsewhere "
+            "(the declaration says which); amlm experiment run trains the rounds of pairs, fp16 gains and pilots"
+        )
+    todo = remaining(rnd)[:limit]
+    if not todo:
+        return []
+    work = Path(work)
+    data = work / "data"
+    with locked(work):  # rounds side by side share one corpus
+        if not (data / "codes" / "tokenizer.json").exists():
+            shutil.rmtree(data, ignore_errors=True)
+            corpus.write_corpus(data, clips=corpus.CLIPS, frames=corpus.FRAMES, seed=0)
+    prepared, codes = data / "prepared", data / "codes"
+    plateau = decisive.plateau_bits(codes)
+    tables = rnd.tables
+    written = []
+    for size, arm, lr, seed in todo:
+        with locked(tables):  # another runner of the round may have trained it meanwhile
+            if (size, arm, lr, seed) not in remaining(rnd):
+                continue
+        cell = cell_of(rnd, size)
+        # a cell whose gain its pilot gives (fp16 rounds' low cell) trains at the pilot's gain
+        gain = J.rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None
+        cfg = D.settings(rnd, arm, cell, seed, lr=lr, gain=gain)
+        folder = work / "runs" / f"{size}__{arm}__lr-{lr:g}__seed-{seed}"
+        shutil.rmtree(folder, ignore_errors=True)  # a run killed midway starts over: its row was never written
+        t0 = time.perf_counter()
+        train.run(cfg, arm, prepared, codes, folder, threads=cfg.train.threads)
+        run, curve, spikes = record_of(rnd, cfg, size, arm, lr, seed, folder, plateau, time.perf_counter() - t0)
+        with locked(tables):
+            cols = [c.name for c in R.columns(fp16(rnd))]
+            append(tables / "runs.csv", pd.DataFrame([run]), cols)
+            append(tables / "curves.csv", curve, CURVE_COLUMNS + (["loss_scale"] if fp16(rnd) else []))
+            append(tables / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
+        log.info("%s %s lr %g seed %d: final %.3f, trained %s", size, arm, lr, seed, run["final_loss"], run["trained"])
+        written.append(run)
+    return written
