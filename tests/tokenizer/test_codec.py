@@ -94,3 +94,33 @@ def test_load_pretrained_downloads_into_hub_cache(tmp_path, monkeypatch):
         server.shutdown()
     assert sorted(p.name for p in cache.iterdir()) == [good.name]
     codec.load_pretrained(None, 6.0, url=f"{base}/{good.name}")  # server gone: the cache is used
+
+
+def test_an_unresolvable_host_is_one_line_naming_the_file_url_and_remedy_without_retries(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    lookups = []
+
+    def offline(host, *args, **kwargs):
+        lookups.append(host)
+        raise codec.socket.gaierror(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(codec.socket, "getaddrinfo", offline)
+    from acoustic_mlm.data import download as D
+
+    monkeypatch.setattr(D, "download", lambda *a, **k: pytest.fail("no download is tried offline"))
+    with pytest.raises(TokenizerError) as err:
+        codec.load_pretrained(None, 6.0)
+    msg = str(err.value)
+    dest = codec.hub_checkpoint_path()
+    assert lookups == ["dl.fbaipublicfiles.com"]  # one name lookup, no retries
+    assert "\n" not in msg and len(msg) < 400, msg
+    assert msg.startswith("encodec_24khz-d7cc33bc.th: not here and dl.fbaipublicfiles.com does not resolve")
+    assert codec.OFFICIAL_URL in msg and f"copy it to {dest}" in msg and "tokenizer.checkpoint" in msg
+    assert not dest.exists()
+
+
+def test_fetch_checkpoint_returns_the_checked_local_file(tmp_path):
+    good = saved_checkpoint(codec.build_encodec(6.0, 4).state_dict(), tmp_path)
+    assert codec.fetch_checkpoint(good) == good
+    with pytest.raises(TokenizerError, match="EnCodec checkpoint not found"):
+        codec.fetch_checkpoint(tmp_path / "encodec_24khz-d7cc33bc.th")

@@ -45,3 +45,23 @@ def test_another_thread_count_is_ignored_with_a_warning(smoke_config, calls, cap
     caplog.clear()
     run_command(tokenize_command, smoke_config, "--threads", str(smoke_config.tokenizer.threads))
     assert "ignored" not in caplog.text
+
+
+def test_checkpoint_only_checks_and_records_the_pretrained_checkpoint(smoke_config, calls, tmp_path):
+    import json
+
+    from tokenizer_helpers import saved_checkpoint
+
+    from acoustic_mlm import config as C
+    from acoustic_mlm.errors import UserError
+    from acoustic_mlm.tokenizer import codec
+    from acoustic_mlm.utils import file_sha256
+
+    good = saved_checkpoint(codec.build_encodec(6.0, 4).state_dict(), tmp_path)
+    m = smoke_config.mapping
+    m["tokenizer"].update(mode="pretrained", checkpoint=str(good))
+    run_command(tokenize_command, C.from_mapping(m), "--out", str(tmp_path / "codes"), "--checkpoint-only")
+    record = json.loads((tmp_path / "codes" / "checkpoint.json").read_text())
+    assert record == {"path": str(good), "sha256": file_sha256(good)} and calls == []  # no stage step ran
+    with pytest.raises(UserError, match="only pretrained mode has a checkpoint"):
+        run_command(tokenize_command, smoke_config, "--out", str(tmp_path / "c2"), "--checkpoint-only")

@@ -83,10 +83,31 @@ rule prepare:
         "{params.cli} prepare --merge --config {params.config} --out data/prepared > {log} 2>&1"
 
 
+# The pretrained EnCodec checkpoint is brought on the submit host (a local rule): under SLURM a compute node may
+# have no network. Its record, data/codes/checkpoint.json, is an input of fit_tokenizer in pretrained mode.
+localrules:
+    encodec_checkpoint,
+
+
+rule encodec_checkpoint:
+    output:
+        "data/codes/checkpoint.json",
+    log:
+        "results/logs/tokenize/checkpoint.log",
+    conda:
+        ENV
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+    shell:
+        "{params.cli} tokenize --checkpoint-only --config {params.config} --out data/codes > {log} 2>&1"
+
+
 rule fit_tokenizer:
     input:
         manifest="data/prepared/manifest.csv",
         shards=prepared_shards,
+        checkpoint="data/codes/checkpoint.json" if config["tokenizer"]["mode"] == "pretrained" else [],
     output:
         directory("data/codes/model"),
     log:

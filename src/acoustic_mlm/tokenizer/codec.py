@@ -17,8 +17,10 @@ Two modes, one per `tokenizer.mode`:
 from __future__ import annotations
 
 import re
+import socket
 import warnings
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch
 
@@ -74,12 +76,35 @@ def _verify(path: Path, prefix: str, where: str | Path | None = None) -> str:
     return digest
 
 
+def _place_it(url: str, dest: Path, prefix: str) -> str:
+    """How to put the checkpoint in place by hand: the end of every error about a missing one."""
+    return (
+        f"download {url} where there is network and copy it to {dest}, or set tokenizer.checkpoint to its path "
+        f"(its sha256 starts with {prefix})"
+    )
+
+
+def _resolves(host: str) -> bool:
+    """Whether `host` resolves: offline machines and compute nodes fail here at once, before any retry."""
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
 def _download(url: str, dest: Path, prefix: str) -> None:
     """Fetch `url` to `dest` with the fetch stage's downloader, then check its sha256 prefix; a file
-    that fails the check is deleted."""
+    that fails the check is deleted. A host that does not resolve is one line naming the file, the URL
+    and how to place the file, with no retries."""
     from acoustic_mlm.data.download import DownloadError, download
     from acoustic_mlm.data.sources import ArchiveSource
 
+    host = urlsplit(url).hostname or ""
+    if urlsplit(url).scheme in ("http", "https") and not _resolves(host):
+        raise TokenizerError(
+            f"{dest.name}: not here and {host} does not resolve (no network?); {_place_it(url, dest, prefix)}"
+        )
     log.info("downloading %s -> %s", url, dest)
     # EnCodec publishes only a prefix of each checkpoint's sha256, which pooch cannot check: no
     # known hash for the download, the prefix checked here.
@@ -87,10 +112,8 @@ def _download(url: str, dest: Path, prefix: str) -> None:
     try:
         path = download(src, dest.parent)
     except DownloadError as exc:  # network, HTTP status: after the downloader's retries
-        raise TokenizerError(
-            f"{url}: download failed; set tokenizer.checkpoint to a local copy of {dest.name} (sha256 starting "
-            f"with {prefix}) ({exc})"
-        ) from None
+        why = str(exc).splitlines()[0][-200:]  # the downloader's reason, its tail: one line of bounded length
+        raise TokenizerError(f"{dest.name}: download failed ({why}); {_place_it(url, dest, prefix)}") from None
     try:
         _verify(path, prefix, where=url)
     except TokenizerError:
@@ -113,19 +136,13 @@ def hub_checkpoint_path(url: str = OFFICIAL_URL) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
 
 
-def load_pretrained(
-    checkpoint: str | Path | None = None,
-    bandwidth: float = 6.0,
-    *,
-    expected_prefix: str = OFFICIAL_SHA256_PREFIX,
-    url: str = OFFICIAL_URL,
-):
-    """EnCodec 24 kHz with the official weights, in eval mode at `bandwidth` kbps.
-
-    checkpoint: a local `encodec_24khz-d7cc33bc.th`; None downloads `url` into
-    torch.hub.get_dir()/checkpoints (once). The file's sha256 must start with the prefix its name
-    carries (`<name>-<prefix>.th`), or `expected_prefix` when the name carries none.
-    """
+def fetch_checkpoint(
+    checkpoint: str | Path | None = None, *, expected_prefix: str = OFFICIAL_SHA256_PREFIX, url: str = OFFICIAL_URL
+) -> Path:
+    """The checkpoint file, checked: `checkpoint` (a local path), or with None `url` in
+    torch.hub.get_dir()/checkpoints, downloaded there once. Its sha256 must start with the prefix its name
+    carries (`<name>-<prefix>.th`), or `expected_prefix` when the name carries none. The Snakemake rule
+    `encodec_checkpoint` runs this on the submit host (a local rule), so compute nodes need no network."""
     if checkpoint is None:
         path = hub_checkpoint_path(url)
         prefix = _name_prefix(path.name) or expected_prefix
@@ -141,6 +158,18 @@ def load_pretrained(
                 f"starts with {prefix}, as the official {url.rsplit('/', 1)[-1]} from {url})"
             )
     _verify(path, prefix)
+    return path
+
+
+def load_pretrained(
+    checkpoint: str | Path | None = None,
+    bandwidth: float = 6.0,
+    *,
+    expected_prefix: str = OFFICIAL_SHA256_PREFIX,
+    url: str = OFFICIAL_URL,
+):
+    """EnCodec 24 kHz with the official weights (`fetch_checkpoint`), in eval mode at `bandwidth` kbps."""
+    path = fetch_checkpoint(checkpoint, expected_prefix=expected_prefix, url=url)
     model = _load_state(_bare_encodec(), path)
     model.set_target_bandwidth(float(bandwidth))
     return model.eval()

@@ -14,6 +14,13 @@ from acoustic_mlm.utils import log
     "prepared",
     opt("--out", default=Path("data/codes"), help="output folder (default: data/codes)"),
     opt("--threads", type=int, rule="tokenizer.threads", help=argparse.SUPPRESS),
+    opt(
+        "--checkpoint-only",
+        action="store_true",
+        help="only bring and check the pretrained EnCodec checkpoint (tokenizer.checkpoint, else the official file "
+        "into torch's hub folder) and record it in checkpoint.json: Snakemake's local rule, so compute nodes need "
+        "no network",
+    ),
     Steps(
         "--fit",
         "only fit (calibrated) or check (pretrained) the tokenizer: model/",
@@ -40,7 +47,9 @@ def tokenize_command(args, cfg) -> None:
             args.threads,
         )
     threads = cfg.tokenizer.threads
-    if args.fit:
+    if args.checkpoint_only:
+        _checkpoint_only(cfg, args.out)
+    elif args.fit:
         tokenizer.fit(cfg, args.prepared, args.out, threads=threads)
     elif args.shard is not None:
         tokenizer.encode_shard(cfg, args.prepared, args.out, args.shard, threads=threads)
@@ -48,3 +57,19 @@ def tokenize_command(args, cfg) -> None:
         tokenizer.merge(cfg, args.prepared, args.out)
     else:
         tokenizer.run(cfg, args.prepared, args.out, threads=threads)
+
+
+def _checkpoint_only(cfg, out: Path) -> None:
+    """The pretrained checkpoint in place and checked, recorded in out/checkpoint.json (path, sha256)."""
+    from acoustic_mlm.errors import UserError
+    from acoustic_mlm.tokenizer.codec import fetch_checkpoint
+    from acoustic_mlm.utils import file_sha256, write_json
+
+    tc = cfg.tokenizer
+    if tc.mode != "pretrained":
+        raise UserError(
+            f"tokenize --checkpoint-only: tokenizer.mode is {tc.mode}; only pretrained mode has a checkpoint"
+        )
+    path = fetch_checkpoint(tc.checkpoint)
+    write_json(Path(out) / "checkpoint.json", {"path": str(path), "sha256": file_sha256(path)})
+    log.info("tokenize: EnCodec checkpoint %s in place and checked", path)
