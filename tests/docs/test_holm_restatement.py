@@ -182,6 +182,21 @@ def test_the_holm_table_is_recomputed_from_the_published_runs():
     assert ours == render(), "docs/stability.md's Holm table differs from its recomputation:\n" + "\n".join(render())
 
 
+def test_the_summary_at_a_glance_quotes_the_same_intervals_and_adjusted_p():
+    lines = DOC.read_text().splitlines()
+    (head,) = [i for i, line in enumerate(lines) if line.startswith("| promise | verdict as published |")]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[head + 2 : head + 6]]
+    s = stats()
+    for t, row in zip(TESTS, rows):
+        ka, na, kb, nb = s[t.id]["counts"]
+        d, low, high = newcombe(ka, na, kb, nb)
+        assert f"{ka} of {na} against {kb} of {nb}" in row[1] and f"p = {fmt_p(s[t.id]['p'])}" in row[1], t.id
+        assert row[3] == f"{d:.2f} [{low:.2f}, {high:.2f}]", t.id
+        under = "supported" if s[t.id]["four"] < ALPHA else "undecided"
+        adjusted = fmt_p(s[t.id]["four"])
+        assert row[4] in (f"{under} ({adjusted})", f"{under} (adjusted p = {adjusted})"), t.id
+
+
 def test_the_counts_and_p_values_are_the_published_verdicts():
     """The recomputation agrees with what each round published (verdicts.json, verdict.json)."""
     import json
@@ -274,6 +289,10 @@ def test_the_copy_task_and_the_collapse_timing_are_the_runs():
     c = curves[(curves["size"] == "S1") & (curves["lr"] == 0.05)].merge(failed, on=["arm", "seed"])
     lowest = c.loc[c.groupby(["arm", "seed"])["train_loss_cb0"].idxmin(), "step"]
     assert f"its loss is lowest at updates {lowest.min():.0f}-{lowest.max():.0f}" in doc
+    above = (s1[~s1["trained"]]["final_loss"] - s1[~s1["trained"]]["plateau"]).sort_values(ascending=False)
+    on = above[above.abs() <= 0.02]
+    off = ", ".join(f"{-x:.2f}" for x in above[above.abs() > 0.02]).replace(", ", " and ")
+    assert f"{len(on)} of the {len(above)} end within 0.02 bits of the plateau, the other two {off} bits below" in doc
 
 
 def test_round_5s_loss_scale_only_fell():
