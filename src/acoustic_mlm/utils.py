@@ -583,12 +583,9 @@ def _tree_bytes(folder: Path) -> int:
 
 
 def file_sha256(path: str | Path) -> str:
-    """The sha256 of a file's content, read in 16 MB blocks."""
-    digest = hashlib.sha256()
+    """The sha256 of a file's content (hashlib.file_digest reads it in blocks)."""
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _umask() -> int:

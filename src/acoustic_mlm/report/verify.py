@@ -148,11 +148,8 @@ def _arm_metrics(runs_dir: Path, run: str, config: str | None = None) -> pd.Data
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def data_hashes(data_dir: Path) -> dict:
