@@ -7,9 +7,9 @@ stages are the package's own (train, aggregate, claims' spike explanation, the s
 figure); only the corpus is made here instead of fetched and tokenized, so that the whole
 experiment takes a minute:
 
-    corpus  clips of piecewise-constant codes (runs of RUN_FRAMES frames on average) and, per
-            frame, a tone whose pitch encodes codebook 0's code, so that a masked frame's codes are
-            predictable from its neighbours and the audio around it
+    corpus  the rounds' tone corpus (acoustic_mlm.experiments.corpus): clips of piecewise-constant codes
+            and, per frame, a tone whose pitch encodes codebook 0's code, so that a masked frame's codes
+            are predictable from its neighbours and the audio around it
     config  config/smoke.yaml with the two arms, FORCED_TRAIN's steps and learning rate
 
     python benchmarks/forced_spike.py --out results/forced_spike --figure docs/stability_forced_spike.png
@@ -22,26 +22,18 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm import encodec
-from acoustic_mlm.artifacts.codes import LOUDNESS_TABLE, MODEL_DIR
-from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS, shard_name
+from acoustic_mlm.experiments.corpus import write_corpus
 from acoustic_mlm.report import aggregate, claims, stability
-from acoustic_mlm.tokenizer.stage import merge
 from acoustic_mlm.train import loop as train
 
 ROOT = Path(__file__).resolve().parents[1]
-HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE
-CODES = 16  # distinct codes per codebook in the corpus
-RUN_FRAMES = 12  # mean length of a run of one code
 FORCED_TRAIN = dict(
     steps=240,
     warmup_steps=24,
@@ -70,55 +62,6 @@ ARMS = {
         "seeds": [1],
     },
 }
-
-
-def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -> tuple[Path, Path]:
-    """A prepared corpus and its codes in the package's layout (one shard, the last clip held out)."""
-    rng = np.random.default_rng(seed)
-    prepared, codes_dir = Path(root) / "prepared", Path(root) / "codes"
-    for d in (prepared / shard_name(0), codes_dir / shard_name(0), codes_dir / MODEL_DIR):
-        d.mkdir(parents=True, exist_ok=True)
-    t = np.arange(HOP) / RATE
-    audio, codes, rows = [], [], []
-    for i in range(clips):
-        runs = rng.geometric(1 / RUN_FRAMES, size=frames)  # run lengths, more than enough
-        c0 = np.repeat(rng.integers(0, CODES, size=frames), runs)[:frames]
-        tone = np.sin(2 * np.pi * (150.0 + 90.0 * c0[:, None]) * t[None, :])  # (frames, HOP): pitch = code
-        audio.append((0.3 * tone + 0.01 * rng.standard_normal(tone.shape)).reshape(-1).astype(np.float32))
-        codes.append(np.stack([(c0 * (2 * k + 1) + k) % CODES for k in range(8)]).astype(np.int16))  # (8, frames)
-        rows.append(
-            {
-                "clip_id": f"tone{i}",
-                "path": f"tone{i}.wav",
-                "shard": 0,
-                "split": "valid" if i == clips - 1 else "train",
-                "offset": i * frames * HOP,
-                "num_samples": frames * HOP,
-                "num_frames": frames,
-                "orig_sample_rate": RATE,
-                "orig_channels": 1,
-                "duration_s": frames * HOP / RATE,
-            }
-        )
-    np.save(prepared / shard_name(0) / "audio.npy", np.concatenate(audio))
-    np.save(codes_dir / shard_name(0) / "codes.npy", np.concatenate(codes, axis=1))
-    (codes_dir / shard_name(0) / "encode.json").write_text(
-        json.dumps({"clips": clips, "audio_seconds": clips * frames * HOP / RATE, "encode_seconds": 0.0})
-    )
-    pd.DataFrame(
-        {
-            "clip_id": [r["clip_id"] for r in rows],
-            "rms_dbfs": -13.5,
-            "lufs": -13.5,  # tones at 0.3
-            "gain_db": 0.0,
-        }
-    ).to_csv(codes_dir / shard_name(0) / LOUDNESS_TABLE, index=False)
-    pd.DataFrame(rows)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
-    (codes_dir / MODEL_DIR / "fit.json").write_text(json.dumps({"mode": "calibrated"}))
-    smoke = C.read_yaml(ROOT / "config" / "smoke.yaml")
-    smoke["tokenizer"]["batch_size"] = 1
-    merge(C.from_mapping(smoke, "smoke.yaml"), prepared, codes_dir)  # tokenizer.json, as the stage writes it
-    return prepared, codes_dir
 
 
 def forced_config(base: dict | None = None) -> dict:

@@ -5,7 +5,7 @@ so it could say nothing about instability. This script trains the package's own 
 config/proxy.yaml's settings with a size's overrides) on a corpus whose codes are learnable from
 context, one run at a time, and publishes one row per run as it finishes:
 
-    corpus  benchmarks/forced_spike.py's generated corpus in the package's layout (tones whose pitch is
+    corpus  the rounds' tone corpus (acoustic_mlm.experiments.corpus) in the package's layout (tones whose pitch is
             codebook 0's code, in runs of about 12 frames; 16 codes: the plateau is their unigram
             entropy, about 4 bits), CLIPS clips of FRAMES frames, the last held out
     sizes   SIZES below: model and budget overrides of config/proxy.yaml
@@ -37,7 +37,6 @@ import argparse
 import contextlib
 import copy
 import fcntl
-import importlib.util
 import json
 import math
 import resource
@@ -51,6 +50,7 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves
+from acoustic_mlm.experiments.corpus import write_corpus
 from acoustic_mlm.report import decisive
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.utils import atomic_path
@@ -129,13 +129,6 @@ RUN_COLUMNS = [
 CURVE_COLUMNS = ["size", "arm", "lr", "seed", "step", "train_loss_cb0", "valid_loss_cb0", "attn_logit_max", "grad_norm"]
 SPIKE_COLUMNS = ["size", "arm", "lr", "seed", "onset_step", "peak_step", "peak_bits", "base_bits", "height_bits"]
 SPIKE_COLUMNS += ["recovery_step"]
-
-
-def _forced_spike():
-    spec = importlib.util.spec_from_file_location("forced_spike", ROOT / "benchmarks" / "forced_spike.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def settings_for(size: str, arm: str, lr: float, seed: int, arms: dict | None = None) -> C.Config:
@@ -476,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     with _locked(args.work):  # two procedures side by side share one corpus
         if not (corpus / "codes" / "tokenizer.json").exists():
             shutil.rmtree(corpus, ignore_errors=True)
-            _forced_spike().write_corpus(corpus, clips=CLIPS, frames=FRAMES, seed=0)
+            write_corpus(corpus, clips=CLIPS, frames=FRAMES, seed=0)
     prepared, codes = corpus / "prepared", corpus / "codes"
     plateau = decisive.plateau_bits(codes)
     args.out.mkdir(parents=True, exist_ok=True)

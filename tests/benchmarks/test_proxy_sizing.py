@@ -1,5 +1,4 @@
-"""benchmarks/run_queue.py logs each command's own exit status, and benchmarks/proxy_sizing.py's
-sizing rules (best rate, instabilities) on hand-made tables."""
+"""benchmarks/proxy_sizing.py's sizing rules (best rate, instabilities, late spikes) on hand-made tables."""
 
 from __future__ import annotations
 
@@ -10,22 +9,6 @@ import pytest
 from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_the_queue_logs_the_commands_exit_status(tmp_path):
-    q = load_benchmark("run_queue")
-    commands = tmp_path / "commands.txt"
-    commands.write_text("# a comment\n\nexit 2\ntrue\necho hello; exit 7\n")
-    log = tmp_path / "queue_log.txt"
-    assert q.main([str(commands), "--log", str(log), "--jobs", "2"]) == 1
-    lines = log.read_text().splitlines()
-    assert lines[0].endswith(" start") and lines[-1].endswith(" end")
-    status = {line.split(" ", 3)[3]: line.split(" ")[1] for line in lines[1:-1]}
-    assert status == {"exit 2": "rc=2", "true": "rc=0", "echo hello; exit 7": "rc=7"}
-    assert (tmp_path / "queue_log.txt.d" / "5.log").read_text() == "hello\n"  # its output, by line number
-    commands.write_text("true\n")
-    assert q.main([str(commands), "--log", str(tmp_path / "ok.txt")]) == 0
-    assert q.main([str(tmp_path / "missing.txt"), "--log", str(log)]) == 2
 
 
 def _row(arm, lr, seed, final, spike=0.0, logit=5.0, status="completed", left=True, nonfinite=0, late=None):

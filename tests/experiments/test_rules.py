@@ -1,0 +1,154 @@
+"""The rounds' rules (experiments.rules, experiments.record's words) on hand-made tables: the pairs'
+Fisher verdicts and the A/A pair, the one definition of an instability, Wortsman et al.'s sensitivity,
+the fp16 rounds' cells and their pilot's low gain, the sizing procedure's (a), (b) and (c)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from acoustic_mlm.experiments import declaration as D
+from acoustic_mlm.experiments import record as R
+from acoustic_mlm.experiments import rules
+from acoustic_mlm.experiments.figure import sensitivity_figure
+from acoustic_mlm.experiments.stats import fisher_greater, holm, newcombe
+from acoustic_mlm.report.power import fisher_power
+
+CONFIRM = D.load("config/experiments/confirm_round.yaml")
+R4 = D.load("config/experiments/pb_relax_training.yaml")
+A, B = "prenorm_attnrelax_clip1", "prenorm_unfused_clip1"
+
+
+def _run(arm, seed, trained, lr=0.05, spike=0.0, left=True, final=None, logit=5.0, first=4.0, size="S1"):
+    final = (1.0 if trained else 3.99) if final is None else final
+    row = {c.name: np.nan for c in R.columns(fp16=True)}
+    row |= {"round": 3, "size": size, "arm": arm, "lr": lr, "seed": seed, "status": "completed", "plateau": 3.984}
+    row |= {"final_loss": final, "first_loss": first, "trained": trained, "left_plateau": left or trained}
+    row |= {"largest_late_spike_bits": spike, "largest_spike_bits": spike, "nonfinite_steps": 0}
+    return row | {"attn_logit_final": logit, "updates": 800}
+
+
+def _arm(arm, seeds, n_trained, **kw):
+    return [_run(arm, s, i < n_trained, **kw) for i, s in enumerate(seeds)]
+
+
+SEEDS, AA_SEEDS = list(range(101, 113)), list(range(201, 211))
+
+
+def test_the_pairs_rules_verdicts_with_an_interval_for_the_undecided():
+    rows = _arm("prenorm_clip1", SEEDS, 11) + _arm("prenorm_noclip", SEEDS, 2)  # P1: 11/12 against 2/12
+    rows += _arm("prenorm_clip10", SEEDS, 11)  # P2: 11/12 against 11/12: undecided
+    d12 = {"size": "D12", "lr": 0.01}
+    rows += _arm("postnorm_deepnorm_clip1", SEEDS, 0, **d12) + _arm("postnorm_clip1", SEEDS, 8, **d12)  # against
+    rows += _arm("prenorm_attnrelax_clip1", AA_SEEDS, 9)
+    result = rules.judge_pairs(CONFIRM, pd.DataFrame(rows))
+    p1, p2, p3 = result["verdicts"]
+    assert p1["verdict"] == "supported" and (p1["trained_a"], p1["trained_b"]) == (11, 2)
+    assert p1["p_for"] == pytest.approx(fisher_greater(11, 12, 2, 12)) and "interval_95" not in p1
+    assert p1["unstable_b"] == 10  # the untrained runs left the plateau and fell back: a collapse
+    assert p2["verdict"] == "undecided" and (p2["difference"], p2["interval_95"][0] < 0 < p2["interval_95"][1]) == (
+        0.0,
+        True,
+    )
+    assert "excluded_effect" not in p2
+    assert p3["verdict"] == "contradicted" and p3["p_against"] < 0.025
+    aa = result["aa"]
+    assert aa["verdict"] == "undecided" and aa["calibrated"] is True
+    assert aa["rejects_identical_arms"] == pytest.approx(fisher_power(19 / 20, 19 / 20, 10, 10, alpha=0.025))
+
+
+def test_a_decided_aa_pair_marks_the_round_not_calibrated_and_unfinished_parts_have_no_verdict():
+    rows = _arm("prenorm_clip1", SEEDS, 12) + _arm("prenorm_attnrelax_clip1", AA_SEEDS, 1)
+    rows += _arm("prenorm_noclip", SEEDS[:5], 0)
+    result = rules.judge_pairs(CONFIRM, pd.DataFrame(rows))
+    assert result["aa"]["calibrated"] is False and "not calibrated" in result["note"]
+    assert [v["verdict"] for v in result["verdicts"]] == ["not finished"] * 3
+
+
+def test_one_definition_of_an_instability():
+    runs = pd.DataFrame(
+        [
+            _run("a", 1, True),
+            _run("a", 2, True, spike=0.5),  # (i) a late spike
+            _run("a", 3, False, left=True),  # (iii) a collapse
+            _run("a", 4, False, left=False),  # never left, no spike: not unstable
+            _run("a", 5, False, left=False, logit=53.0, final=3.99),  # (iv): x10 the reference, 0.5 bits worse
+            _run("a", 6, True, logit=60.0, final=1.2),  # growth without the loss cost
+            _run("a", 7, True) | {"status": "diverged"},  # (ii) failed
+        ]
+    )
+    assert R.unstable(runs, 5.3, 0.94).tolist() == [False, True, True, False, True, False, True]
+    assert R.collapsed(runs).tolist() == [False, False, True, False, False, False, False]
+
+
+def test_sensitivity_is_wortsmans_mean_capped_excess(tmp_path):
+    rates = CONFIRM.sensitivity["rates"]
+    finals = [2.0, 1.0, 1.5, 3.0, 9.0, np.nan, 3.99, 3.99]  # 9.0 above L0 = 4.0 is capped; NaN counts as L0
+    rows = [_run("prenorm_clip1", 401, True, lr=lr, final=f) for lr, f in zip(rates, finals)]
+    table = rules.sensitivity(CONFIRM, pd.DataFrame(rows))
+    summary = table[(table["arm"] == "prenorm_clip1") & table["lr"].isna()].iloc[0]
+    capped = [2.0, 1.0, 1.5, 3.0, 4.0, 4.0, 3.99, 3.99]
+    assert summary["final_loss"] == 1.0 and summary["lr_sensitivity"] == pytest.approx(np.mean(capped) - 1.0)
+    others = table[(table["arm"] == "prenorm_clip10") & table["lr"].isna()].iloc[0]
+    assert not bool(others["finished"]) and np.isnan(others["lr_sensitivity"])
+    every = pd.DataFrame(
+        [
+            _run(arm, 401, True, lr=lr, final=1.0 + i)
+            for arm in CONFIRM.sensitivity["arms"]
+            for i, lr in enumerate(rates)
+        ]
+    )
+    path = sensitivity_figure(CONFIRM, every, tmp_path / "sens.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(tmp_path.glob(".*"))
+
+
+def _fp16(high_a=4, high_b=0, low_a=2, low_b=2, logit_high=2e5, logit_low=2e4):
+    low, high = rules.gains(R4)
+    trained = {(high, A): high_a, (high, B): high_b, (low, A): low_a, (low, B): low_b}
+    rows = []
+    for size, arm, lr, seed in rules.fp16_plan(R4):
+        gain = high if size == rules.size_name(R4, high) else low
+        seeds = R4.seeds["high" if gain == high else "low"]
+        rows.append(
+            _run(arm, seed, seeds.index(seed) < trained[(gain, arm)], lr=lr, size=size)
+            | {"qk_gain": gain, "attn_logit_max": logit_high if gain == high else logit_low}
+        )
+    return pd.DataFrame(rows)
+
+
+def test_the_fp16_rules_need_their_cells_and_count_only_runs_trained_through():
+    assert rules.judge_fp16(R4, _fp16())["verdict"] == "supported"
+    assert rules.judge_fp16(R4, _fp16(logit_low=7e4))["verdict"] == "undecided: the cells are not as the rules need"
+    assert rules.judge_fp16(R4, _fp16(logit_high=6e4))["verdict"] == "undecided: the cells are not as the rules need"
+    assert rules.judge_fp16(R4, _fp16(low_b=0))["verdict"] == "undecided: the cells are not as the rules need"
+    undecided = rules.judge_fp16(R4, _fp16(high_a=3))
+    assert (
+        undecided["verdict"] == "undecided" and undecided["difference"] == 0.75 and "excluded_effect" not in undecided
+    )
+    runs = _fp16(high_b=4)
+    stopped = (runs["arm"] == B) & (runs["qk_gain"] == 128.0)
+    runs.loc[stopped, ["updates", "status"]] = [67, "diverged"]  # the loss scaler stopped them at update 67
+    v = rules.judge_fp16(R4, runs)
+    assert v["trained_high"] == {A: 4, B: 0} and v["verdict"] == "supported"
+    assert rules.judge_fp16(R4, _fp16().drop(index=[3]))["verdict"] == "not finished"
+
+
+def test_the_pilots_rule_takes_the_largest_gain_trained_through_within_the_margin():
+    pilot = D.load("config/experiments/pb_relax_confirm_pilot.yaml")
+    rows = [
+        _run(B, 1, True, size="S1-fp16-g32") | {"qk_gain": 32.0, "attn_logit_max": 43_000.0},
+        _run(B, 1, True, size="S1-fp16-g24") | {"qk_gain": 24.0, "attn_logit_max": 13_000.0},
+    ]
+    assert rules.low_gain(pilot, pd.DataFrame(rows)) == 32.0  # 43,000 <= 65,504 / 1.5
+    rows[0]["attn_logit_max"] = 44_000.0
+    assert rules.low_gain(pilot, pd.DataFrame(rows)) == 24.0
+    rows[1]["updates"] = 500
+    assert rules.low_gain(pilot, pd.DataFrame(rows)) is None
+
+
+def test_holm_and_newcombe():
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    d = newcombe(11, 12, 6, 12)  # the published P2: 0.42 [0.05, 0.67]
+    assert (round(d["estimate"], 2), round(d["low"], 2), round(d["high"], 2)) == (0.42, 0.05, 0.67)
+    assert newcombe(12, 12, 0, 12)["high"] == 1.0
