@@ -489,3 +489,39 @@ def test_front_end_as_matmuls_under_bf16_autocast_stays_close():
         out = fe(wav)
     assert out.dtype == torch.bfloat16  # the step's precision, as the tensor cores run it on CUDA
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+
+
+def test_the_validation_probe_records_qk_norms_logits():
+    """train.diagnostics' attention logit maximum under qk_norm is the normalised logits' (at most
+    sqrt(hd) at unit gains), not the projections' however large they grow."""
+    import numpy as np
+
+    from acoustic_mlm.model.objective import AcousticMLM, compute_mask_indices
+    from acoustic_mlm.train import diagnostics as D
+
+    torch.manual_seed(0)
+    cfg = tiny_config(attention="qk_norm")
+    model = AcousticMLM(cfg).eval()
+    with torch.no_grad():
+        for block in model.encoder.transformer.blocks:
+            block.attn.q_proj.weight.mul_(1000.0)
+            block.attn.k_proj.weight.mul_(1000.0)
+    B, T = 2, 20
+    wav, codes = torch.randn(B, 320 * T), torch.randint(0, cfg.codebook_size, (B, cfg.codebooks, T))
+    mask = torch.from_numpy(compute_mask_indices((B, T), 0.8, 5, 2, np.random.default_rng(0)))
+    inputs = []
+    hooks = [
+        b.attn.register_forward_pre_hook(lambda mod, args: inputs.append((mod, args[0])))
+        for b in model.encoder.transformer.blocks
+    ]
+    with torch.no_grad(), D.ValidProbe(model) as probe:
+        model(wav, codes, mask)
+    for h in hooks:
+        h.remove()
+    row = probe.values()
+    with torch.no_grad():
+        normed = [float(D.attention_logits(x, m.q_proj, m.k_proj, m.heads, 1.0, m.q_norm, m.k_norm).abs().amax())
+                  for m, x in inputs]  # fmt: skip
+        raw = [float(D.attention_logits(x, m.q_proj, m.k_proj, m.heads).abs().amax()) for m, x in inputs]
+    assert [row[f"attn_logit_max_l{i}"] for i in range(cfg.layers)] == pytest.approx(normed, rel=1e-6)
+    assert max(normed) <= math.sqrt(cfg.dim // cfg.heads) + 1e-5 < 1e3 < min(raw)
