@@ -51,6 +51,8 @@ _GENERATED = (
     "results/map_claims.json",
     "results/map_claims.md",
     "results/final_losses.json",
+    "results/metrics.json",
+    "results/config.yaml",
     "results/preflight.json",
     "results/preflight.md",
     "results/report.html",

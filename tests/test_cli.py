@@ -42,9 +42,20 @@ def test_every_subcommand_has_help_with_the_config_option(capsys, stage):
     assert exit_.value.code == 0 and "--config" in capsys.readouterr().out
 
 
-def test_the_help_lists_every_subcommand_in_the_parsers_order():
-    """`amlm --help` ends with the module docstring's table: one line per subcommand, none missing."""
+def test_the_module_table_lists_every_subcommand_in_the_parsers_order():
+    """The module docstring's table: one line per subcommand, none missing."""
     assert re.findall(r"^    amlm (\S+)", cli.__doc__, re.M) == _subcommands()
+
+
+def test_amlm_help_lists_each_subcommand_once(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    listed = re.findall(r"^    (\S+)", out, re.M)  # argparse's list of the STAGE choices
+    assert listed == _subcommands()
+    assert "amlm fetch" not in out  # the docstring's table is not repeated as the epilog
+    assert out.rstrip().endswith("before doing any work.")
 
 
 def _stages() -> dict[str, argparse.ArgumentParser]:

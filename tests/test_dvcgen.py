@@ -86,9 +86,13 @@ def test_loss_curves_plot_is_log_x_with_a_line_per_run_and_seed(root, tmp_path):
     """dvc.yaml's plot of the tidy loss_curves.csv uses .dvc/plots/loss_curves.json: codebook 0 only,
     a logarithmic step axis, colour by the run's label, one series per revision, run, seed and split;
     `dvc plots show` renders it with the table's rows."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    (plot,) = [p for p in stages["aggregate"]["plots"] if "results/loss_curves.csv" in p]
-    assert plot["results/loss_curves.csv"] == {"template": "loss_curves", "x": "step", "y": "loss_bits"}
+    dvc = yaml.safe_load((root / "dvc.yaml").read_text())
+    # One top-level plot overlays the arms; no stage declares a curve plot of its own (four per-arm plots before);
+    # the stages' plots are images (the stability figure's PNG).
+    assert dvc["plots"] == [{"results/loss_curves.csv": {"template": "loss_curves", "x": "step", "y": "loss_bits"}}]
+    stage_plots = [p for st in dvc["stages"].values() for p in (st.get("do") or st).get("plots", [])]
+    assert stage_plots and all(isinstance(p, str) and p.endswith(".png") for p in stage_plots), stage_plots
+    assert "results/loss_curves.csv" in dvc["stages"]["aggregate"]["outs"]
     spec = json.loads((root / ".dvc" / "plots" / "loss_curves.json").read_text())
     assert spec["encoding"]["x"]["scale"] == {"type": "log"}
     assert spec["encoding"]["color"]["field"] == "label" and spec["encoding"]["detail"]["field"] == "series"
@@ -107,7 +111,7 @@ def test_loss_curves_plot_is_log_x_with_a_line_per_run_and_seed(root, tmp_path):
     ]
     (repo / "results").mkdir(exist_ok=True)
     (repo / "results" / "loss_curves.csv").write_text("\n".join(rows) + "\n")
-    proc = _dvc(repo, "plots", "show", "--json", "results/loss_curves.csv")
+    proc = _dvc(repo, "plots", "show", "--json")  # every plot: the top-level one (the figures are not there)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rendered,) = json.loads(proc.stdout)["data"]["results/loss_curves.csv"]
     content = rendered["content"]
@@ -148,3 +152,65 @@ def _stage_names(root):
     for name, stage in doc["stages"].items():
         names += [f"{name}@{run}" for run in runs] if "foreach" in stage else [name]
     return names
+
+
+def _headline_inputs(folder, finals=None, verdicts=None):
+    finals = finals if finals is not None else {"clip10": 5.61, "clip1": 5.93, "deepnorm": 6.02, "attn_relax": 5.9}
+    verdicts = verdicts if verdicts is not None else dict(zip("abcdef", ["reproduced"] * 4 + ["inconclusive"] * 2))
+    (folder / "final_losses.json").write_text(json.dumps(finals))
+    (folder / "claims.json").write_text(json.dumps({"claims": [], "verdicts": verdicts, "split": "train"}))
+    return folder / "final_losses.json", folder / "claims.json"
+
+
+def test_the_metrics_file_is_flat_final_losses_and_verdicts(root, tmp_path, capsys):
+    finals, claims = _headline_inputs(tmp_path)
+    out = tmp_path / "results" / "metrics.json"
+    args = ["metrics", "--config", str(root / "config" / "smoke.yaml"), "--finals", str(finals)]
+    assert main([*args, "--claims", str(claims), "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got == {
+        "final_clip10": 5.61,
+        "final_clip1": 5.93,
+        "final_deepnorm": 6.02,
+        "final_attn_relax": 5.9,
+        **{f"claim_{c}": "reproduced" for c in "abcd"},
+        "claim_e": "inconclusive",
+        "claim_f": "inconclusive",
+    }
+    assert all(not isinstance(v, (dict, list)) for v in got.values())  # flat: one dvc exp show column per key
+    # A damaged input is one line naming the file and the stage to rerun; nothing is written.
+    out.unlink()
+    (tmp_path / "claims.json").write_text(json.dumps({"verdicts": ["a"]}))
+    capsys.readouterr()
+    assert main([*args, "--claims", str(claims), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{claims}: 'verdicts' is" in err and "claims" in err and not out.exists()
+    _headline_inputs(tmp_path, finals={"clip10": "5.6"})
+    assert main([*args, "--claims", str(claims), "--out", str(out)]) == 2
+    assert "'clip10' is '5.6', not a loss in bits; rerun the aggregate stage" in capsys.readouterr().err
+
+
+def test_dvc_exp_show_reads_the_final_losses_in_its_first_columns(root, tmp_path):
+    """DVC's convention: one small flat metrics file, read first by `dvc exp show`: with no
+    filter, the arms' final losses and the claims' verdicts are its first columns after the experiment's name
+    and date, at most 15 in all; summary.json and claims.json are plain outputs."""
+    dvc = yaml.safe_load((root / "dvc.yaml").read_text())
+    metrics = [m for st in dvc["stages"].values() for m in (st.get("do") or st).get("metrics", [])]
+    assert metrics == ["results/metrics.json"]
+    repo = copy_repo(root, tmp_path / "repo")
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):
+        subprocess.run(cmd, cwd=repo, check=True, capture_output=True)
+    finals, claims = _headline_inputs(tmp_path)
+    (repo / "results").mkdir(exist_ok=True)
+    assert main(["metrics", "--config", str(root / "config" / "config.yaml"), "--finals", str(finals),
+                 "--claims", str(claims), "--out", str(repo / "results" / "metrics.json")]) == 0  # fmt: skip
+    proc = _dvc(repo, "exp", "show", "--no-pager", "--csv")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    header = proc.stdout.splitlines()[0].split(",")
+    assert header[:2] == ["Experiment", "rev"] or header[0] == "Experiment", header[:5]
+    shown = [c for c in header if c.startswith(("final_", "claim_"))]
+    assert shown == sorted(json.loads((repo / "results" / "metrics.json").read_text()))
+    last = max(header.index(c) for c in shown)
+    assert last < 15 and len(shown) == 10, header[:20]
+    row = proc.stdout.splitlines()[1].split(",")
+    assert row[header.index("final_clip10")] == "5.61"

@@ -9,6 +9,7 @@
     amlm stability  loss beside gradient norm, attention logits -> results/figures/stability.{png,pdf,svg}
     amlm claims     the figure's claims checked, with verdicts -> results/claims.{json,md}
     amlm compare    the paper's curves beside the reproduction -> results/figures/paper_vs_reproduction.png
+    amlm metrics    final losses and verdicts, one flat file   -> results/metrics.json
     amlm map        a sweep's runs as one table                -> results/stability_map.csv
     amlm map-figure final loss vs learning rate, per arm       -> results/figures/lr_sensitivity.{png,pdf,svg}
     amlm map-claims LR sensitivity and the settings' promises  -> results/map_claims.{json,md}
@@ -39,6 +40,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.experiments.commands import experiment_command
 from acoustic_mlm.preflight.preflight_commands import preflight_command
 from acoustic_mlm.report import report_commands as R
+from acoustic_mlm.report.headline_commands import metrics_command
 from acoustic_mlm.tokenizer.tokenizer_commands import tokenize_command
 from acoustic_mlm.train.train_commands import train_command
 from acoustic_mlm.utils import final_names, setup_logging
@@ -57,6 +59,7 @@ COMMANDS = {
         R.stability_command,
         R.claims_command,
         R.compare_command,
+        metrics_command,
         R.map_command,
         R.map_figure_command,
         R.map_claims_command,
@@ -76,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="amlm",
         description="Reproduce MERT's acoustic-MLM stability figure: codebook-0 loss vs training steps.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n")[1],
+        # argparse lists the subcommands (their docstrings' first lines); the docstring's table above, with
+        # each one's outputs, is for readers of this file, and the epilog is its last paragraph alone.
+        epilog=__doc__.strip().split("\n\n")[-1],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")

@@ -51,7 +51,6 @@ from pathlib import Path
 import yaml
 
 from acoustic_mlm import config as C
-from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.config import params as P
 from acoustic_mlm.config import sweep as S
 from acoustic_mlm.errors import UserError
@@ -75,6 +74,7 @@ ENTRY = {
     "stability": ("report.stability",),
     "claims": ("report.claims",),
     "compare": ("report.figure",),
+    "metrics": ("report.headline",),
     "map": ("report.stability_map",),
     "map_figure": ("report.stability_map",),
     "map_claims": ("report.stability_map",),
@@ -247,15 +247,12 @@ def _train(name: str, run: str, q: str, params: list[str], entry: tuple[str, ...
                 }
                 if comments
                 else {},
-            )
-        ],
-        metrics=[Out(f"{folder}/summary.json")],
-        plots=[
+            ),
+            Out(f"{folder}/metrics.csv"),
             Out(
-                f"{folder}/metrics.csv",
-                {"template": "logx", "x": M.STEP, "y": M.FIGURE_LOSS},
-                {"template": ".dvc/plots/logx.json: DVC's linear template, log x axis"} if comments else {},
-            )
+                f"{folder}/summary.json",
+                comments={"": "an output, not a metric: results/metrics.json is"} if comments else {},
+            ),
         ],
     )
 
@@ -270,7 +267,15 @@ def _image_stage(name: str, cmd: str, deps: list[str], cfg: C.Config, stem: str)
     return _summary(name, cmd, deps, cfg, outs=[Out(f"{stem}.{e}") for e in ("pdf", "svg")], plots=[image])
 
 
-FINALS = "results/final_losses.json"  # `amlm aggregate --finals`: short names for `dvc exp show`
+FINALS = "results/final_losses.json"  # `amlm aggregate --finals`: each arm's final loss under its role
+METRICS = "results/metrics.json"  # `amlm metrics`: the one flat metrics file (final losses, verdicts)
+CLAIMS = "results/claims.json"
+# The one top-level plot: the arms' codebook-0 curves overlaid on a log step axis (.dvc/plots/loss_curves.json).
+CURVES_PLOT = Out(
+    "results/loss_curves.csv",
+    {"template": "loss_curves", "x": "step", "y": "loss_bits"},
+    {"template": ".dvc/plots/loss_curves.json: codebook 0, a line per run and seed, log x axis"},
+)
 
 
 def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
@@ -284,14 +289,10 @@ def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
             _cmd("amlm aggregate --config", q, "--runs-dir results/runs --out", curves, "--finals", FINALS),
             ["results/runs"],
             cfg,
-            outs=[Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"})],
-            metrics=[Out(FINALS, comments={"": "each arm's final codebook-0 loss by role: dvc exp show's columns"})],
-            plots=[
-                Out(
-                    curves,
-                    {"template": "loss_curves", "x": "step", "y": "loss_bits"},
-                    {"template": ".dvc/plots/loss_curves.json: codebook 0, a line per run and seed, log x axis"},
-                )
+            outs=[
+                Out(curves, comments={"": "the top-level plot (plots: below)"}),
+                Out(diagnostics, comments={"": "gradient norms, clipping, stability diagnostics, tidy"}),
+                Out(FINALS),
             ],
         ),
         _summary(
@@ -323,8 +324,14 @@ def _arm_stages(cfg: C.Config, q: str) -> list[Stage]:
             ),
             [curves, diagnostics, REFERENCE],
             cfg,
-            outs=[Out("results/claims.md")],
-            metrics=[Out("results/claims.json")],
+            outs=[Out("results/claims.md"), Out(CLAIMS)],
+        ),
+        Stage(
+            "metrics",
+            _cmd("amlm metrics --config", q, "--finals", FINALS, "--claims", CLAIMS, "--out", METRICS),
+            deps=[CHECK, FINALS, CLAIMS] + module_deps(ENTRY["metrics"]),
+            params=[],  # no setting: the numbers are the two files'
+            metrics=[Out(METRICS, comments={"": "the one metrics file: final losses, verdicts (dvc exp show)"})],
         ),
         _summary(
             "compare",
@@ -498,6 +505,8 @@ def render(cfg: C.Config, config_path: str) -> str:
         if i:
             lines.append("")
         lines += _render_stage(s, config_path)
+    if not pts:  # the arms' curves overlaid: one plot for the whole pipeline, as DVC's top-level plots
+        lines += [""] + _file_lines("plots", [CURVES_PLOT], "")
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,7 @@ from acoustic_mlm import cli, dvcgen
 from acoustic_mlm import config as C
 from acoustic_mlm.config import sweep
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # Snakemake rule -> DVC stage (DVC runs each group of steps as one stage)
 STAGE_OF_RULE = {
@@ -46,6 +46,7 @@ STAGE_OF_RULE = {
     "aggregate": "aggregate",
     "figure": "figure",
     "claims": "claims",
+    "metrics": "metrics",
     "compare": "compare",
     "stability": "stability",
 }
@@ -170,6 +171,7 @@ def both_up_to_date(root, tmp_path_factory):
         "results/claims.json",
         "results/final_losses.json",
         "results/claims.md",
+        "results/metrics.json",
         "results/figures/paper_vs_reproduction.png",
     ]
     stand_ins += [
@@ -183,7 +185,10 @@ def both_up_to_date(root, tmp_path_factory):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("{}" if rel.endswith(".json") else "x")
     # --forcerun: touch records the params only of jobs it would run; the stand-ins are newer than the data
-    _run(smk + ["--touch", "--forcerun", "train", "aggregate", "figure", "claims", "compare", "stability"], repo)
+    _run(
+        smk + ["--touch", "--forcerun", "train", "aggregate", "figure", "claims", "metrics", "compare", "stability"],
+        repo,
+    )
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "init"], repo)
@@ -214,7 +219,8 @@ def _downstream(stages: set[str], runs) -> set[str]:
         "fetch": {"prepare"},
         "prepare": {"tokenize"},
         "tokenize": {f"train@{r}" for r in runs},
-        "aggregate": {"figure", "claims", "compare", "stability"},
+        "aggregate": {"figure", "claims", "compare", "stability", "metrics"},
+        "claims": {"metrics"},  # the flat metrics file reads the verdicts
     } | {f"train@{r}": {"aggregate"} for r in runs}
     out, todo = set(), list(stages)
     while todo:

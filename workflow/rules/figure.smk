@@ -97,6 +97,26 @@ rule claims:
         "--out-json {output.json} --out-md {output.md} > {log} 2>&1"
 
 
+# The headline in one flat file: each arm's final loss and each claim's verdict (DVC's metrics file).
+rule metrics:
+    input:
+        finals="results/final_losses.json",
+        claims="results/claims.json",
+    output:
+        "results/metrics.json",
+    log:
+        "results/logs/metrics.log",
+    conda:
+        ENV
+    threads: 1
+    params:
+        cli=AMLM,
+        config=CONFIGFILE,
+    shell:
+        "{params.cli} metrics --config {params.config} --finals {input.finals} --claims {input.claims} "
+        "--out {output} > {log} 2>&1"
+
+
 rule compare:
     input:
         curves="results/loss_curves.csv",
