@@ -143,16 +143,19 @@ def _kind(path: Path, key: str, value, kind):
     return value
 
 
-def _keys(path: Path, where: str, obj: dict, spec: dict) -> dict:
-    """obj's keys all in spec, each of its kind: unknown keys are refused, naming the first."""
+def _keys(path: Path, where: str, obj: dict, spec: dict, required=()) -> dict:
+    """obj's keys all in spec, each of its kind, the `required` ones present: an unknown or missing key
+    is refused, naming the first."""
     if not isinstance(obj, dict):
         raise _fail(path, where, f"is {obj!r}, not a mapping")
+    name = lambda k: f"{where}.{k}" if where else str(k)  # noqa: E731
     for k in obj:
         if k not in spec:
-            raise _fail(
-                path, f"{where}.{k}" if where else str(k), f"is not a key of a round (known: {', '.join(spec)})"
-            )
-    return {k: _kind(path, f"{where}.{k}" if where else k, v, spec[k]) for k, v in obj.items()}
+            raise _fail(path, name(k), f"is not a key of a round (known: {', '.join(spec)})")
+    for k in required:
+        if k not in obj:
+            raise _fail(path, name(k), "is missing" + ("" if where else ": every round names it"))
+    return {k: _kind(path, name(k), v, spec[k]) for k, v in obj.items()}
 
 
 def _choice(path: Path, key: str, value: str, allowed: tuple) -> str:
@@ -181,10 +184,7 @@ def load(path: str | Path) -> Round:
     """The declaration at `path`, checked whole (module docstring); any fault is one UserError line."""
     path = Path(path)
     raw = C.read_yaml(path)
-    d = _keys(path, "", raw, TOP)
-    for k in REQUIRED:
-        if k not in d:
-            raise _fail(path, k, "is missing: every round names it")
+    d = _keys(path, "", raw, TOP, REQUIRED)
     rules = _choice(path, "rules", d["rules"], RULES)
     base = Path(d["base"]) if "base" in d else None
     size = dict(d.get("size", {}))
@@ -192,10 +192,7 @@ def load(path: str | Path) -> Round:
         _check_overrides(path, "size", base, size)
     arms = {}
     for name, arm in d.get("arms", {}).items():
-        a = _keys(path, f"arms.{name}", arm, ARM)
-        for k in ARM:
-            if k not in a:
-                raise _fail(path, f"arms.{name}.{k}", "is missing")
+        a = _keys(path, f"arms.{name}", arm, ARM, ARM)
         _choice(path, f"arms.{name}.norm", a["norm"], NORMS)
         _choice(path, f"arms.{name}.attention", a["attention"], ATTENTIONS)
         if a["clip"] < 0:
@@ -212,10 +209,7 @@ def load(path: str | Path) -> Round:
     seeds = {name: seed_list(path, f"seeds.{name}", v) for name, v in d.get("seeds", {}).items()}
     families = {}
     for name, fam in d.get("families", {}).items():
-        f = _keys(path, f"families.{name}", fam, FAMILY)
-        for k in FAMILY:
-            if k not in f:
-                raise _fail(path, f"families.{name}.{k}", "is missing")
+        f = _keys(path, f"families.{name}", fam, FAMILY, FAMILY)
         _choice(path, f"families.{name}.control", f["control"], CONTROLS)
         _alpha(path, f"families.{name}.alpha", f["alpha"])
         members = tuple(_kind(path, f"families.{name}.members", m, str) for m in f["members"])
@@ -274,10 +268,7 @@ def _alpha(path: Path, key: str, alpha: float) -> None:
 
 def _promise(path, i, raw, arms, cells, seeds, families, rnd_name) -> Promise:
     where = f"promises[{i}]"
-    p = _keys(path, where, raw, PROMISE)
-    for k in ("id", "says", "favoured", "against", "cell", "seeds"):
-        if k not in p:
-            raise _fail(path, f"{where}.{k}", "is missing")
+    p = _keys(path, where, raw, PROMISE, ("id", "says", "favoured", "against", "cell", "seeds"))
     for k in ("favoured", "against"):
         if p[k] not in arms:
             raise _fail(path, f"{where}.{k}", f"names {p[k]!r}, not an arm of the round")
