@@ -71,6 +71,7 @@ def data_dirs(tmp_path_factory):
                 "orig_sample_rate": 24000,
                 "orig_channels": 1,
                 "duration_s": frames * 320 / 24000,
+                "gain": 1.0,
             }
         )
     for shard in range(2):

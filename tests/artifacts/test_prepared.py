@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import read_refused
+from helpers import read_refused, real_audio_dir, real_audio_missing
 
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.prepared import (
@@ -35,7 +35,9 @@ from acoustic_mlm.artifacts.prepared import (
     read_shard_tables,
     shard_name,
     shard_problem,
+    storage_gain,
     to_stored,
+    unstored,
     write_manifest,
     write_plan,
     write_record,
@@ -89,17 +91,18 @@ def test_the_audio_writer_matches_np_save(tmp_path):
 
 
 def test_int16_audio_is_np_save_of_the_rounded_pcm_and_reads_back_within_half_a_step(tmp_path):
-    clips = [np.array([0.0, 0.5, -0.5, 1.0, -1.0, 1.5, 3e-5], dtype=np.float32), np.linspace(-0.9, 0.9, 999)]
+    clips = [np.array([0.0, 0.5, -0.5, 32767 / 32768, -1.0, 0.25, 3e-5], dtype=np.float32), np.linspace(-0.9, 0.9, 999)]
     with AudioWriter(tmp_path / "w.npy", "int16") as w:
         offsets = [w.append(c) for c in clips]
+        assert w.last_gain == 1.0  # within full scale: stored as it is
     pcm = np.concatenate([to_stored(c, "int16") for c in clips])
-    assert pcm[:7].tolist() == [0, 16384, -16384, 32767, -32768, 32767, 1]  # rounded, clipped to int16
+    assert pcm[:7].tolist() == [0, 16384, -16384, 32767, -32768, 8192, 1]  # rounded to int16 steps
     np.save(tmp_path / "s.npy", pcm)
     assert (tmp_path / "w.npy").read_bytes() == (tmp_path / "s.npy").read_bytes() and offsets == [0, 7]
     stored = read_audio(tmp_path / "w.npy")
     assert stored.dtype == np.int16 and (tmp_path / "w.npy").stat().st_size == 128 + 2 * 1006  # 2 bytes per sample
     back = as_float(stored)
-    assert back.dtype == np.float32 and back[1] == 0.5 and back[4] == -1.0
+    assert back.dtype == np.float32 and back[1] == 0.5 and back[4] == -1.0 and back[5] == 0.25
     assert np.abs(back[7:] - clips[1]).max() <= 0.5 / 32768 + 1e-9
     f = np.arange(4, dtype=np.float32)
     assert as_float(f) is f  # float32 is read as it is stored: no copy, the same values
@@ -213,3 +216,68 @@ def test_the_shard_and_corpus_records_read_back_and_damage_is_one_line(tmp_path)
     read_refused(lambda: read_record(path), path, "'clips' must hold a number per split")
     path.write_text(json.dumps({**record, "seconds": {"train": 60.0, "valid": "12"}}))
     read_refused(lambda: read_record(path), path, "'seconds' must hold a number per split")
+
+
+@pytest.mark.parametrize("peak", [1.0 + 1e-4, 1.5, 5.0, 1000.0])
+def test_an_int16_clip_above_full_scale_is_stored_with_a_gain_never_clipped(tmp_path, peak):
+    """A float clip whose samples exceed full scale (78 % of a peak-5 WAV's samples were clipped on the
+    rail before): stored times its gain, read back divided by it, within half a step of its own range."""
+    rng = np.random.default_rng(0)
+    x = (peak * np.tanh(rng.standard_normal(24000))).astype(np.float32)
+    x[100] = peak  # the peak itself
+    gain = storage_gain(x, "int16")
+    assert 0 < gain < 1 and np.float32(gain) == gain
+    with pytest.raises(ValueError, match="does not fit int16"):  # never clipped: refused without the gain
+        to_stored(x, "int16")
+    pcm = to_stored(x, "int16", gain)
+    assert pcm.max() == 32767 and pcm.min() > -32768  # the peak at the top step
+    back = unstored(as_float(pcm), gain)
+    assert np.abs(back - x).max() <= peak / 65534 + np.spacing(np.float32(peak))  # half a step of the clip's own range
+    assert storage_gain(x, "float32") == 1.0 and storage_gain(np.zeros(5, np.float32), "int16") == 1.0
+    with AudioWriter(tmp_path / "w.npy", "int16") as w:
+        w.append(x)
+        assert w.last_gain == gain
+    assert np.array_equal(read_audio(tmp_path / "w.npy"), pcm)
+
+
+def test_a_manifests_gain_is_applied_by_the_corpus_and_checked(tmp_path):
+    x = np.linspace(-3, 3, 640).astype(np.float32)
+    g = storage_gain(x, "int16")
+    (tmp_path / "shard-00000").mkdir()
+    with AudioWriter(tmp_path / "shard-00000" / AUDIO, "int16") as w:
+        w.append(x)
+    row = dict(clip_id="a", path="a.wav", shard=0, split="train", offset=0, num_samples=640, num_frames=2)
+    row.update(orig_sample_rate=24000, orig_channels=1, duration_s=640 / 24000, gain=g)
+    write_manifest(tmp_path, pd.DataFrame([row]))
+    clip = load_prepared(tmp_path).clip(0)
+    assert np.abs(clip - x).max() <= 3 / 65534 + np.spacing(np.float32(3)) and np.abs(clip).max() > 2.99
+    manifest = pd.read_csv(tmp_path / MANIFEST)
+    manifest.loc[0, "gain"] = 1.5
+    manifest.to_csv(tmp_path / MANIFEST, index=False)
+    with pytest.raises(UserError, match=r"clip 'a' \(row 2\): gain 1.5 is not in \(0, 1\]"):
+        load_prepared(tmp_path)
+    manifest.drop(columns="gain").to_csv(tmp_path / MANIFEST, index=False)
+    assert (load_prepared(tmp_path).gains == 1.0).all()  # a corpus prepared before the gain: none had one
+
+
+@pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing()))
+@pytest.mark.parametrize("peak", [1.5, 5.0])
+def test_real_recordings_above_full_scale_are_stored_within_the_stated_bound(peak):
+    """librosa's 14 recordings, decoded at 24 kHz as prepare does and brought to a peak above full
+    scale (what a loud float master or MP3 overshoot gives): stored int16 with their gain, every
+    sample comes back within peak / 65534 (measured: the bound itself; SNR at least 72 dB), where
+    clipping had put up to 99.8 % of a recording's samples on the rail (docs/recipe.md)."""
+    from acoustic_mlm.data.decode import decode
+
+    files = sorted(real_audio_dir().glob("*.ogg"))
+    assert len(files) >= 10
+    for path in files:
+        x, _, _ = decode(path, encodec.SAMPLE_RATE, encodec.HOP)
+        x = (x * (peak / np.abs(x).max())).astype(np.float32)
+        gain = storage_gain(x, "int16")
+        assert gain < 1, path.name
+        back = unstored(as_float(to_stored(x, "int16", gain)), gain).astype(np.float64)
+        error = back - x
+        assert np.abs(error).max() <= peak / 65534 + np.spacing(np.float32(peak)), path.name
+        snr = 10 * np.log10(np.mean(x.astype(np.float64) ** 2) / np.mean(error**2))
+        assert snr > 56, (path.name, snr)  # the quietest (pibble, 14 dB crest over its RMS) measures 72.5 dB

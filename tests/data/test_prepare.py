@@ -354,3 +354,28 @@ def test_a_shards_record_holds_its_audios_sha256(prepared):
     record = read_shard_record(shard / "shard.json")
     assert record["audio_sha256"] == file_sha256(shard / "audio.npy")
     assert record["samples"] == len(np.load(shard / "audio.npy")) and shard_problem(shard) is None
+
+
+def test_a_loud_float_wav_prepared_as_int16_keeps_every_sample(tmp_path):
+    """The issue's case: a float WAV of peak 5 (78 % of its samples above full scale) under
+    data.sample_format int16 was clipped on the rail; it is now stored with its gain, recorded in the
+    manifest, and read back within half a step of its own range. A clip within full scale keeps gain 1."""
+    from data_helpers import preset
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    t = np.arange(48000) / 24000
+    loud = (5.0 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    assert (np.abs(loud) > 1).mean() > 0.78
+    sf.write(raw / "loud.wav", loud, 24000, subtype="FLOAT")
+    sf.write(raw / "quiet.wav", loud / 10, 24000, subtype="FLOAT")
+    sf.write(raw / "other.wav", loud / 20, 24000, subtype="FLOAT")
+    cfg = preset(source="folder", folder=str(raw), sample_format="int16")
+    prepare.run(make_config(cfg), raw, tmp_path / "prepared")
+    corpus = load_prepared(tmp_path / "prepared")
+    rows = {cid: i for i, cid in enumerate(corpus.manifest["clip_id"])}
+    gains = dict(zip(corpus.manifest["clip_id"], corpus.manifest["gain"]))
+    assert gains["quiet"] == 1.0 and gains["other"] == 1.0 and 0.19 < gains["loud"] < 0.2
+    clip = corpus.clip(rows["loud"])
+    assert corpus.audio(0).dtype == np.int16 and np.abs(clip).max() > 4.99
+    assert np.abs(clip - loud[: len(clip)]).max() <= 5.0 / 65534 + np.spacing(np.float32(5.0))

@@ -7,7 +7,8 @@ writers and their checked readers. Tokenization and training read the corpus thr
     shard-<k>/           one folder per shard (shard_name):
       audio.npy          ONE 1-D array, the shard's clips concatenated (AudioWriter, written clip by
                          clip; read_audio: memory-mapped read-only), of data.sample_format: float32, or
-                         int16 PCM (2 bytes per sample) whose value x stands for x / 32768 (as_float)
+                         int16 PCM (2 bytes per sample) whose value x stands for x / 32768 / gain
+                         (as_float, then the clip's gain: 1 unless the clip peaks above full scale)
       clips.csv          the manifest's columns but shard and split: SHARD_COLUMNS
       rejects.csv        path, reason: REJECTS_COLUMNS (write_shard_tables, read_shard_tables)
       shard.json         counts and the audio's sha256: SHARD_RECORD_KEYS (write_shard_record,
@@ -16,7 +17,9 @@ writers and their checked readers. Tokenization and training read the corpus thr
                          row per clip, MANIFEST_COLUMNS: clip_id, path (relative to the raw folder), shard,
                          split (train | valid), offset (first sample in its shard's audio.npy), num_samples
                          (a multiple of 320), num_frames (num_samples // 320, EnCodec frames),
-                         orig_sample_rate, orig_channels, duration_s
+                         orig_sample_rate, orig_channels, duration_s, gain (what the clip was multiplied
+                         by to be stored in int16 without clipping: 1.0 for float32 and for every clip
+                         within full scale; `Corpus.clip` and the readers divide by it)
     rejects.csv          path, reason for every file that is not in the manifest (write_rejects)
     prepare.json         clips and seconds per split, sample rate, shards, kept and rejected counts:
                          RECORD_KEYS (write_record, read_record)
@@ -57,6 +60,7 @@ MANIFEST_COLUMNS = (
     "orig_sample_rate",
     "orig_channels",
     "duration_s",
+    "gain",
 )
 REJECTS = "rejects.csv"  # the corpus's and each shard's: audio-named files left out, and why
 REJECTS_COLUMNS = ("path", "reason")
@@ -99,6 +103,7 @@ MANIFEST_DTYPES = {
     "orig_sample_rate": np.int64,
     "orig_channels": np.int64,
     "duration_s": np.float64,
+    "gain": np.float64,
 }
 
 
@@ -133,12 +138,37 @@ SAMPLE_FORMATS = {"float32": "<f4", "int16": "<i2"}  # data.sample_format -> the
 INT16_SCALE = 32768.0  # int16 PCM: the stored x stands for x / 32768 (as WAV and FLAC readers scale it)
 
 
-def to_stored(x: np.ndarray, sample_format: str) -> np.ndarray:
-    """float32 samples as data.sample_format stores them: float32 as they are; int16 rounded to the
-    nearest step of 1/32768 and clipped to [-32768, 32767] (a quantisation error of at most half a step)."""
+def storage_gain(x: np.ndarray, sample_format: str) -> float:
+    """What a clip is multiplied by before it is stored, so that no sample is clipped: 1.0 for float32
+    and for an int16 clip whose every sample rounds inside [-32768, 32767]; for a clip that peaks above
+    full scale (common after MP3 decoding and resampling), the largest float32 gain that brings its peak
+    to 32767/32768. The clip is then stored in 65,536 steps of its own peak: the error after dividing by
+    the gain is at most half a step of the clip's range, peak / 65534 (docs/recipe.md, "Prepared audio as int16")."""
+    if sample_format == "float32" or not len(x):
+        return 1.0
+    x = np.asarray(x, dtype=np.float64)
+    hi, lo = float(x.max()), float(x.min())
+    if np.rint(hi * INT16_SCALE) <= 32767 and np.rint(lo * INT16_SCALE) >= -32768:
+        return 1.0  # within int16's range as it is (-1.0 is -32768): stored unchanged
+    peak = max(abs(hi), abs(lo))
+    if not np.isfinite(peak):
+        raise ValueError("a clip holds a non-finite sample")  # decode refuses these first
+    gain = np.float32(32767.0 / INT16_SCALE / peak)
+    while np.rint(peak * float(gain) * INT16_SCALE) > 32767:  # float32 rounding up: one step down
+        gain = np.nextafter(gain, np.float32(0))
+    return float(gain)
+
+
+def to_stored(x: np.ndarray, sample_format: str, gain: float = 1.0) -> np.ndarray:
+    """float32 samples as data.sample_format stores them: float32 as they are; int16 times `gain`
+    (storage_gain: 1 unless the clip peaks above full scale) rounded to the nearest step of 1/32768.
+    A sample that still falls outside [-32768, 32767] is refused, never clipped."""
     if sample_format == "float32":
         return np.ascontiguousarray(x, dtype="<f4")
-    return np.clip(np.rint(np.asarray(x, dtype=np.float64) * INT16_SCALE), -32768, 32767).astype("<i2")
+    q = np.rint(np.asarray(x, dtype=np.float64) * (float(gain) * INT16_SCALE))
+    if len(q) and (q.max() > 32767 or q.min() < -32768):
+        raise ValueError(f"a sample of {q.max() if q.max() > 32767 else q.min():.0f} steps does not fit int16")
+    return q.astype("<i2")
 
 
 def as_float(x: np.ndarray) -> np.ndarray:
@@ -148,6 +178,16 @@ def as_float(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.int16:
         return x.astype(np.float32) / np.float32(INT16_SCALE)
     return x.astype(np.float32, copy=False)
+
+
+def unstored(x: np.ndarray, gain) -> np.ndarray:
+    """Samples read back (as_float) divided by the storage gain of their clip (one number, or one per
+    row of a stack): the decoded samples; a gain of 1 returns `x` itself."""
+    gain = np.asarray(gain, dtype=np.float64)
+    if np.all(gain == 1.0):
+        return x
+    g = gain.reshape(-1, *([1] * (x.ndim - 1))) if gain.ndim else gain
+    return (x / g).astype(np.float32)
 
 
 class AudioWriter:
@@ -166,6 +206,7 @@ class AudioWriter:
         self.descr, self.itemsize = SAMPLE_FORMATS[sample_format], np.dtype(SAMPLE_FORMATS[sample_format]).itemsize
         self.f = open(self.path, "wb")
         self.header_bytes = self._header()
+        self.last_gain = 1.0  # the gain the last clip appended was stored with (storage_gain)
 
     def _header(self) -> int:
         self.f.seek(0)
@@ -173,10 +214,12 @@ class AudioWriter:
         return self.f.tell()
 
     def append(self, x: np.ndarray) -> int:
-        """Write x (float32 samples, stored as `sample_format`); return its offset (in samples)."""
+        """Write x (float32 samples, stored as `sample_format`, times its storage_gain, kept in
+        `last_gain` for the clip's row); return its offset (in samples)."""
         offset = self.n
+        self.last_gain = storage_gain(x, self.format)
         try:
-            to_stored(x, self.format).tofile(self.f)
+            to_stored(x, self.format, self.last_gain).tofile(self.f)
         except OSError as exc:  # a full disk or the file-size limit: one line with the bytes it needs
             if not is_out_of_space(exc):
                 raise
@@ -305,7 +348,10 @@ def write_rejects(out_dir: Path, rejects: pd.DataFrame) -> None:
 
 
 def write_manifest(out_dir: Path, manifest: pd.DataFrame) -> None:
-    """out_dir/manifest.csv, atomically (MANIFEST_COLUMNS); written last: it marks the corpus complete."""
+    """out_dir/manifest.csv, atomically (MANIFEST_COLUMNS; rows without a gain were stored without
+    one: 1.0); written last: it marks the corpus complete."""
+    if "gain" not in manifest:
+        manifest = manifest.assign(gain=1.0)
     with atomic_path(Path(out_dir) / MANIFEST) as tmp:
         manifest[list(MANIFEST_COLUMNS)].to_csv(tmp, index=False)
 
@@ -334,10 +380,16 @@ class Corpus:
         return self._audio[shard]
 
     def clip(self, i: int) -> np.ndarray:
-        """Clip i as float32 samples (scaled from int16 where the corpus stores int16)."""
+        """Clip i as float32 samples (scaled from int16 where the corpus stores int16, and divided by
+        its storage gain: the samples prepare decoded, none clipped)."""
         row = self.manifest.iloc[i]
         o = int(row["offset"])
-        return as_float(self.audio(int(row["shard"]))[o : o + int(row["num_samples"])])
+        return unstored(as_float(self.audio(int(row["shard"]))[o : o + int(row["num_samples"])]), row["gain"])
+
+    @property
+    def gains(self) -> np.ndarray:
+        """Each clip's storage gain (float64, in manifest order)."""
+        return self.manifest["gain"].to_numpy(np.float64)
 
     def __getstate__(self):
         return {"root": self.root, "manifest": self.manifest, "_audio": {}}
@@ -357,10 +409,26 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     # every field of every row, whole numbers where they must be; a clip called "NA" stays a string
     ints = [c for c, kind in MANIFEST_DTYPES.items() if kind is np.int64]
     manifest = read_csv_table(
-        manifest_path, "the manifest", "prepare", REQUIRED_COLUMNS, ints=ints, numbers=["duration_s"], empty_ok=True
+        manifest_path,
+        "the manifest",
+        "prepare",
+        REQUIRED_COLUMNS,
+        ints=ints,
+        numbers=["duration_s", "gain"],
+        empty_ok=True,
     )
     if manifest.empty:
         raise UserError(f"{manifest_path}: no clips")
+    if "gain" not in manifest:  # a corpus prepared before clips were stored with a gain: none had one
+        manifest["gain"] = 1.0
+    gain = manifest["gain"].to_numpy(np.float64)
+    bad_gain = ~((gain > 0) & (gain <= 1))
+    if bad_gain.any():
+        i = int(np.flatnonzero(bad_gain)[0])
+        raise UserError(
+            f"{manifest_path}: clip {manifest['clip_id'].iloc[i]!r} (row {i + 2}): gain {gain[i]} is not in (0, 1] "
+            "(the storage gain only ever lowers a clip); rerun the prepare stage"
+        )
     bad_split = sorted(set(manifest["split"].astype(str)) - {"train", "valid"})
     if bad_split:
         raise UserError(f"{manifest_path}: split must be train or valid, found {bad_split[0]!r}")

@@ -251,6 +251,7 @@ def prepare_shard(cfg: C.Config, raw_dir: Path, out_dir: Path, shard: int) -> di
                             orig_sample_rate=orig_sr,
                             orig_channels=orig_ch,
                             duration_s=n / sample_rate,
+                            gain=writer.last_gain,  # below 1 only for an int16 clip that peaks above full scale
                         )
                     )
                 bar.update(1, kept=len(rows), rejected=len(rejects))

@@ -23,7 +23,7 @@ import pandas as pd
 
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.codes import LOUDNESS_COLUMNS
-from acoustic_mlm.artifacts.prepared import as_float
+from acoustic_mlm.artifacts.prepared import as_float, unstored
 from acoustic_mlm.tokenizer.codec import TokenizerError
 
 if TYPE_CHECKING:
@@ -165,13 +165,17 @@ def clip_loudness(audio: np.ndarray, clips, loudness: dict) -> tuple:
     (the mean over its frames, in dB), and the per-frame gains for `encode_clips` (None for method
     none). `loudness`: what `loudness_of` returns."""
     method, target = loudness["method"], loudness["target"]
-    frame_gain = np.ones(len(audio) // encodec.HOP, dtype=np.float32) if method != "none" else None
+    stored = clips["gain"].to_numpy(np.float64) if "gain" in clips else np.ones(len(clips))  # storage gains
+    # per-frame gains: loudness normalisation, and the division by a clip's storage gain (prepared.unstored)
+    needed = method != "none" or bool((stored != 1.0).any())
+    frame_gain = np.ones(len(audio) // encodec.HOP, dtype=np.float32) if needed else None
     rows = []
-    for o, n, cid in zip(clips["offset"].to_numpy(np.int64), clips["num_samples"].to_numpy(np.int64), clips["clip_id"]):
-        clip = as_float(audio[o : o + n])
+    offsets, lengths = clips["offset"].to_numpy(np.int64), clips["num_samples"].to_numpy(np.int64)
+    for o, n, cid, g in zip(offsets, lengths, clips["clip_id"], stored):
+        clip = unstored(as_float(audio[o : o + n]), g)
         gains = frame_gains(clip, method, target or 0.0)
         if frame_gain is not None:
-            frame_gain[o // encodec.HOP : o // encodec.HOP + len(gains)] = gains
+            frame_gain[o // encodec.HOP : o // encodec.HOP + len(gains)] = gains / np.float32(g)
         rows.append(
             (
                 cid,

@@ -11,7 +11,7 @@ import torch
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.codes import SUMMARY, codes_path, open_codes, read_codes, read_tokenizer_summary
-from acoustic_mlm.artifacts.prepared import as_float
+from acoustic_mlm.artifacts.prepared import as_float, unstored
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.model.objective import compute_group_masks, mask_groups
 from acoustic_mlm.train.augment import apply_mixture, draw_mixture
@@ -58,6 +58,7 @@ class CropData(torch.utils.data.Dataset):
         self.offsets = rows["offset"].to_numpy().astype(np.int64)  # first sample in its shard
         self.starts = (self.offsets // encodec.HOP).astype(np.int64)  # first frame in its shard
         self.frames = rows["num_frames"].to_numpy().astype(np.int64)
+        self.gains = rows["gain"].to_numpy(np.float64) if "gain" in rows else np.ones(len(rows))  # storage gain
         # Clips are drawn in proportion to the crops they hold, so every frame is equally likely.
         weights = (self.frames - crop_frames + 1).astype(np.float64)
         self.p = weights / weights.sum()
@@ -87,7 +88,7 @@ class CropData(torch.utils.data.Dataset):
         m = self.m
         mask = compute_group_masks(self.batch, T, m.mask_prob, m.mask_length, m.mask_min_masks, rng, self.mask_group)
         rows = slice(self.rank, None, self.world)  # the global batch is drawn whole, then split
-        wav, codes = self.gather(self.shard[clips][rows], samples[rows], first[rows])
+        wav, codes = self.gather(self.shard[clips][rows], samples[rows], first[rows], self.gains[clips][rows])
         if not self.mixture:
             return wav, codes, torch.from_numpy(mask[rows])
         groups = mask_groups(self.batch, self.mask_group)
@@ -101,13 +102,15 @@ class CropData(torch.utils.data.Dataset):
         return self._codes[shard]
 
     def gather(
-        self, shards: np.ndarray, first_samples: np.ndarray, first_frames: np.ndarray
+        self, shards: np.ndarray, first_samples: np.ndarray, first_frames: np.ndarray, gains: np.ndarray | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         T, hop, K = self.crop_frames, encodec.HOP, self.m.codebooks
         wav = np.stack([self.corpus.audio(s)[a : a + T * hop] for s, a in zip(shards, first_samples)])
         codes = np.stack([self.codes(s)[:K, f : f + T] for s, f in zip(shards, first_frames)])  # (B, K, T)
-        # the stored samples, scaled to float32 here (int16 PCM: / 32768; float32: the same values)
-        return torch.from_numpy(as_float(wav)), torch.from_numpy(codes.astype(np.int64))
+        # the stored samples, scaled to float32 here (int16 PCM: / 32768; float32: the same values), each
+        # crop divided by its clip's storage gain (1 unless the clip peaked above full scale)
+        wav = as_float(wav) if gains is None else unstored(as_float(wav), gains)
+        return torch.from_numpy(wav), torch.from_numpy(codes.astype(np.int64))
 
 
 def label_offset(sample: int, sample_rate: int = encodec.SAMPLE_RATE, label_rate: float = encodec.FRAME_RATE) -> int:
