@@ -281,3 +281,17 @@ def test_real_recordings_above_full_scale_are_stored_within_the_stated_bound(pea
         assert np.abs(error).max() <= peak / 65534 + np.spacing(np.float32(peak)), path.name
         snr = 10 * np.log10(np.mean(x.astype(np.float64) ** 2) / np.mean(error**2))
         assert snr > 56, (path.name, snr)  # the quietest (pibble, 14 dB crest over its RMS) measures 72.5 dB
+
+
+def test_a_corpus_stored_otherwise_than_data_sample_format_is_refused(tmp_path):
+    (tmp_path / "shard-00000").mkdir()
+    with AudioWriter(tmp_path / "shard-00000" / AUDIO, "float32") as w:
+        w.append(np.zeros(640, np.float32))
+    row = dict(clip_id="a", path="a.wav", shard=0, split="train", offset=0, num_samples=640, num_frames=2)
+    write_manifest(tmp_path, pd.DataFrame([{**row, "orig_sample_rate": 24000, "orig_channels": 1, "duration_s": 0.03}]))
+    assert load_prepared(tmp_path, "float32").shards == [0]
+    with pytest.raises(UserError) as refused:
+        load_prepared(tmp_path, "int16")
+    assert str(refused.value).startswith(
+        f"{tmp_path / 'shard-00000' / AUDIO}: float32 samples, but the configuration says data.sample_format: int16"
+    )

@@ -17,6 +17,7 @@ from acoustic_mlm import cli
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN
 from acoustic_mlm.artifacts.reference_run import META, METRICS
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.report import verify
 from acoustic_mlm.train import loop as train
 
@@ -568,3 +569,71 @@ def test_one_ulp_in_one_weight_moves_the_trained_rows_and_only_the_exact_check_s
     assert found["bits"] > 0, "one ulp in a weight must show in the rows"
     assert not found["bits"] <= verify.exact_windows()[0]["tolerance_bits"]
     assert found["bits"] < 1e-4  # below the smoke reference's cross-vendor tolerance: invisible to it
+
+
+@pytest.mark.parametrize("lacking", [META, METRICS, "both"])
+def test_this_vendors_incomplete_reference_is_refused_by_the_file_it_lacks_not_passed_over(root, tmp_path, lacking):
+    refs = shutil.copytree(root / "data" / "reference" / "smoke_run", tmp_path / "smoke_run")
+    for name in [META, METRICS] if lacking == "both" else [lacking]:
+        (refs / "AuthenticAMD" / name).unlink()
+    ref_dir, own = verify.reference_for(refs, "AuthenticAMD")
+    assert (ref_dir, own) == (refs / "AuthenticAMD", True)  # never GenuineIntel's by tolerance
+    with pytest.raises(UserError) as refused:
+        verify.load_reference(ref_dir)
+    missing = META if lacking in (META, "both") else METRICS
+    assert str(refused.value).startswith(f"{refs / 'AuthenticAMD' / missing}: ")
+    assert "\n" not in str(refused.value)
+    assert verify.reference_for(refs, "HygonGenuine") == (refs / "GenuineIntel", False)  # no folder: the primary's
+
+
+def test_record_writes_both_files_or_neither(pinned, tmp_path, monkeypatch):
+    from acoustic_mlm.artifacts import reference_run
+
+    cfg, data, ref = pinned
+    runs = tmp_path / "runs"
+    _write_run(runs, cfg, _curve())
+    out = tmp_path / "mine"
+    (tmp_path / "c.yaml").write_text("x")
+    verify.record(make_config(cfg), tmp_path / "c.yaml", runs, out, "cmd", data_dir=data)
+    before = {n: (out / n).read_bytes() for n in (META, METRICS)}
+    (out / "notes.txt").write_text("mine")
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt  # a stop after metrics.csv was written, before reference.json
+
+    monkeypatch.setattr(reference_run, "write_json", stop)
+    _write_run(runs, cfg, _curve(shift=0.5))
+    with pytest.raises(KeyboardInterrupt):
+        verify.record(make_config(cfg), tmp_path / "c.yaml", runs, out, "cmd", data_dir=data)
+    assert {n: (out / n).read_bytes() for n in (META, METRICS)} == before  # the old reference, whole
+    assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.glob(".mine*")) == []
+
+
+def test_record_into_a_folder_of_per_vendor_references_is_refused(root, tmp_path, smoke_cfg):
+    refs = shutil.copytree(root / "data" / "reference" / "smoke_run", tmp_path / "smoke_run")
+    before = sorted(p.relative_to(refs) for p in refs.rglob("*"))
+    with pytest.raises(UserError) as refused:
+        verify.record(make_config(smoke_cfg), tmp_path / "c.yaml", tmp_path / "runs", refs, "cmd")
+    message = str(refused.value)
+    assert message.startswith(f"{refs}: a folder of per-vendor references (AuthenticAMD, GenuineIntel)")
+    assert "would shadow them all" in message and "\n" not in message
+    assert sorted(p.relative_to(refs) for p in refs.rglob("*")) == before
+
+
+def test_a_run_trained_with_another_thread_count_is_named_not_blamed_on_the_installation(pinned, tmp_path):
+    cfg, data, ref = pinned
+    meta = json.loads((ref / META).read_text())
+    meta["machine"]["torch_threads"] = 2
+    (ref / META).write_text(json.dumps(meta))
+    runs = tmp_path / "runs"
+    _write_run(runs, cfg, _curve())
+    summary = runs / "prenorm_clip1" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "torch_threads": 4}))
+    with pytest.raises(UserError) as refused:
+        verify.compare(make_config(cfg), runs, ref, data_dir=data)
+    message = str(refused.value)
+    assert message.startswith(f"{summary}: this run trained with 4 torch threads, the reference with 2")
+    assert "train it again with --threads 2" in message
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "torch_threads": 2}))
+    assert verify.compare(make_config(cfg), runs, ref, data_dir=data)["passed"]
+    assert verify._recorded_threads(make_config(cfg), runs) == 2  # what a reference recorded from them holds

@@ -292,3 +292,31 @@ def test_the_resume_key_covers_each_shards_audio_not_only_the_manifest(prepared,
     assert after["manifest_sha256"] == before["manifest_sha256"]
     assert after["audio_sha256"]["shard-00000"] != before["audio_sha256"]["shard-00000"]
     assert after != before and sorted(after["audio_sha256"]) == [f"shard-{k:05d}" for k in shards]
+
+
+@pytest.mark.parametrize(
+    "key, value, named",
+    [
+        ("seed", 7, "tokenizer.seed 0"),
+        ("calibration_iters", CALIB_ITERS + 1, f"tokenizer.calibration_iters {CALIB_ITERS}"),
+        ("calibration_frames", CALIB_FRAMES * 2, f"tokenizer.calibration_frames {CALIB_FRAMES}"),
+    ],
+)
+def test_shard_and_merge_refuse_a_model_fitted_under_other_settings(calibrated, prepared, tmp_path, key, value, named):
+    out = tmp_path / "codes"
+    shutil.copytree(calibrated / "model", out / "model")
+    other = tok_cfg(**{key: value})
+    with pytest.raises(TokenizerError) as refused:
+        stage.encode_shard(other, prepared, out, 0)
+    message = str(refused.value)
+    assert message.startswith(f"{out / 'model' / 'fit.json'}: fitted with {named}")
+    assert "rerun `amlm tokenize --fit` with this configuration" in message
+    with pytest.raises(TokenizerError, match="fitted with tokenizer"):
+        stage.merge(other, prepared, out)
+    assert not (out / "shard-00000").exists()
+
+
+def test_a_corpus_of_another_sample_format_is_refused(prepared):
+    assert stage.read_prepared(prepared, "float32").shards  # prepared as float32: taken
+    with pytest.raises(TokenizerError, match=r"audio\.npy: float32 samples, but the configuration says "):
+        stage.read_prepared(prepared, "int16")  # data.sample_format: int16 over that corpus

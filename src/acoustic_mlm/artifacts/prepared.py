@@ -395,9 +395,11 @@ class Corpus:
         return {"root": self.root, "manifest": self.manifest, "_audio": {}}
 
 
-def load_prepared(prepared_dir: Path) -> Corpus:
+def load_prepared(prepared_dir: Path, sample_format: str | None = None) -> Corpus:
     """The prepared corpus (manifest with typed columns, shards' audio memory-mapped read-only),
     checked against each other; every problem is one line naming the file (and the clip).
+    `sample_format` (data.sample_format): every shard's audio must be stored so, else the corpus was
+    prepared under another configuration and is refused (it would be recorded as what it is not).
 
     Tokenization and training both read the corpus through here.
     """
@@ -435,6 +437,14 @@ def load_prepared(prepared_dir: Path) -> Corpus:
     corpus = Corpus(prepared_dir, manifest)
     sh, o, s, nf = (manifest[c].to_numpy(np.int64) for c in ("shard", "offset", "num_samples", "num_frames"))
     length = {k: len(corpus.audio(k)) for k in corpus.shards}  # also checks every shard's audio.npy
+    if sample_format is not None:
+        for k in corpus.shards:
+            if corpus.audio(k).dtype != np.dtype(SAMPLE_FORMATS[sample_format]):
+                raise UserError(
+                    f"{corpus.audio_path(k)}: {corpus.audio(k).dtype} samples, but the configuration says "
+                    f"data.sample_format: {sample_format}; the corpus was prepared under another configuration: "
+                    "rerun the prepare stage with this one"
+                )
     checks = [
         ((s <= 0) | (s % encodec.HOP != 0), f"num_samples is not a positive multiple of {encodec.HOP}"),
         (nf != s // encodec.HOP, f"num_frames != num_samples // {encodec.HOP}"),

@@ -20,7 +20,7 @@ import pandas as pd
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.artifacts.checked import Advice, ReadError, convert_columns, read_csv_table, read_json, short_value
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN, loss_columns
-from acoustic_mlm.utils import atomic_path, write_json
+from acoustic_mlm.utils import atomic_group, write_json
 
 METRICS = M.METRICS  # every arm's rows, with a `run` column
 META = "reference.json"
@@ -34,15 +34,15 @@ REFERENCE_RUN_COLUMNS = (M.RUN, M.SEED, M.STEP, M.FIGURE_LOSS)  # what verify ma
 
 def write_reference_run(out_dir: Path, arm_metrics: dict[str, pd.DataFrame], meta: dict) -> Path:
     """A reference folder: every arm's metrics rows in one metrics.csv (a `run` column first; full
-    precision: a deterministic rerun matches to the bit), then reference.json."""
+    precision: a deterministic rerun matches to the bit) and reference.json, written together into a
+    temporary folder that then replaces `out_dir` (its other files carried over)."""
     frames = [metrics.assign(**{M.RUN: run}) for run, metrics in arm_metrics.items()]
     metrics = pd.concat(frames, ignore_index=True)
     metrics = metrics[[M.RUN] + [c for c in metrics.columns if c != M.RUN]]
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / METRICS) as tmp:
-        metrics.to_csv(tmp, index=False)
-    write_json(out_dir / META, meta)
+    with atomic_group(out_dir, (METRICS, META)) as tmp:  # both files or neither: never a mixed reference
+        metrics.to_csv(tmp / METRICS, index=False)
+        write_json(tmp / META, meta)
     return out_dir
 
 

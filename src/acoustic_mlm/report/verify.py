@@ -100,15 +100,17 @@ def cpu_vendor(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
 def reference_for(folder: str | Path, vendor: str | None) -> tuple[Path, bool]:
     """The reference in `folder` a CPU of `vendor` is checked against, and whether it is that
     vendor's own: a folder holding reference.json is one reference (a recorded one: its own vendor
-    decides); a folder of vendor subfolders gives this vendor's, else the primary vendor's."""
+    decides); a folder of vendor subfolders gives this vendor's, else the primary vendor's. This
+    vendor's subfolder, once present, is its reference whatever it holds: one incomplete is refused
+    by the file it lacks (read_reference_run), never passed over for another vendor's."""
     folder = Path(folder)
     if (folder / META).exists() or not folder.is_dir():
         return folder, True  # one reference (read_reference_run names what is missing)
+    if vendor is not None and (folder / vendor).is_dir():
+        return folder / vendor, True
     vendors = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / META).exists())
     if not vendors:
         return folder, True  # neither: read_reference_run refuses it by name
-    if vendor in vendors:
-        return folder / vendor, True
     return folder / (PRIMARY_VENDOR if PRIMARY_VENDOR in vendors else vendors[0]), False
 
 
@@ -198,6 +200,19 @@ def run_kernels(cfg: C.Config, runs_dir: Path) -> str:
     return "pinned"
 
 
+def _recorded_threads(cfg: C.Config, runs_dir: Path) -> int:
+    """The torch threads the arms trained with, as their summaries record it (train.threads or
+    --threads); train.threads where no arm records it. Arms trained with different counts are refused:
+    a reference holds one."""
+    counts = {(recorded_summary(Path(runs_dir) / run) or {}).get("torch_threads") for run in cfg.runs} - {None}
+    if len(counts) > 1:
+        raise UserError(
+            f"{runs_dir}: the arms trained with {', '.join(map(str, sorted(counts)))} torch threads; a reference "
+            "holds one count: train them again with one --threads"
+        )
+    return int(counts.pop()) if counts else int(cfg.train.threads)
+
+
 def record(
     cfg: C.Config,
     config_path: Path,
@@ -217,6 +232,15 @@ def record(
         raise UserError(
             "--until-step and --late-tolerance go together: the rows after the step need their own tolerance"
         )
+    out_dir = Path(out_dir)
+    if out_dir.is_dir() and not (out_dir / META).exists():
+        held = sorted(p.name for p in out_dir.iterdir() if p.is_dir() and (p / META).exists())
+        if held:
+            raise UserError(
+                f"{out_dir}: a folder of per-vendor references ({', '.join(held)}); a reference recorded "
+                f"into it would shadow them all: name this vendor's subfolder ({out_dir / (cpu_vendor() or 'VENDOR')}) "
+                "or a new folder"
+            )
     import torch
 
     arm_metrics = {run: _arm_metrics(runs_dir, run) for run in cfg.runs}
@@ -237,7 +261,7 @@ def record(
             "platform": platform.platform(),
             "python": platform.python_version(),
             "torch": torch.__version__,
-            "torch_threads": int(cfg.train.threads),
+            "torch_threads": _recorded_threads(cfg, runs_dir),
             "device": cfg.train.device,
         },
         "tolerance_bits": float(tolerance_bits),
@@ -510,6 +534,14 @@ def _check_arm(cfg: C.Config, run: str, settings: dict, meta: dict, ref_dir: Pat
                 f"{Path(runs_dir) / run / SUMMARY}: this run was trained with other settings than the "
                 f"reference's and the configuration's: {differ}; train it again with {cfg.source}"
             )
+    threads = (recorded_summary(Path(runs_dir) / run) or {}).get("torch_threads")
+    ref_threads = (meta.get("machine") or {}).get("torch_threads")
+    if isinstance(threads, int) and isinstance(ref_threads, int) and threads != ref_threads:
+        raise UserError(
+            f"{Path(runs_dir) / run / SUMMARY}: this run trained with {threads} torch threads, the reference "
+            f"with {ref_threads}: the thread count changes the bits (reductions are split otherwise), not the "
+            f"installation; train it again with --threads {ref_threads} (or train.threads: {ref_threads})"
+        )
     mine = _arm_metrics(runs_dir, run, cfg.source)
     steps = cfg.train.steps
     for seed, rows in mine.groupby(M.SEED, sort=False) if M.SEED in mine.columns else [(None, mine)]:

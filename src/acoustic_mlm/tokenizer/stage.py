@@ -90,10 +90,11 @@ from acoustic_mlm.utils import (
 )
 
 
-def read_prepared(prepared_dir: str | Path):
-    """The prepared corpus through `artifacts.prepared.load_prepared`, its errors as TokenizerError."""
+def read_prepared(prepared_dir: str | Path, sample_format: str | None = None):
+    """The prepared corpus through `artifacts.prepared.load_prepared` (stored as `sample_format`,
+    data.sample_format, when given), its errors as TokenizerError."""
     try:
-        return load_prepared(prepared_dir)
+        return load_prepared(prepared_dir, sample_format)
     except UserError as exc:
         raise TokenizerError(str(exc)) from None
 
@@ -131,7 +132,7 @@ def fit(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> d
     }
     with atomic_dir(Path(out_dir) / MODEL_DIR) as tmp:
         if mode == "calibrated":
-            corpus = read_prepared(prepared_dir)
+            corpus = read_prepared(prepared_dir, cfg.data.sample_format)
             train = np.flatnonzero((corpus.manifest["split"] == "train").to_numpy())
             if not len(train):
                 raise TokenizerError(f"{Path(prepared_dir) / MANIFEST}: no train clips to calibrate on")
@@ -162,12 +163,31 @@ def fit(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> d
     return info
 
 
+def check_fit(cfg: C.Config, path: Path) -> None:
+    """The fitted tokenizer (fit.json) is the one this configuration fits: its mode, bandwidth and seed,
+    and in calibrated mode its k-means frames and iterations; else `--shard`/`--merge` would encode with
+    (or record) a model another configuration fitted. One line naming the first setting that differs."""
+    info, tc = read_fit(path), cfg.tokenizer
+    wanted = {"mode": tc.mode, "bandwidth": float(tc.bandwidth), "seed": int(tc.seed)}
+    if tc.mode == "calibrated":
+        wanted["calibration_frames_requested"] = int(tc.calibration_frames)
+        wanted["calibration_iters"] = int(tc.calibration_iters)
+    for key, value in wanted.items():
+        if key in info and info[key] != value:
+            setting = {"calibration_frames_requested": "calibration_frames"}.get(key, key)
+            raise TokenizerError(
+                f"{path}: fitted with tokenizer.{setting} {info[key]!r}, the configuration says {value!r}; "
+                "rerun `amlm tokenize --fit` with this configuration"
+            )
+
+
 def load_tokenizer(cfg: C.Config, out_dir: Path):
     """The model `fit` made for this corpus (calibrated: out_dir/model/tokenizer.pt; pretrained: the checkpoint)."""
     tc = cfg.tokenizer
     folder = Path(out_dir) / MODEL_DIR
     if not (folder / FIT).is_file():
         raise UserError(f"{folder / FIT}: not found (run `amlm tokenize --fit` first)")
+    check_fit(cfg, folder / FIT)
     fitted = read_fit(folder / FIT).get("loudness", loudness_record("none"))  # no loudness record in fit.json: none
     wanted = loudness_of(tc)
     if (fitted["method"], fitted["target"]) != (wanted["method"], wanted["target"]):
@@ -191,7 +211,7 @@ def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, t
     keep_freed_memory()  # faster encoding on CPU (BENCHMARKS.md, glibc's allocator)
     _check_config(cfg)
     tc = cfg.tokenizer
-    corpus = read_prepared(prepared_dir)
+    corpus = read_prepared(prepared_dir, cfg.data.sample_format)
     if int(shard) not in corpus.shards and int(shard) not in _planned_shards(prepared_dir):
         raise TokenizerError(f"{Path(prepared_dir) / MANIFEST}: no clips in shard {shard}")
     # A planned shard whose files were all rejected gets its (empty) codes too: every shard of
@@ -256,10 +276,11 @@ def merge(cfg: C.Config, prepared_dir: Path, out_dir: Path) -> dict:
     """tokenizer.json for the whole corpus: the fit, codes used and unigram entropy per level over
     every shard (counted shard by shard), total encode time. Written last: it marks the codes complete."""
     out_dir = Path(out_dir)
-    corpus = read_prepared(prepared_dir)
+    corpus = read_prepared(prepared_dir, cfg.data.sample_format)
     fit_path = out_dir / MODEL_DIR / FIT
     if not fit_path.is_file():
         raise TokenizerError(f"{fit_path}: not found (run `amlm tokenize --fit` first)")
+    check_fit(cfg, fit_path)
     info = read_fit(fit_path)
     counts = None  # (K, codebook size) code counts over every shard
     shards, tables = [], []
@@ -378,7 +399,7 @@ def run(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> N
     content) are the same; a SIGTERM (a scheduler's preemption) leaves them too.
     """
     _check_config(cfg)
-    corpus = read_prepared(prepared_dir)
+    corpus = read_prepared(prepared_dir, cfg.data.sample_format)
     with resumable_dir(out_dir, "tokenize") as parts:
         parts.match(_resume_key(cfg, prepared_dir, corpus.shards))
         if not parts.take(MODEL_DIR, FIT):

@@ -260,7 +260,7 @@ def build(job: SeedJob) -> Setup:
     cfg, run_name = job.cfg, job.run_name
     rc, m, t = cfg.run(run_name), cfg.model_for(run_name), cfg.train_for(run_name, job.seed)
     device = pick_device(t.device)
-    corpus = load_prepared(job.prepared_dir)
+    corpus = load_prepared(job.prepared_dir, cfg.data.sample_format)  # a corpus of another format: refused
     check_codes(job.codes_dir, corpus, m)
     crop_frames = cfg.crop_frames
     train_data = CropData(

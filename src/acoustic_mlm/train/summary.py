@@ -117,6 +117,9 @@ def summarize_arm(rc: C.RunConfig, summaries: list[dict]) -> dict:
         # what the run was trained with, so that reports read it here rather than from a configuration
         "settings": summaries[0].get("fingerprint", {}).get("settings"),
         "cpu_kernels": kernels.report(),
+        # the torch threads it trained with (train.threads or --threads): a reduction split over another
+        # count rounds otherwise, so `amlm verify` names it rather than blaming the installation
+        "torch_threads": torch.get_num_threads(),
     }
 
 
