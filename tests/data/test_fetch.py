@@ -245,6 +245,7 @@ def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeyp
     monkeypatch.setitem(
         sources.ARCHIVES, "fma_small", replace(real, url=url, known_hash="sha1:" + hashlib.sha1(blob).hexdigest())
     )
+    monkeypatch.delitem(sources.KNOWN_CORPORA, "fma_small")  # a small fixture in its place: no disk plan
     data = tmp_path / "data"
     cfg = preset(source="fma_small", url=None, known_hash=None, folder=None, sample_rate=SR)
     fetch.run(make_config(cfg), data / "raw", retries=0, timeout=10)
@@ -262,6 +263,7 @@ def test_fma_archive_with_the_wrong_layout_is_refused(server, tmp_path, monkeypa
     monkeypatch.setitem(
         sources.ARCHIVES, "fma_medium", replace(sources.ARCHIVES["fma_medium"], url=url, known_hash=sha256(blob))
     )
+    monkeypatch.delitem(sources.KNOWN_CORPORA, "fma_medium")  # a small fixture in its place: no disk plan
     cfg = preset(source="fma_medium", url=None, known_hash=None, folder=None, sample_rate=SR)
     with pytest.raises(UserError, match=r"does not look like fma_medium.*'music/song.mp3'"):
         fetch.run(make_config(cfg), tmp_path / "data" / "raw", retries=0, timeout=10)
@@ -619,3 +621,33 @@ def test_what_a_sigkill_leaves_beside_data_raw_the_next_fetch_removes_and_says_s
     again = _amlm("fetch", "--config", "old.yaml", "--out", "data/raw", cwd=two_sources)
     assert again.returncode == 0 and said in again.stderr, again.stderr
     assert _which(two_sources) == "old" and _leftovers(two_sources) == []
+
+
+def _free(monkeypatch, gib: float) -> None:
+    monkeypatch.setattr(sources.shutil, "disk_usage", lambda p: type("Usage", (), {"free": int(gib * 2**30)})())
+
+
+def test_a_named_corpus_whose_peak_does_not_fit_is_refused_before_anything_is_downloaded(tmp_path, monkeypatch):
+    cfg = make_config(preset(source="fma_small", sample_format="int16"))
+    monkeypatch.setattr(fetch, "download", lambda *a, **k: pytest.fail("nothing is downloaded"))
+    _free(monkeypatch, 20)
+    with pytest.raises(UserError) as err:
+        fetch.run(cfg, tmp_path / "data" / "raw")
+    msg = str(err.value)
+    # fma_small: 7.73 GB archive, as much extracted, 66.7 h as int16 at 24 kHz (11.5 GB), codes (0.3 GB)
+    assert "\n" not in msg and msg.startswith("fetch: fma_small needs 27 GB at its peak (archive 7.7 + extracted 7.7")
+    assert f"and {tmp_path} has 21.5 GB free" in msg and "prepared audio 11.5 (int16) + codes 0.3" in msg
+    assert not (tmp_path / "data").exists()  # refused before any folder was made
+    # an archive already downloaded counts as there
+    kept = tmp_path / "data" / "downloads" / "fma_small.zip"
+    kept.parent.mkdir(parents=True)
+    with open(kept, "wb") as fh:
+        fh.truncate(int(7.2 * 2**30))  # sparse: its size, not its bytes
+    monkeypatch.setattr(fetch, "download", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("download reached")))
+    with pytest.raises(RuntimeError, match="download reached"):
+        fetch.run(cfg, tmp_path / "data" / "raw")
+
+
+def test_a_corpus_of_unknown_size_is_not_held_to_a_plan(tmp_path, monkeypatch):
+    _free(monkeypatch, 0)
+    fetch.check_disk(make_config(make_cfg()), tmp_path / "raw", tmp_path / "downloads")  # synthetic: passes

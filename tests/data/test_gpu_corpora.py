@@ -52,6 +52,7 @@ def test_fma_large_and_full_fixture_archives_fetch_and_prepare_as_int16(server, 
     blob = make_zip(members)
     url = server.serve(f"/fma/{name}.zip", blob)
     monkeypatch.setitem(sources.ARCHIVES, name, replace(sources.ARCHIVES[name], url=url, known_hash=sha256(blob)))
+    monkeypatch.delitem(sources.KNOWN_CORPORA, name)  # a small fixture in its place: no disk plan
     cfg = preset(source=name, url=None, known_hash=None, folder=None, sample_rate=SR, sample_format="int16")
     cfg["train"]["crop_seconds"] = 0.5
     data = tmp_path / "data"

@@ -40,6 +40,7 @@ def test_every_rule_has_log_threads_and_conda(root):
         "plan",
         "prepare_shard",
         "prepare",
+        "encodec_checkpoint",
         "fit_tokenizer",
         "tokenize_shard",
         "tokenize",

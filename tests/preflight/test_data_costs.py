@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from acoustic_mlm import config as C
+from acoustic_mlm.data import sources
 from acoustic_mlm.preflight import data_costs as D
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def test_fma_full_tokenizes_in_hours_on_a_gpu_by_its_counted_flops_against_1780_
 
 def test_the_peak_that_does_not_fit_the_free_space_is_marked(tmp_path, monkeypatch):
     cfg = C.load(ROOT / "config" / "gpu-small.yaml")
-    monkeypatch.setattr(D.shutil, "disk_usage", lambda p: type("U", (), {"free": 64 * 2**30})())
+    monkeypatch.setattr(sources.shutil, "disk_usage", lambda p: type("U", (), {"free": 64 * 2**30})())
     r = D.data_costs(cfg, 2, data_dir=tmp_path / "not" / "yet")
     assert r["free_where"] == str(tmp_path) and r["free_gb"] == pytest.approx(68.72, abs=0.01)
     assert r["disk_fits"] is False and round(r["peak_disk_gb"]) == 357  # DESIGN.md: gpu-small about 357 GB

@@ -96,6 +96,7 @@ rule encodec_checkpoint:
         "results/logs/tokenize/checkpoint.log",
     conda:
         ENV
+    threads: 1
     params:
         cli=AMLM,
         config=CONFIGFILE,

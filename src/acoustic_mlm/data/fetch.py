@@ -280,6 +280,33 @@ SOURCES: dict[str, Callable[[C.Config, Path, Context], dict]] = {
 }
 
 
+def check_disk(cfg: C.Config, out_dir: Path, downloads_dir: Path) -> None:
+    """Refuse, in one line naming both numbers, a named corpus whose peak on disk (archive, extracted members,
+    prepared audio, codes: sources.disk_plan) does not fit the free space where the data goes; an archive
+    already downloaded counts as there. Sources of unknown size pass."""
+    from acoustic_mlm import encodec
+
+    d = cfg.data
+    known = sources.KNOWN_CORPORA.get(d.source)
+    if known is None:
+        return
+    k = encodec.codebooks(float(cfg.tokenizer.bandwidth))
+    plan = sources.disk_plan(
+        known.hours * 3600.0, known.download_gib * sources.GIB / sources.GB, d.sample_rate, d.sample_format, k,
+        encodec.FRAME_RATE,
+    )  # fmt: skip
+    kept = downloads_dir / sources.archive_for(d).filename
+    have = kept.stat().st_size / sources.GB if kept.is_file() else 0.0
+    free, where = sources.free_gb(out_dir)
+    if plan.peak_gb - have > free:
+        raise UserError(
+            f"fetch: {d.source} needs {plan.peak_gb:,.0f} GB at its peak ({plan.parts(d.sample_format)}), "
+            f"{plan.peak_gb - have:,.0f} GB more than is here, and {where} has {free:,.1f} GB free: free space or "
+            "run from a larger disk (amlm preflight shows the plan)"
+        )
+    log.info("fetch: %s needs %.0f GB at its peak; %s has %.0f GB free", d.source, plan.peak_gb, where, free)
+
+
 def run(
     cfg: C.Config,
     out_dir: Path,
@@ -302,6 +329,7 @@ def run(
     ctx = Context(out_dir=out_dir, downloads_dir=downloads_dir, retries=retries, timeout=timeout)
     # folders this call creates (downloads, data/): removed again if the fetch fails and they are empty
     created = {p for d in (downloads_dir, out_dir.parent) for p in (d, *d.parents) if not p.exists()}
+    check_disk(cfg, out_dir, downloads_dir)  # before anything is downloaded or created
     try:
         downloads_dir.mkdir(parents=True, exist_ok=True)
         with atomic_dir(out_dir) as tmp:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -352,3 +353,78 @@ def archive_for(data: DataConfig) -> ArchiveSource:
     return ArchiveSource(
         name="url", url=url, known_hash=normalise_hash(data.known_hash), filename=filename_from_url(url)
     )
+
+
+# ------------------------------------------------------------------------------------------
+# Disk: what a named corpus takes on the way through the data stages, known before fetching
+
+GB, GIB = 1e9, 2**30
+SAMPLE_BYTES = {"float32": 4, "int16": 2}  # prepared audio per sample, by data.sample_format
+CODE_BYTES = 2  # int16 codes (tokenizer stage)
+
+
+@dataclass(frozen=True)
+class KnownCorpus:
+    """A named source's size as its publisher states it."""
+
+    download_gib: float  # the archive
+    hours: float  # audio
+    tracks: int
+    source: str
+
+
+FMA_README = "github.com/mdeff/fma README (Defferrard et al., ISMIR 2017)"
+KNOWN_CORPORA = {
+    "fma_small": KnownCorpus(7.2, 8_000 * 30 / 3600, 8_000, FMA_README + ": 8,000 clips of 30 s, 7.2 GiB"),
+    "fma_medium": KnownCorpus(22.0, 25_000 * 30 / 3600, 25_000, FMA_README + ": 25,000 clips of 30 s, 22 GiB"),
+    "fma_large": KnownCorpus(93.0, 106_574 * 30 / 3600, 106_574, FMA_README + ": 106,574 clips of 30 s, 93 GiB"),
+    # the abstract's "343 days of audio" is the full-length tracks' total
+    "fma_full": KnownCorpus(
+        879.0, 343 * 24, 106_574, FMA_README + ": 106,574 untrimmed tracks, 343 days of audio, 879 GiB"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DiskPlan:
+    """GB (decimal) each data stage leaves on disk. Nothing is removed along the way today: the archive is kept
+    (a later fetch reuses it by hash), its audio members are extracted beside it, then prepared, then encoded."""
+
+    download_gb: float  # the archive
+    extracted_gb: float  # its members (MP3s in a zip are stored as they are)
+    prepared_gb: float  # data.sample_format at data.sample_rate
+    codes_gb: float  # int16, codebooks x frame rate
+
+    @property
+    def peak_gb(self) -> float:
+        return self.download_gb + self.extracted_gb + self.prepared_gb + self.codes_gb
+
+    @property
+    def final_gb(self) -> float:
+        return self.peak_gb  # nothing is cleaned up
+
+    def parts(self, sample_format: str) -> str:
+        return (
+            f"archive {self.download_gb:,.1f} + extracted {self.extracted_gb:,.1f} + prepared audio "
+            f"{self.prepared_gb:,.1f} ({sample_format}) + codes {self.codes_gb:,.1f}"
+        )
+
+
+def disk_plan(
+    seconds: float, download_gb: float, sample_rate: int, sample_format: str, codebooks: int, frame_rate: float
+) -> DiskPlan:
+    """The disk of `seconds` of audio from an archive of `download_gb` through prepare and tokenize."""
+    return DiskPlan(
+        download_gb=download_gb,
+        extracted_gb=download_gb,
+        prepared_gb=seconds * sample_rate * SAMPLE_BYTES[sample_format] / GB,
+        codes_gb=seconds * frame_rate * codebooks * CODE_BYTES / GB,
+    )
+
+
+def free_gb(path: Path) -> tuple[float, str]:
+    """Free space (GB) on the filesystem that holds `path` (its nearest existing folder), and that folder."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free / GB, str(p)

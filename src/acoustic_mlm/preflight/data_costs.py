@@ -6,36 +6,22 @@ speeds measured per core (BENCHMARKS.md, "The data stages per core"). A projecti
 
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 
-GB, GIB = 1e9, 2**30
-CODE_BYTES = 2  # int16 codes (tokenizer stage)
-SAMPLE_BYTES = {"float32": 4, "int16": 2}  # prepared audio per sample, by data.sample_format
+# the corpora's sizes, the bytes per sample and the disk plan: one place, data.sources (fetch refuses by them)
+from acoustic_mlm.data.sources import (  # noqa: F401  (SAMPLE_BYTES, KnownCorpus: read from here by project, tests)
+    GB,
+    GIB,
+    KNOWN_CORPORA,
+    SAMPLE_BYTES,
+    KnownCorpus,
+    disk_plan,
+    free_gb,
+)
 
-
-@dataclass(frozen=True)
-class KnownCorpus:
-    """A named source's size as its publisher states it."""
-
-    download_gib: float  # the archive
-    hours: float  # audio
-    tracks: int
-    source: str
-
-
-FMA = "github.com/mdeff/fma README (Defferrard et al., ISMIR 2017)"
-KNOWN_CORPORA = {
-    "fma_small": KnownCorpus(7.2, 8_000 * 30 / 3600, 8_000, FMA + ": 8,000 clips of 30 s, 7.2 GiB"),
-    "fma_medium": KnownCorpus(22.0, 25_000 * 30 / 3600, 25_000, FMA + ": 25,000 clips of 30 s, 22 GiB"),
-    "fma_large": KnownCorpus(93.0, 106_574 * 30 / 3600, 106_574, FMA + ": 106,574 clips of 30 s, 93 GiB"),
-    # the abstract's "343 days of audio" is the full-length tracks' total
-    "fma_full": KnownCorpus(879.0, 343 * 24, 106_574, FMA + ": 106,574 untrimmed tracks, 343 days of audio, 879 GiB"),
-}
 # Measured on one CPU core (AMD EPYC, torch 2.9.1), benchmarks/data_throughput.py on 30 s clips of real
 # music as 44.1 kHz stereo MP3 (BENCHMARKS.md): core-hours per hour of audio (205x and 2.31x real time).
 PREPARE_CORE_HOURS_PER_AUDIO_HOUR = 0.00487  # MP3 decode, mix to mono, resample to 24 kHz
@@ -68,14 +54,6 @@ def epochs(cfg: C.Config, seconds: float) -> float:
     return seen / (seconds * (1.0 - cfg.data.valid_fraction))
 
 
-def free_gb(path: Path) -> tuple[float, str]:
-    """Free space (GB) on the filesystem that holds `path` (its nearest existing folder), and that folder."""
-    p = Path(path).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return shutil.disk_usage(p).free / GB, str(p)
-
-
 def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None, data_dir: Path = Path("data")) -> dict:
     """The corpus, its download and disk (GB, decimal) at the peak and when the data stages are done, the free
     space where the data goes (`data_dir`), the CPU hours of prepare and tokenize (per core and on `cores`
@@ -98,12 +76,12 @@ def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None, dat
     hours = seconds / 3600.0
     k = encodec.codebooks(float(cfg.tokenizer.bandwidth))
     download = known.download_gib * GIB / GB if known else 0.0
-    prepared = seconds * d.sample_rate * SAMPLE_BYTES[d.sample_format] / GB
-    codes = seconds * encodec.FRAME_RATE * k * CODE_BYTES / GB
+    plan = disk_plan(seconds, download, d.sample_rate, d.sample_format, k, encodec.FRAME_RATE)
+    prepared, codes = plan.prepared_gb, plan.codes_gb
     prepare_ch = hours * PREPARE_CORE_HOURS_PER_AUDIO_HOUR
     tokenize_ch = hours * TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR
     free, where = free_gb(data_dir)
-    peak = 2 * download + prepared + codes  # nothing is removed: the archive, its members, prepared audio, codes
+    peak = plan.peak_gb  # nothing is removed: the archive, its members, prepared audio, codes
     from acoustic_mlm.preflight.flops import encodec_flops_per_second  # builds EnCodec's architecture: only here
 
     tok_flops = encodec_flops_per_second(float(cfg.tokenizer.bandwidth))
@@ -114,7 +92,7 @@ def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None, dat
         codes_gb=codes,
         disk_gb=peak,
         peak_disk_gb=peak,
-        final_disk_gb=peak,
+        final_disk_gb=plan.final_gb,
         disk_parts="archive + extracted members + prepared audio + codes, all kept",
         free_gb=free,
         free_where=where,
