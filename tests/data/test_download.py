@@ -114,3 +114,27 @@ def test_missing_file_is_a_one_line_error_without_retries(server, tmp_path):
     assert "\n" not in str(err.value)
     assert not (tmp_path / "data").exists()
     assert [p for p, _ in server.requests].count("/nowhere.zip") == 1  # a client error is not worth retrying
+
+
+def test_a_damaged_archive_in_the_downloads_folder_is_a_checksum_failure_not_a_network_one(server, tmp_path):
+    """The server is unreachable (as offline); the archive kept from an earlier fetch was damaged
+    since: named with its expected and actual hash at once, no download tried, no retries."""
+    blob = make_zip(corpus())
+    url = server.url("/gone/corpus.zip")  # never served: a download would fail as a network error
+    known = "sha1:" + hashlib.sha1(blob).hexdigest()
+    kept = tmp_path / "data" / "downloads" / "corpus.zip"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(blob[:-100] + bytes(100))  # its last 100 bytes zeroed
+    actual = hashlib.sha1(kept.read_bytes()).hexdigest()
+    cfg = url_cfg(url, "sha256:" + "0" * 64)
+    cfg = replace(cfg, data=replace(cfg.data, known_hash=known))
+    with pytest.raises(download.DownloadError) as err:
+        fetch.run(cfg, tmp_path / "data" / "raw", retries=3, timeout=10)
+    message = str(err.value)
+    assert message.startswith(f"{kept}: sha1 is {actual}, expected {hashlib.sha1(blob).hexdigest()} for corpus.zip")
+    assert "damaged or another file; remove it and fetch again" in message and "\n" not in message
+    assert server.requests == [] or all(p != "/gone/corpus.zip" for p, _ in server.requests)
+    assert kept.read_bytes() != blob and kept.is_file()  # left for the user to look at
+    kept.write_bytes(blob)  # the archive as it should be: taken without a download
+    fetch.run(cfg, tmp_path / "data" / "raw", retries=0, timeout=10)
+    assert (tmp_path / "data" / "raw" / "corpus" / "a" / "one.wav").is_file()

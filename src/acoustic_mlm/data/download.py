@@ -122,6 +122,23 @@ def _range_start(response) -> int | None:
         return None
 
 
+def check_kept(path: Path, src: sources.ArchiveSource) -> None:
+    """An archive already in the downloads folder matches its known hash; else one line naming the
+    file and both hashes (a damaged or other file there is the cause, not the network: it is never
+    downloaded over, and never reported as a network failure after retries)."""
+    import pooch
+
+    if src.known_hash is None:  # the caller checks it (the EnCodec checkpoint: its name's hash prefix)
+        return
+    algorithm, expected = src.algorithm.lower(), src.known_hash.split(":", 1)[1].lower()
+    actual = pooch.file_hash(str(path), alg=algorithm)
+    if actual != expected:
+        raise DownloadError(
+            f"{path}: {algorithm} is {actual}, expected {expected} for {src.filename}: the archive in the "
+            "downloads folder is damaged or another file; remove it and fetch again (it is downloaded anew)"
+        )
+
+
 def download(
     src: sources.ArchiveSource, downloads_dir: Path, retries: int = DEFAULT_RETRIES, timeout: float = DEFAULT_TIMEOUT_S
 ) -> Path:
@@ -143,7 +160,7 @@ def download(
     downloader = ResumableHTTPDownloader(downloads_dir / f"{src.filename}.part", timeout) if http else None
     attempts = f"{retries + 1} attempt{'s' if retries else ''}"
     kept = downloads_dir / src.filename
-    if kept.is_file():  # pooch re-hashes it: minutes for the largest corpora
+    if kept.is_file():  # hashed once here (minutes for the largest corpora), never taken on its name
         log.info(
             "fetch: checking the %s of %s (%.1f MB) against %s",
             src.algorithm,
@@ -151,6 +168,8 @@ def download(
             kept.stat().st_size / 1e6,
             src.known_hash,
         )
+        check_kept(kept, src)
+        return kept
     for attempt in range(retries + 1):
         try:
             return Path(store.fetch(src.filename, downloader=downloader, progressbar=not http))
