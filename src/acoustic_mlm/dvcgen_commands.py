@@ -5,6 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from acoustic_mlm.cli_options import command, opt
+from acoustic_mlm.errors import UserError
+
+# What DVC reads in a params or vars entry other than a path: `file:key,key` names keys of the file,
+# `${...}` is interpolated. A configuration path holding either would be read as something else.
+DVC_SYNTAX = {":": "DVC reads 'file:keys' there", "${": "DVC interpolates '${...}' there"}
+
+
+def check_dvc_path(path: str, config) -> None:
+    """The configuration's path as dvc.yaml names it (in each stage's params and in vars) holds no
+    character DVC reads as its own syntax; else one line naming it, before dvc.yaml is replaced."""
+    for mark, why in DVC_SYNTAX.items():
+        if mark in path:
+            raise UserError(
+                f"{config}: its path in dvc.yaml ({path}) holds {mark!r}, which DVC cannot take in a params "
+                f"file's name ({why}): rename or copy the file to a name without it"
+            )
 
 
 @command(
@@ -26,6 +42,7 @@ def dvc_yaml_command(args, cfg) -> None:
     """
     from acoustic_mlm import dvcgen
 
+    check_dvc_path(dvcgen.config_path_for(args.config, args.out), args.config)  # before dvc.yaml is touched
     if args.check:
         dvcgen.check(cfg, args.config, args.out)
     else:
