@@ -3,7 +3,7 @@
 Two measurements in one invocation, at the configuration's model and batch size:
 
 1. Whole runs: `acoustic_mlm.train.loop.run` of one arm for --steps steps on a generated corpus
-   (benchmarks/forced_spike.write_corpus: the package's prepared/codes layout, no EnCodec),
+   (acoustic_mlm.experiments.corpus.write_corpus: the package's prepared/codes layout, no EnCodec),
    with `train.diagnostics` true and false, alternating (off, on, off, on, ...). Timed as this
    process's CPU time (one thread: what other processes on a shared machine do not change) and
    as wall time; the ratio is the median over repetitions of on / off. Rows come at steps 1, 2,
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import importlib.util
 import json
 import shutil
 import statistics
@@ -36,6 +35,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
+from acoustic_mlm.experiments.corpus import write_corpus
 from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop
@@ -46,13 +46,6 @@ from acoustic_mlm.utils import machine_info, set_threads
 
 HERE = Path(__file__).resolve().parent
 RUN = "prenorm_clip1"
-
-
-def _forced_spike():
-    spec = importlib.util.spec_from_file_location("forced_spike", HERE / "forced_spike.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _median_time(fn, reps: int) -> float:
@@ -67,7 +60,7 @@ def _median_time(fn, reps: int) -> float:
 def whole_runs(settings: dict, steps: int, reps: int, threads: int, work: Path, source: str = "config") -> dict:
     """`settings`: the configuration file's mapping (C.read_yaml), edited per run as a user edits the file."""
     cfg = C.from_mapping(settings, source)
-    prepared, codes = _forced_spike().write_corpus(work / "data", clips=16, frames=max(300, 2 * cfg.crop_frames))
+    prepared, codes = write_corpus(work / "data", clips=16, frames=max(300, 2 * cfg.crop_frames))
     walls, cpus = {True: [], False: []}, {True: [], False: []}
     for rep in range(reps):
         for on in (False, True):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from acoustic_mlm.cli import main
 from acoustic_mlm.experiments import judge as J
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,15 +76,14 @@ def test_the_confirmatory_family_under_holm_keeps_p1_and_p3_and_drops_round_5(tm
     assert by["confirm_round/P2"]["p_holm"] == by["confirm_round/P2"]["p"]  # the largest: step-down keeps it
 
 
-def test_amlm_experiment_judge_prints_and_writes(tmp_path, capsys):
-    rc = main(["experiment", "judge", str(DECL / "pb_relax_training.yaml"), "--out", str(tmp_path / "o")])
-    assert rc in (0, None)
-    out = capsys.readouterr().out
-    assert '"verdict": "undecided: the cells are not as the rules need"' in out
-    assert (tmp_path / "o" / "verdict.json").read_bytes() == (REF / "pb_relax_training" / "verdict.json").read_bytes()
-
-
-def test_amlm_experiment_plan_counts_the_done_runs(capsys):
-    main(["experiment", "plan", str(DECL / "pb_relax_confirm.yaml")])
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("pb_relax_confirm: 12 runs planned, 12 done, 0 to run")
+def test_status_reports_a_declaration_committed_after_its_runs_and_one_not_committed(tmp_path):
+    published = J.git_status(DECL / "confirm_round.yaml")
+    assert published["first_runs_committed"] is not None
+    if published["committed"] is not None:  # a checkout with history: declared after the round's runs
+        assert published["committed"] > published["first_runs_committed"]
+        assert published["pre_registered"] is False and published["reading"] == "committed after its first runs"
+    fresh = tmp_path / "confirm_round.yaml"
+    fresh.write_text((DECL / "confirm_round.yaml").read_text())
+    state = J.git_status(fresh)
+    assert state["committed"] is None and state["pre_registered"] is False
+    assert state["reading"].startswith("not committed")

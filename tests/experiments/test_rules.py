@@ -11,8 +11,7 @@ import pytest
 from acoustic_mlm.experiments import declaration as D
 from acoustic_mlm.experiments import record as R
 from acoustic_mlm.experiments import rules
-from acoustic_mlm.experiments.figure import sensitivity_figure
-from acoustic_mlm.experiments.stats import fisher_greater, holm, newcombe
+from acoustic_mlm.experiments.stats import fisher_greater
 from acoustic_mlm.report.power import fisher_power
 
 CONFIRM = D.load("config/experiments/confirm_round.yaml")
@@ -82,7 +81,7 @@ def test_one_definition_of_an_instability():
     assert R.collapsed(runs).tolist() == [False, False, True, False, False, False, False]
 
 
-def test_sensitivity_is_wortsmans_mean_capped_excess(tmp_path):
+def test_sensitivity_is_wortsmans_mean_capped_excess():
     rates = CONFIRM.sensitivity["rates"]
     finals = [2.0, 1.0, 1.5, 3.0, 9.0, np.nan, 3.99, 3.99]  # 9.0 above L0 = 4.0 is capped; NaN counts as L0
     rows = [_run("prenorm_clip1", 401, True, lr=lr, final=f) for lr, f in zip(rates, finals)]
@@ -92,15 +91,6 @@ def test_sensitivity_is_wortsmans_mean_capped_excess(tmp_path):
     assert summary["final_loss"] == 1.0 and summary["lr_sensitivity"] == pytest.approx(np.mean(capped) - 1.0)
     others = table[(table["arm"] == "prenorm_clip10") & table["lr"].isna()].iloc[0]
     assert not bool(others["finished"]) and np.isnan(others["lr_sensitivity"])
-    every = pd.DataFrame(
-        [
-            _run(arm, 401, True, lr=lr, final=1.0 + i)
-            for arm in CONFIRM.sensitivity["arms"]
-            for i, lr in enumerate(rates)
-        ]
-    )
-    path = sensitivity_figure(CONFIRM, every, tmp_path / "sens.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(tmp_path.glob(".*"))
 
 
 def _fp16(high_a=4, high_b=0, low_a=2, low_b=2, logit_high=2e5, logit_low=2e4):
@@ -145,10 +135,3 @@ def test_the_pilots_rule_takes_the_largest_gain_trained_through_within_the_margi
     assert rules.low_gain(pilot, pd.DataFrame(rows)) == 24.0
     rows[1]["updates"] = 500
     assert rules.low_gain(pilot, pd.DataFrame(rows)) is None
-
-
-def test_holm_and_newcombe():
-    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
-    d = newcombe(11, 12, 6, 12)  # the published P2: 0.42 [0.05, 0.67]
-    assert (round(d["estimate"], 2), round(d["low"], 2), round(d["high"], 2)) == (0.42, 0.05, 0.67)
-    assert newcombe(12, 12, 0, 12)["high"] == 1.0

@@ -15,6 +15,7 @@ LAYERS = (
     ("tokenizer",),
     ("train",),
     ("preflight", "report"),
+    ("experiments",),
     ("dvcgen",),
     ("dvcgen_commands",),
     ("cli",),

@@ -143,7 +143,7 @@ def judge(path: Path, out: Path | None = None, partial: bool = False, figure: Pa
             rules.sensitivity(rnd, runs).to_csv(tmp, index=False)
         written.append(str(out / "sensitivity.csv"))
         if figure is not None:
-            from acoustic_mlm.experiments.figure import sensitivity_figure
+            from acoustic_mlm.experiments.sensitivity_figure import sensitivity_figure
 
             written.append(str(sensitivity_figure(rnd, runs, figure)))
     return {"verdict": result, "written": written}

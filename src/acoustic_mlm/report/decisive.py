@@ -40,7 +40,7 @@ from acoustic_mlm.report.decisive_markdown import to_markdown
 from acoustic_mlm.report.decisive_pb_relax import forced_logit_verdict, numerics_verdict
 from acoustic_mlm.report.runs import finished_run_folders, read_run_folder
 from acoustic_mlm.report.stability_map import NO_LOSS_BITS  # a run with no finite loss: an untrained model's
-from acoustic_mlm.report.verdicts import INCONCLUSIVE, MIXED, NOT_SUPPORTED, SUPPORTED
+from acoustic_mlm.report.verdicts import INCONCLUSIVE, MIN_SEEDS, MIXED, NOT_SUPPORTED, SUPPORTED
 from acoustic_mlm.train.precision import TRAITS, names_where
 from acoustic_mlm.utils import atomic_group, write_json
 
@@ -235,7 +235,6 @@ def plateau_bits(codes_dir: Path) -> float:
 # damaged field is one line naming the folder, file or key, before any verdict is written.
 
 DECIDE_FILES = ("runs.csv", "cells.csv", "decisive.json", "decisive.md")  # one judgement: written as a whole
-MIN_SEEDS = 2  # seeds per arm below which a comparison has no spread to judge a gap by
 
 
 def _setting_number(settings: dict, key: str, path: Path, default=None) -> float:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import math
 
-from acoustic_mlm.report.verdicts import INCONCLUSIVE
+from acoustic_mlm.report.verdicts import INCONCLUSIVE, MIN_SEEDS
 
 
 def to_markdown(result: dict) -> str:
-    from acoustic_mlm.report.decisive import MIN_SEEDS  # decisive imports this module
-
     lines = [
         "# Decisive experiments: verdicts",
         "",

@@ -143,9 +143,9 @@ def map_figure_command(args, cfg) -> None:
     runs at the loss at initialisation); below, the largest attention logit against the rate with float16's limit.
     PNG (300 dpi), PDF and SVG.
     """
-    from acoustic_mlm.report import stability_map
+    from acoustic_mlm.report import stability_map_figure
 
-    stability_map.run_figure(cfg, args.map, args.out)
+    stability_map_figure.run_figure(cfg, args.map, args.out)
 
 
 @command(

@@ -588,8 +588,3 @@ def run_claims(cfg: C.Config, map_path: Path, out_json: Path, out_md: Path) -> d
     for v in vs:
         log.info("map-claims: %s: %s", v["id"], v["verdict"])
     return result
-
-
-# The figure (final loss against the peak rate, per arm and panel) is drawn from the map's table alone:
-# report.stability_map_figure, re-exported here for the map-figure stage.
-from acoustic_mlm.report.stability_map_figure import draw, run_figure  # noqa: E402, F401
