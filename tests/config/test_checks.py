@@ -183,3 +183,19 @@ def test_a_swept_size_is_bounded_as_the_files_value_is(smoke_cfg):
     smoke_cfg["sweep"] = [{"grid": {"train.threads": [2000]}, "arms": ["prenorm_clip1"]}]
     with pytest.raises(C.ConfigError):  # not a swept key, and beyond its ceiling in any case
         C.validate(smoke_cfg, "c.yaml")
+
+
+def test_logit_temp_is_bounded_so_the_logits_stay_within_float16(smoke_cfg):
+    from acoustic_mlm.model.config import LOGIT_TEMP_MIN
+
+    assert 1.0 / LOGIT_TEMP_MIN <= 65504.0  # cosine logits <= 1 / logit_temp: float16's largest finite value
+    for value in (1e-30, LOGIT_TEMP_MIN / 2):
+        smoke_cfg["model"]["logit_temp"] = value
+        with pytest.raises(C.ConfigError, match=r"'model.logit_temp': .* is less than the minimum of 1.52"):
+            C.validate(copy_of(smoke_cfg), "c.yaml")
+    smoke_cfg["model"]["logit_temp"] = LOGIT_TEMP_MIN
+    C.validate(smoke_cfg, "c.yaml")
+
+
+def copy_of(cfg: dict) -> dict:
+    return yaml.safe_load(yaml.safe_dump(cfg))

@@ -54,3 +54,28 @@ def test_fp16_scaler_skips_overflowing_steps():
     assert skipped and not clipped and not math.isfinite(norm)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update
     assert precision.loss_scale == 0.5  # halved, and it stays one scaler's
+
+
+def test_a_finite_loss_with_an_infinite_gradient_norm_is_a_skipped_non_finite_update():
+    """fp32 has no loss scaler to skip such a step: taken, it wrote NaN into every weight, and it was
+    counted as a finite update (model.logit_temp 1e-30: an infinite norm at every step, 0 non-finite)."""
+    from types import SimpleNamespace
+
+    from acoustic_mlm.train.update import Trainer, update
+
+    model = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.zero_()
+    precision = _sgd(model)
+
+    def step_model(x):  # sqrt at 0: a finite loss whose gradient is infinite
+        loss = torch.sqrt(model.weight.sum()) + 0 * x.sum()
+        return SimpleNamespace(
+            loss=loss, n_masked=torch.tensor(1.0), bits=loss.detach().reshape(1), feature_penalty=loss.detach() * 0
+        )
+
+    tr = Trainer(model, step_model, None, precision.optimizer, precision, torch.device("cpu"), clip=1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    u = update(tr, [[torch.ones(1, 2)]], lr=1.0)
+    assert not u.finite and not math.isfinite(u.grad_norm) and not u.clipped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no NaN written, no step

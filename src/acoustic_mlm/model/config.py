@@ -20,6 +20,10 @@ from acoustic_mlm.declare import setting
 NORMS = ("pre", "post", "deepnorm")  # pre: x + F(LN(x)); post: LN(x + F(x)); deepnorm: LN(alpha x + F(x)), scaled init
 # fused kernel | PB-Relax with relax_alpha | fairseq's order | q and k layer-normalised per head, then the fused kernel
 ATTENTIONS = ("softmax", "pb_relax", "unfused", "qk_norm")
+# The smallest logit temperature: cosine logits are at most 1 / logit_temp, which must stay within float16's
+# largest finite value (65,504) so that they never overflow where they are held in fp16 (fp16_logits, as
+# MERT's compute_nce) and the loss and its gradient stay finite (1e-30 gave 4e29-bit losses, infinite norms).
+LOGIT_TEMP_MIN = 1 / 65504
 CQT_IMPLS = ("nnaudio", "fft")  # nnAudio's convolutions (as MERT) | the same kernels by FFT (model/cqt.py)
 
 
@@ -47,7 +51,7 @@ class ModelSection:
     pos_conv_kernel: int = setting(minimum=2)  # convolutional positional embedding kernel
     pos_conv_groups: int = setting(minimum=1)  # ... and groups
     final_dim: int = setting(minimum=1)  # per-codebook projection size for cosine logits
-    logit_temp: float = setting(exclusiveMinimum=0)  # cosine logits / logit_temp
+    logit_temp: float = setting(minimum=LOGIT_TEMP_MIN)  # cosine logits / logit_temp; logits <= 1/logit_temp <= 65,504
     fp16_logits: bool = setting()  # cosine logits rounded to the model's dtype before / logit_temp (MERT's compute_nce)
     relax_alpha: float = setting(minimum=1)  # PB-Relax alpha (used only when attention is pb_relax)
     qk_gain: float = setting(  # q and k each multiplied by this (forced logit growth); 1: off

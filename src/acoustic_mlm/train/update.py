@@ -8,6 +8,7 @@ which precision it is.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -98,7 +99,7 @@ class Update(NamedTuple):
     outs: list  # each micro-batch's MLMOutput
     # (K + 2,) on the device: bits per codebook, loss, feature penalty; mean over micro-batches and processes
     means: torch.Tensor
-    finite: bool  # every micro-batch's loss was finite in every process
+    finite: bool  # every micro-batch's loss, and (without a loss scaler) the gradient norm, was finite
     grad_norm: float  # total norm before clipping (NaN when no step was tried)
     clipped: bool
     # the loss scaler skipped the step (where the precision retries overflows, a non-finite loss too)
@@ -167,7 +168,12 @@ def update(tr: Trainer, micro_batches, lr: float, probe: bool = False, on_phase=
                 weights=diagnostics.param_blocks(precision.named_weights()),
             )
         grad_norm, clipped, overflow = precision.unscale_and_clip(tr.clip, total, tr.world)
-        overflow = overflow or precision.step()
+        if not math.isfinite(grad_norm) and math.isnan(precision.loss_scale):
+            # finite losses, gradients not: without a loss scaler to skip it, the step would write NaN
+            # into every weight. Skipped and counted as a non-finite update, as a non-finite loss is.
+            finite, clipped, overflow = False, False, precision.skip_nonfinite()
+        else:
+            overflow = overflow or precision.step()
     else:  # skipped: no update from a non-finite loss (may raise MinLossScaleError)
         grad_norm, clipped, overflow = float("nan"), False, precision.skip_nonfinite()
     if on_phase is not None:
