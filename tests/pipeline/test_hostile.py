@@ -1081,3 +1081,43 @@ def test_a_damaged_seed_summary_trains_that_seed_again(tmp_path, caplog):
     (out / "summary.json").write_text(json.dumps(summary))
     _cut(out / "metrics.csv", 0.9)
     assert completed_summary(out, fp) is None and "metrics.csv: cut short" in caplog.text
+
+
+# ----------------------------------------------------------------------------- the newest surfaces (issue 54)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo"])
+def test_train_through_a_lock_path_that_is_not_the_run_folders_file_writes_nothing_outside(
+    data_dirs, root, tmp_path, capsys, kind
+):
+    """`.amlm.lock` as a symbolic link: train truncated the linked file outside the run folder and wrote its
+    holder line into it; a folder or FIFO there ended in a traceback. Now one line, exit 2, nothing written."""
+    out, outside = tmp_path / "runs" / "prenorm_clip1", tmp_path / "precious.txt"
+    out.mkdir(parents=True)
+    outside.write_text("keep me")
+    lock = out / ".amlm.lock"
+    {"symlink": lambda: lock.symlink_to(outside), "folder": lock.mkdir, "fifo": lambda: os.mkfifo(lock)}[kind]()
+    argv = train_argv("prenorm_clip1", root / "config" / "smoke.yaml", data_dirs, out, launcher=())
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"amlm train: error: {lock}: ") and "not the lock file amlm writes there" in err
+    assert err.count("\n") == 1 and outside.read_text() == "keep me"
+    assert sorted(p.name for p in out.iterdir()) == [".amlm.lock"]  # no run file written beside it
+
+
+def _exit_code(argv) -> int:
+    try:
+        return cli.main(argv)
+    except SystemExit as stopped:  # argparse's own refusals (an empty path)
+        return stopped.code
+
+
+@pytest.mark.parametrize("argv", [["--out", ""], ["--threads", "1025"], ["--threads", "0"]])
+def test_train_with_an_empty_or_bad_option_writes_nothing(data_dirs, root, tmp_path, capsys, monkeypatch, argv):
+    """An empty --out (an unset shell variable) was the working folder: train wrote a run's files there."""
+    monkeypatch.chdir(tmp_path)
+    prepared, codes = data_dirs
+    base = ["train", "prenorm_clip1", "--config", str(root / "config" / "smoke.yaml")]
+    assert _exit_code([*base, "--prepared", str(prepared), "--codes", str(codes), *argv]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
