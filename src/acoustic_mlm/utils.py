@@ -635,8 +635,12 @@ class Progress:
     `update(n, **postfix)` advances by n; postfix values (e.g. loss) are shown in both modes.
     """
 
-    def __init__(self, total: int, desc: str, unit: str = "it", every_s: float = 10.0, stream=None):
+    def __init__(
+        self, total: int, desc: str, unit: str = "it", every_s: float = 10.0, stream=None, unit_scale: bool = False
+    ):
+        """`unit_scale`: counts shown with SI prefixes (12.3MB, 4.56MB/s), as tqdm's `unit_scale`; for bytes."""
         self.total, self.desc, self.unit, self.every_s = total, desc, unit, every_s
+        self.unit_scale = unit_scale
         self.stream = stream if stream is not None else sys.stderr
         self.n = 0
         self.t0 = self._last = time.monotonic()
@@ -645,7 +649,9 @@ class Progress:
         if getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True)
+            self.bar = tqdm(
+                total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=self.stream, dynamic_ncols=True
+            )
 
     def update(self, n: int = 1, **postfix) -> None:
         self.n += n
@@ -666,8 +672,14 @@ class Progress:
         eta = (self.total - self.n) / rate if rate > 0 else float("nan")
         extra = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.postfix.items())
         pct = 100.0 * self.n / self.total if self.total else 100.0
+        done, total, speed = self.n, self.total, f"{rate:.3g} {self.unit}"
+        if self.unit_scale:  # tqdm's own SI formatting, as the terminal bar shows it
+            from tqdm import tqdm
+
+            size = tqdm.format_sizeof
+            done, total, speed = size(self.n, self.unit), size(self.total, self.unit), size(rate, self.unit)
         print(
-            f"{self.desc}: {self.n}/{self.total} ({pct:.0f}%) {rate:.3g} {self.unit}/s "
+            f"{self.desc}: {done}/{total} ({pct:.0f}%) {speed}/s "
             f"elapsed {elapsed:.0f}s eta {eta:.0f}s {extra}".rstrip(),
             file=self.stream,
             flush=True,

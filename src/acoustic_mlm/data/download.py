@@ -76,7 +76,7 @@ class ResumableHTTPDownloader:
                 log.info("fetch: resuming %s at %.1f MB", self.part.name, have / 1e6)
             with (
                 open(self.part, "ab" if resumed else "wb") as out,
-                Progress(int(length or 0), f"download {self.part.stem}", unit="B") as bar,
+                Progress(int(length or 0), f"download {self.part.stem}", unit="B", unit_scale=True) as bar,
             ):
                 for chunk in self._chunks(response):
                     out.write(chunk)
