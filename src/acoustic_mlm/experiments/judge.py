@@ -60,8 +60,7 @@ def read_round(rnd: D.Round, partial: bool) -> pd.DataFrame:
 def counts(rnd: D.Round, runs: pd.DataFrame) -> dict[str, dict]:
     """Each confirmatory promise's raw p and trained counts (k_a, n_a, k_b, n_b), once finished."""
     if rnd.rules == "pairs":
-        v = rules.judge_pairs(rnd, runs)["verdicts"]
-        return {x["id"]: x for x in v if x["finished"]} | {x["id"]: x for x in v if not x["finished"]}
+        return {x["id"]: x for x in rules.judge_pairs(rnd, runs)["verdicts"]}
     if rnd.rules == "fp16_gains":
         v = rules.judge_fp16(rnd, runs)
         (p,) = rnd.promises
@@ -165,7 +164,7 @@ def cost_rows(rnd: D.Round) -> list[dict]:
         done = {(r.size, r.arm, f"{r.lr:.12g}", int(r.seed)) for r in mine.itertuples()}
     rows, flops_of = [], {}
     for cell, arm, lr, seed in plan(rnd):
-        key = (cell if cell in rnd.cells else _cell_of(rnd, cell), arm)
+        key = (cell_of(rnd, cell), arm)
         if key not in flops_of and rnd.base is not None:
             cfg = D.settings(rnd, arm, key[0], seed)
             flops_of[key] = step_flops(cfg.model_for(arm), cfg.train.batch_size, cfg.crop_frames) * cfg.train.steps
@@ -182,12 +181,15 @@ def cost_rows(rnd: D.Round) -> list[dict]:
     return rows
 
 
-def _cell_of(rnd: D.Round, size_name: str) -> str:
-    """The cell a run's size name stands for (the fp16 rounds name a size by its gain)."""
+def cell_of(rnd: D.Round, size: str) -> str:
+    """The cell a table's `size` stands for: the cell itself, or (the fp16 rounds name a size by its gain)
+    the cell of that gain, else the cell whose gain its pilot gives."""
+    if size in rnd.cells:
+        return size
     for name, c in rnd.cells.items():
-        if "gain" in c and rules.size_name(rnd, c["gain"]) == size_name:
+        if "gain" in c and rules.size_name(rnd, c["gain"]) == size:
             return name
-    return "low"
+    return next(name for name, c in rnd.cells.items() if "gain" not in c)
 
 
 def git_status(path: Path) -> dict:

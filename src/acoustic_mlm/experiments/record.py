@@ -17,7 +17,6 @@ is what the rules count, and a row edited by hand would otherwise decide a verdi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,8 +204,3 @@ def check_plan(path: Path, runs: pd.DataFrame, planned: list[tuple[str, str, flo
 
 def _rate(lr: float) -> str:
     return f"{float(lr):.12g}"
-
-
-def finite_or_none(x) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None

@@ -28,7 +28,7 @@ import pandas as pd
 from acoustic_mlm import curves
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus
+from acoustic_mlm.experiments import corpus, rules
 from acoustic_mlm.experiments import declaration as D
 from acoustic_mlm.experiments import judge as J
 from acoustic_mlm.experiments import record as R
@@ -59,11 +59,6 @@ def append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
     new = pd.concat([old, rows[columns]], ignore_index=True) if len(rows) else old
     with atomic_path(path) as tmp:
         new.to_csv(tmp, index=False)
-
-
-def cell_of(rnd: D.Round, size: str) -> str:
-    """The cell a table's `size` stands for (the fp16 rounds name a size by its gain)."""
-    return size if size in rnd.cells else J._cell_of(rnd, size)
 
 
 def record_of(rnd: D.Round, cfg, size: str, arm: str, lr: float, seed: int, folder: Path, plateau: float, wall: float):
@@ -180,9 +175,9 @@ def run_round(path: Path, work: Path, limit: int | None = None) -> list[dict]:
         with locked(tables):  # another runner of the round may have trained it meanwhile
             if (size, arm, lr, seed) not in remaining(rnd):
                 continue
-        cell = cell_of(rnd, size)
+        cell = J.cell_of(rnd, size)
         # a cell whose gain its pilot gives (fp16 rounds' low cell) trains at the pilot's gain
-        gain = J.rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None
+        gain = rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None
         cfg = D.settings(rnd, arm, cell, seed, lr=lr, gain=gain)
         folder = work / "runs" / f"{size}__{arm}__lr-{lr:g}__seed-{seed}"
         shutil.rmtree(folder, ignore_errors=True)  # a run killed midway starts over: its row was never written
