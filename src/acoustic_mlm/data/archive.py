@@ -6,6 +6,8 @@ whole archive, naming the member, when one could land outside `dest`:
 - an absolute path (`/x`, `C:\\x`), a parent reference (`..` as a path component), a NUL byte;
 - a symbolic link whose target is absolute or climbs out of the archive root;
 - a hard link (tar) whose target is such a path.
+Tar links are judged by tarfile's own `data` extraction filter (PEP 706, `tarfile.data_filter`), zip
+links (no such filter) by `_link_escapes`.
 
 It also refuses, naming the member, two members whose paths conflict (a file `a.wav` and a
 member `a.wav/b.wav`, or the same path twice) and a name longer than the file system allows
@@ -56,6 +58,7 @@ _READ_ERRORS = (
 )
 
 
+_FILTER_ROOT = "/nonexistent-archive-root"  # where tarfile's filter places members: a name only, never written to
 NAME_MAX = 255  # bytes in one path component (Linux, macOS, Windows)
 PATH_MAX = 4096  # bytes in a whole path (Linux)
 RATIO_MIN_BYTES = 1 << 20  # members smaller than this are not held to the ratio (tiny files compress well)
@@ -152,6 +155,21 @@ def _link_escapes(member_path: PurePosixPath | None, target: str, hard: bool) ->
     return False
 
 
+def _link_refusal(m: Member) -> str | None:
+    """Why a link member is refused, or None. Tar: tarfile's own `data` filter (PEP 706) judges it, its reason
+    kept on one line; zip (no such filter): `_link_escapes`."""
+    if isinstance(m.ref, tarfile.TarInfo):
+        try:
+            tarfile.data_filter(m.ref, _FILTER_ROOT)
+        except tarfile.FilterError as exc:
+            kind = "hard" if m.kind == "hardlink" else "symbolic"
+            return f"is a {kind} link refused by tarfile's data filter ({one_line(exc)})"
+        return None
+    if _link_escapes(m.path, m.link or "", m.kind == "hardlink"):
+        return f"is a {'hard' if m.kind == 'hardlink' else 'symbolic'} link to {m.link!r}, outside the archive"
+    return None
+
+
 def _zip_members(zf: zipfile.ZipFile) -> list[Member]:
     members = []
     for info in zf.infolist():
@@ -190,12 +208,8 @@ def check_members(members: list[Member], archive_name: str) -> None:
     """Fill each member's normalised path; raise UnsafeArchiveError on the first unsafe member."""
     for m in members:
         m.path, why = _relative(m.name)
-        if (
-            why is None
-            and m.kind in ("symlink", "hardlink")
-            and _link_escapes(m.path, m.link or "", m.kind == "hardlink")
-        ):
-            why = f"is a {'hard' if m.kind == 'hardlink' else 'symbolic'} link to {m.link!r}, outside the archive"
+        if why is None and m.kind in ("symlink", "hardlink"):
+            why = _link_refusal(m)
         if why is None and m.kind == "file" and m.path is None:
             why = "has an empty name"
         if why is None and m.path is not None:
