@@ -24,7 +24,7 @@ def test_write_names_the_file_written(monkeypatch, smoke_config, capsys):
 
 
 def test_a_config_path_dvc_cannot_parse_is_refused_before_dvc_yaml_is_replaced(tmp_path, monkeypatch, capsys):
-    """`amlm dvc-yaml --config config/a:b.yaml` wrote a dvc.yaml DVC could not parse, over a working one."""
+    """`amlm dvc-yaml --config` with a file named a:b.yaml wrote a dvc.yaml DVC could not parse, over a working one."""
     import shutil
 
     from acoustic_mlm import cli
