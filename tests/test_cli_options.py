@@ -29,12 +29,14 @@ def _parser(command: Command) -> argparse.ArgumentParser:
     return command.add_parser(argparse.ArgumentParser().add_subparsers())
 
 
-def test_every_command_opens_with_config_then_threads_where_asked_then_verbose():
+def test_every_command_opens_with_config_then_threads_where_asked_then_verbose_and_quiet():
     flags = [a.option_strings[-1] for a in _parser(_command(threads=True))._actions]
-    assert flags == ["--help", "--config", "--threads", "--verbose"]
-    assert [a.option_strings[-1] for a in _parser(_command())._actions] == ["--help", "--config", "--verbose"]
+    assert flags == ["--help", "--config", "--threads", "--verbose", "--quiet"]
+    shared = ["--help", "--config", "--verbose", "--quiet"]
+    assert [a.option_strings[-1] for a in _parser(_command())._actions] == shared
     args = _parser(_command(threads=True)).parse_args([])
-    assert (args.config, args.threads, args.verbose) == (DEFAULT_CONFIG, None, False)
+    assert (args.config, args.threads, args.verbose, args.quiet) == (DEFAULT_CONFIG, None, False, False)
+    assert _parser(_command()).parse_args(["-q"]).quiet is True
 
 
 def test_the_stages_own_options_follow_the_shared_ones():

@@ -103,7 +103,10 @@ def _terminate(signum, _frame):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(getattr(args, "verbose", False))
+    if getattr(args, "verbose", False) and getattr(args, "quiet", False):
+        print(f"amlm {args.command}: error: -q/--quiet and -v/--verbose together; choose one", file=sys.stderr)
+        return 2
+    setup_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
     signal.signal(signal.SIGTERM, _terminate)
     try:
         mismatch = kernels.check_config_read(getattr(args, "config", None))

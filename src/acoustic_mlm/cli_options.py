@@ -118,10 +118,11 @@ SHARED = {
     "figures": opt("--out", default=Path("results/figures"), help="output folder (default: results/figures)"),
 }
 
-# What every command opens with: --config, --threads where it sets torch's threads, -v.
+# What every command opens with: --config, --threads where it sets torch's threads, -v, -q.
 CONFIG = opt("--config", type=None, default=DEFAULT_CONFIG, help=f"configuration YAML (default: {DEFAULT_CONFIG})")
 THREADS = opt("--threads", type=int, rule="train.threads", help="CPU threads for torch (default: train.threads)")
 VERBOSE = opt("-v", "--verbose", action="store_true", help="debug logging")
+QUIET = opt("-q", "--quiet", action="store_true", help="warnings and errors only: no progress or info lines")
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class Command:
 
     def rows(self) -> list[Option | Steps]:
         """Every option row of the command, in help order: --config, --threads, -v, then its own."""
-        rows = (CONFIG, *([THREADS] if self.threads else []), VERBOSE, *self.options)
+        rows = (CONFIG, *([THREADS] if self.threads else []), VERBOSE, QUIET, *self.options)
         return [SHARED[row] if isinstance(row, str) else row for row in rows]
 
 

@@ -30,9 +30,12 @@ log = logging.getLogger("acoustic_mlm")
 FP16_MAX = 65504.0
 
 
-def setup_logging(verbose: bool = False) -> None:
+def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
+    """Log lines to stderr: debug with `verbose`, warnings and errors alone with `quiet` (which also
+    silences Progress), else info."""
+    Progress.quiet = quiet
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         datefmt="%H:%M:%S",
         stream=sys.stderr,
@@ -635,6 +638,8 @@ class Progress:
     `update(n, **postfix)` advances by n; postfix values (e.g. loss) are shown in both modes.
     """
 
+    quiet = False  # set by setup_logging(quiet=True) (`amlm -q`): nothing is shown
+
     def __init__(
         self, total: int, desc: str, unit: str = "it", every_s: float = 10.0, stream=None, unit_scale: bool = False
     ):
@@ -646,7 +651,7 @@ class Progress:
         self.t0 = self._last = time.monotonic()
         self.postfix: dict = {}
         self.bar = None
-        if getattr(self.stream, "isatty", lambda: False)():
+        if getattr(self.stream, "isatty", lambda: False)() and not self.quiet:
             from tqdm import tqdm
 
             self.bar = tqdm(
@@ -656,6 +661,8 @@ class Progress:
     def update(self, n: int = 1, **postfix) -> None:
         self.n += n
         self.postfix.update(postfix)
+        if self.quiet:  # `amlm -q`: counted, not shown
+            return
         if self.bar is not None:
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
