@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -41,6 +42,16 @@ def test_dry_run_prints_and_checks_every_command(root):
     assert any("data_throughput.py --device cuda --encode-batch 16" in line for line in lines)
     limits = [int(line.split("limit ")[1].split("s]")[0]) for line in lines]
     assert sum(limits) < 8.5 * 60  # every step timing out still ends within 8.5 minutes
+    # the script, docs/gpus.md and BENCHMARKS.md state the same sum
+    said = {
+        "gpu_check.sh": r"The limits add up to (\d+) s",
+        "docs/gpus.md": r"time limits add up to (\d+) s",
+        "BENCHMARKS.md": r"steps' limits add up to (\d+) s",
+    }
+    for name, pattern in said.items():
+        path = root / ("benchmarks/gpu_check.sh" if name == "gpu_check.sh" else name)
+        m = re.search(pattern, " ".join(path.read_text().split()))
+        assert m and int(m[1]) == sum(limits), (name, m and m[1], sum(limits))
 
 
 def test_dry_run_fails_on_a_bad_option(root, tmp_path):
