@@ -24,7 +24,8 @@ _PROJECTION = (
         type=float,
         rule={"exclusiveMinimum": 0, "maximum": 1},
         metavar="U",
-        help="share of a GPU's peak assumed when projecting a CUDA preset measured on CPU (default: 0.35)",
+        help="share of a GPU's peak when projecting a CUDA preset measured on CPU (default: the MFU a GPU measured for "
+        "the preset's shape, acoustic_mlm.preflight.measured, else 0.35)",
     ),
     opt(
         "--intra-node-gb-s",
