@@ -784,7 +784,7 @@ def test_a_source_file_edited_after_fetch_is_refused_by_prepare(tmp_path):
 # ------------------------------------------------------------------------- interrupted stages, debris
 
 
-def test_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_removed(tmp_path):
+def test_sigterm_keeps_finished_parts_only_and_debris_of_a_killed_run_is_removed(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     for i in range(60):
@@ -813,7 +813,11 @@ def test_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_remo
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "raw"]  # nothing left behind
+    # a resumable stage stopped by SIGTERM (a scheduler's preemption) keeps its temporary folder for the
+    # next run to take its finished parts from; the part being written is removed, nothing is under `out`
+    (kept,) = [p for p in tmp_path.iterdir() if p.name not in ("cfg.yaml", "raw")]
+    assert kept.name.startswith(".prepared.tmp-") and not out.exists()
+    assert (kept / "resume.json").is_file() and not list(kept.glob(".shard-*.tmp-*"))
 
     # a run killed harder (SIGKILL) leaves its temporary names; the next run of the same output removes them
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -826,6 +830,7 @@ def test_sigterm_removes_the_temporary_folder_and_debris_of_a_killed_run_is_remo
     live.mkdir()
     assert _amlm(["prepare", "--config", path, "--raw", raw, "--out", out]).returncode == 0
     assert not debris.exists() and live.exists() and other.exists()  # another output's name: not touched
+    assert not kept.exists()  # claimed by the next run (its parts checked and taken, or redone), then removed
     assert (out / "manifest.csv").is_file()
 
 
