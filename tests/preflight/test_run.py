@@ -404,9 +404,9 @@ def test_asking_for_cuda_without_one_is_an_error(root, tmp_path, capsys):
     [
         (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 crops per update and process"),
         (["--optimizer-steps", "3", "--micro-batches", "2"], "--optimizer-steps (3) cannot exceed --micro-batches (2)"),
-        (["--gpus-per-node", "0"], "train.processes (1) exceeds --gpus-per-node (0)"),
-        (["--micro-batch", "0"], "--micro-batch must be at least 1, got 0"),
-        (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
+        (["--gpus-per-node", "0"], "--gpus-per-node 0 (it stands for 'train.processes'): 0 is less than the minimum"),
+        (["--micro-batch", "0"], "--micro-batch 0: 0 is less than the minimum of 1"),  # the command line's rule
+        (["--warmup", "-1"], "--warmup -1: -1 is less than the minimum of 0"),
     ],
 )
 def test_bad_options_are_one_line_errors(root, tmp_path, capsys, args, message):
