@@ -11,6 +11,33 @@ from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Two tiers (docs/testing.md). `pytest` runs the default tier: the unit tests and one smoke pipeline,
+# minutes on 2 cores. `pytest --runslow` runs the full suite, CI's: the default tier and every test marked
+# `slow` (whole-pipeline engines, torch.compile, multi-process training, kill tests, real music, the
+# paper-size model). A slow test is left out of the default tier by name, never skipped: the summary says
+# how many and how to run them.
+RUNSLOW = "--runslow"
+
+
+def pytest_addoption(parser):
+    parser.addoption(RUNSLOW, action="store_true", help="run the full suite: the slow tier too (CI runs it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption(RUNSLOW):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        config._amlm_slow_left_out = len(slow)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    left_out = getattr(config, "_amlm_slow_left_out", 0)
+    if left_out:
+        terminalreporter.write_line(f"{left_out} tests of the slow tier left out: `pytest {RUNSLOW}` runs them")
+
 
 @pytest.fixture(scope="session")
 def root() -> Path:

@@ -18,6 +18,7 @@ def _env(root):
     return {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(root / "src")}
 
 
+@pytest.mark.slow
 def test_dry_run_prints_and_checks_every_command(root):
     proc = subprocess.run(
         ["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=root, capture_output=True, text=True, env=_env(root)
@@ -54,6 +55,7 @@ def test_dry_run_prints_and_checks_every_command(root):
         assert m and int(m[1]) == sum(limits), (name, m and m[1], sum(limits))
 
 
+@pytest.mark.slow
 def test_dry_run_fails_on_a_bad_option(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     script = repo / "benchmarks" / "gpu_check.sh"
@@ -65,6 +67,7 @@ def test_dry_run_fails_on_a_bad_option(root, tmp_path):
     assert "FAILED the check" in proc.stderr and "bf17" in proc.stderr
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_real_run_refuses(root):
     proc = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=root, capture_output=True, text=True, env=_env(root))
     if "torch sees no CUDA device" not in proc.stderr:
@@ -131,6 +134,7 @@ def test_loader_benchmark_on_a_small_corpus(root, tmp_path):
     assert (tmp_path / "loader.json").is_file()
 
 
+@pytest.mark.slow
 def test_only_selects_steps(root):
     proc = subprocess.run(
         ["bash", "benchmarks/gpu_check.sh", "--dry-run", "--only", "gpu_mfu,relax_fp16"],
@@ -144,6 +148,7 @@ def test_only_selects_steps(root):
     assert [line.split(",")[0] for line in lines] == ["[gpu_mfu", "[relax_fp16"]
 
 
+@pytest.mark.slow
 def test_gpu_mfu_measures_before_and_after_on_cpu(root, tmp_path):
     """The MFU script's three variants run (on CPU: the front end stays on convolutions; the CQT switches)."""
     mfu = load_benchmark("gpu_mfu")

@@ -37,6 +37,7 @@ def test_padding_share_of_longest_first_batches():
     assert bench.padding_share(lengths, 4) == pytest.approx(40 / 26 - 1)
 
 
+@pytest.mark.slow
 def test_main_compares_batched_codes_with_the_plain_api(tmp_path, capsys, monkeypatch):
     # one calibration thread keeps the minimal calibration (1,024 frames) fast on a shared machine
     monkeypatch.setattr(calibration, "CALIBRATION_THREADS", 1)

@@ -137,6 +137,7 @@ def test_fp16_fairseq_steps_half_models_with_master_weights(tiny_cfg, scope):
     assert any(not torch.equal(a, b) for a, b in zip(before, baseline.tr.precision.master))
 
 
+@pytest.mark.slow
 def test_sequential_timing_builds_one_model_at_a_time_and_a_process_share_of_the_batch(
     tiny_settings, tmp_path, monkeypatch
 ):

@@ -146,6 +146,7 @@ def test_an_overlong_point_name_is_refused(smoke_cfg):
         C.validate(cfg, "mine.yaml")
 
 
+@pytest.mark.slow
 def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
     """`amlm train <point>` resolves the point before anything is loaded (an unknown point: one line)."""
     path = _write(tmp_path, swept)
@@ -170,6 +171,7 @@ def test_the_cli_trains_a_point_under_its_values(swept, tmp_path):
     assert not math.isnan(swept["train"]["lr"])
 
 
+@pytest.mark.slow
 def test_the_gpu_map_projects_to_at_most_two_gpu_hours(root, tmp_path):
     """`amlm preflight` on config/proxy-gpu.yaml (on CPU: one small micro-batch measured) projects the whole
     map from counted FLOPs, every point at its own precision: at most 2 GPU-hours on one H100/H200."""

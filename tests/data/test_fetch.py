@@ -360,6 +360,7 @@ def _amlm(*args, cwd):
     )
 
 
+@pytest.mark.slow
 def test_cli_fetch_and_prepare_from_a_url(server, tmp_path, root):
     members = {f"songs/s{i}.wav": tone_bytes("wav", seconds=1.0, hz=200 + 50 * i, sr=32000) for i in range(4)}
     buf = io.BytesIO()
@@ -592,6 +593,7 @@ def test_a_sigterm_while_fetch_replaces_data_raw_leaves_the_old_or_the_new_folde
     assert _leftovers(two_sources) == []  # no temporary name, no old copy aside
 
 
+@pytest.mark.slow
 def test_a_sigkill_between_the_two_renames_is_recovered_by_the_next_command_which_says_so(two_sources):
     proc = _stopped_fetch(two_sources, "aside", "SIGKILL")
     assert proc.returncode == -9

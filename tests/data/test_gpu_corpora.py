@@ -110,6 +110,7 @@ def raw_corpus(tmp_path):
     return raw, cfg, path
 
 
+@pytest.mark.slow
 def test_prepare_killed_mid_corpus_resumes_without_redoing_finished_shards(raw_corpus, tmp_path, monkeypatch):
     raw, cfg, path = raw_corpus
     out = tmp_path / "prepared"
@@ -136,6 +137,7 @@ def test_prepare_killed_mid_corpus_resumes_without_redoing_finished_shards(raw_c
     )
 
 
+@pytest.mark.slow
 def test_a_killed_runs_shards_of_other_settings_are_not_taken(raw_corpus, tmp_path, monkeypatch):
     raw, cfg, path = raw_corpus
     out = tmp_path / "prepared"
@@ -151,6 +153,7 @@ def test_a_killed_runs_shards_of_other_settings_are_not_taken(raw_corpus, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "prepared", "raw"]
 
 
+@pytest.mark.slow
 def test_tokenize_killed_mid_corpus_resumes_without_redoing_finished_shards(raw_corpus, tmp_path, monkeypatch):
     from acoustic_mlm.tokenizer import stage
 

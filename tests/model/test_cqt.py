@@ -98,6 +98,7 @@ def merts():
     return CQTTarget(impl="nnaudio"), CQTTarget(impl="fft")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frames", [1, 7, 64])
 def test_fft_equals_nnaudio_at_merts_settings(merts, frames):
     nnaudio, fft = merts

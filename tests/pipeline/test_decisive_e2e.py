@@ -10,7 +10,7 @@ import yaml
 from helpers import copy_repo
 from test_e2e import _run
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_snakemake_trains_the_points_and_decides(root, tmp_path):

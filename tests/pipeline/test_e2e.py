@@ -100,12 +100,20 @@ def _check_outputs(repo: Path):
     return curves
 
 
-def test_snakemake_smoke_end_to_end(root, tmp_path):
-    repo = copy_repo(root, tmp_path / "repo")
+@pytest.fixture(scope="module")
+def smoke_repo(root, tmp_path_factory):
+    """The smoke pipeline through Snakemake in a fresh copy of the repository, run once for the module:
+    the default tier's one pipeline (its outputs checked below) and the slow tier's kill and rerun tests."""
+    repo = copy_repo(root, tmp_path_factory.mktemp("smoke") / "repo")
     t0 = time.monotonic()
     _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"], repo)
-    elapsed = time.monotonic() - t0
-    print(f"snakemake smoke preset: {elapsed:.0f} s")
+    print(f"snakemake smoke preset: {time.monotonic() - t0:.0f} s")
+    return repo
+
+
+@pytest.mark.xdist_group("smoke_repo")
+def test_snakemake_smoke_end_to_end(smoke_repo):
+    repo = smoke_repo
     _check_outputs(repo)
     # the fresh run against the shipped known-good smoke run of this CPU's vendor (data/reference/smoke_run/<vendor>,
     # docs/reference_run.md)
@@ -150,6 +158,12 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     ]
     again = _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", "-n"], repo)
     assert "Nothing to be done" in again, again
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smoke_repo")
+def test_snakemake_smoke_survives_a_kill_reports_and_reruns_only_what_changed(smoke_repo):
+    repo = smoke_repo
     # SIGKILL mid-training through Snakemake, then run it again: the same metrics, timing aside.
     run_dir = repo / "results" / "runs" / "prenorm_clip1"
     reference = pd.read_csv(run_dir / "metrics.csv").drop(columns=["wall_time"])
@@ -204,6 +218,7 @@ def test_snakemake_smoke_end_to_end(root, tmp_path):
     assert not re.search(r"^(fetch|plan|prepare\w*|fit_tokenizer|tokenize\w*)\s", plan, re.M), plan
 
 
+@pytest.mark.slow
 def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     shutil.copy(repo / "config" / "smoke.yaml", repo / "config" / "config.yaml")  # the documented preset switch

@@ -26,7 +26,11 @@ import pytest
 from helpers import copy_repo, real_audio_dir, real_audio_missing, sha256
 from test_sources_e2e import FIGURE, read_csv, run, show, write_config
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing()))]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.skipif(real_audio_missing() is not None, reason=str(real_audio_missing())),
+]
 
 # Codebook 0 over the 14 recordings (docs/tokenizer.md, benchmarks/tokenizer_loudness.py): with loudness
 # kweighted 2.5% of the frames on the most frequent code and 9.02 bits; 9.3% and 8.54 bits with loudness

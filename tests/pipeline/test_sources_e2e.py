@@ -29,7 +29,7 @@ from helpers import RUN_NAMES, copy_repo, make_tar, make_zip, sha256
 
 from acoustic_mlm.data import synth
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SR = 24000
 CLIP_S = 5.0

@@ -11,7 +11,7 @@ import yaml
 from helpers import RUN_NAMES, copy_repo
 from test_e2e import _env, _run
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ARMS = (RUN_NAMES[0], RUN_NAMES[1])  # Pre-Norm clip 10 and clip 1
 

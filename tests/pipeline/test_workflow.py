@@ -410,6 +410,7 @@ def test_dvc_params_are_the_settings_each_stage_depends_on(root, preset):
             )
 
 
+@pytest.mark.slow
 def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
     """A point's stage: its params (keys of the file) and its name (the swept values) together give
     exactly the settings its training depends on, result_keys of its own configuration."""
@@ -450,6 +451,7 @@ def test_sweep_dvc_params_state_exactly_each_points_settings(root, tmp_path):
             assert set(_declared(settings, stage, "config/sweep.yaml")) == expected, name
 
 
+@pytest.mark.slow
 def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
     """A change to code that shapes a stage's outputs reruns that stage in DVC."""
     for stages in (_dvc(root)["stages"], _sweep_dvc(root, tmp_path)["stages"]):
@@ -464,6 +466,7 @@ def test_dvc_deps_name_every_module_a_stage_imports(root, tmp_path):
             )
 
 
+@pytest.mark.slow
 def test_sweep_dvc_stages_are_snakemakes_jobs(root, tmp_path):
     """For a sweep, `amlm dvc-yaml` writes the stages of Snakemake's jobs, and DVC reads the file."""
     from acoustic_mlm import cli

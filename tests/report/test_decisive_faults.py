@@ -208,6 +208,7 @@ sys.exit(cli.main(["decide", "--runs-dir", sys.argv[1], "--codes", sys.argv[2], 
 """
 
 
+@pytest.mark.slow
 def test_a_sigterm_while_decide_writes_leaves_the_previous_judgement_whole(dirs, tmp_path):
     import signal
     import subprocess

@@ -168,6 +168,7 @@ def test_side_by_side_puts_the_paper_left_and_the_reproduction_right(ref, labels
     matplotlib.pyplot.close(fig)
 
 
+@pytest.mark.slow
 def test_compare_writes_a_png_and_names_missing_curves(smoke_cfg, labels, tmp_path):
     curves_path = tmp_path / "loss_curves.csv"
     reproduction(labels).to_csv(curves_path, index=False)

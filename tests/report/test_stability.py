@@ -100,6 +100,7 @@ def test_no_spike_no_marks_and_missing_diagnostics_said(smoke_cfg):
     assert any("not measured" in t.get_text() for t in axes["attn_logit"].texts)
 
 
+@pytest.mark.slow
 def test_cli_writes_three_formats_and_names_a_missing_file(smoke_cfg, tmp_path, capsys):
     loss, diag = _tables(C.from_mapping(smoke_cfg).runs, "prenorm_clip1", 64, False)
     loss.to_csv(tmp_path / "loss_curves.csv", index=False)
@@ -154,6 +155,7 @@ def test_claims_say_what_the_diagnostics_show_at_each_spike(smoke_cfg, tmp_path)
     assert "**nothing unusual** in the diagnostics" in line and "(1.00x its median 5" in line
 
 
+@pytest.mark.slow
 def test_forced_spike_is_caught_by_the_diagnostics_and_marked_on_every_panel(tmp_path):
     fs = load_benchmark("forced_spike")
     cfg = fs.forced_config()

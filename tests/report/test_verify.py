@@ -45,6 +45,7 @@ def _train(cfg, data_dirs, runs_dir):
         train.run(make_config(cfg), run, prepared, codes, runs_dir / run, threads=1)
 
 
+@pytest.mark.slow
 def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs, tiny, tmp_path, capsys):
     cfg, path = tiny
     _train(cfg, data_dirs, tmp_path / "first")
@@ -85,6 +86,7 @@ def test_a_fresh_run_matches_its_reference_and_a_changed_one_does_not(data_dirs,
         verify.compare(make_config(cfg), tmp_path / "fresh", ref)
 
 
+@pytest.mark.slow
 def test_a_run_of_other_settings_is_refused_by_name(data_dirs, tiny, tmp_path, capsys):
     cfg, path = tiny
     _train(cfg, data_dirs, tmp_path / "first")
