@@ -29,6 +29,7 @@ def test_four_jobs_get_four_distinct_gpus_and_a_fifth_waits(tmp_path):
     assert got and got[0].index == 2
 
 
+@pytest.mark.slow
 def test_a_killed_job_frees_its_gpu(tmp_path):
     holder = subprocess.Popen(
         [

@@ -15,6 +15,7 @@ from acoustic_mlm.cli import main
 from acoustic_mlm.errors import UserError
 
 
+@pytest.mark.slow
 def test_dvc_yaml_check_refuses_a_stale_file(root, tmp_path, capsys):
     """After a change of the sweep the file must be generated again: its first stage checks it."""
     from acoustic_mlm import cli
@@ -82,6 +83,7 @@ def _dvc(repo, *args):
     return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_loss_curves_plot_is_log_x_with_a_line_per_run_and_seed(root, tmp_path):
     """dvc.yaml's plot of the tidy loss_curves.csv uses .dvc/plots/loss_curves.json: codebook 0 only,
     a logarithmic step axis, colour by the run's label, one series per revision, run, seed and split;
@@ -128,6 +130,7 @@ def test_loss_curves_plot_is_log_x_with_a_line_per_run_and_seed(root, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_dvc_repro_dry_on_a_fresh_copy_is_as_documented(root, tmp_path):
     """DVC 3.67 hashes, in a dry run, the dependencies an earlier stage would write (its run cache,
     treeverse/dvc#9021), so `dvc repro --dry` fails on a fresh clone of any pipeline of two stages;

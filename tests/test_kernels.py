@@ -66,6 +66,7 @@ def _run(args, config, env_extra=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="pinning to AVX2 needs an x86-64 CPU with AVX2")
 def test_a_fresh_process_runs_avx2_kernels_when_the_config_asks(root, tmp_path):
     settings = yaml.safe_load((root / "config" / "smoke.yaml").read_text())  # the file's mapping, edited below
