@@ -3,6 +3,7 @@ pretrained mode, the fitted loudness, the files table, errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -305,7 +306,8 @@ def test_the_resume_key_covers_each_shards_audio_not_only_the_manifest(prepared,
 def test_shard_and_merge_refuse_a_model_fitted_under_other_settings(calibrated, prepared, tmp_path, key, value, named):
     out = tmp_path / "codes"
     shutil.copytree(calibrated / "model", out / "model")
-    other = tok_cfg(**{key: value})
+    cfg = tok_cfg()
+    other = dataclasses.replace(cfg, tokenizer=dataclasses.replace(cfg.tokenizer, **{key: value}))
     with pytest.raises(TokenizerError) as refused:
         stage.encode_shard(other, prepared, out, 0)
     message = str(refused.value)

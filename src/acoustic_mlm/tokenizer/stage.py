@@ -164,12 +164,13 @@ def fit(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> d
 
 
 def check_fit(cfg: C.Config, path: Path) -> None:
-    """The fitted tokenizer (fit.json) is the one this configuration fits: its mode, bandwidth and seed,
-    and in calibrated mode its k-means frames and iterations; else `--shard`/`--merge` would encode with
+    """The fitted tokenizer (fit.json) is the one this configuration fits: its mode and bandwidth, and
+    in calibrated mode its seed, k-means frames and iterations; else `--shard`/`--merge` would encode with
     (or record) a model another configuration fitted. One line naming the first setting that differs."""
     info, tc = read_fit(path), cfg.tokenizer
-    wanted = {"mode": tc.mode, "bandwidth": float(tc.bandwidth), "seed": int(tc.seed)}
-    if tc.mode == "calibrated":
+    wanted = {"mode": tc.mode, "bandwidth": float(tc.bandwidth)}
+    if tc.mode == "calibrated":  # the pretrained checkpoint is the same whatever the seed
+        wanted["seed"] = int(tc.seed)
         wanted["calibration_frames_requested"] = int(tc.calibration_frames)
         wanted["calibration_iters"] = int(tc.calibration_iters)
     for key, value in wanted.items():
