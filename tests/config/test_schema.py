@@ -103,6 +103,8 @@ def test_a_bad_enum_is_refused_by_the_package_and_by_snakemakes_fallback(root, s
     validate(C.read_yaml(root / "config" / "smoke.yaml"), str(root / "src/acoustic_mlm/config/config.schema.json"))
 
 
-def test_the_fallback_validates_against_the_shipped_schema(root):
+def test_snakemake_validates_against_the_shipped_schema(root):
+    """Snakemake's validate reads the workflow's copy of the schema (workflow/schemas/, the catalog's place) on
+    every parse; tests/pipeline/test_workflow.py holds that copy equal to the shipped JSON schema."""
     text = (root / "workflow/rules/common.smk").read_text()
-    assert 'validate(_whole, str(ROOT / "src/acoustic_mlm/config/config.schema.json"))' in text
+    assert 'validate(_whole, str(ROOT / "workflow/schemas/config.schema.yaml"), set_default=False)' in text

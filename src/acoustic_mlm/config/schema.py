@@ -1,11 +1,13 @@
 """The configuration's JSON schema, generated from its dataclasses (config/sections.py and the model's
 model/config.py), which declare every key once (`acoustic_mlm.declare.setting`): the field's type gives
 the JSON type, its metadata the bounds, enums and description. Validation (config/checks.py) uses the
-generated schema; the shipped file next to this module is the same schema for Snakemake's validator
-(workflow/rules/common.smk) and DVC, and tests/config/test_schema.py holds the two equal.
+generated schema; the shipped file next to this module is the same schema for DVC, and
+workflow/schemas/config.schema.yaml the same again as YAML, where the Snakemake workflow catalog looks
+for it and Snakemake's validator reads it (workflow/rules/common.smk); tests/config/test_schema.py and
+tests/pipeline/test_workflow.py hold them equal.
 
-    python -m acoustic_mlm.config --write    # rewrite src/acoustic_mlm/config/config.schema.json
-    python -m acoustic_mlm.config --check    # exit 1 if the shipped file differs from the dataclasses
+    python -m acoustic_mlm.config --write    # rewrite config.schema.json and workflow/schemas/config.schema.yaml
+    python -m acoustic_mlm.config --check    # exit 1 if either shipped file differs from the dataclasses
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 from acoustic_mlm import declare
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
+# The workflow's copy, in the repository beside src/ (absent from an installed package: then not written).
+WORKFLOW_SCHEMA_PATH = Path(__file__).parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 _HEADER = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "acoustic-mlm configuration",
@@ -105,23 +109,33 @@ def text() -> str:
     return _generated()
 
 
+def yaml_text() -> str:
+    """The workflow's schema file's text: generate() as YAML, keys in the JSON file's order."""
+    import yaml
+
+    return yaml.safe_dump(generate(), sort_keys=False, width=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Write or check the configuration's JSON schema from its dataclasses.")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help=f"rewrite {SCHEMA_PATH.name}")
     mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if the shipped file is stale")
     args = p.parse_args(argv)
+    files = [(SCHEMA_PATH, text())]
+    if WORKFLOW_SCHEMA_PATH.parent.is_dir():
+        files.append((WORKFLOW_SCHEMA_PATH, yaml_text()))
     if args.check:
-        current = SCHEMA_PATH.read_text() if SCHEMA_PATH.exists() else ""
-        if current != text():
-            print(f"{SCHEMA_PATH}: stale; run python -m acoustic_mlm.config --write", file=sys.stderr)
-            return 1
-        return 0
+        stale = [path for path, want in files if (path.read_text() if path.exists() else "") != want]
+        for path in stale:
+            print(f"{path}: stale; run python -m acoustic_mlm.config --write", file=sys.stderr)
+        return 1 if stale else 0
     from acoustic_mlm.utils import atomic_path
 
-    with atomic_path(SCHEMA_PATH) as tmp:
-        tmp.write_text(text())
-    print(f"{SCHEMA_PATH}: written")
+    for path, want in files:
+        with atomic_path(path) as tmp:
+            tmp.write_text(want)
+        print(f"{path}: written")
     return 0
 
 
