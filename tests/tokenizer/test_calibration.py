@@ -40,6 +40,7 @@ def test_calibrate_needs_a_frame_per_code_and_leaves_the_thread_count_alone():
     assert torch.get_num_threads() == 1  # CALIBRATION_THREADS only while it runs
 
 
+@pytest.mark.slow
 def test_tokenizer_deterministic_for_seed_whatever_the_threads(calibrated, prepared, tmp_path):
     """Same seed, other --threads: the identical tokenizer; codes equal up to float near-ties."""
     again = tmp_path / "again"

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 from tokenizer_helpers import HOP, tok_cfg
 
@@ -37,6 +38,7 @@ def test_encode_settings_from_config_round_seconds_to_frames():
     )
 
 
+@pytest.mark.slow
 def test_padded_batches_trim_each_clip_to_its_own_codes(calibrated, prepared):
     """Zero padding on the right does not change a clip's codes (the encoder is causal): batched
     codes equal one-clip-at-a-time codes but for rare float near-ties."""
@@ -58,6 +60,7 @@ def test_padded_batches_trim_each_clip_to_its_own_codes(calibrated, prepared):
     assert torch.equal(padded[..., : plain.shape[-1]], plain)
 
 
+@pytest.mark.slow
 def test_long_clips_encoded_in_segments_keep_their_codes(calibrated, prepared):
     """Segments with 1 s of left context give the whole clip's codes (the encoder forgets fast);
     without context, each segment's codes are exactly those of the segment alone."""

@@ -92,6 +92,7 @@ def test_windows_at_the_silence_floor_keep_gain_one():
     assert 20 * np.log10(g[-1]) == pytest.approx(-23.0 - floor - 5, abs=0.2)
 
 
+@pytest.mark.slow
 def test_loudness_normalised_codes_do_not_depend_on_the_recording_level(calibrated, prepared):
     """The same clip 30 dB quieter: the same codes with loudness kweighted and lufs, other codes without."""
     manifest = pd.read_csv(prepared / "manifest.csv")

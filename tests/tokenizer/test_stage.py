@@ -104,6 +104,7 @@ def test_codes_aligned_and_equal_to_encodec_encode(calibrated, prepared):
         np.testing.assert_array_equal(codes, own)
 
 
+@pytest.mark.slow
 def test_sharded_steps_run_separately_match_the_whole_stage(calibrated, prepared, tmp_path):
     """Snakemake runs fit, each shard and merge as separate jobs: the same files as `run`."""
     out, cfg = tmp_path / "steps", tok_cfg()
