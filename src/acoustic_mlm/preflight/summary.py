@@ -16,14 +16,17 @@ def log_summary(result: dict, out_dir: Path) -> None:
     data = result["data"]
     if "epochs" in data:
         log.info(
-            "preflight: data %s (%.0f h of audio): download %.3g GB, disk %.3g GB at the peak, %.3g GB when done; "
-            "prepare %.3g h and tokenize %.3g h on %d CPU cores (tokenize on one %s: %s); the preset's updates "
-            "are %.3g epochs of it",
+            "preflight: data %s (%.0f h of audio): download %s GB, disk %s GB at the peak, %s GB when done, %s GB "
+            "free at %s%s; prepare %.3g h and tokenize %.3g h on %d CPU cores (tokenize on one %s: %s, projected); "
+            "the preset's updates are %.3g epochs of it",
             data["source"],
             data["corpus_hours"],
-            data["download_gb"],
-            data["peak_disk_gb"],
-            data["final_disk_gb"],
+            number(data["download_gb"]),
+            number(data["peak_disk_gb"]),
+            number(data["final_disk_gb"]),
+            number(data["free_gb"]),
+            data["free_where"],
+            "" if data["disk_fits"] else " (the peak does not fit)",
             data["prepare_hours"],
             data["tokenize_hours"],
             data["cores"],
