@@ -47,5 +47,5 @@ def test_each_option_given_reaches_its_field(smoke_config, measured):
 def test_every_option_is_a_field_of_options():
     fields = {f for f in run.Options.__dataclass_fields__}
     parser = preflight_command.add_parser(argparse.ArgumentParser().add_subparsers())
-    dests = {a.dest for a in parser._actions} - {"help", "config", "verbose", "out"}
+    dests = {a.dest for a in parser._actions} - {"help", "config", "verbose", "quiet", "out"}  # every command's
     assert dests <= fields, dests - fields
