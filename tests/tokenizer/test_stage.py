@@ -147,6 +147,7 @@ def test_a_planned_shard_without_usable_clips_gets_empty_codes(calibrated, prepa
         stage.encode_shard(tok_cfg(), prep, out, 4)
 
 
+@pytest.mark.slow
 def test_shard_layout_does_not_change_the_tokenizer_or_the_codes(calibrated, prepared, tmp_path):
     one = make_prepared(tmp_path / "one_shard", shard_clips=100)
     out = tmp_path / "codes"
@@ -160,6 +161,7 @@ def test_shard_layout_does_not_change_the_tokenizer_or_the_codes(calibrated, pre
 # ----------------------------------------------------------------------------- pretrained mode
 
 
+@pytest.mark.slow
 def test_pretrained_mode_reproduces_calibrated_codes(calibrated, prepared, tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

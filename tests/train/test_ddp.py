@@ -33,6 +33,7 @@ def _train(launcher, cfg_path, data_dirs, out):
     return pd.read_csv(out / "metrics.csv")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accum_steps", [1, 4])
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(data_dirs, ddp_cfg, tmp_path, accum_steps):
     cfg = yaml.safe_load(ddp_cfg.read_text())
@@ -52,6 +53,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(data_di
     assert one["clip_frac"].tolist() == two["clip_frac"].tolist()
 
 
+@pytest.mark.slow
 def test_one_gradient_all_reduce_and_one_scalar_all_reduce_per_update(ddp_cfg, tmp_path):
     """2 gloo processes, accum_steps 4: per update the gradients are all-reduced once (the hook's
     buckets add up to the gradients' bytes exactly once: DDP's no_sync on the first three

@@ -148,6 +148,7 @@ def test_new_masks_do_not_recompile():
     assert len(counts) > 1 and counter.frame_count == 1
 
 
+@pytest.mark.slow
 def test_compiled_training_trains():
     """train.compile's path: torch.compile (inductor, C++ kernels on CPU) of the model, then updates
     through the precision's autocast, clip and step; the losses follow eager mode to rounding."""

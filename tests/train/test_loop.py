@@ -113,6 +113,7 @@ def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monke
     assert any(line.get_marker() == "X" for line in ax.get_lines())
 
 
+@pytest.mark.slow
 def test_torch_compile_option_trains(data_dirs, tiny_cfg, tmp_path):
     """train.compile wraps the model in torch.compile (inductor on CPU): same metrics columns, a falling loss."""
     prepared, codes = data_dirs

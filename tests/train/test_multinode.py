@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import yaml
 from helpers import train_argv
 
@@ -58,6 +59,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_nodes_match_one_process(data_dirs, smoke_cfg, tmp_path):
     cfg = copy.deepcopy(smoke_cfg)
     cfg["train"].update(
