@@ -84,7 +84,7 @@ def pick_device(name: str, key: str = "train.device") -> torch.device:
         raise UserError(f"'{key}' is cuda but torch sees no CUDA device")
     n = torch.cuda.device_count()
     if torch.distributed.is_available() and torch.distributed.is_initialized():  # torchrun: one process per GPU
-        local = int(os.environ.get("LOCAL_RANK", 0))
+        local = int(os.environ.get("LOCAL_RANK", 0)) % n  # more processes than GPUs share them (gloo)
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     if n == 1:

@@ -36,3 +36,20 @@ def test_one_process_of_a_world_of_one_needs_no_rendezvous(torchrun_env):
     torchrun_env.setenv("RANK", "0")
     torchrun_env.setenv("WORLD_SIZE", "1")
     assert init_distributed("cpu") == (0, 1) and not dist.is_initialized()
+
+
+def test_the_backend_follows_the_device_unless_amlm_dist_backend_names_one(torchrun_env):
+    from acoustic_mlm.errors import UserError
+    from acoustic_mlm.train.distributed import backend
+
+    torchrun_env.delenv("AMLM_DIST_BACKEND", raising=False)
+    assert (backend(cuda=True), backend(cuda=False)) == ("nccl", "gloo")
+    torchrun_env.setenv("AMLM_DIST_BACKEND", "gloo")  # several processes on one GPU (benchmarks/gpu_check.sh)
+    assert (backend(cuda=True), backend(cuda=False)) == ("gloo", "gloo")
+    torchrun_env.setenv("AMLM_DIST_BACKEND", " NCCL ")
+    assert backend(cuda=True) == "nccl"
+    with pytest.raises(UserError, match="AMLM_DIST_BACKEND=nccl needs CUDA"):
+        backend(cuda=False)
+    torchrun_env.setenv("AMLM_DIST_BACKEND", "mpi")
+    with pytest.raises(UserError, match="AMLM_DIST_BACKEND='mpi': expected nccl or gloo"):
+        backend(cuda=True)
