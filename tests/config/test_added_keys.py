@@ -38,5 +38,5 @@ def test_the_cpu_presets_settings_equal_their_references_read_through_it():
 def test_every_preset_names_the_key_and_the_gpu_presets_store_int16():
     for path in sorted((ROOT / "config").glob("*.yaml")):
         fmt = C.load(path).data.sample_format
-        gpu = path.stem in ("gpu-small", "paper", "paper-1node", "proxy-gpu")
+        gpu = path.stem in ("gpu-small", "gpu-rehearsal", "paper", "paper-1node", "proxy-gpu")
         assert fmt == ("int16" if gpu else "float32"), path.name

@@ -7,7 +7,7 @@ import pytest
 
 from acoustic_mlm import config as C
 
-PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "paper-1node.yaml", "gpu-small.yaml"]
+PRESETS = ["config.yaml", "smoke.yaml", "paper.yaml", "paper-1node.yaml", "gpu-small.yaml", "gpu-rehearsal.yaml"]
 
 
 @pytest.mark.parametrize("name", PRESETS)
