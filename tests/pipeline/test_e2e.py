@@ -21,7 +21,7 @@ from acoustic_mlm.report import verify
 pytestmark = pytest.mark.e2e
 
 # `dvc exp show` in 80 columns: the changed params and each arm's final codebook-0 loss (docs/pipeline.md)
-EXP_SHOW = ["--drop", ".*", "--keep", "Experiment|final_", "--precision", "4"]  # docs/pipeline.md
+EXP_SHOW = ["--drop", ".*", "--keep", "Experiment|clip10|clip1|deepnorm|attn_relax", "--precision", "4"]
 # `dvc exp run --dry` runs in a fresh temporary copy without the pipeline's outputs: these let it tell
 # the changed stages from the unchanged ones (docs/pipeline.md)
 DRY_RUN = [
@@ -232,10 +232,12 @@ def test_dvc_repro_smoke_end_to_end(root, tmp_path):
     status = _run([sys.executable, "-m", "dvc", "status"], repo)
     assert "up to date" in status, status
     metrics = _run([sys.executable, "-m", "dvc", "metrics", "show"], repo)
-    assert "final_clip10" in metrics and "claim_a" in metrics  # results/metrics.json, the one metrics file
+    assert "clip10" in metrics and "claim_a" in metrics  # results/metrics.json, the one metrics file
     assert "final_train_loss_cb0" not in metrics  # summary.json is an output, not a metric
-    plots = _run([sys.executable, "-m", "dvc", "plots", "show", "--show-vega"], repo)
-    assert '"type": "log"' in plots and "prenorm_clip10" in plots  # the one plot: the arms overlaid, log x
+    plots = json.loads(_run([sys.executable, "-m", "dvc", "plots", "show", "--json"], repo))["data"]
+    (curves,) = plots["results/loss_curves.csv"]  # the one plot: the arms overlaid, log x
+    assert curves["content"]["encoding"]["x"]["scale"] == {"type": "log"}
+    assert {v["run"] for v in curves["content"]["data"]["values"]} == set(RUN_NAMES)
 
     # Reruns are minimal: a new clip for one arm invalidates that arm's stage and the summaries only.
     original = (repo / "config" / "config.yaml").read_text()
@@ -320,17 +322,7 @@ def _experiment_round_trip(repo: Path) -> None:
     queued = _run([sys.executable, "-m", "dvc", "queue", "status"], repo)
     assert queued.count("Queued") == 2, queued
     _run([sys.executable, "-m", "dvc", "queue", "remove", "--queued"], repo)
-    plots = _run(
-        [
-            sys.executable,
-            "-m",
-            "dvc",
-            "plots",
-            "diff",
-            "HEAD",
-            "clip2",
-            "--show-vega",
-        ],
-        repo,
-    )
-    assert '"type": "log"' in plots and '"clip2"' in plots and '"HEAD"' in plots, plots[:2000]
+    diff = json.loads(_run([sys.executable, "-m", "dvc", "plots", "diff", "HEAD", "clip2", "--json"], repo))["data"]
+    (curves,) = diff["results/loss_curves.csv"]  # both revisions' arms in the one plot, log x
+    assert curves["content"]["encoding"]["x"]["scale"] == {"type": "log"}
+    assert {v["rev"] for v in curves["content"]["data"]["values"]} == {"HEAD", "clip2"}, curves["revisions"]

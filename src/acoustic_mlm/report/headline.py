@@ -1,9 +1,10 @@
 """results/metrics.json: a run's headline numbers in one small flat file, the columns `dvc exp show` shows.
 
 DVC's convention (iterative/example-get-started) is one flat metrics file per project, so that `dvc exp show`
-compares experiments in a few columns. This file holds each arm's final codebook-0 loss in bits
-(`final_<role>`, from `results/final_losses.json`, which `amlm aggregate --finals` writes; the definition of
-"final" is curves.final_loss) and each claim's verdict (`claim_<id>`, from `results/claims.json`). Everything
+compares experiments in a few columns. This file holds each arm's final codebook-0 loss in bits under its
+role (`clip10`, ...), as `results/final_losses.json` (written by `amlm aggregate --finals`) names it; the
+definition of "final" is curves.final_loss. Then each claim's verdict (`claim_<id>`, from
+`results/claims.json`). Everything
 else a run measured stays in its own files (summary.json, claims.json, the curves), outputs but not metrics.
 """
 
@@ -16,9 +17,9 @@ from acoustic_mlm.utils import log, write_json
 
 
 def headline(finals: dict[str, float | None], verdicts: dict[str, str]) -> dict[str, float | str | None]:
-    """The flat mapping: `final_<key>` per arm (final_losses.json's keys), then `claim_<id>`
-    per claim (claims.json's verdicts)."""
-    return {**{f"final_{k}": v for k, v in finals.items()}, **{f"claim_{k}": v for k, v in verdicts.items()}}
+    """The flat mapping: each arm's final loss under final_losses.json's key (its role: short columns for
+    `dvc exp show`), then `claim_<id>` per claim (claims.json's verdicts)."""
+    return {**finals, **{f"claim_{k}": v for k, v in verdicts.items()}}
 
 
 def run(finals_path: str | Path, claims_path: str | Path, out_path: str | Path) -> dict:
