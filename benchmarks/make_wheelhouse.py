@@ -6,10 +6,11 @@ check does not use:
 
 - torch and torchaudio: the image's own builds (torchaudio pins torch exactly, so only the image's pair
   loads);
-- the compiled scientific stack, numpy, scipy, pandas and matplotlib: their wheels alone take 80 MiB
-  (scipy 34, numpy 16, pandas 12, matplotlib with pillow and fonttools 23), over the 64 MiB a checkout
-  may carry; PyTorch images commonly have them, and gpu_check.sh names any that is missing before it
-  starts (`--include numpy` carries one anyway, within the size limit);
+- the compiled scientific stack, numpy, scipy, pandas and matplotlib: their wheels with what only they
+  require take 86.4 MiB for CPython 3.11 (scipy 33.7, numpy 16.1, pandas 12.0, matplotlib with pillow,
+  fonttools and the rest 24.5), over the 64 MiB a checkout may carry; gpu_check.sh's install step names
+  any of them the image lacks and the steps that need it (`--include numpy` carries one anyway, within
+  the size limit);
 - dvc and tensorboard: `dvc repro` and the `tensorboard` logger are not part of the check.
 
 What is reached only through those is not followed (pillow, fonttools, kiwisolver, contourpy come with
