@@ -301,6 +301,7 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
 # ------------------------------------------------------------------ a config error under Snakemake
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
     """DeepNorm on a Pre-Norm arm made Snakemake delete that arm's metrics.csv and summary.json
