@@ -90,8 +90,17 @@ snakemake:smoke_cuda seaborn:smoke_cuda pyloudnorm:all pooch:all zipfile_deflate
 install_wheelhouse() {  # step 0: the wheelhouse into $OUT/venv over the image's packages, then what imports
   if [[ -f $WHEELHOUSE/requirements.txt ]]; then
     "$PY" -m venv --system-site-packages "$OUT/venv" || return 1
+    # the image's own site folders too (its Python may itself be a venv, whose packages a venv made from it
+    # would not see), after the venv's: its wheels shadow the image's older versions
+    "$PY" - "$OUT/venv" <<'EOF' || return 1
+import site, sys
+from pathlib import Path
+folders = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+(target,) = Path(sys.argv[1]).glob("lib/python*/site-packages")
+(target / "zz_image.pth").write_text(f"import site; list(map(site.addsitedir, {folders!r}))\n")
+EOF
     "$OUT/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" \
-      --no-deps -r "$WHEELHOUSE/requirements.txt" || return 1
+      --no-deps --no-compile -r "$WHEELHOUSE/requirements.txt" || return 1
     echo "installed $(grep -c . "$WHEELHOUSE/requirements.txt") distributions from $WHEELHOUSE into $OUT/venv"
   else
     echo "no $WHEELHOUSE/requirements.txt (bash benchmarks/gpu_check.sh --make-wheelhouse): the image's packages as they are"

@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -129,13 +130,14 @@ def snakemake(repo: Path, config: Path, cores: int, extra: list[str]) -> list[st
 
 
 def newest_state_step(repo: Path, runs: list[str]) -> tuple[str | None, int]:
-    """(arm, step) of the furthest resumable state on disk: the step from its file name's digits."""
+    """(arm, step) of the furthest resumable state on disk: complete states only (step-<N>.pt, as
+    acoustic_mlm.train.state writes them; not a temporary file still being written)."""
     best: tuple[str | None, int] = (None, -1)
     for run in runs:
-        for f in (repo / "results" / "runs" / run / "state").glob("**/*"):
-            digits = "".join(c for c in f.stem if c.isdigit())
-            if f.is_file() and digits and int(digits) > best[1]:
-                best = (run, int(digits))
+        for f in (repo / "results" / "runs" / run / "state").glob("**/step-*.pt"):
+            m = re.fullmatch(r"step-(\d+)\.pt", f.name)
+            if m and int(m[1]) > best[1]:
+                best = (run, int(m[1]))
     return best
 
 
@@ -263,6 +265,7 @@ def ddp(args: argparse.Namespace, out: Path) -> dict:
     config = device_config(repo, args.device, checkpoint, args.precision, args.ddp_processes)
     settings = yaml.safe_load(config.read_text())
     settings["train"]["steps"] = args.ddp_steps
+    settings["train"]["warmup_steps"] = min(settings["train"]["warmup_steps"], args.ddp_steps // 2)  # below steps
     config.write_text(yaml.safe_dump(settings, sort_keys=False))
     run = next(iter(settings["runs"]))
     env = child_env(repo)
