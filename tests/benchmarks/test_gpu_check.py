@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import math
 import os
 import re
@@ -311,3 +312,41 @@ def test_the_made_checkpoint_has_the_released_files_keys_name_and_varied_codes(t
         codes = model.encode(wav)[0][0][0]  # (codebooks, frames)
     assert codes.shape == (8, 75)
     assert all(len(torch.unique(level)) > 1 for level in codes)  # an untrained model's codebooks give code 0 only
+
+
+@pytest.mark.slow
+def test_cpu_rehearsal_runs_the_cpu_forms_and_skips_the_gpu_only_steps(root, tmp_path):
+    repo = copy_repo(root, tmp_path / "repo")  # no wheelhouse/ there: the environment's packages as they are
+    out = tmp_path / "out"
+    env = {**_env(root), "OUT_DIR": str(out)}
+    only = "install,relax_fp16,preflight_paper_fp16_fairseq"
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--cpu-rehearsal", "--only", only],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "gpu_check.json").read_text())
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert list(steps) == only.split(",") and summary["device"] == "cpu (rehearsal)"
+    assert steps["install"]["rc"] == 0 and "no wheelhouse/requirements.txt" in steps["install"]["log_tail"]
+    assert steps["install"]["results"]["imports.json"]["missing"] == {}
+    assert steps["relax_fp16"]["rc"] == 0 and "--device cpu" in steps["relax_fp16"]["command"]
+    assert [r["qk_scale"] for r in steps["relax_fp16"]["results"]["relax_fp16.json"]["rows"]] == [1, 1, 64, 64]
+    assert steps["preflight_paper_fp16_fairseq"]["skipped"]  # GPU only
+    assert "2 of 2 steps succeeded (1 skipped)" in proc.stdout
+
+
+def test_make_wheelhouse_mode_passes_its_options_on(root):
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--make-wheelhouse", "--list"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=_env(root),
+    )
+    assert proc.returncode == 0, proc.stderr
+    pins = dict(line.split("==") for line in proc.stdout.splitlines())
+    assert pins["snakemake"] == importlib.metadata.version("snakemake") and "torch" not in pins
