@@ -38,6 +38,10 @@ DRY_RUN = [
     "results/loss_curves.csv",
     "-C",
     "results/diagnostics.csv",
+    "-C",
+    "results/final_losses.json",
+    "-C",
+    "results/claims.json",
 ]
 FIGURES = [
     f"results/figures/{stem}.{e}"
