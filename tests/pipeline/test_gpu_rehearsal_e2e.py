@@ -17,6 +17,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -87,6 +88,9 @@ def test_the_rehearsal_equals_gpu_small_but_for_its_sizes_devices_and_corpus_loc
     assert C.load(GPU_SMALL).data.source == "fma_large"
     assert cfg.train.steps / cfg.train.total_updates == 100_000 / 400_000  # the same share of the schedule
     assert cfg.train.warmup_steps / cfg.train.total_updates == 32_000 / 400_000
+    # the preset's URL is where its header's commands serve the file tests/fma_rehearsal.py writes
+    assert urlsplit(cfg.data.url)[:3] == ("http", "127.0.0.1:8765", "/fma_rehearsal.zip")
+    assert "fma_rehearsal.zip" in (ROOT / "tests" / "fma_rehearsal.py").read_text()
 
 
 def _env() -> dict:
