@@ -38,10 +38,6 @@ DRY_RUN = [
     "results/loss_curves.csv",
     "-C",
     "results/diagnostics.csv",
-    "-C",
-    "results/final_losses.json",
-    "-C",
-    "results/claims.json",
 ]
 FIGURES = [
     f"results/figures/{stem}.{e}"
@@ -305,7 +301,9 @@ def _experiment_round_trip(repo: Path) -> None:
     done = _run([sys.executable, "-m", "dvc", "exp", "run", "-n", "clip2", *change], repo)
     after = {"check_config", "train@prenorm_clip1", "aggregate", "figure", "stability", "claims", "metrics", "compare"}
     assert _stages(done) == after, done
-    assert _stages(dry) == _stages(done), (dry, done)
+    # A dry run lists the stages whose own params or copied deps changed; `metrics` has no params and its
+    # inputs change only once aggregate and claims really run, so DVC's dry run leaves it out (docs/pipeline.md).
+    assert _stages(dry) == _stages(done) - {"metrics"}, (dry, done)
     show = _run([sys.executable, "-m", "dvc", "exp", "show", "--no-pager", *EXP_SHOW], repo)
     lines = [line for line in show.splitlines() if line.strip()]
     assert all(len(line) <= 80 for line in lines), show
