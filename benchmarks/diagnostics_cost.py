@@ -3,7 +3,7 @@
 Two measurements in one invocation, at the configuration's model and batch size:
 
 1. Whole runs: `acoustic_mlm.train.loop.run` of one arm for --steps steps on a generated corpus
-   (acoustic_mlm.experiments.corpus.write_corpus: the package's prepared/codes layout, no EnCodec),
+   (acoustic_mlm.experiments.tone_corpus.write_corpus: the package's prepared/codes layout, no EnCodec),
    with `train.diagnostics` true and false, alternating (off, on, off, on, ...). Timed as this
    process's CPU time (one thread: what other processes on a shared machine do not change) and
    as wall time; the ratio is the median over repetitions of on / off. Rows come at steps 1, 2,
@@ -35,7 +35,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
-from acoustic_mlm.experiments.corpus import write_corpus
+from acoustic_mlm.experiments.tone_corpus import write_corpus
 from acoustic_mlm.model.objective import compute_mask_indices
 from acoustic_mlm.train import diagnostics as D
 from acoustic_mlm.train import loop

@@ -7,7 +7,7 @@ stages are the package's own (train, aggregate, claims' spike explanation, the s
 figure); only the corpus is made here instead of fetched and tokenized, so that the whole
 experiment takes a minute:
 
-    corpus  the rounds' tone corpus (acoustic_mlm.experiments.corpus): clips of piecewise-constant codes
+    corpus  the rounds' tone corpus (acoustic_mlm.experiments.tone_corpus): clips of piecewise-constant codes
             and, per frame, a tone whose pitch encodes codebook 0's code, so that a masked frame's codes
             are predictable from its neighbours and the audio around it
     config  config/smoke.yaml with the two arms, FORCED_TRAIN's steps and learning rate
@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from acoustic_mlm import config as C
-from acoustic_mlm.experiments.corpus import write_corpus
+from acoustic_mlm.experiments.tone_corpus import write_corpus
 from acoustic_mlm.report import aggregate, claims, stability
 from acoustic_mlm.train import loop as train
 

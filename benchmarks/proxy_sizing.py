@@ -5,7 +5,7 @@ so it could say nothing about instability. This script trains the package's own 
 config/proxy.yaml's settings with a size's overrides) on a corpus whose codes are learnable from
 context, one run at a time, and publishes one row per run as it finishes:
 
-    corpus  the rounds' tone corpus (acoustic_mlm.experiments.corpus) in the package's layout (tones whose pitch is
+    corpus  the rounds' tone corpus (acoustic_mlm.experiments.tone_corpus) in the package's layout (tones whose pitch is
             codebook 0's code, in runs of about 12 frames; 16 codes: the plateau is their unigram
             entropy, about 4 bits), CLIPS clips of FRAMES frames, the last held out
     sizes   SIZES below: model and budget overrides of config/proxy.yaml
@@ -50,7 +50,7 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves
-from acoustic_mlm.experiments.corpus import write_corpus
+from acoustic_mlm.experiments.tone_corpus import write_corpus
 from acoustic_mlm.report import decisive
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.utils import atomic_path

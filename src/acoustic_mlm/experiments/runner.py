@@ -28,10 +28,10 @@ import pandas as pd
 from acoustic_mlm import curves
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus, rules
 from acoustic_mlm.experiments import declaration as D
 from acoustic_mlm.experiments import judge as J
 from acoustic_mlm.experiments import record as R
+from acoustic_mlm.experiments import rules, tone_corpus
 from acoustic_mlm.report import decisive
 from acoustic_mlm.utils import atomic_path
 
@@ -166,7 +166,7 @@ def run_round(path: Path, work: Path, limit: int | None = None) -> list[dict]:
     with locked(work):  # rounds side by side share one corpus
         if not (data / "codes" / "tokenizer.json").exists():
             shutil.rmtree(data, ignore_errors=True)
-            corpus.write_corpus(data, clips=corpus.CLIPS, frames=corpus.FRAMES, seed=0)
+            tone_corpus.write_corpus(data, clips=tone_corpus.CLIPS, frames=tone_corpus.FRAMES, seed=0)
     prepared, codes = data / "prepared", data / "codes"
     plateau = decisive.plateau_bits(codes)
     tables = rnd.tables

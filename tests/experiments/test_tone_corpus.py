@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from acoustic_mlm.experiments import corpus
+from acoustic_mlm.experiments import tone_corpus as corpus
 from acoustic_mlm.report.decisive import plateau_bits
 
 
