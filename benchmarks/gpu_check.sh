@@ -81,11 +81,12 @@ selected() {  # whether a step runs: every step, or those named by --only
   [[ ",$ONLY," == *",$1,"* ]]
 }
 
-# What the steps import beyond torch (module:the steps that fail without it), for the install step's report.
+# What the steps import beyond torch (module:the steps known to need it; ddp_two_processes needs what made
+# smoke_cuda's data), for the install step's report. The wheelhouse holds more (snakemake's own requirements).
 NEEDS="torchaudio:smoke_cuda,ddp_two_processes,tokenize_throughput numpy:all scipy:all pandas:all
-matplotlib:smoke_cuda,gpu_mfu encodec:smoke_cuda,ddp_two_processes,gpu_mfu,tokenize_throughput
-nnAudio:smoke_cuda,gpu_mfu,train_throughput,relax_fp16 jsonschema:all yaml:all soundfile:all
-snakemake:smoke_cuda seaborn:smoke_cuda pyloudnorm:all pooch:all zipfile_deflate64:all filelock:all tqdm:all"
+matplotlib:smoke_cuda encodec:smoke_cuda,ddp_two_processes,tokenize_throughput nnAudio:gpu_mfu jsonschema:all
+yaml:all soundfile:smoke_cuda,tokenize_throughput snakemake:smoke_cuda seaborn:smoke_cuda
+zipfile_deflate64:smoke_cuda filelock:smoke_cuda,ddp_two_processes tqdm:all"
 
 install_wheelhouse() {  # step 0: the wheelhouse into $OUT/venv over the image's packages, then what imports
   if [[ -f $WHEELHOUSE/requirements.txt ]]; then
