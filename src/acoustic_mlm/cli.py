@@ -32,7 +32,7 @@ import sys
 
 from acoustic_mlm import __version__, kernels
 from acoustic_mlm import config as C
-from acoustic_mlm.cli_options import Parser, access_refusal, check_outputs, check_values
+from acoustic_mlm.config.cli_options import Parser, access_refusal, check_outputs, check_values
 from acoustic_mlm.config.config_commands import validate_command
 from acoustic_mlm.data.data_commands import fetch_command, prepare_command
 from acoustic_mlm.dvcgen_commands import dvc_yaml_command

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.cli_options import command, opt
+from acoustic_mlm.config.cli_options import command, opt
 from acoustic_mlm.errors import UserError
 
 # What DVC reads in a params or vars entry other than a path: `file:key,key` names keys of the file,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acoustic_mlm.cli_options import command, opt
+from acoustic_mlm.config.cli_options import command, opt
 from acoustic_mlm.utils import atomic_path
 
 

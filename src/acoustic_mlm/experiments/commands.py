@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acoustic_mlm.cli_options import command, opt
+from acoustic_mlm.config.cli_options import command, opt
 from acoustic_mlm.errors import UserError
 
 

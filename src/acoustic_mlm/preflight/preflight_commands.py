@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from acoustic_mlm import config as C
-from acoustic_mlm.cli_options import command, opt, torch_threads
+from acoustic_mlm.config.cli_options import command, opt, torch_threads
 
 _PROJECTION = (
     opt(

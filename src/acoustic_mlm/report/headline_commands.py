@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.cli_options import command, opt
+from acoustic_mlm.config.cli_options import command, opt
 
 
 @command(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from acoustic_mlm.cli_options import Steps, command, opt
+from acoustic_mlm.config.cli_options import Steps, command, opt
 from acoustic_mlm.utils import log
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from acoustic_mlm.cli_options import (
+from acoustic_mlm.config.cli_options import (
     SHARED,
     Command,
     Steps,
@@ -199,7 +199,7 @@ def test_a_bad_command_line_value_is_one_line_exit_2_before_any_work(root, capsy
 @pytest.mark.parametrize("value, taken", [(-2, False), (0, False), (1, True), (1024, True), (1025, False)])
 def test_threads_on_the_command_line_meet_the_files_rule(smoke_cfg, value, taken):
     from acoustic_mlm import config as C
-    from acoustic_mlm.cli_options import THREADS, value_problem
+    from acoustic_mlm.config.cli_options import THREADS, value_problem
 
     smoke_cfg["train"]["threads"] = value
     try:
@@ -224,7 +224,7 @@ def test_a_value_within_its_rule_is_taken(root, tmp_path):
     from acoustic_mlm import cli
 
     args = cli.build_parser().parse_args(["preflight", "--corpus-hours", "0.5", "--utilisation", "1", "--nodes", "2"])
-    from acoustic_mlm.cli_options import check_values
+    from acoustic_mlm.config.cli_options import check_values
 
     check_values(args, cli.COMMANDS["preflight"])  # no refusal
     args = cli.build_parser().parse_args(["verify", "--record", "r", "--until-step", "3", "--late-tolerance", "0"])
