@@ -365,6 +365,7 @@ def _train_under_limit(cfg: dict, data_dirs, tmp_path: Path, limit_bytes: int, *
     return proc, tmp_path / "run"
 
 
+@pytest.mark.slow
 def test_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data_dirs, smoke_cfg, tmp_path):
     """A file-size limit at the first state save ended in "[enforce fail at inline_container.cc]
     unexpected pos". Now: exit 2, one line naming the state file and the bytes it needs."""
@@ -384,6 +385,7 @@ def test_file_size_limit_in_training_is_one_line_and_leaves_nothing_partial(data
     assert not (out / "metrics.csv").exists() and not (out / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_file_size_limit_on_the_progress_rows_is_one_line_and_keeps_the_last_complete_rows(
     data_dirs, smoke_cfg, tmp_path
 ):
@@ -442,6 +444,7 @@ def _zip_of_zero_wav(path: Path, nbytes: int) -> None:
             member.write(block)
 
 
+@pytest.mark.slow
 def test_archive_bombs_conflicts_and_long_names_are_refused_by_name(server, tmp_path, monkeypatch):
     """A 975 KB zip of a 1 GB WAV of zeros was extracted in full; a.wav then a.wav/b.wav gave
     FileExistsError; a 300-character folder name OSError 36. Each is now refused, naming the
@@ -536,6 +539,7 @@ def _engine_env() -> dict:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arms", [1, 2, 5])
 def test_own_arms_run_through_snakemake_and_dvc_as_the_whole_config(root, tmp_path, arms):
     """`--configfile mine.yaml` is the whole configuration: Snakemake plans exactly the file's
@@ -785,6 +789,7 @@ def test_a_source_file_edited_after_fetch_is_refused_by_prepare(tmp_path):
 # ------------------------------------------------------------------------- interrupted stages, debris
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_finished_parts_only_and_debris_of_a_killed_run_is_removed(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -26,6 +26,8 @@ from acoustic_mlm.tokenizer import stage
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.crops import CropData
 
+pytestmark = pytest.mark.slow  # a prepared and tokenized corpus per module: minutes
+
 
 def official_format_checkpoint(folder: Path, seed: int = 0) -> Path:
     """encodec's 24 kHz model's state dict, every key of the released file, saved with torch.save and named

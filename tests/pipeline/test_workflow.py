@@ -101,6 +101,7 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
     assert f"--config {repo}/config/{preset}" in out or f"--config config/{preset}" in out
 
 
+@pytest.mark.slow
 def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
     proc = subprocess.run(
@@ -117,6 +118,7 @@ def test_snakemake_preflight_target_is_not_part_of_all(root, tmp_path):
     assert proc.returncode == 0 and "rule preflight" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_snakemake_config_overrides_reach_every_job_through_one_merged_file(root, tmp_path):
     """`--config KEY=VALUE` (the catalog's way): the file's settings with the override merged in are
     written to results/config.yaml, which every job's command reads; a nested value is typed as YAML types it."""
@@ -183,6 +185,7 @@ def test_snakemake_refuses_an_invalid_override_in_one_line(root, tmp_path, overr
     assert not (repo / "results" / "config.yaml").exists()  # nothing written for a refused override
 
 
+@pytest.mark.slow
 def test_the_catalog_test_config_draws_the_rule_graph(root, tmp_path):
     """The Snakemake workflow catalog's check: `.test/` holds the smoke preset, and the rule graph of
     `-s workflow/Snakefile -d .test` is the pipeline's."""
@@ -249,6 +252,7 @@ def test_snakemake_refuses_invalid_config(root, tmp_path):
     assert "stepz" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_dvc_stages_call_the_same_commands_as_the_rules(root, tmp_path):
     rules = "\n".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
     # Snakemake runs the same check while it parses the workflow (common.smk), DVC as its first stage
@@ -369,6 +373,7 @@ def test_committed_dvc_yaml_is_the_generated_one(root):
     assert (root / "dvc.yaml").read_text() == expected, "dvc.yaml is stale: run `amlm dvc-yaml`"
 
 
+@pytest.mark.slow
 def test_generated_params_name_each_key_once(root, tmp_path):
     """No key twice, and no key inside a section that is already listed (`model` and `model.dim`)."""
     for dvc, path in ((_dvc(root), "config/config.yaml"), (_sweep_dvc(root, tmp_path), "config/sweep.yaml")):

@@ -79,6 +79,7 @@ def test_long_clips_encoded_in_segments_keep_their_codes(calibrated, prepared):
     np.testing.assert_array_equal(bare[:, first : first + 75], alone[0][0][0].numpy())
 
 
+@pytest.mark.slow
 def test_clipless_columns_are_minus_one(calibrated, prepared):
     audio = np.load(prepared / "shard-00000" / "audio.npy", mmap_mode="r")
     manifest = pd.read_csv(prepared / "manifest.csv")

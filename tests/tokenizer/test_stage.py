@@ -86,6 +86,7 @@ def test_calibrated_stage_outputs(calibrated, prepared):
     assert sorted(p.name for p in (calibrated / "model").iterdir()) == ["fit.json", "tokenizer.pt"]
 
 
+@pytest.mark.slow
 def test_codes_aligned_and_equal_to_encodec_encode(calibrated, prepared):
     """tokenizer.pt rebuilds the exact tokenizer; EnCodec's own encode gives the written codes."""
     manifest = pd.read_csv(prepared / "manifest.csv")

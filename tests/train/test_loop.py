@@ -77,6 +77,7 @@ def test_missing_codes_are_named_with_the_stage_to_run(data_dirs, tiny_cfg, tmp_
         train.run(make_config(tiny_cfg), "prenorm_clip1", prepared, partial, tmp_path / "r")
 
 
+@pytest.mark.slow
 def test_divergence_is_a_result_not_a_crash(data_dirs, tiny_cfg, tmp_path, monkeypatch):
     """A loss that stays non-finite ends the seed as diverged; metrics, summary and figure still complete."""
     from acoustic_mlm.model.objective import AcousticMLM

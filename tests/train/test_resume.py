@@ -52,6 +52,7 @@ def _kill_after_state(cmd, out, min_step: int) -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_gives_identical_metrics(data_dirs, resume_cfg, tmp_path):
     cfg, cfg_path = resume_cfg
     subprocess.run(train_argv("prenorm_clip1", cfg_path, data_dirs, tmp_path / "ref"), check=True, capture_output=True)
