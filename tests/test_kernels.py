@@ -88,10 +88,10 @@ def test_report_names_the_capability_and_whether_pinned():
 @pytest.mark.parametrize(
     "argv, read",
     [
-        (["train", "x", "--conf", "a.yaml"], "a.yaml"),  # argparse's abbreviations
-        (["train", "--con=b.yaml"], "b.yaml"),
+        (["train", "x", "--conf", "a.yaml"], kernels.DEFAULT_CONFIG),  # no abbreviations: argparse refuses them too
+        (["train", "--con=b.yaml"], kernels.DEFAULT_CONFIG),
         (["train", "--config", "a.yaml", "--config", "b.yaml"], "b.yaml"),  # repeated: the last wins, as argparse
-        (["train", "--config=a.yaml", "--conf", "c.yaml"], "c.yaml"),
+        (["train", "--config=a.yaml", "--config", "c.yaml"], "c.yaml"),
         (["train", "--", "--config", "a.yaml"], kernels.DEFAULT_CONFIG),  # after --, not an option
         (["train", "--config"], kernels.DEFAULT_CONFIG),  # no value: argparse refuses the line itself
         (["train", "--codes", "x", "--configure", "y"], kernels.DEFAULT_CONFIG),  # other options
@@ -102,17 +102,20 @@ def test_config_argument_reads_the_command_line_as_argparse(argv, read):
 
 
 def test_the_pinned_config_is_the_one_argparse_reads(root):
-    """For every form the pin reads, argparse's --config (what the stage runs with) is the same file."""
+    """For every form the pin reads, argparse's --config (what the stage runs with) is the same file; an
+    abbreviation is no form of it: argparse refuses it and the pin does not read it."""
     from acoustic_mlm import cli
 
     parser = cli.build_parser()
     for argv in (
-        ["status", "--conf", "a.yaml"],
         ["status", "--config", "a.yaml", "--config", "b.yaml"],
-        ["status", "--config=a.yaml", "--conf", "c.yaml"],
+        ["status", "--config=a.yaml", "--config", "c.yaml"],
         ["status", "--stale-after", "5"],
     ):
         assert parser.parse_args(argv).config == kernels.config_argument(argv[1:]), argv
+    assert kernels.config_argument(["--conf", "a.yaml"]) == kernels.DEFAULT_CONFIG
+    with pytest.raises(SystemExit):
+        parser.parse_args(["status", "--conf", "a.yaml"])
 
 
 def _clean_env(**extra):

@@ -57,11 +57,10 @@ def cpu_has_avx2() -> bool:
 
 
 def config_argument(argv: list[str]) -> str:
-    """The --config value of a command line as argparse reads it: `--config F`, `--config=F` or an
-    abbreviation of the option (`--conf F`, argparse's allow_abbrev); repeated, the last wins; after
-    `--`, nothing is an option. Without one, the default. The command line checks afterwards that
-    argparse read the same file (`check_config_read`), so an abbreviation argparse finds ambiguous is
-    refused there rather than pinned for the wrong file."""
+    """The --config value of a command line as argparse reads it: `--config F` or `--config=F` (the
+    parsers take no abbreviations: allow_abbrev is off); repeated, the last wins; after `--`, nothing
+    is an option. Without one, the default. The command line checks afterwards that argparse read the
+    same file (`check_config_read`)."""
     found = DEFAULT_CONFIG
     i = 0
     while i < len(argv):
@@ -69,7 +68,7 @@ def config_argument(argv: list[str]) -> str:
         if arg == "--":
             break
         name, eq, value = arg.partition("=")
-        if len(name) > 2 and name.startswith("--") and "--config".startswith(name):
+        if name == "--config":
             if eq:
                 found = value
             elif i + 1 < len(argv):

@@ -7,7 +7,17 @@ import pytest
 from helpers import run_command
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.report import aggregate, claims, decisive, figure, stability, stability_map, status, verify
+from acoustic_mlm.report import (
+    aggregate,
+    claims,
+    decisive,
+    figure,
+    stability,
+    stability_map,
+    stability_map_figure,
+    status,
+    verify,
+)
 from acoustic_mlm.report import report_commands as R
 
 
@@ -68,7 +78,14 @@ CASES = [
         {"reference_path": None},
     ),
     (R.map_command, [], stability_map, "run_table", (P("results/runs"), P("results/stability_map.csv")), {}),
-    (R.map_figure_command, [], stability_map, "run_figure", (P("results/stability_map.csv"), P("results/figures")), {}),
+    (
+        R.map_figure_command,
+        [],
+        stability_map_figure,
+        "run_figure",
+        (P("results/stability_map.csv"), P("results/figures")),
+        {},
+    ),
     (
         R.map_claims_command,
         [],
