@@ -202,6 +202,7 @@ def check_consistent(r: dict, cfg: C.Config) -> None:
     assert d["total_gb"] == pytest.approx(d["audio_gb"] + d["codes_gb"] + d["checkpoints_gb"])
 
 
+@pytest.mark.slow
 def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="acoustic_mlm")
     code = cli.main(
@@ -236,6 +237,7 @@ def test_smoke_preset_measures_every_arm_and_writes_consistent_numbers(root, tmp
     assert "GPU" not in summary[0] and re.search(r"takes (\d+ s|\d+\.\d (min|h)) on", summary[0]), summary
 
 
+@pytest.mark.slow
 def test_smoke_preset_under_fp16_fairseq_steps_a_half_model_with_fp32_master_weights(root, tmp_path):
     """--precision takes fp16_fairseq: preflight steps what `amlm train` steps (train.build_trainer),
     an fp16 model, fp32 master weights and fairseq's loss scaler, and reports the loss scale."""
@@ -357,6 +359,7 @@ def test_paper_preset_without_its_gpu_answers_within_a_minute(root, tmp_path):
     assert "**Data** (fma_full, 8,232 h of audio" in md and "**68.8 epochs**" in md
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_preflight_exits_within_seconds_and_writes_nothing(root, tmp_path, sig):
     if torch.cuda.is_available():
@@ -435,6 +438,7 @@ def test_options_come_from_the_command_line_and_left_out_ones_keep_their_default
     assert options.micro_batches is None and options.utilisation == Options().utilisation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", [[3], [3, 5]])
 def test_a_sweeps_deeper_points_are_measured_not_only_its_base_arms(root, tmp_path, layers):
     """A sweep whose points deepen the model: each point model no arm has is measured as an arm is (its
