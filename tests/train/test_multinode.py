@@ -2,6 +2,7 @@
 meeting through a c10d rendezvous on 127.0.0.1, gloo, one process each) that train as one process."""
 
 import copy
+import re
 import socket
 import subprocess
 import sys
@@ -49,7 +50,8 @@ def test_slurm_dry_run_shows_multinode_training_jobs(root, tmp_path):
     blocks = [b for b in out.split("\n\n") if "rule train:" in b]
     assert len(blocks) == 4
     for b in blocks:
-        assert "gpu=64, nodes=8, tasks=8, tasks_per_gpu=0, mpi=srun" in b
+        resources = re.search(r"resources: (.*)", b).group(1).split(", ")  # their order is Snakemake's
+        assert {"gpu=64", "nodes=8", "tasks=8", "tasks_per_gpu=0", "mpi=srun"} <= set(resources), resources
         assert "srun --nodes 8 --ntasks-per-node 1" in b and "--nnodes 8 --nproc_per_node 8" in b
 
 
