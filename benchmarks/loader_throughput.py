@@ -31,7 +31,7 @@ import torch
 
 from acoustic_mlm import config as C
 from acoustic_mlm import encodec
-from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS, load_prepared, shard_name
+from acoustic_mlm.artifacts.prepared import load_prepared, shard_name, write_manifest
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import update_ms_at
 from acoustic_mlm.train.crops import CropData, batches
@@ -76,7 +76,7 @@ def write_corpus(
         del audio
         codes = rng.integers(0, 1024, size=(codebooks, clips_per_shard * frames), dtype=np.int16)
         np.save(codes_dir / shard_name(k) / "codes.npy", codes)
-    pd.DataFrame(rows)[list(MANIFEST_COLUMNS)].to_csv(prepared / "manifest.csv", index=False)
+    write_manifest(prepared, pd.DataFrame(rows))  # the package's writer: every column, a gain of 1 each
     return prepared, codes_dir
 
 
