@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from acoustic_mlm.preflight.data_costs import lines as data_lines
+from acoustic_mlm.preflight.log_summary import number, share
 from acoustic_mlm.preflight.project import GB
-from acoustic_mlm.preflight.summary import number, share
 from acoustic_mlm.train.state import KEEP_STATES
 
 

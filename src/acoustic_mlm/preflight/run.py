@@ -43,6 +43,7 @@ from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.preflight.data_costs import data_costs
 from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.preflight.log_summary import log_summary
 from acoustic_mlm.preflight.measure import (
     CPU_BUDGET_S,
     CUT_LAYERS,
@@ -73,7 +74,6 @@ from acoustic_mlm.preflight.project import (
     with_communication,
 )
 from acoustic_mlm.preflight.report import markdown
-from acoustic_mlm.preflight.summary import log_summary
 from acoustic_mlm.train.precision import FP32, traits
 from acoustic_mlm.utils import Progress, atomic_path, log, set_threads, write_json
 
