@@ -19,7 +19,7 @@ One torch thread and one process: the numbers are per core. Speed is audio secon
 corpus by. Each is the median over `--repeats` passes.
 
     python benchmarks/data_throughput.py --json results/data_throughput.json
-    python benchmarks/data_throughput.py --device cuda --encode-batch 16   # the encoder on a GPU (gpu_check.sh)
+    python benchmarks/data_throughput.py --device cuda --encode-batch 16   # the encoder on a GPU (by hand)
 """
 
 from __future__ import annotations
