@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from acoustic_mlm import config as C
-from acoustic_mlm.preflight import measured, project, summary
+from acoustic_mlm.preflight import log_summary as summary
+from acoustic_mlm.preflight import measured, project
 from acoustic_mlm.preflight.flops import step_flops
 
 ROOT = Path(__file__).resolve().parents[2]
