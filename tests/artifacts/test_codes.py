@@ -142,3 +142,27 @@ def test_files_table_written_reads_back_and_damage_is_one_line(tmp_path):
     read_refused(lambda: read_files(path), path, "column 'cb0_codes_used', row 2", "not a whole")
     path.write_text(",".join(FILES_COLUMNS[:-1]) + "\n")
     read_refused(lambda: read_files(path), path, "missing column(s) cb0_top_code_share")
+
+
+def test_a_finished_shards_codes_are_checked_against_their_record_before_a_resume_takes_them(tmp_path):
+    """codes.npy cut short, changed, or recorded without its sha256: the shard is redone, never taken on trust."""
+    from acoustic_mlm.artifacts.codes import CODES, ENCODE_RECORD, shard_codes_problem, write_encode_record
+    from acoustic_mlm.utils import file_sha256
+
+    folder = tmp_path / "shard-00000"
+    folder.mkdir()
+    codes = np.arange(8 * 30, dtype=np.int16).reshape(8, 30) % 1024
+    np.save(folder / CODES, codes)
+    record = {"clips": 1, "audio_seconds": 0.4, "encode_seconds": 0.1, "codes_sha256": file_sha256(folder / CODES)}
+    write_encode_record(folder, record)
+    assert shard_codes_problem(folder) is None
+    other = codes.copy()
+    other[0, 0] += 1
+    np.save(folder / CODES, other)
+    assert shard_codes_problem(folder) == f"its {CODES} is not the codes {ENCODE_RECORD} records (sha256 differs)"
+    data = (folder / CODES).read_bytes()
+    (folder / CODES).write_bytes(data[: len(data) // 3])
+    assert shard_codes_problem(folder).startswith(f"its {CODES} is not a readable .npy array")
+    np.save(folder / CODES, codes)
+    write_encode_record(folder, {k: v for k, v in record.items() if k != "codes_sha256"})
+    assert shard_codes_problem(folder) == f"its {ENCODE_RECORD} records no sha256 of {CODES}"

@@ -31,7 +31,7 @@ import pandas as pd
 from acoustic_mlm.artifacts.checked import ReadError, check_file, read_csv_table, read_json
 from acoustic_mlm.artifacts.prepared import shard_name
 from acoustic_mlm.errors import UserError, one_line
-from acoustic_mlm.utils import atomic_path, write_json
+from acoustic_mlm.utils import atomic_path, file_sha256, write_json
 
 MODEL_DIR = "model"  # data/codes/model/: fit.json (+ tokenizer.pt in calibrated mode)
 FIT = "fit.json"
@@ -77,6 +77,23 @@ def write_encode_record(shard_dir: Path, info: dict) -> None:
 def read_encode_record(path: str | Path) -> dict:
     """shard-<k>/encode.json: the shard's clips, seconds of audio and of encoding (ENCODE_KEYS)."""
     return read_json(path, "a shard's encoding record", "tokenize", ENCODE_KEYS)
+
+
+def shard_codes_problem(folder: Path) -> str | None:
+    """Why a finished shard's folder does not hold the codes its encode.json records (a codes.npy cut short,
+    unreadable or changed since), or None: what a resumed tokenize checks before taking the shard."""
+    folder = Path(folder)
+    record = read_encode_record(folder / ENCODE_RECORD)
+    path = folder / CODES
+    try:
+        np.load(path, mmap_mode="r")
+    except Exception as exc:  # noqa: BLE001 - a cut or unreadable .npy is one answer: redo the shard
+        return f"its {CODES} is not a readable .npy array ({type(exc).__name__})"
+    if "codes_sha256" not in record:
+        return f"its {ENCODE_RECORD} records no sha256 of {CODES}"
+    if file_sha256(path) != record["codes_sha256"]:
+        return f"its {CODES} is not the codes {ENCODE_RECORD} records (sha256 differs)"
+    return None
 
 
 def write_tokenizer_summary(codes_dir: Path, meta: dict) -> None:

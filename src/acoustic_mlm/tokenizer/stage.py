@@ -59,6 +59,7 @@ from acoustic_mlm.artifacts.codes import (
     read_encode_record,
     read_fit,
     read_loudness,
+    shard_codes_problem,
     write_encode_record,
     write_files,
     write_fit,
@@ -253,6 +254,7 @@ def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, t
             "context_seconds": tc.context_seconds,
             "device": str(device),
             "threads": int(threads),
+            "codes_sha256": file_sha256(tmp / CODES),  # a resumed run checks the codes against it
         }
         write_encode_record(tmp, info)
     log.info(
@@ -406,7 +408,7 @@ def run(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> N
         if not parts.take(MODEL_DIR, FIT):
             fit(cfg, prepared_dir, parts.tmp, threads)
         for shard in corpus.shards:
-            if not parts.take(shard_name(shard), ENCODE_RECORD):
+            if not parts.take(shard_name(shard), ENCODE_RECORD, check=shard_codes_problem):
                 encode_shard(cfg, prepared_dir, parts.tmp, shard, threads)
         parts.done()
         merge(cfg, prepared_dir, parts.tmp)
