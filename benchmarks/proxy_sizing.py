@@ -34,9 +34,7 @@ A run already in runs.csv (same size, arm, rate and seed) is not trained again.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import fcntl
 import json
 import math
 import resource
@@ -50,6 +48,7 @@ import pandas as pd
 
 from acoustic_mlm import config as C
 from acoustic_mlm import curves
+from acoustic_mlm.experiments.runner import append, locked
 from acoustic_mlm.experiments.tone_corpus import write_corpus
 from acoustic_mlm.report import decisive
 from acoustic_mlm.train import loop as train
@@ -232,25 +231,6 @@ def one_run(
     return run, curve, spike_rows
 
 
-@contextlib.contextmanager
-def _locked(out: Path):
-    """One writer of --out's tables at a time: round 2 may run two procedures side by side."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
-    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
-    new = pd.concat([old, rows[columns]], ignore_index=True) if len(rows) else old
-    with atomic_path(path) as tmp:
-        new.to_csv(tmp, index=False)
-
-
 def backfill(out: Path) -> None:
     """Round 1's rows get round 2's columns from their published curves (nothing is trained)."""
     path = out / "runs.csv"
@@ -425,8 +405,8 @@ def retime(size: str, arm: str, lr: float, seed: int, out: Path, work: Path) -> 
         "same_curve": bool(np.array_equal(p["train_loss_cb0"].to_numpy(), curve["train_loss_cb0"].to_numpy())),
         "final_loss": run["final_loss"],
     }
-    with _locked(out):
-        _append(out / "retime.csv", pd.DataFrame([row]), list(row))
+    with locked(out):
+        append(out / "retime.csv", pd.DataFrame([row]), list(row))
     return row
 
 
@@ -466,14 +446,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(retime(args.size, arm, lr, seed, args.out, args.work)), flush=True)
         return 0
     corpus = args.work / "data"
-    with _locked(args.work):  # two procedures side by side share one corpus
+    with locked(args.work):  # two procedures side by side share one corpus
         if not (corpus / "codes" / "tokenizer.json").exists():
             shutil.rmtree(corpus, ignore_errors=True)
             write_corpus(corpus, clips=CLIPS, frames=FRAMES, seed=0)
     prepared, codes = corpus / "prepared", corpus / "codes"
     plateau = decisive.plateau_bits(codes)
     args.out.mkdir(parents=True, exist_ok=True)
-    with _locked(args.out):
+    with locked(args.out):
         backfill(args.out)
     done = pd.read_csv(args.out / "runs.csv") if (args.out / "runs.csv").exists() else None
     for seed in args.seed:
@@ -491,10 +471,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"already run: {args.size} {arm} {lr:g} seed {seed}", flush=True)
                     continue
                 run, curve, spikes = one_run(args.size, arm, lr, seed, prepared, codes, plateau, args.work)
-                with _locked(args.out):
-                    _append(args.out / "runs.csv", pd.DataFrame([run]), RUN_COLUMNS)
-                    _append(args.out / "curves.csv", curve, CURVE_COLUMNS)
-                    _append(args.out / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
+                with locked(args.out):
+                    append(args.out / "runs.csv", pd.DataFrame([run]), RUN_COLUMNS)
+                    append(args.out / "curves.csv", curve, CURVE_COLUMNS)
+                    append(args.out / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
                 print(
                     f"{args.size} {arm} lr {lr:g} seed {seed}: final {run['final_loss']:.3f} "
                     f"(plateau {plateau:.3f}), cross {run['cross_step']}, spikes {run['spikes']} "

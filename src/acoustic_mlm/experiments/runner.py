@@ -14,7 +14,6 @@ time (a file lock in the tables' folder); the tables are rewritten atomically.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import math
@@ -22,6 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
+import filelock
 import numpy as np
 import pandas as pd
 
@@ -44,14 +44,10 @@ SPIKE_COLUMNS += ["recovery_step"]
 
 @contextlib.contextmanager
 def locked(folder: Path):
-    """One writer of a folder's tables at a time."""
+    """One writer of a folder's tables at a time (filelock's lock on folder/.lock, waited for)."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with filelock.FileLock(folder / ".lock"):
+        yield
 
 
 def append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
