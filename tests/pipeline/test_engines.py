@@ -40,6 +40,7 @@ STAGE_OF_RULE = {
     "plan": "prepare",
     "prepare_shard": "prepare",
     "prepare": "prepare",
+    "encodec_checkpoint": "tokenize",  # pretrained mode: the checkpoint's local rule; DVC's tokenize stage brings it
     "fit_tokenizer": "tokenize",
     "tokenize_shard": "tokenize",
     "tokenize": "tokenize",
