@@ -23,39 +23,8 @@ pin()  # the same bits on every x86-64 CPU with AVX2, as the package's stages (b
 
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from acoustic_mlm.model.encoder import relaxed_attention, unfused_attention  # noqa: E402
-
-ALPHA = 32.0  # PB-Relax's alpha in MERT-330M's config and CogView
-
-
-def paths():
-    return {
-        "unfused": lambda q, k, v: unfused_attention(q, k, v),
-        "fused": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-        "pb_relax": lambda q, k, v: relaxed_attention(q, k, v, ALPHA),
-    }
-
-
-def reference(q, k, v):
-    """Plain softmax attention in float64."""
-    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    return s.softmax(-1) @ v
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    if not torch.isfinite(a).all():
-        return math.nan
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
-
-
-def one(path, q16, k16, v16, g):
-    q, k, v = (t.clone().requires_grad_(True) for t in (q16, k16, v16))
-    out = path(q, k, v)
-    (out.float() * g).sum().backward()
-    return out.detach(), [t.grad for t in (q, k, v)]
+from acoustic_mlm.experiments.fp16_attention import one, paths, reference, rel  # noqa: E402
 
 
 def measure(logits, batch: int, heads: int, frames: int, head_dim: int, seed: int) -> pd.DataFrame:

@@ -30,28 +30,24 @@ the exact gradients are then tiny, so the finite counts say more than those rati
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-import torch
+from acoustic_mlm.kernels import pin
 
-from acoustic_mlm.utils import atomic_path
+pin()  # the same bits on every x86-64 CPU with AVX2, as the package's stages (before numpy and torch load)
 
-ROOT = Path(__file__).resolve().parents[1]
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from acoustic_mlm.experiments import fp16_attention as fa  # noqa: E402
+from acoustic_mlm.utils import atomic_path  # noqa: E402
+
 LOGITS = [1e2, 1e3, 1e4, 3e4, 6e4, 1e5, 2e5, 5e5, 1e6, 2e6]
 INSTANCES = 20
 TOLERANCE, FLOOR = 2.0, 1e-6
-
-
-def _attention_fp16():
-    spec = importlib.util.spec_from_file_location("attention_fp16", ROOT / "benchmarks" / "attention_fp16.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # pins the CPU kernels, as the package's stages
-    return module
 
 
 def round_mantissa(x: torch.Tensor, bits: int = 11) -> torch.Tensor:
@@ -74,7 +70,6 @@ def baseline(q, k, v, g) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 def measure(logits=LOGITS, instances: int = INSTANCES, shape=(2, 4, 128, 64)) -> pd.DataFrame:
-    a = _attention_fp16()
     rows = []
     for seed in range(instances):
         gen = torch.Generator().manual_seed(seed)
@@ -85,18 +80,18 @@ def measure(logits=LOGITS, instances: int = INSTANCES, shape=(2, 4, 128, 64)) ->
             s = math.sqrt(target / base)
             q16, k16, v16 = (q0 * s).half(), (k0 * s).half(), v0.half()
             qr, kr, vr = (t.double().requires_grad_(True) for t in (q16, k16, v16))
-            ref = a.reference(qr, kr, vr)
+            ref = fa.reference(qr, kr, vr)
             (ref * g.double()).sum().backward()
             ref_grads = [t.grad for t in (qr, kr, vr)]
             b_out, b_grads = baseline(qr.detach(), kr.detach(), vr.detach(), g.double())
-            b_err = a.rel(b_out, ref.detach())
-            b_grad_err = max(a.rel(x, y) for x, y in zip(b_grads, ref_grads))
-            for name, path in a.paths().items():
-                out, grads = a.one(path, q16, k16, v16, g)
+            b_err = fa.rel(b_out, ref.detach())
+            b_grad_err = max(fa.rel(x, y) for x, y in zip(b_grads, ref_grads))
+            for name, path in fa.paths().items():
+                out, grads = fa.one(path, q16, k16, v16, g)
                 finite_out = bool(torch.isfinite(out).all())
                 finite_grad = all(bool(torch.isfinite(x).all()) for x in grads)
-                err = a.rel(out, ref.detach())
-                grad_err = max(a.rel(x, y) for x, y in zip(grads, ref_grads)) if finite_grad else math.nan
+                err = fa.rel(out, ref.detach())
+                grad_err = max(fa.rel(x, y) for x, y in zip(grads, ref_grads)) if finite_grad else math.nan
                 holds = (
                     finite_out
                     and finite_grad

@@ -25,7 +25,7 @@ import torch
 from acoustic_mlm import encodec
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.cqt import FFT_BLOCK_TOL, CQTTarget, _FFTPlan
-from acoustic_mlm.utils import machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, machine_info, set_threads, write_result
 
 AUDIO = (".ogg", ".flac", ".wav", ".mp3")
 
@@ -153,8 +153,7 @@ def main(argv=None) -> dict:
     nnaudio, fft = CQTTarget(impl="nnaudio"), CQTTarget(impl="fft")
     print(f"# {machine_info(device)}; fft block tolerance {FFT_BLOCK_TOL:g}", file=sys.stderr, flush=True)
     result = {
-        "command": " ".join(["cqt_cost.py"] + (sys.argv[1:] if argv is None else list(argv))),
-        "machine": machine_info(device),
+        **benchmark_header(__file__, argv, device),
         "fft_block_tol": FFT_BLOCK_TOL,
         "cases": [],
     }
@@ -184,9 +183,7 @@ def main(argv=None) -> dict:
                 f"{ag['nnaudio_vs_float64']['max_abs']:.3g}"
             )
         print(line, flush=True)
-    if args.json is not None:
-        write_json(args.json, result)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

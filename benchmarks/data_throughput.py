@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from acoustic_mlm import encodec  # noqa: E402
 from acoustic_mlm.data.decode import decode  # noqa: E402
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips  # noqa: E402
+from acoustic_mlm.utils import write_result  # noqa: E402
 
 MUSIC = ("waltz", "ragtime", "Hungarian", "Karissa", "Tchaikovsky", "Vibe_Ace", "Drum-bass", "trumpet")
 
@@ -157,10 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         "frames": int(codes.shape[1]),
     }
     print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

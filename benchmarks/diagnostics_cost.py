@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import shutil
 import statistics
 import sys
@@ -42,7 +41,7 @@ from acoustic_mlm.train import loop
 from acoustic_mlm.train import update as U
 from acoustic_mlm.train.precision import make_precision
 from acoustic_mlm.train.schedule import log_steps
-from acoustic_mlm.utils import machine_info, set_threads
+from acoustic_mlm.utils import machine_info, set_threads, write_result
 
 HERE = Path(__file__).resolve().parent
 RUN = "prenorm_clip1"
@@ -212,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         f"added CPU time per row {1000 * w['added_cpu_per_row_s']:.1f} ms; projected onto the preset's "
         f"{w['preset_steps']} steps and {w['preset_rows']} rows: on / off = {w['preset_ratio']:.4f}"
     )
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    write_result(args.json, result)
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from acoustic_mlm import config as C
 from acoustic_mlm.preflight.measure import synthetic_batch
 from acoustic_mlm.train.schedule import lr_at
 from acoustic_mlm.train.update import build_trainer, update
-from acoustic_mlm.utils import set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, set_threads, write_result
 
 
 def trace(cfg: C.Config, fp16_logits: bool, accum: int, updates: int, window: int, run: str) -> dict:
@@ -103,14 +102,12 @@ def main(argv=None) -> dict:
             f"2^{np.log2(r['final_scale']):.0f} | {r['overflows']} | {r['updates_taken']} |"
         )
     result = {
-        "command": " ".join(["fp16_logits_scale.py"] + (sys.argv[1:] if argv is None else list(argv))),
+        **benchmark_header(__file__, argv),
         "config": args.config,
         "run": args.run,
         "rows": rows,
     }
-    if args.json is not None:
-        write_json(args.json, result)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from acoustic_mlm.model.encoder import ConvFeatureExtractor
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.measure import MemoryProbe, Plan, measure_arm
 from acoustic_mlm.preflight.project import micro_batches_per_update, peak_tflops
-from acoustic_mlm.utils import machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, set_threads, write_result
 
 VARIANTS = {"before": ("nnaudio", False), "cqt_fft": ("fft", False), "after": ("fft", None)}  # (cqt_impl, as_matmul)
 
@@ -217,14 +217,11 @@ def main(argv=None) -> dict:
                 )
     print(table(rows))
     result = {
-        "command": " ".join(["gpu_mfu.py"] + (sys.argv[1:] if argv is None else list(argv))),
-        "machine": machine_info(device),
+        **benchmark_header(__file__, argv, device),
         "cqt_agreement": agreements,
         "rows": rows,
     }
-    if args.json is not None:
-        write_json(args.json, result)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -41,29 +41,16 @@ def _config(base: Path, mode: str, steps: int, folder: Path) -> Path:
     return path
 
 
+def amlm(command: str, config: Path, *args: str) -> None:
+    """One amlm command with `config` on one thread, in a child process: it pins (or not) its kernels
+    from the config's cpu_kernels before torch loads, as the package's stages."""
+    argv = [sys.executable, "-m", "acoustic_mlm", command, *args, "--config", str(config), "--threads", "1"]
+    subprocess.run(argv, check=True, capture_output=True)
+
+
 def train_trial(config: Path, arm: str, data: Path, out: Path) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "acoustic_mlm",
-            "train",
-            arm,
-            "--config",
-            str(config),
-            "--threads",
-            "1",
-            "--prepared",
-            str(data / "prepared"),
-            "--codes",
-            str(data / "codes"),
-            "--out",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    amlm("train", config, arm, "--prepared", str(data / "prepared"), "--codes", str(data / "codes"), "--out", str(out))
     m = pd.read_csv(out / "metrics.csv")
     last, first = m.iloc[-1], m.iloc[0]
     return float((last["wall_time"] - first["wall_time"]) / (last["step"] - first["step"]))
@@ -74,26 +61,7 @@ def tokenize_trial(config: Path, data: Path, scratch: Path) -> float:
     scratch.mkdir(parents=True)
     shutil.copytree(data / "codes" / "model", scratch / "model")
     t = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "acoustic_mlm",
-            "tokenize",
-            "--shard",
-            "0",
-            "--config",
-            str(config),
-            "--threads",
-            "1",
-            "--prepared",
-            str(data / "prepared"),
-            "--out",
-            str(scratch),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    amlm("tokenize", config, "--shard", "0", "--prepared", str(data / "prepared"), "--out", str(scratch))
     return time.perf_counter() - t
 
 

@@ -35,7 +35,7 @@ from acoustic_mlm.artifacts.prepared import load_prepared, shard_name, write_man
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import update_ms_at
 from acoustic_mlm.train.crops import CropData, batches
-from acoustic_mlm.utils import machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, machine_info, set_threads, write_result
 
 H200_PEAK_TFLOPS = 989.0  # dense bf16 / fp16 (NVIDIA's H200 datasheet); preflight.project.PEAK_TFLOPS has the table
 SAMPLE_RATE = encodec.SAMPLE_RATE
@@ -210,7 +210,7 @@ def main(argv=None) -> dict:
     info = machine_info(torch.device("cpu"))
     info["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     result = {
-        "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
+        **benchmark_header(__file__, argv),
         "config": str(args.config),
         "machine": info,
         "crop_frames": frames,
@@ -225,9 +225,7 @@ def main(argv=None) -> dict:
         },
         "rows": rows,
     }
-    if args.json is not None:
-        write_json(args.json, result)  # atomic, folders made
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from acoustic_mlm.devices import pick_device
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.measure import synthetic_batch
 from acoustic_mlm.train.precision import autocast
-from acoustic_mlm.utils import machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, set_threads, write_result
 
 
 def loss_fn(static: bool):
@@ -94,9 +93,7 @@ def main(argv=None) -> dict:
             times[name].append(time_steps(VARIANTS[name], model, batch, device, args.precision, args.steps))
     ratios = [s / b for s, b in zip(times["static"], times["selection"])]
     result = {
-        "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-        "config": str(args.config),
-        "machine": machine_info(device),
+        **benchmark_header(__file__, argv, device, config=str(args.config)),
         "precision": args.precision,
         "batch_size": t.batch_size,
         "crop_frames": cfg.crop_frames,
@@ -113,9 +110,7 @@ def main(argv=None) -> dict:
         f"ms/step: static / selection {result['ratio_static_to_selection']:.3f} "
         f"({result['ratio_min']:.3f}-{result['ratio_max']:.3f}); losses {losses}"
     )
-    if args.json is not None:
-        write_json(args.json, result)  # atomic, folders made
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pandas as pd
 from acoustic_mlm import config as C
 from acoustic_mlm.preflight import run as preflight
 from acoustic_mlm.train import loop as train
-from acoustic_mlm.utils import write_json
+from acoustic_mlm.utils import benchmark_header, write_result
 
 
 def main(argv=None) -> dict:
@@ -51,7 +50,7 @@ def main(argv=None) -> dict:
     train_ms = 1000 * (last["wall_time"] - first["wall_time"]) / (last["step"] - first["step"])
     arm = pf["arms"][0]
     result = {
-        "command": " ".join(["preflight_vs_train.py"] + (sys.argv[1:] if argv is None else list(argv))),
+        **benchmark_header(__file__, argv),
         "config": args.config,
         "run": args.run,
         "precision": pf["precision"],
@@ -69,9 +68,7 @@ def main(argv=None) -> dict:
         f"{train_ms:.1f} ms/update over {result['train_updates_timed']} updates: "
         f"ratio {result['ratio_train_to_preflight']:.2f}"
     )
-    if args.json is not None:
-        write_json(args.json, result)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

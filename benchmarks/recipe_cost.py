@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_throughput import H200_BF16_DENSE_TFLOPS  # noqa: E402
+from acoustic_mlm import config as C
+from acoustic_mlm.model.objective import compute_mask_indices
+from acoustic_mlm.preflight.flops import step_flops
+from acoustic_mlm.preflight.project import peak_tflops
 
-from acoustic_mlm import config as C  # noqa: E402
-from acoustic_mlm.model.objective import compute_mask_indices  # noqa: E402
-from acoustic_mlm.preflight.flops import step_flops  # noqa: E402
+H200_BF16_DENSE_TFLOPS = peak_tflops("H200", "bf16")  # 989: preflight.project's table, NVIDIA's datasheet
 
 
 def masked_share(m: C.ModelConfig, crops: int, frames: int, draws: int = 64, seed: int = 0) -> float:

@@ -30,7 +30,7 @@ from acoustic_mlm.model.encoder import MultiheadSelfAttention
 from acoustic_mlm.model.objective import AcousticMLM
 from acoustic_mlm.preflight.measure import synthetic_batch
 from acoustic_mlm.train.precision import autocast
-from acoustic_mlm.utils import machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, set_threads, write_result
 
 VARIANTS = {"plain": "prenorm_clip1", "relax": "prenorm_attnrelax_clip1"}
 SEED = 0
@@ -140,16 +140,12 @@ def main(argv=None) -> dict:
             f"{r['layers_overflowed']} of {r['layers']} | {r['loss_finite']} | {r['grads_finite']} |"
         )
     result = {
-        "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-        "config": str(args.config),
-        "machine": machine_info(device),
+        **benchmark_header(__file__, argv, device, config=str(args.config)),
         "batch_size": args.batch_size,
         "crop_frames": frames,
         "rows": rows,
     }
-    if args.json is not None:
-        write_json(args.json, result)  # atomic, folders made
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ one core (taskset where available), the best of --repeat runs. Prints one line p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from acoustic_mlm.utils import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [2, 4, 6, 8, 12]
@@ -79,8 +80,7 @@ def main() -> None:
                 flush=True,
             )
     info = {"cpu_count": os.cpu_count(), "loadavg": os.getloadavg(), "no_sweep_s": round(floor, 3), "sizes": rows}
-    if args.json:
-        args.json.write_text(json.dumps(info, indent=2) + "\n")
+    write_result(args.json, info)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from acoustic_mlm.encodec import SAMPLE_RATE
 from acoustic_mlm.tokenizer.calibration import calibrate
 from acoustic_mlm.tokenizer.codec import build_encodec, n_codebooks
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips, padded_batches
-from acoustic_mlm.utils import keep_freed_memory, machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, keep_freed_memory, machine_info, set_threads, write_result
 
 PLAIN = "plain"
 BANDWIDTH = 6.0  # kbps: 8 codebooks, as the stage and MERT use
@@ -466,7 +466,7 @@ def main(argv=None) -> dict:
         info["peak_cuda_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
     info["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     result = {
-        "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
+        **benchmark_header(__file__, argv),
         "machine": info,
         **tok,
         "audio": args.audio,
@@ -481,9 +481,7 @@ def main(argv=None) -> dict:
         "batch1_identical": None if b1 is None else b1["codes_identical"],
         "rows": rows,
     }
-    if args.json is not None:
-        write_json(args.json, result)  # atomic, folders made
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

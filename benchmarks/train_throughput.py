@@ -51,7 +51,7 @@ from acoustic_mlm.model.objective import AcousticMLM, MLMOutput, compute_mask_in
 from acoustic_mlm.preflight.flops import step_flops
 from acoustic_mlm.preflight.project import _param_shapes as project_params
 from acoustic_mlm.train.update import Trainer, build_trainer, update
-from acoustic_mlm.utils import machine_info, set_threads, write_json
+from acoustic_mlm.utils import benchmark_header, machine_info, set_threads, write_result
 
 BASELINE = "baseline"
 H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H200 (SXM) dense bf16 tensor-core peak
@@ -448,7 +448,7 @@ def main(argv=None) -> dict:
         print(f"warning: non-finite loss after timing in {', '.join(nonfinite)}", file=sys.stderr)
 
     result = {
-        "command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
+        **benchmark_header(__file__, argv),
         "config": str(args.config),
         "scope": args.scope,
         "machine": info,
@@ -465,9 +465,7 @@ def main(argv=None) -> dict:
         "sequential": sequential,
         "rows": rows,
     }
-    if args.json is not None:
-        write_json(args.json, result)  # atomic, folders made
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

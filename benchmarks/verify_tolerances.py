@@ -10,7 +10,7 @@ reference.json (`tolerance_bits`, `median_tolerance_bits`, `native_tolerance_bit
 - native: the default preset's native runs of an Intel Xeon and an AMD EPYC with AVX-512
   (tests/fixtures/native_runs/) against each vendor's reference, every arm.
 
-Each threshold is twice the largest measured difference, rounded up (report.verify.tolerances_from);
+Each threshold is twice the largest measured difference, rounded up (report.tolerance.tolerances_from);
 a kind not measured for a preset (the smoke preset's native runs are not shipped) keeps the value its
 references hold. tests/report/test_verify.py holds the shipped values equal to what this computes.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from acoustic_mlm.report import verify
+from acoustic_mlm.report import tolerance, verify
 from acoustic_mlm.utils import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +66,8 @@ def measure(preset: str) -> tuple[pd.DataFrame, pd.DataFrame | None, int]:
                 for run in meta["arms"]:
                     mine = pd.read_csv(machine / run / "metrics.csv")
                     native[f"{machine.name} native against {vendor}, {run}"] = (mine, _rows(metrics, run))
-        native = verify.measured_differences(native, until)
-    return verify.measured_differences(pinned, until), native, until
+        native = tolerance.measured_differences(native, until)
+    return tolerance.measured_differences(pinned, until), native, until
 
 
 def _largest(frame: pd.DataFrame, column: str) -> str:
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     for preset in PRESETS:
         pinned, native, until = measure(preset)
-        found = verify.tolerances_from(pinned, native)
+        found = tolerance.tolerances_from(pinned, native)
         print(f"## {preset} (windows split at step {until})\n")
         print(pd.concat([pinned, native], ignore_index=True).to_markdown(index=False, floatfmt=".3g"), "\n")
         print("thresholds:", json.dumps(found), "\n")

@@ -24,13 +24,31 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption(RUNSLOW):
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
-        config._amlm_slow_left_out = len(slow)
+    if not config.getoption(RUNSLOW):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+            config._amlm_slow_left_out = len(slow)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker (each collects the same list)
+        _heavy_modules_first(items)
+
+
+def _heavy_modules_first(items) -> None:
+    """Under pytest-xdist, the modules that hold a whole pipeline (`e2e`) first, then those that hold a
+    `slow` test, then the rest; collection order within each, a module's tests kept together (its
+    module-scoped fixtures made once). `--dist loadgroup` hands out the work in this order (after the
+    groups of several tests, largest first), so the tests of minutes start early and the last tests
+    handed out are short ones: neither worker is left alone with a long one at the end."""
+
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    rank: dict[str, int] = {}
+    for item in items:
+        weight = 0 if item.get_closest_marker("e2e") else 1 if item.get_closest_marker("slow") else 2
+        rank[module(item)] = min(rank.get(module(item), 2), weight)
+    items.sort(key=lambda item: rank[module(item)])  # stable
 
 
 def pytest_terminal_summary(terminalreporter, config):

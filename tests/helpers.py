@@ -6,6 +6,7 @@ import copy
 import hashlib
 import importlib.util
 import io
+import os
 import shutil
 import signal
 import stat
@@ -70,6 +71,59 @@ def copy_repo(root: Path, dest: Path) -> Path:
         elif p.exists():
             p.unlink()
     return dest
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    """A finished repository (a pipeline run in a `copy_repo`) copied whole: its outputs with their
+    modification times and Snakemake's records (.snakemake/), so that the copy is as up to date as the
+    original for Snakemake, and the original stays as it was for the other tests that read it."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+def copy_run_data(src: Path, dest: Path) -> Path:
+    """`copy_run`, then results/ as a fresh clone has it (the logs kept): the data stages' outputs and
+    Snakemake's records of them, nothing trained. Snakemake given the same config file (its path is a
+    param of every rule) with the same data settings finds the data up to date and trains only."""
+    copy_run(src, dest)
+    for rel in _GENERATED:
+        p = dest / rel
+        if not rel.startswith("results/") or rel == "results/logs":
+            continue
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    return dest
+
+
+_KEEP = object()
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+def tool_env(pythonpath=_KEEP, git: bool = False) -> dict[str, str]:
+    """The environment of a tool run as a subprocess (snakemake, dvc, amlm): os.environ with this interpreter's
+    folder first on PATH, so that the jobs' `python`, `amlm` and `dvc` are the tests' environment's even when
+    it is not activated. `pythonpath`: None removes PYTHONPATH (the jobs find the package in a copy's src/), a
+    string sets it; left out, it is kept. `git`: a commit identity, for the tests in which DVC commits."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if pythonpath is None:
+        env.pop("PYTHONPATH", None)
+    elif pythonpath is not _KEEP:
+        env["PYTHONPATH"] = str(pythonpath)
+    return env | (GIT_IDENTITY if git else {})
+
+
+# The xdist group (`pytest.mark.xdist_group`) of every test that uses the session's smoke run
+# (tests/pipeline/conftest.py: smoke_run): under `pytest -n 2 --dist loadgroup` they run on one worker,
+# so that the pipeline runs once.
+SMOKE_GROUP = "smoke_run"
 
 
 # The presets' run names (every preset names its four arms alike); tests find the arms by these.

@@ -4,6 +4,8 @@ import argparse
 import re
 
 import pytest
+import yaml
+from helpers import ROOT
 
 from acoustic_mlm import cli
 from acoustic_mlm.errors import UserError
@@ -36,10 +38,23 @@ def _subcommands() -> list[str]:
 
 
 @pytest.mark.parametrize("stage", _subcommands())
-def test_every_subcommand_has_help_with_the_config_option(capsys, stage):
+def test_every_subcommand_has_help_with_the_config_option_where_it_reads_one(capsys, stage):
+    """Every stage reads --config but `experiment`, whose round names its own base preset."""
     with pytest.raises(SystemExit) as exit_:
         cli.main([stage, "--help"])
-    assert exit_.value.code == 0 and "--config" in capsys.readouterr().out
+    assert exit_.value.code == 0 and ("--config" in capsys.readouterr().out) == (stage != "experiment")
+
+
+def test_an_experiment_runs_from_a_folder_with_no_config_folder(tmp_path, monkeypatch, capsys):
+    """`amlm experiment` reads no configuration of its own: from any folder, it plans the round it is given
+    (its base preset named by the declaration, here by its full path)."""
+    doc = yaml.safe_load((ROOT / "config" / "experiments" / "example.yaml").read_text())
+    doc |= {"base": str(ROOT / doc["base"]), "tables": str(tmp_path / "tables")}
+    doc["reference"]["tables"] = str(ROOT / doc["reference"]["tables"])
+    (tmp_path / "example.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["experiment", "plan", "example.yaml"]) == 0
+    assert "6 runs planned" in capsys.readouterr().out
 
 
 def test_the_module_table_lists_every_subcommand_in_the_parsers_order():

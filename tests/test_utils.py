@@ -112,6 +112,24 @@ def test_write_json_sorts_keys_indents_and_ends_with_a_newline(tmp_path):
     assert text == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n' and json.loads(text) == {"a": [1, 2], "b": 1}
 
 
+def test_a_benchmarks_header_names_its_script_and_arguments_then_its_fields_and_machine(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(sys, "argv", ["/somewhere/else.py", "--from", "the process"])
+    head = utils.benchmark_header("/work/benchmarks/cost.py", ["--json", "out.json"], config="c.yaml")
+    assert head == {"command": "cost.py --json out.json", "config": "c.yaml"}
+    assert utils.benchmark_header("cost.py", None)["command"] == "cost.py --from the process"
+    machine = utils.benchmark_header("cost.py", [], torch.device("cpu"))["machine"]
+    assert machine["device"] == "cpu" and machine["cpu_count"] == os.cpu_count() and "torch" in machine
+
+
+def test_write_result_writes_the_json_only_when_asked_and_returns_the_result(tmp_path):
+    result = {"rows": [1, 2], "command": "x.py"}
+    assert utils.write_result(None, result) is result and list(tmp_path.iterdir()) == []
+    assert utils.write_result(tmp_path / "deep" / "r.json", result) is result
+    assert (tmp_path / "deep" / "r.json").read_text() == '{\n  "command": "x.py",\n  "rows": [\n    1,\n    2\n  ]\n}\n'
+
+
 def test_remove_debris_takes_the_temporary_names_of_ended_processes_and_leaves_a_running_one_s(tmp_path):
     final = tmp_path / "metrics.csv"
     dead = tmp_path / f".metrics.csv.tmp-{_dead_pid()}-abc.csv"
@@ -266,45 +284,6 @@ def test_fp16_max_is_float16s_largest_finite_value():
         assert module.FP16_MAX is utils.FP16_MAX
 
 
-# ----------------------------------------------------------------------------- one writer per folder
-
-HOLDER = r"""
-import sys, time
-from acoustic_mlm import utils
-with utils.folder_lock(sys.argv[1], "train prenorm_clip1"):
-    print("holding", flush=True)
-    time.sleep(60)
-"""
-
-
-def test_a_second_writer_of_a_folder_is_refused_while_the_first_holds_it(tmp_path):
-    folder = tmp_path / "runs" / "prenorm_clip1"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True, env={**os.environ}
-    )
-    try:
-        assert holder.stdout.readline().strip() == "holding"
-        for what in ("train prenorm_clip1", "train other"):  # the same command or another: refused alike
-            with pytest.raises(utils.UserError) as refused:
-                with utils.folder_lock(folder, what):
-                    pytest.fail("entered a folder another process holds")
-            message = str(refused.value)
-            assert message.startswith(f"{folder}: amlm train prenorm_clip1 (pid {holder.pid} on ")
-            assert "is writing this folder now" in message and "\n" not in message
-    finally:
-        holder.kill()
-        holder.wait()
-    with utils.folder_lock(folder, "train prenorm_clip1"):  # a killed holder released it
-        with pytest.raises(utils.UserError, match=f"pid {os.getpid()} on"):
-            with utils.folder_lock(folder, "train again"):  # a second lock in one process is refused too
-                pass
-        assert [p.name for p in folder.iterdir()] == [utils.LOCK_NAME]  # the killed holder's file, now ours
-    assert list(folder.iterdir()) == []  # the holder removes its lock file on its way out
-    with utils.folder_lock(tmp_path / "new" / "run", "train x"):
-        pass
-    assert not (tmp_path / "new" / "run").exists()  # a folder it made and nothing filled is not left behind
-
-
 def test_atomic_group_replaces_the_files_together_and_keeps_the_folders_other_files(tmp_path):
     out = tmp_path / "out"
     names = ("a.csv", "b.json")
@@ -409,40 +388,3 @@ def test_a_resumable_stage_stopped_by_sigterm_keeps_its_finished_parts_for_the_n
         parts.done()
     assert [p.name for p in final.iterdir()] == ["shard-00000"]
     assert not list(tmp_path.glob(".codes.tmp-*"))
-
-
-@pytest.mark.parametrize("kind", ["symlink", "dangling_symlink", "folder", "fifo", "hard_link"])
-def test_a_lock_path_that_is_not_the_folders_own_file_is_refused_and_nothing_outside_is_written(tmp_path, kind):
-    folder, outside = tmp_path / "runs" / "prenorm_clip1", tmp_path / "precious.txt"
-    folder.mkdir(parents=True)
-    outside.write_text("keep me")
-    path = folder / utils.LOCK_NAME
-    {
-        "symlink": lambda: path.symlink_to(outside),
-        "dangling_symlink": lambda: path.symlink_to(tmp_path / "elsewhere" / "new.txt"),
-        "folder": lambda: path.mkdir(),
-        "fifo": lambda: os.mkfifo(path),
-        "hard_link": lambda: os.link(outside, path),
-    }[kind]()
-    with pytest.raises(utils.UserError) as refused:
-        with utils.folder_lock(folder, "train prenorm_clip1"):
-            pytest.fail("locked through a path that is not the folder's own file")
-    message = str(refused.value)
-    assert message.startswith(f"{path}: ") and "not the lock file amlm writes there; remove it" in message
-    assert "\n" not in message
-    assert outside.read_text() == "keep me" and not (tmp_path / "elsewhere").exists()
-    assert os.path.lexists(path)  # left for the user to look at, never removed or followed
-    assert utils.folder_busy(folder) is None
-
-
-def test_the_lock_is_filelocks_with_the_holders_line(tmp_path):
-    import filelock
-
-    folder = tmp_path / "run"
-    with utils.folder_lock(folder, "train x"):
-        line = (folder / utils.LOCK_NAME).read_text()
-        assert line == f"amlm train x (pid {os.getpid()} on {utils._host()})"
-        assert utils.folder_busy(folder) == line
-        with pytest.raises(filelock.Timeout):  # the library's lock, as any filelock user sees it
-            filelock.FileLock(folder / utils.LOCK_NAME, timeout=0).acquire()
-    assert not folder.exists() and utils.folder_busy(folder) is None

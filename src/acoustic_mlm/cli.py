@@ -91,9 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def dispatch(args: argparse.Namespace) -> int | None:
-    """Read and validate --config (every stage, before any work), then run the stage's entry."""
-    cfg = C.load(args.config)
-    return COMMANDS[args.command].entry(args, cfg)
+    """Read and validate --config (every stage that reads one, before any work), then run the stage's entry."""
+    command = COMMANDS[args.command]
+    cfg = C.load(args.config) if command.reads_config else None
+    return command.entry(args, cfg)
 
 
 def _terminate(signum, _frame):

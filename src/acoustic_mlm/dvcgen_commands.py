@@ -26,11 +26,7 @@ def check_dvc_path(path: str, config) -> None:
 @command(
     "dvc-yaml",
     opt("--out", default=Path("dvc.yaml"), help="the file to write (default: dvc.yaml)"),
-    opt(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 2 unless --out is exactly the file generated for --config",
-    ),
+    opt("--check", action="store_true", help="write nothing; exit 2 unless --out is exactly what --config generates"),
     files=("out",),
 )
 def dvc_yaml_command(args, cfg) -> None:

@@ -80,3 +80,46 @@ def test_limits_from_the_data_section():
     assert archive.ExtractLimits.from_config(smoke) == archive.ExtractLimits(max_bytes=256 * 10**9, max_ratio=100.0)
     half = archive.ExtractLimits.from_config(data_section(max_extract_gb=0.5))
     assert half == archive.ExtractLimits(500_000_000, 100.0)
+
+
+def test_survey_counts_as_extract_does_and_writes_nothing(tmp_path):
+    blob = make_zip({"c/a.wav": b"aaaa", "c/b.mp3": b"bb", "c/notes.txt": b"n"}, symlinks={"c/l.wav": "a.wav"})
+    path = _write(tmp_path, "x.zip", blob)
+    seen = archive.survey(path, keep=lambda rel: rel.endswith((".wav", ".mp3")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.zip"]
+    done = archive.extract(path, tmp_path / "out", keep=lambda rel: rel.endswith((".wav", ".mp3")))
+    assert seen == done and seen.files == ["c/a.wav", "c/b.mp3"] and seen.bytes == 6 and seen.links_skipped == 1
+    with pytest.raises(archive.UnsafeArchiveError, match=r"^refusing e.zip: member '/tmp/evil.wav' has an absolute"):
+        archive.survey(_write(tmp_path, "e.zip", make_zip({"c/ok.wav": b"ok", "/tmp/evil.wav": b"x"})))
+
+
+def test_zip_members_are_read_into_memory_every_member_checked_first(tmp_path, monkeypatch):
+    path = _write(tmp_path, "x.zip", make_zip({"c/a.wav": b"aaaa", "c/b.wav": bytes(range(256)) * 4}))
+    with archive.ZipMembers(path) as zipped:
+        assert zipped.read("c/b.wav") == bytes(range(256)) * 4 and zipped.read("c/a.wav") == b"aaaa"
+        with pytest.raises(archive.ArchiveError, match=r"^x.zip: no regular-file member 'c/z.wav'$"):
+            zipped.read("c/z.wav")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.zip"]
+    # an unsafe member anywhere refuses the whole archive before any member is read
+    unsafe = _write(tmp_path, "u.zip", make_zip({"c/ok.wav": b"ok", "c/../../evil.wav": b"x"}))
+    opened = []
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda *a, **k: opened.append(a) or pytest.fail("a member was read"))
+    with pytest.raises(archive.UnsafeArchiveError, match=r"^refusing u.zip: member 'c/../../evil.wav' climbs out"):
+        archive.ZipMembers(unsafe)
+    with pytest.raises(archive.ArchiveError, match=r"^t.tar.gz: not a zip archive"):
+        archive.ZipMembers(_write(tmp_path, "t.tar.gz", make_tar({"c/a.wav": b"a"})))
+    assert opened == []
+
+
+def test_a_zip_member_past_the_limits_or_damaged_is_one_line_naming_it(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.wav", bytes(archive.RATIO_MIN_BYTES))  # about 1000x
+    with pytest.raises(archive.UnsafeArchiveError, match=r"^refusing zeros.zip: member 'zeros.wav' expands \d+x"):
+        archive.ZipMembers(_write(tmp_path, "zeros.zip", buf.getvalue()))
+    blob = bytearray(make_zip({"c/a.wav": bytes(range(256)) * 64}))
+    blob[60] ^= 0xFF  # inside the member's compressed bytes (after its 30 + 7-byte local header)
+    with archive.ZipMembers(_write(tmp_path, "bad.zip", bytes(blob))) as zipped:
+        with pytest.raises(archive.ArchiveError) as err:
+            zipped.read("c/a.wav")
+    assert str(err.value).startswith("bad.zip: cannot read member 'c/a.wav' (") and "\n" not in str(err.value)

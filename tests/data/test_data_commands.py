@@ -29,7 +29,8 @@ def test_fetch_writes_into_out_with_its_downloads(monkeypatch, smoke_config):
 )
 def test_prepare_runs_the_step_its_option_names(monkeypatch, smoke_config, argv, called):
     calls = []
-    for name in ("run", "plan", "prepare_shard", "merge"):
+    for name in ("run", "plan", "prepare_shard", "merge", "remove_archive"):
         monkeypatch.setattr(prepare, name, lambda c, *a, name=name: calls.append((name, *a)) or c)
     run_command(prepare_command, smoke_config, "--raw", "r", "--out", "p", *argv)
-    assert calls == [called]
+    # the merge step, once it has written the manifest, removes the archive (data.remove_archive)
+    assert calls == [called] + ([("remove_archive", Path("r"), Path("p"))] if argv == ["--merge"] else [])

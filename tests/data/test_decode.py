@@ -120,3 +120,21 @@ def test_header_frames_is_zero_when_unknown(tmp_path):
     (tmp_path / "cut.wav").write_bytes((tmp_path / "b.wav").read_bytes()[:30])  # cut inside the fmt chunk
     for name in ("a.flac", "notes.wav", "cut.wav", "missing.wav"):
         assert decode.header_frames(tmp_path / name) == 0, name
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "MP3", "FLAC"])
+def test_a_files_bytes_decode_as_the_file_does(tmp_path, fmt):
+    path = tmp_path / f"tone.{fmt.lower()}"
+    sf.write(path, np.stack([sine(440, 1.0, 44100)] * 2, axis=1), 44100, format=fmt)
+    data = path.read_bytes()
+    from_bytes, from_file = decode.decode(data, SR, encodec.HOP), decode.decode(path, SR, encodec.HOP)
+    assert from_bytes[0].tobytes() == from_file[0].tobytes() and from_bytes[1:] == from_file[1:] == (44100, 2)
+    assert decode.header_frames(data) == decode.header_frames(path)
+    # cut short, empty or not audio: the same reason either way
+    for bad in (data[: len(data) // 2], b"", b"not audio at all" * 8):
+        (tmp_path / "bad").write_bytes(bad)
+        with pytest.raises(decode.Unusable) as by_bytes:
+            decode.decode(bad, SR, encodec.HOP)
+        with pytest.raises(decode.Unusable) as by_file:
+            decode.decode(tmp_path / "bad", SR, encodec.HOP)
+        assert str(by_bytes.value) == str(by_file.value), (fmt, len(bad))

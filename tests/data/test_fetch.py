@@ -178,7 +178,7 @@ def test_source_definitions_match_the_design_and_the_schema():
     schema = json.loads(SCHEMA_PATH.read_text())
     enum = set(schema["properties"]["data"]["properties"]["source"]["enum"])
     assert set(fetch.SOURCES) == enum
-    assert set(sources.ARCHIVES) == enum - {"synthetic", "folder", "url", *sources.FILE_SETS}
+    assert set(sources.ARCHIVES) == enum - {"synthetic", "tones", "folder", "url", *sources.FILE_SETS}
     assert set(sources.FILE_SETS) == {"librosa"}
 
     sha1 = {
@@ -249,11 +249,14 @@ def test_fma_deflate64_fixture_skips_the_corrupt_track(server, tmp_path, monkeyp
     data = tmp_path / "data"
     cfg = preset(source="fma_small", url=None, known_hash=None, folder=None, sample_rate=SR)
     fetch.run(make_config(cfg), data / "raw", retries=0, timeout=10)
-    assert files_under(data / "raw") == ["SOURCE.json", "fma_small/000/000002.mp3"]
+    assert files_under(data / "raw") == ["SOURCE.json"]  # FMA's zips are read in place by prepare: nothing extracted
     info = json.loads((data / "raw" / "SOURCE.json").read_text())
     assert info["excluded_known_corrupt"] == ["fma_small/098/098565.mp3"] and info["other_files_skipped"] == 1
     assert info["off_layout"] == 0 and info["archive"] == "fma_small.zip"
-    x, sr = sf.read(data / "raw" / "fma_small" / "000" / "000002.mp3")
+    assert info["read_in_place"] is True and info["members"] == ["fma_small/000/000002.mp3"]
+    assert info["archive_path"] == "../downloads/fma_small.zip"
+    with archive.ZipMembers(data / "downloads" / "fma_small.zip") as zipped:
+        x, sr = sf.read(io.BytesIO(zipped.read("fma_small/000/000002.mp3")))
     assert sr == SR and len(x) == SR and np.abs(x).max() > 0.2  # the Deflate64 member decompressed intact
 
 
@@ -632,13 +635,13 @@ def _free(monkeypatch, gib: float) -> None:
 def test_a_named_corpus_whose_peak_does_not_fit_is_refused_before_anything_is_downloaded(tmp_path, monkeypatch):
     cfg = make_config(preset(source="fma_small", sample_format="int16"))
     monkeypatch.setattr(fetch, "download", lambda *a, **k: pytest.fail("nothing is downloaded"))
-    _free(monkeypatch, 20)
+    _free(monkeypatch, 15)
     with pytest.raises(UserError) as err:
         fetch.run(cfg, tmp_path / "data" / "raw")
     msg = str(err.value)
-    # fma_small: 7.73 GB archive, as much extracted, 66.7 h as int16 at 24 kHz (11.5 GB), codes (0.3 GB)
-    assert "\n" not in msg and msg.startswith("fetch: fma_small needs 27 GB at its peak (archive 7.7 + extracted 7.7")
-    assert f"and {tmp_path} has 21.5 GB free" in msg and "prepared audio 11.5 (int16) + codes 0.3" in msg
+    # fma_small: 7.73 GB archive read in place (nothing extracted), 66.7 h as int16 at 24 kHz (11.5 GB), codes (0.3 GB)
+    assert "\n" not in msg and msg.startswith("fetch: fma_small needs 20 GB at its peak (archive 7.7 read in place + ")
+    assert f"and {tmp_path} has 16.1 GB free" in msg and "prepared audio 11.5 (int16) + codes 0.3" in msg
     assert not (tmp_path / "data").exists()  # refused before any folder was made
     # an archive already downloaded counts as there
     kept = tmp_path / "data" / "downloads" / "fma_small.zip"

@@ -57,10 +57,12 @@ def test_fma_large_and_full_fixture_archives_fetch_and_prepare_as_int16(server, 
     cfg["train"]["crop_seconds"] = 0.5
     data = tmp_path / "data"
     fetch.run(make_config(cfg), data / "raw", retries=0, timeout=10)
-    assert files_under(data / "raw") == ["SOURCE.json", f"{name}/000/000002.mp3", f"{name}/000/000005.mp3"]
+    assert files_under(data / "raw") == ["SOURCE.json"]  # read in place by prepare: nothing extracted
     info = json.loads((data / "raw" / "SOURCE.json").read_text())
     assert info["excluded_known_corrupt"] == [f"{name}/133/133297.mp3"] and info["archive"] == f"{name}.zip"
+    assert info["members"] == [f"{name}/000/000002.mp3", f"{name}/000/000005.mp3"]
     prepare.run(make_config(cfg), data / "raw", data / "prepared")
+    assert not [p for p in tmp_path.rglob("*.mp3")]  # no member was ever written to disk
     corpus = load_prepared(data / "prepared")
     assert sorted(corpus.manifest["clip_id"]) == ["000002", "000005"]
     assert corpus.audio(0).dtype == np.int16

@@ -97,3 +97,37 @@ def test_a_file_set_downloads_each_file_from_its_base_url_quoted():
     assert fishing.known_hash == "sha256:" + sources.LIBROSA_SHA256[fishing.filename]
     assert [m.filename for m in members] == sorted(sources.LIBROSA_SHA256)
     assert sources.file_set_for(data_section(source="librosa", base_url=None)).base_url == sources.LIBROSA_URL
+
+
+def test_the_disk_plan_of_a_zip_read_in_place_and_of_an_extracted_archive():
+    # 1000 h as int16 at 24 kHz: 172.8 GB; 8 codebooks at 75 Hz as int16: 4.32 GB; a 100 GB archive
+    def plan(**kw):
+        return sources.disk_plan(1000 * 3600, 100.0, 24000, "int16", 8, 75.0, **kw)
+
+    extracted, in_place, removed = plan(), plan(in_place=True), plan(in_place=True, remove_archive=True)
+    assert extracted.peak_gb == extracted.final_gb == pytest.approx(100 + 100 + 172.8 + 4.32)
+    assert in_place.extracted_gb == 0 and in_place.peak_gb == in_place.final_gb == pytest.approx(100 + 172.8 + 4.32)
+    assert removed.peak_gb == pytest.approx(100 + 172.8)  # prepare's end: the archive and the prepared audio
+    assert removed.final_gb == pytest.approx(172.8 + 4.32)  # the archive gone, the codes written
+    assert plan(remove_archive=True) == extracted  # only an archive read in place is removed
+    assert in_place.parts("int16") == "archive 100.0 read in place + prepared audio 172.8 (int16) + codes 4.3"
+    assert removed.parts("int16").startswith("archive 100.0 read in place, removed once prepared + prepared")
+    assert extracted.parts("int16").startswith("archive 100.0 + extracted 100.0 + prepared audio 172.8")
+
+
+def test_fmas_zips_are_read_in_place_and_other_archives_extracted():
+    assert all(sources.reads_in_place(data_section(source=f"fma_{s}")) for s in ("small", "medium", "large", "full"))
+    for source in ("librispeech-dev-clean", "url", "folder", "synthetic", "librosa"):
+        assert not sources.reads_in_place(data_section(source=source)), source
+    assert sources.removed_marker(sources.Path("d/fma_large.zip")) == sources.Path("d/fma_large.zip.removed.json")
+
+
+def test_check_room_refuses_in_one_line_naming_both_numbers_and_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources.shutil, "disk_usage", lambda p: type("U", (), {"free": 3 * 10**9})())
+    assert sources.check_room("x needs 2 GB", 2.0, tmp_path / "not" / "yet") == (3.0, str(tmp_path))
+    with pytest.raises(UserError) as err:
+        sources.check_room("x needs 4 GB", 4.0, tmp_path / "not" / "yet")
+    assert str(err.value) == (
+        f"x needs 4 GB, and {tmp_path} has 3.0 GB free: free space or run from a larger disk (amlm preflight shows "
+        "the plan)"
+    )

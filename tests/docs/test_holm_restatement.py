@@ -316,21 +316,18 @@ def test_round_5s_loss_scale_only_fell():
     assert 2**14 // 1 == 16384 and 2**14 // (64 * 8) == 32 and 16384 // 32 == 512  # fairseq's window
 
 
-def test_the_parameter_counts_are_the_models():
-    """S1 and D12 built from config/proxy.yaml with their sizes' overrides (benchmarks/proxy_sizing.py)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    sys.path.insert(0, str(ROOT / "tests"))
-    import proxy_sizing
-    from helpers import make_config
-
+def test_the_parameter_counts_are_the_models(monkeypatch):
+    """S1 and D12 built as the sizing round declares them (config/experiments/proxy_sizing.yaml: the
+    preset config/proxy.yaml with the round's size and the cell's overrides)."""
+    from acoustic_mlm.experiments import declaration as D
     from acoustic_mlm.model.objective import AcousticMLM
 
+    monkeypatch.chdir(ROOT)  # the declaration names its preset from the repository's root
+    rnd = D.load(ROOT / "config" / "experiments" / "proxy_sizing.yaml")
+
     def params(size: str) -> int:
-        over = {k: v for k, v in proxy_sizing.SIZES[size].items() if k.startswith("model.")}
-        cfg = make_config("proxy.yaml", **over)
-        return sum(p.numel() for p in AcousticMLM(cfg.model_for(next(iter(cfg.runs)))).parameters())
+        cfg = D.settings(rnd, "prenorm_clip10", size, 1, lr=0.01)
+        return sum(p.numel() for p in AcousticMLM(cfg.model_for("prenorm_clip10")).parameters())
 
     s1, d12 = params("S1"), params("D12")
     assert f"{round(s1 / 1000)} K parameters (S1; D12 {d12 / 1e6:.2f} M)" in _doc()

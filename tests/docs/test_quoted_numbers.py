@@ -43,6 +43,16 @@ def _minutes(cell: str) -> float:
     return int(m.group(1)) + int(m.group(2) or 0) / 60
 
 
+DEFAULT_TIER = "the default test tier: unit tests and one smoke pipeline"  # BENCHMARKS.md's rows of the tiers
+FULL_SUITE = "the full suite, as CI runs it: both tiers on two pytest-xdist workers"
+
+
+def _tier(cells: str) -> tuple[float, float]:
+    """A test tier's count and minutes, from its BENCHMARKS.md row (its last cell: "1,619 tests (...), 5 min 47 s")."""
+    result = _row("BENCHMARKS.md", cells)[-1]
+    return _number(result.split(" tests")[0]), _minutes(result.split(", ")[-1])
+
+
 def _number(cell: str) -> float:
     return float(re.search(r"-?[\d,]+(?:\.\d+)?", cell).group().replace(",", ""))
 
@@ -103,23 +113,17 @@ QUOTES = [
     Quote(
         "the default test tier's time",
         r"pytest\s+# the tests' default tier, after the install \((\d+) min on 2 cores\)",
-        lambda: (
-            _minutes(
-                _row("BENCHMARKS.md", "the default test tier: unit tests and one smoke pipeline")[-1].split(", ")[-1]
-            ),
-        ),
+        lambda: _tier(DEFAULT_TIER)[1:],
     ),
     Quote(
         "the default test tier's count and time",
         r"shipped reference run \(([\d,]+) tests, (\d+) min on 2 cores\)",
-        lambda: (
-            _number(
-                _row("BENCHMARKS.md", "the default test tier: unit tests and one smoke pipeline")[-1].split(" tests")[0]
-            ),
-            _minutes(
-                _row("BENCHMARKS.md", "the default test tier: unit tests and one smoke pipeline")[-1].split(", ")[-1]
-            ),
-        ),
+        lambda: _tier(DEFAULT_TIER),
+    ),
+    Quote(
+        "the full suite's count and time",
+        r"the full suite, as CI runs it \(([\d,]+) tests, (\d+) min on 2 cores[;)]",
+        lambda: _tier(FULL_SUITE),
     ),
     Quote(
         "torch's CUDA install",
@@ -209,6 +213,19 @@ def _matches(quoted: str, value: float) -> bool:
 
 
 @cache
+def _dose(pid: str) -> dict:
+    """A promise of round 6's published verdicts (data/reference/dose_response/verdicts.json)."""
+    (v,) = [v for v in json.loads(_text("data/reference/dose_response/verdicts.json"))["verdicts"] if v["id"] == pid]
+    return v
+
+
+@cache
+def _round(name: str) -> dict:
+    """An equivalence round's published verdict (data/reference/<name>/verdict.json)."""
+    return json.loads(_text(f"data/reference/{name}/verdict.json"))
+
+
+@cache
 def _confirm(pid: str) -> dict:
     result = json.loads(_text("data/reference/confirm_round/verdicts.json"))
     (v,) = [v for v in result["verdicts"] if v["id"] == pid]
@@ -254,6 +271,37 @@ QUOTES += [
         "the A/A pair's chance of failing",
         r"could not fail \(the exact tests reject ([\d.]+) % of the time\)",
         lambda: (100 * restated.aa_rejection(0.9),),
+    ),
+    Quote(
+        "round 6 at width 64 and the width test",
+        r"at width 64 \(secondary\) (\d+) of 28 against (\d+) of 28, ([\d.]+) times; whether the breakdown rate falls "
+        r"with width \(Wortsman et al.\) is not shown: shifts ([\d.]+) \[(-?[\d.]+), ([\d.]+)\] \(clip 10\) and "
+        r"([\d.]+) \[(-?[\d.]+), ([\d.]+)\] \(clip 1\)",
+        lambda: (
+            _dose("D3")["trained_a"],
+            _dose("D3")["trained_b"],
+            _dose("D3")["breakdown_rate_ratio"],
+            *(x for d in ("D4", "D5") for x in (_dose(d)["shift_log_rate"], *_dose(d)["shift_interval_95"])),
+        ),
+    ),
+    Quote(
+        "round 8's seed-to-seed sd",
+        r"round 8's, on final loss, could and did \(sd ([\d.]+) bits",
+        lambda: (min(p[k] for p in _round("aa_control")["pairs"] for k in ("sd_a", "sd_b")),),  # 0.035-0.038
+    ),
+    Quote(
+        "round 9's A/A pair and positive control",
+        r"round 9, sized from it, held: 12 seeds a side, (-?[\d.]+) bits \[(-?[\d.]+), ([\d.]+)\] inside "
+        r"\+-([\d.]+), and a planted ([\d.]+) \[([\d.]+), ([\d.]+)\] detected",
+        lambda: tuple(
+            x
+            for p in _round("aa_margin")["pairs"]
+            for x in (
+                p["difference"],
+                *p["interval_90"],
+                *([_round("aa_margin")["margin_bits"]] if p["id"] == "AA" else []),
+            )
+        ),
     ),
     Quote(
         "round 5 under Holm with the three confirmatory tests",

@@ -77,7 +77,7 @@ BAD = {
     "undeclared seeds": ((["promises", 1, "seeds"],), "fresh", "'promises[1].seeds' names 'fresh'"),
     "an alpha unlike its family's": ((["promises", 0, "alpha"],), 0.05, "its family 'confirmatory' controls at 0.025"),
     "an undeclared family": ((["promises", 0, "family"],), "exploratory", "names 'exploratory', not a family"),
-    "an A/A pair in a family": ((["promises", 3, "family"],), "confirmatory", "calibration pair"),
+    "an A/A pair in a family": ((["promises", 3, "family"],), "confirmatory", "a family holds confirmatory tests"),
     "a promise against itself": ((["promises", 0, "against"],), "prenorm_clip1", "an A/A pair is role: calibration"),
     "a two-sided test": ((["promises", 0, "sided"],), "two", "'promises[0].sided' is 'two'"),
     "an alpha out of range": ((["families", "confirmatory", "alpha"],), 0.5, "not a level between 0 and 0.5"),

@@ -57,6 +57,30 @@ def test_the_pairs_rules_verdicts_with_an_interval_for_the_undecided():
     assert aa["rejects_identical_arms"] == pytest.approx(fisher_power(19 / 20, 19 / 20, 10, 10, alpha=0.025))
 
 
+def test_a_pair_across_cells_plans_and_reads_the_against_arm_in_its_own_cell():
+    """Round 10's C1: DeepNorm at D12 (no warm-up) against plain Post-Norm at D12w (with a warm-up). The
+    against arm's runs are planned and read in D12w only; a run of that arm in D12 does not count."""
+    r10 = D.load("config/experiments/p3_controls.yaml")
+    plan = rules.pairs_plan(r10)
+    assert {(c, a) for c, a, _, _ in plan} == {
+        ("D12", "postnorm_deepnorm_clip1"),
+        ("D12w", "postnorm_clip1"),
+        ("D12", "prenorm_clip1"),
+    }
+    assert len(plan) == 24 and {lr for _, _, lr, _ in plan} == {0.01}
+    main = list(range(5001, 5009))
+    d12, d12w = {"size": "D12", "lr": 0.01}, {"size": "D12w", "lr": 0.01}
+    rows = _arm("postnorm_deepnorm_clip1", main, 8, **d12) + _arm("postnorm_clip1", main, 1, **d12w)
+    rows += _arm("postnorm_clip1", main, 8, **d12)  # not of the round: the same arm in the other cell
+    rows += _arm("prenorm_clip1", list(range(5009, 5017)), 7, **d12)
+    runs = pd.DataFrame(rows)
+    (c1,) = rules.judge_pairs(r10, runs)["verdicts"]
+    assert (c1["size"], c1["size_b"], c1["trained_a"], c1["trained_b"]) == ("D12", "D12w", 8, 1)
+    assert c1["p_for"] == pytest.approx(fisher_greater(8, 8, 1, 8)) and c1["verdict"] == "supported"
+    (c2,) = rules.judge_pairs(r10, runs)["secondary"]
+    assert "size_b" not in c2 and (c2["trained_a"], c2["trained_b"]) == (8, 7) and "interval_95" in c2
+
+
 def test_a_decided_aa_pair_marks_the_round_not_calibrated_and_unfinished_parts_have_no_verdict():
     rows = _arm("prenorm_clip1", SEEDS, 12) + _arm("prenorm_attnrelax_clip1", AA_SEEDS, 1)
     rows += _arm("prenorm_noclip", SEEDS[:5], 0)
@@ -79,6 +103,65 @@ def test_one_definition_of_an_instability():
     )
     assert R.unstable(runs, 5.3, 0.94).tolist() == [False, True, True, False, True, False, True]
     assert R.collapsed(runs).tolist() == [False, False, True, False, False, False, False]
+
+
+SIZING = D.load("config/experiments/proxy_sizing.yaml")  # rules 2 at S1, the baseline clip 10
+
+
+def _sizing(rules_: int) -> dict:
+    return rules.sizing_params(SIZING) | {"rules": rules_}
+
+
+def test_the_sizing_best_rate_and_instabilities_by_round_1s_rules():
+    runs = pd.DataFrame(
+        [
+            _run("prenorm_clip10", 1, True, lr=0.003, final=1.10),
+            _run("prenorm_clip10", 1, True, lr=0.01, final=0.95),
+            _run("prenorm_clip10", 1, True, lr=0.03, final=0.96),  # within 0.02 of the lowest: the lower rate wins
+            _run("prenorm_clip10", 2, True, lr=0.01, final=0.90, logit=4.0),
+            _run("prenorm_noclip", 1, True, lr=0.1, spike=0.6),  # (i) a spike
+            _run("prenorm_noclip", 2, True, lr=0.1) | {"status": "diverged"},  # (ii) diverged
+            _run("prenorm_clip1", 1, False, lr=0.1, final=3.5),  # (iii) left the plateau, ended above U - 1
+            _run("prenorm_clip1", 2, False, lr=0.1, left=False, logit=40.0),  # (iv) logit x10 and 0.5 bits worse
+            _run("postnorm_clip1", 1, False, lr=0.1, left=False, logit=49.0),  # logit x9.8: not growth
+            _run("postnorm_clip1", 2, True, lr=0.1, final=1.30, logit=400.0),  # logit growth without the loss cost
+        ]
+    )
+    par = _sizing(1)
+    assert rules.best_rate(runs, par) == 0.01
+    assert rules.best_rate(runs[runs["seed"] == 2], par) is None  # the first seed scans
+    flags = rules.sizing_flags(runs, par, 0.01)
+    assert flags.tolist() == [False, False, False, False, True, True, True, True, False, False]
+
+
+def test_round_2s_rules_count_late_spikes_only_and_ask_the_stabilized_arm_to_learn():
+    base = [_run("prenorm_clip10", s, True, lr=0.01, final=0.95) for s in (1, 2, 3)]
+    early = [_run("prenorm_noclip", s, True, spike=0.0) | {"largest_spike_bits": 0.6} for s in (1, 2, 3)]
+    late = [_run("prenorm_clip10", s, True, spike=0.6) for s in (1, 2)] + [_run("prenorm_clip10", 3, True)]
+    learns = [_run("prenorm_clip1", s, True) for s in (1, 2, 3)]
+    stuck = [_run("prenorm_clip1", s, False, lr=0.07, left=False) for s in (1, 2, 3)]
+    late_07 = [_run("prenorm_clip10", s, True, lr=0.07, spike=0.7) for s in (1, 2, 3)]
+    runs = pd.DataFrame(base + early + late + learns + stuck + late_07)
+    one, two = _sizing(1), _sizing(2)
+    v1, v2 = rules.sizing_flags(runs, one, 0.01), rules.sizing_flags(runs, two, 0.01)
+    assert v1[3:6].tolist() == [True] * 3 and v2[3:6].tolist() == [False] * 3  # spikes before the warm-up's end
+    assert v2[6:9].tolist() == [True, True, False]
+
+    def prevents(par, flags, bad, good, lr, table=runs):
+        return rules.prevents(table, flags, par, bad, good, lr)
+
+    assert prevents(two, v2, "prenorm_clip10", "prenorm_clip1", 0.05) == {
+        "lr": 0.05,
+        "without": "prenorm_clip10",
+        "with": "prenorm_clip1",
+        "unstable_without": 2,
+    }
+    assert prevents(two, v2, "prenorm_noclip", "prenorm_clip1", 0.05) is None  # no late spike: nothing prevented
+    # clip 1 is free of instability at 7e-2 but never learns: round 1 called that preventing, round 2 does not
+    assert prevents(one, v1, "prenorm_clip10", "prenorm_clip1", 0.07) is not None
+    assert prevents(two, v2, "prenorm_clip10", "prenorm_clip1", 0.07) is None
+    fewer = runs.iloc[:-1]  # clip 10 on two seeds at 7e-2: the procedure's three are needed
+    assert prevents(one, rules.sizing_flags(fewer, one, 0.01), "prenorm_clip10", "prenorm_clip1", 0.07, fewer) is None
 
 
 def test_sensitivity_is_wortsmans_mean_capped_excess():

@@ -1,5 +1,6 @@
-"""A small decisive experiment end to end through Snakemake, in a fresh copy of the repository: two
-budgets of DeepNorm against plain Post-Norm with the A/A pair, judged by `amlm decide`."""
+"""A small decisive experiment end to end through Snakemake: two budgets of DeepNorm against plain
+Post-Norm with the A/A pair, judged by `amlm decide`. It starts from the data of the session's smoke run
+(conftest.py: `smoke_run`; helpers.copy_run_data), which is the smoke preset's."""
 
 import json
 import sys
@@ -7,14 +8,17 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from helpers import copy_repo
+from helpers import SMOKE_GROUP, copy_run_data
 from test_e2e import _run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_snakemake_trains_the_points_and_decides(root, tmp_path):
-    repo = copy_repo(root, tmp_path / "repo")
+@pytest.mark.xdist_group(SMOKE_GROUP)
+def test_snakemake_trains_the_points_and_decides(smoke_run, tmp_path):
+    # The decisive configuration is written over config/smoke.yaml: Snakemake finds the smoke run's data
+    # stages up to date (the same config file and data settings) and trains the points only.
+    repo = copy_run_data(smoke_run, tmp_path / "repo")
     cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     cfg["runs"]["postnorm_clip1"] = {
         "label": "Post-Norm | Gradient Clip=1 (control)",
@@ -27,8 +31,8 @@ def test_snakemake_trains_the_points_and_decides(root, tmp_path):
         {"grid": {"train.steps": [20, 40], "seeds": [1, 2]}, "arms": ["postnorm_deepnorm_clip1", "postnorm_clip1"]},
         {"grid": {"train.steps": [20], "seeds": [1, 2]}, "arms": ["prenorm_clip1", "prenorm_attnrelax_clip1"]},
     ]
-    (repo / "config" / "decide.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/decide.yaml"], repo)
+    (repo / "config" / "smoke.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"], repo)
 
     out = repo / "results" / "decisive"
     runs = pd.read_csv(out / "runs.csv")

@@ -1,4 +1,5 @@
-"""End to end on the smoke preset: Snakemake and DVC, each in a fresh copy of the repository."""
+"""End to end on the smoke preset: Snakemake and DVC, each in a copy of the session's smoke run
+(conftest.py: `smoke_run`, the pipeline through Snakemake in a fresh copy of the repository)."""
 
 import hashlib
 import json
@@ -14,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import RUN_NAMES, copy_repo
+from helpers import RUN_NAMES, SMOKE_GROUP, copy_run, tool_env
 
 from acoustic_mlm.report import verify
 
@@ -47,9 +48,7 @@ FIGURES = [
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # amlm, python, dvc
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env = tool_env(git=True)
     env.pop("PYTHONPATH", None)
     return env
 
@@ -101,17 +100,14 @@ def _check_outputs(repo: Path):
 
 
 @pytest.fixture(scope="module")
-def smoke_repo(root, tmp_path_factory):
-    """The smoke pipeline through Snakemake in a fresh copy of the repository, run once for the module:
-    the default tier's one pipeline (its outputs checked below) and the slow tier's kill and rerun tests."""
-    repo = copy_repo(root, tmp_path_factory.mktemp("smoke") / "repo")
-    t0 = time.monotonic()
-    _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"], repo)
-    print(f"snakemake smoke preset: {time.monotonic() - t0:.0f} s")
-    return repo
+def smoke_repo(smoke_run, tmp_path_factory):
+    """The smoke pipeline through Snakemake, run once per session (conftest.py: `smoke_run`), copied for
+    the module: the default tier's one pipeline (its outputs checked below) and the slow tier's kill and
+    rerun tests, which change it."""
+    return copy_run(smoke_run, tmp_path_factory.mktemp("smoke") / "repo")
 
 
-@pytest.mark.xdist_group("smoke_repo")
+@pytest.mark.xdist_group(SMOKE_GROUP)
 def test_snakemake_smoke_end_to_end(smoke_repo):
     repo = smoke_repo
     _check_outputs(repo)
@@ -161,7 +157,7 @@ def test_snakemake_smoke_end_to_end(smoke_repo):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("smoke_repo")
+@pytest.mark.xdist_group(SMOKE_GROUP)
 def test_snakemake_smoke_survives_a_kill_reports_and_reruns_only_what_changed(smoke_repo):
     repo = smoke_repo
     # SIGKILL mid-training through Snakemake, then run it again: the same metrics, timing aside.
@@ -219,8 +215,14 @@ def test_snakemake_smoke_survives_a_kill_reports_and_reruns_only_what_changed(sm
 
 
 @pytest.mark.slow
-def test_dvc_repro_smoke_end_to_end(root, tmp_path):
-    repo = copy_repo(root, tmp_path / "repo")
+@pytest.mark.xdist_group(SMOKE_GROUP)
+def test_dvc_repro_smoke_end_to_end(smoke_run, tmp_path):
+    # The session's smoke run, copied: the first `dvc repro` runs every stage of dvc.yaml (fetch, prepare
+    # and tokenize make the data again), and each train stage finds its arm's seed completed by Snakemake
+    # under the same settings (train/state.py: the fingerprint; the seeds folder is persist: true) and
+    # writes the arm's metrics and summary from it instead of training it again. `dvc exp run` below
+    # trains an arm through DVC.
+    repo = copy_run(smoke_run, tmp_path / "repo")
     shutil.copy(repo / "config" / "smoke.yaml", repo / "config" / "config.yaml")  # the documented preset switch
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)

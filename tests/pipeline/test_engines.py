@@ -17,22 +17,22 @@ changed (DVC: stages whose params changed, and new stages, those of points with 
 
 import copy
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from helpers import RUN_NAMES, SWEEP, copy_repo
+from helpers import RUN_NAMES, SWEEP, copy_repo, tool_env
 
 from acoustic_mlm import cli, dvcgen
 from acoustic_mlm import config as C
 from acoustic_mlm.config import sweep
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Both tests read one module fixture (both_up_to_date, which the sweep's copies): one xdist worker
+# for the module, so that it is made once under `pytest -n 2 --dist loadgroup`.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("engines")]
 
 # Snakemake rule -> DVC stage (DVC runs each group of steps as one stage)
 STAGE_OF_RULE = {
@@ -145,9 +145,7 @@ def _set(cfg, dotted, value):
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env = tool_env(git=True)
     env.pop("PYTHONPATH", None)
     return env
 

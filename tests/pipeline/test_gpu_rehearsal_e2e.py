@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -24,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 from fma_rehearsal import ROOT_FOLDER, SECONDS, TRACKS, archive, member
-from helpers import RUN_NAMES, copy_repo
+from helpers import RUN_NAMES, copy_repo, tool_env
 
 from acoustic_mlm import config as C
 
@@ -94,9 +93,7 @@ def test_the_rehearsal_equals_gpu_small_but_for_its_sizes_devices_and_corpus_loc
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("PYTHONPATH", None)
+    env = tool_env(pythonpath=None)
     return env
 
 

@@ -28,7 +28,7 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-from helpers import copy_repo, make_config, make_tar, sha256, train_argv
+from helpers import SMOKE_GROUP, copy_repo, copy_run, make_config, make_tar, sha256, tool_env, train_argv
 
 from acoustic_mlm import cli, encodec
 from acoustic_mlm import config as C
@@ -43,10 +43,7 @@ LR_LINE = 1 + [line.startswith("  lr:") for line in SMOKE.splitlines()].index(Tr
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    return tool_env(pythonpath=ROOT / "src")
 
 
 def _amlm(args, limit_bytes: int | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -303,26 +300,17 @@ def test_damaged_newest_state_is_skipped_and_resume_matches(data_dirs, smoke_cfg
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
+@pytest.mark.xdist_group(SMOKE_GROUP)
+def test_config_error_under_snakemake_deletes_nothing(smoke_run, tmp_path):
     """DeepNorm on a Pre-Norm arm made Snakemake delete that arm's metrics.csv and summary.json
     before the error; under a new config file name it deleted data/raw. Now the config is
-    validated when the workflow is parsed: exit 2, one line, every output still there."""
-    repo = copy_repo(root, tmp_path / "repo")
-    cfg = yaml.safe_load(SMOKE)
-    cfg["train"].update(steps=20, warmup_steps=2, log_interval=10)
-    (repo / "config" / "small.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    validated when the workflow is parsed: exit 2, one line, every output still there. The finished
+    run: the session's smoke run under config/smoke.yaml (conftest.py: `smoke_run`), copied."""
+    repo = copy_run(smoke_run, tmp_path / "repo")
+    cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     snakemake = [sys.executable, "-m", "snakemake", "--cores", "2"]
     env = _env()
     env.pop("PYTHONPATH")
-    done = subprocess.run(
-        snakemake + ["--configfile", "config/small.yaml"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
     run = repo / "results" / "runs" / "prenorm_clip10"
     kept = {p: p.read_bytes() for p in (run / "metrics.csv", run / "summary.json")}
     raw = sorted(p.relative_to(repo) for p in (repo / "data" / "raw").rglob("*"))
@@ -330,7 +318,7 @@ def test_config_error_under_snakemake_deletes_nothing(root, tmp_path):
 
     cfg["runs"]["prenorm_clip10"]["norm"] = "deepnorm"  # a changed arm, and a rule broken across sections:
     cfg["model"]["heads"] = 3  # the width is not divisible by it
-    for name in ("small.yaml", "renamed.yaml"):  # the same file edited, then under a new name
+    for name in ("smoke.yaml", "renamed.yaml"):  # the same file edited, then under a new name
         (repo / "config" / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
         proc = subprocess.run(
             snakemake + ["--configfile", f"config/{name}"],

@@ -26,7 +26,9 @@ from acoustic_mlm.tokenizer import stage
 from acoustic_mlm.train import loop as train
 from acoustic_mlm.train.crops import CropData
 
-pytestmark = pytest.mark.slow  # a prepared and tokenized corpus per module: minutes
+# A prepared and tokenized corpus per module (gpu_data): minutes. Its tests on one xdist worker, so
+# that it is made once under `pytest -n 2 --dist loadgroup`.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pretrained_int16")]
 
 
 def official_format_checkpoint(folder: Path, seed: int = 0) -> Path:

@@ -8,7 +8,6 @@ needs conda's channels, which an offline machine lacks: its dry run drops the fl
 (tests/pipeline/test_workflow.py checks every rule's env file).
 """
 
-import os
 import re
 import shlex
 import subprocess
@@ -16,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import copy_repo
+from helpers import copy_repo, tool_env
 
 MAX_LINES = 200
 
@@ -112,9 +111,7 @@ def _dry_run(command: str) -> list[str] | None:
 
 def test_every_readme_command_runs_in_a_dry_run(root, readme, tmp_path):
     repo = copy_repo(root, tmp_path / "repo")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env = tool_env(pythonpath=None, git=True)
     for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):  # DVC needs a repo
         subprocess.run(args, cwd=repo, env=env, check=True, capture_output=True)
     blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -25,7 +24,7 @@ import pandas as pd
 import pytest
 import soundfile as sf
 import yaml
-from helpers import RUN_NAMES, copy_repo, make_tar, make_zip, sha256
+from helpers import RUN_NAMES, copy_repo, make_tar, make_zip, sha256, tool_env
 
 from acoustic_mlm.data import synth
 
@@ -84,9 +83,7 @@ def url_members() -> dict[str, bytes]:
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # python with the package's deps
-    env.pop("PYTHONPATH", None)
+    env = tool_env(pythonpath=None)  # python with the package's deps
     return env
 
 

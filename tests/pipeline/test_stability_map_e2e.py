@@ -1,4 +1,5 @@
-"""A two-rate, two-arm stability map end to end through Snakemake, in a fresh copy of the repository."""
+"""A two-rate, two-arm stability map end to end through Snakemake. It starts from the data of the
+session's smoke run (conftest.py: `smoke_run`; helpers.copy_run_data), which is the smoke preset's."""
 
 import json
 import re
@@ -8,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from helpers import RUN_NAMES, copy_repo
+from helpers import RUN_NAMES, SMOKE_GROUP, copy_run_data
 from test_e2e import _env, _run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -16,18 +17,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ARMS = (RUN_NAMES[0], RUN_NAMES[1])  # Pre-Norm clip 10 and clip 1
 
 
-def test_snakemake_makes_the_map(root, tmp_path):
-    repo = copy_repo(root, tmp_path / "repo")
+@pytest.mark.xdist_group(SMOKE_GROUP)
+def test_snakemake_makes_the_map(smoke_run, tmp_path):
+    # The map's configuration is written over config/smoke.yaml: Snakemake finds the smoke run's data
+    # stages up to date (the same config file and data settings) and trains the points only.
+    repo = copy_run_data(smoke_run, tmp_path / "repo")
     cfg = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     cfg["train"]["steps"] = 40
     cfg["sweep"] = [{"grid": {"train.lr": [0.003, 0.3]}, "arms": list(ARMS)}]
-    (repo / "config" / "map.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / "config" / "smoke.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
-    plan = _run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "config/map.yaml"], repo)
+    plan = _run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "config/smoke.yaml"], repo)
     jobs = {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", plan, re.M)}
     assert {"stability_map", "map_figure", "map_claims", "train"} <= jobs and not {"figure", "aggregate"} & jobs
     assert "localrules directive" not in plan
-    _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/map.yaml"], repo)
+    _run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"], repo)
 
     points = [f"{arm}__lr-{v}" for arm in ARMS for v in ("3e-3", "3e-1")]
     for p in points:
@@ -51,10 +55,10 @@ def test_snakemake_makes_the_map(root, tmp_path):
     assert "LR sensitivity" in (repo / "results" / "map_claims.md").read_text()
 
     # nothing to do on a second run; changing one rate retrains exactly that rate's points
-    again = _run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "config/map.yaml"], repo)
+    again = _run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "config/smoke.yaml"], repo)
     assert "Nothing to be done" in again
     cfg["sweep"][0]["grid"]["train.lr"] = [0.003, 0.1]
-    (repo / "config" / "map.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / "config" / "smoke.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     plan = subprocess.run(
         [
             sys.executable,
@@ -64,7 +68,7 @@ def test_snakemake_makes_the_map(root, tmp_path):
             "--cores",
             "2",
             "--configfile",
-            "config/map.yaml",
+            "config/smoke.yaml",
             "--quiet",
             "rules",
         ],

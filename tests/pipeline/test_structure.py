@@ -8,7 +8,7 @@ from acoustic_mlm.dvcgen import direct_imports
 # Lowest first. A module may import from its own layer or a lower one, never a higher one; within a
 # layer, the subpackages of a row do not import each other (preflight and report stand side by side).
 LAYERS = (
-    ("errors", "utils", "devices", "encodec", "kernels", "declare"),
+    ("errors", "utils", "folder_lock", "devices", "encodec", "kernels", "declare"),
     ("model", "artifacts", "curves"),
     ("config",),
     ("data",),

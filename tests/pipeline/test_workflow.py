@@ -46,6 +46,8 @@ def test_every_rule_has_log_threads_and_conda(root):
         "map_claims",
         "decide",
         "status",
+        "experiment_run",
+        "experiment_judge",
     }
     for r in rules:
         name = r.split(":")[0]
@@ -99,6 +101,24 @@ def test_snakemake_dry_run_dag(root, tmp_path, preset, gpu):
         assert f"train {run} " in out
     assert re.search(r"train\s+4", out)  # four training jobs in the job table
     assert f"--config {repo}/config/{preset}" in out or f"--config config/{preset}" in out
+
+
+def test_workflow_snakefile_alone_targets_the_pipeline_and_the_map(root, tmp_path):
+    """`-s workflow/Snakefile` with no target (the catalog's call) plans the figure, or with a `sweep:` the
+    stability map: `all` must live in the Snakefile, since an included file's `default_target` is reset."""
+    repo = copy_repo(root, tmp_path / "repo")
+    for preset, final in [("smoke.yaml", "metrics"), ("decisive.yaml", "map_claims")]:
+        proc = subprocess.run(
+            SNAKEMAKE + ["-s", "workflow/Snakefile", "-n", "--configfile", f"config/{preset}"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]
+        assert "Nothing to be done" not in out, out[-3000:]
+        assert re.search(rf"^{final}\s+1$", out, re.M), out[-3000:]
+        assert re.search(r"^all\s+1$", out, re.M), out[-3000:]
 
 
 @pytest.mark.slow

@@ -27,7 +27,9 @@ def test_every_gpu_preset_trains_on_real_music_against_the_official_encodec(pres
     assert r["epochs"] == pytest.approx(seen_h / (hours * (1 - cfg.data.valid_fraction)))
     assert r["prepared_gb"] == pytest.approx(hours * 3600 * 24000 * 2 / 1e9)  # int16: 2 bytes per sample
     assert r["codes_gb"] == pytest.approx(hours * 3600 * 75 * 8 * 2 / 1e9)
-    assert r["disk_gb"] == pytest.approx(2 * r["download_gb"] + r["prepared_gb"] + r["codes_gb"])
+    # FMA's zip is read in place by prepare (nothing extracted), and kept: data.remove_archive is false
+    assert r["extracted_gb"] == 0 and not cfg.data.remove_archive and not r["archive_removed"]
+    assert r["disk_gb"] == pytest.approx(r["download_gb"] + r["prepared_gb"] + r["codes_gb"])
     assert r["peak_disk_gb"] == r["final_disk_gb"] == r["disk_gb"]  # nothing is removed along the way
     assert r["free_gb"] > 0 and r["disk_fits"] == (r["peak_disk_gb"] <= r["free_gb"])
     # on a GPU: EnCodec's counted FLOPs at the assumed share of the fp32 peak
@@ -51,8 +53,24 @@ def test_the_peak_that_does_not_fit_the_free_space_is_marked(tmp_path, monkeypat
     monkeypatch.setattr(sources.shutil, "disk_usage", lambda p: type("U", (), {"free": 64 * 2**30})())
     r = D.data_costs(cfg, 2, data_dir=tmp_path / "not" / "yet")
     assert r["free_where"] == str(tmp_path) and r["free_gb"] == pytest.approx(68.72, abs=0.01)
-    assert r["disk_fits"] is False and round(r["peak_disk_gb"]) == 357  # DESIGN.md: gpu-small about 357 GB
+    # gpu-small: fma_large's 99.9 GB zip read in place + 153.5 GB of int16 audio + 3.8 GB of codes
+    assert r["disk_fits"] is False and round(r["peak_disk_gb"]) == 257
     assert "(**the peak does not fit**)" in " ".join(D.lines(r))
+
+
+def test_removing_the_archive_once_prepared_lowers_the_end_and_the_peak_to_prepares_end():
+    kept = C.load(ROOT / "config" / "gpu-small.yaml")
+    m = kept.mapping
+    m["data"]["remove_archive"] = True
+    r, k = D.data_costs(C.from_mapping(m), 2), D.data_costs(kept, 2)
+    assert r["archive_removed"] and r["extracted_gb"] == 0
+    # at prepare's end: the archive and the prepared audio; when done: the prepared audio and the codes
+    assert r["peak_disk_gb"] == pytest.approx(r["download_gb"] + r["prepared_gb"])
+    assert r["final_disk_gb"] == pytest.approx(r["prepared_gb"] + r["codes_gb"])
+    assert (round(r["peak_disk_gb"]), round(r["final_disk_gb"]), round(k["final_disk_gb"])) == (253, 157, 257)
+    page, kept_page = " ".join(D.lines(r)), " ".join(D.lines(k))
+    assert "disk 253 GB at the peak and 157 GB when done (archive 99.9, read in place and removed once prepared" in page
+    assert "(archive 99.9, read in place and kept, + prepared audio 153 (int16, 24 kHz) + codes 3.84)" in kept_page
 
 
 def test_the_figures_the_preset_headers_quote():

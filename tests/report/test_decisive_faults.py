@@ -234,7 +234,7 @@ def test_a_sigterm_while_decide_writes_leaves_the_previous_judgement_whole(dirs,
 
 
 def test_a_folder_a_train_is_writing_is_refused_even_over_an_earlier_summary(dirs, tmp_path, capsys):
-    from acoustic_mlm.utils import folder_busy, folder_lock
+    from acoustic_mlm.folder_lock import folder_busy, folder_lock
 
     runs, codes = dirs
     _two_budgets(runs, {1: 6.8, 2: 6.9}, {1: 9.44, 2: 9.45})

@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import load_benchmark, make_config
+from helpers import make_config
 
 from acoustic_mlm import cli
 from acoustic_mlm import config as C
 from acoustic_mlm.artifacts.metrics import LOSS_COLUMN
 from acoustic_mlm.artifacts.reference_run import META, METRICS
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.report import verify
+from acoustic_mlm.report import tolerance, verify
 from acoustic_mlm.train import loop as train
 
 ARMS = ("prenorm_clip10", "postnorm_deepnorm_clip1")
@@ -120,28 +120,6 @@ def test_a_reference_recorded_under_renamed_keys_is_read_under_the_new_names(roo
     assert read["arms"]["prenorm_clip1"]["tokenizer.loudness"] == cfg.tokenizer.loudness
 
 
-def _rows(losses, steps=(1, 2, 4, 8)):
-    return pd.DataFrame({"seed": 1, "step": list(steps), "train_loss_cb0": losses, "valid_loss_cb0": losses})
-
-
-def test_the_windows_hold_early_rows_tight_and_late_rows_to_their_own_tolerance():
-    ref = _rows([10.0, 9.5, 9.0, 8.0])
-    meta = {"tolerance_bits": 0.001, "tolerance_until_step": 2, "late_tolerance_bits": 0.5}
-    wins = verify.windows(meta)
-    assert [w["name"] for w in wins] == ["steps <= 2", "steps > 2"]
-    assert [w["tolerance_bits"] for w in wins] == [0.001, 0.5]
-    drifted = _rows([10.0, 9.5, 9.3, 8.4])  # 0.4 bits late: within 0.5
-    early = verify.largest_difference(drifted, ref, wins[0]["steps"])
-    late = verify.largest_difference(drifted, ref, wins[1]["steps"])
-    assert early["bits"] == 0.0 and late["bits"] == pytest.approx(0.4) and late["step"] == 8
-    broken = _rows([10.01, 9.5, 9.0, 8.0])  # 0.01 bits at step 1: outside 0.001
-    assert verify.largest_difference(broken, ref, wins[0]["steps"])["bits"] == pytest.approx(0.01)
-    assert verify.largest_difference(broken, ref, wins[1]["steps"])["bits"] == 0.0
-    # without tolerance_until_step every row is held to tolerance_bits; --tolerance sets the first window
-    assert [w["steps"] for w in verify.windows({"tolerance_bits": 0.01})] == [(-float("inf"), float("inf"))]
-    assert verify.windows(meta, tolerance_bits=0.2)[0]["tolerance_bits"] == 0.2
-
-
 def test_record_refuses_a_window_without_its_tolerance(tmp_path, smoke_cfg):
     with pytest.raises(verify.UserError, match="--until-step and --late-tolerance go together"):
         verify.record(make_config(smoke_cfg), tmp_path / "c.yaml", tmp_path, tmp_path / "ref", "cmd", until_step=300)
@@ -184,7 +162,7 @@ def test_the_vendors_references_share_their_data_and_part_in_their_curves(root, 
     assert intel_meta["arms"] == amd_meta["arms"]
     plateau = (-float("inf"), float(intel_meta["tolerance_until_step"]))
     apart = [
-        verify.largest_difference(amd[amd["run"] == run], intel[intel["run"] == run], plateau)["bits"]
+        tolerance.largest_difference(amd[amd["run"] == run], intel[intel["run"] == run], plateau)["bits"]
         for run in intel_meta["arms"]
     ]
     assert all(0 < bits < 0.05 for bits in apart), apart  # never equal, yet rounding-sized on the plateau
@@ -219,31 +197,11 @@ def test_a_recorded_reference_is_one_folder_checked_exactly_on_its_own_vendor(ro
     one = shutil.copytree(root / "data" / "reference" / "smoke_run" / "AuthenticAMD", tmp_path / "mine")
     assert verify.reference_for(one, "GenuineIntel") == (one, True)  # one reference: its recorded vendor decides
     meta = json.loads((one / META).read_text())
-    assert verify.exactness(meta, "pinned", "AuthenticAMD", True)[0]
-    exact, why = verify.exactness(meta, "pinned", "GenuineIntel", True)
+    assert tolerance.exactness(meta, "pinned", "AuthenticAMD", True)[0]
+    exact, why = tolerance.exactness(meta, "pinned", "GenuineIntel", True)
     assert not exact and "recorded on a AuthenticAMD CPU and this is a GenuineIntel one" in why
-    assert not verify.exactness(meta, "native", "AuthenticAMD", True)[0]
-    assert "reports no CPU vendor" in verify.exactness(meta, "pinned", None, False)[1]
-
-
-@pytest.mark.parametrize("folder", ["smoke_run", "default_run"])
-def test_the_shipped_tolerances_are_twice_what_was_measured_on_all_four_arms(root, folder):
-    """benchmarks/verify_tolerances.py --write stored them; measured again here from the shipped runs."""
-    script = load_benchmark("verify_tolerances")
-    pinned, native, until = script.measure(folder)
-    assert len(pinned) == 4 and (native is None or len(native) == 16)  # four arms; two machines x two vendors
-    found = verify.tolerances_from(pinned, native)
-    for vendor in ("GenuineIntel", "AuthenticAMD"):
-        meta = json.loads((root / "data" / "reference" / folder / vendor / META).read_text())
-        for key, value in found.items():
-            if value is not None:
-                assert meta[key] == value, (vendor, key)
-        assert pinned["early_largest"].max() * 2 <= meta["tolerance_bits"] < pinned["early_largest"].max() * 2.1
-
-
-def test_thresholds_round_up_to_two_digits():
-    assert verify._round_up(0.0312) == 0.032 and verify._round_up(1.448) == 1.5 and verify._round_up(0.2) == 0.2
-    assert verify._round_up(3.86e-3) == 3.9e-3 and verify._round_up(0.0) == 0.0
+    assert not tolerance.exactness(meta, "native", "AuthenticAMD", True)[0]
+    assert "reports no CPU vendor" in tolerance.exactness(meta, "pinned", None, False)[1]
 
 
 # --- pinned and native runs against a pinned reference (hand-made runs, data and reference) ----------
@@ -324,7 +282,7 @@ def test_a_pinned_run_equal_to_the_reference_passes_at_zero_bits(pinned, tmp_pat
     assert result["passed"] and result["kernels"] == "pinned"
     assert [s["outcome"] for s in result["data"]["stages"]] == ["same", "same", "same"]
     assert all(p["bits"] == 0.0 for a in result["arms"].values() for p in a["windows"])
-    assert result["windows"][0]["statistic"] == verify.MAX_STATISTIC
+    assert result["windows"][0]["statistic"] == tolerance.MAX_STATISTIC
 
 
 def test_a_broken_tokenizer_is_named_by_its_stage(pinned, tmp_path, capsys):
@@ -359,7 +317,7 @@ def test_a_burst_in_one_row_of_one_codebook_cannot_trip_the_late_check(pinned, t
     result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data)
     assert result["passed"], verify.report(result)
     late = result["arms"]["prenorm_clip1"]["windows"][1]
-    assert late["statistic"] == verify.MEDIAN_STATISTIC and late["bits"] == pytest.approx(0.4)
+    assert late["statistic"] == tolerance.MEDIAN_STATISTIC and late["bits"] == pytest.approx(0.4)
 
 
 def test_a_wrong_target_moves_every_late_row_and_fails(pinned, tmp_path):
@@ -382,7 +340,7 @@ def test_a_native_run_is_held_by_medians_and_its_other_codes_are_expected(pinned
     result = verify.compare(make_config(cfg_native), tmp_path / "runs", ref, data_dir=data)
     assert result["kernels"] == "native" and result["passed"], verify.report(result)
     assert result["data"]["first_differing_stage"] == "tokenize" and not result["data"]["fails"]
-    assert result["windows"][0]["statistic"] == verify.MEDIAN_STATISTIC
+    assert result["windows"][0]["statistic"] == tolerance.MEDIAN_STATISTIC
     print(verify.report(result))
     assert "as expected with native kernels" in capsys.readouterr().out
     # but a changed model moves the early rows by more than CPUs do
@@ -401,7 +359,7 @@ def test_native_runs_of_other_cpus_pass_against_the_pinned_default_reference(roo
     runs = root / "tests" / "fixtures" / "native_runs" / machine
     result = verify.compare(make_config(cfg), runs, root / "data" / "reference" / "default_run", data_dir=None)
     assert result["kernels"] == "native" and result["passed"], verify.report(result)
-    assert all(w["statistic"] == verify.MEDIAN_STATISTIC for w in result["windows"])
+    assert all(w["statistic"] == tolerance.MEDIAN_STATISTIC for w in result["windows"])
     # the same runs with one arm's late rows moved by 1.5 bits (a wrong target) fail
     broken = {run: pd.read_csv(runs / run / "metrics.csv") for run in cfg.runs}
     late = broken["prenorm_clip10"]["step"] > 300
@@ -444,7 +402,7 @@ def test_a_pinned_run_on_the_references_vendor_is_held_to_zero_bits_on_every_row
     _vendor_reference(ref)
     _write_run(tmp_path / "runs", cfg, _curve())
     result = verify.compare(make_config(cfg), tmp_path / "runs", ref, data_dir=data, vendor="TestVendor")
-    assert result["exact"] and result["passed"] and result["windows"] == verify.exact_windows()
+    assert result["exact"] and result["passed"] and result["windows"] == tolerance.exact_windows()
     print(verify.report(result))
     out = capsys.readouterr().out
     assert "exact: pinned kernels on this CPU (vendor TestVendor)" in out and "bit for bit" in out
@@ -567,9 +525,9 @@ def test_one_ulp_in_one_weight_moves_the_trained_rows_and_only_the_exact_check_s
     _train(cfg, data_dirs, tmp_path / "nudged")
     clean = pd.read_csv(tmp_path / "clean" / "prenorm_clip10" / "metrics.csv")
     nudged = pd.read_csv(tmp_path / "nudged" / "prenorm_clip10" / "metrics.csv")
-    found = verify.largest_difference(nudged, clean)
+    found = tolerance.largest_difference(nudged, clean)
     assert found["bits"] > 0, "one ulp in a weight must show in the rows"
-    assert not found["bits"] <= verify.exact_windows()[0]["tolerance_bits"]
+    assert not found["bits"] <= tolerance.exact_windows()[0]["tolerance_bits"]
     assert found["bits"] < 1e-4  # below the smoke reference's cross-vendor tolerance: invisible to it
 
 

@@ -326,3 +326,27 @@ def test_a_corpus_of_another_sample_format_is_refused(prepared):
     assert stage.read_prepared(prepared, "float32").shards  # prepared as float32: taken
     with pytest.raises(TokenizerError, match=r"audio\.npy: float32 samples, but the configuration says "):
         stage.read_prepared(prepared, "int16")  # data.sample_format: int16 over that corpus
+
+
+def test_the_clips_encoded_in_segments_are_counted_in_the_records(calibrated, prepared, tmp_path, caplog):
+    """A clip longer than tokenizer.segment_seconds is encoded in segments (its codes are not the whole-file
+    codes MERT encodes): each shard's encode.json counts them, tokenizer.json sums them and says so."""
+    manifest = pd.read_csv(prepared / "manifest.csv")
+    seconds = manifest["num_frames"].to_numpy() / 75
+    cut = float(np.median(seconds))  # half the clips longer than this
+    cfg = dataclasses.replace(tok_cfg(), tokenizer=dataclasses.replace(tok_cfg().tokenizer, segment_seconds=cut))
+    out = tmp_path / "codes"
+    shutil.copytree(calibrated / "model", out / "model")
+    for k in sorted(manifest["shard"].unique()):
+        stage.encode_shard(make_config(cfg), prepared, out, int(k), threads=2)
+        shard = manifest[manifest["shard"] == k]
+        record = json.loads((out / f"shard-{int(k):05d}" / "encode.json").read_text())
+        assert record["segmented_clips"] == int((shard["num_frames"] > round(cut * 75)).sum())
+    with caplog.at_level(logging.WARNING, logger="acoustic_mlm"):
+        stage.merge(make_config(cfg), prepared, out)
+    total = int((manifest["num_frames"] > round(cut * 75)).sum())
+    assert 0 < total < len(manifest)
+    assert json.loads((out / "tokenizer.json").read_text())["segmented_clips"] == total
+    assert f"{total} clip(s) longer than tokenizer.segment_seconds" in caplog.text
+    whole = json.loads((calibrated / "tokenizer.json").read_text())
+    assert whole["segmented_clips"] == 0  # the shipped settings segment none of these clips

@@ -3,7 +3,8 @@ test-made state dict (seeded weights; each RVQ level's 1024 codewords drawn from
 recordings, so that every level uses many codes). MERT's `prepare_codecs_from_manifest.py` (yizhilll/MERT)
 encodes each file whole; the tokenizer segments a clip only past `tokenizer.segment_seconds`, with
 `context_seconds` of left context whose codes are dropped. This test measures how often the two agree: on the
-three recordings longer than 60 s (323.7 s), 98.70 % of codebook-0 frames (1.3 % differ), so the pretrained
+three recordings longer than 60 s (323.7 s), 98.70 % of codebook-0 frames (1.3 % differ) and 99.26-99.42 % of
+codebooks 1-7's, so the pretrained
 presets encode whole files up to the length their GPU memory holds (`segment_seconds` 240 at batch 16, 900 at
 batch 4)."""
 
@@ -68,6 +69,7 @@ def test_60_s_segments_with_2_s_of_context_change_some_codes_of_whole_files_on_r
     assert (whole >= 0).all() and len(np.unique(whole[0])) > 200  # every frame coded, many codes in use
     agree = (whole == seg).mean(axis=1)  # per codebook, over 323.7 s of audio (24,279 frames)
     print("agreement per codebook:", np.round(agree, 5).tolist())
-    # measured at the commit adding this test (2 threads, torch 2.9.1): codebook 0 agrees on 98.70 % of the frames,
+    # measured (2 threads, torch 2.9.1): codebook 0 agrees on 98.70 % of the frames, codebooks 1-7 on 99.26-99.42 %,
     # so segments are not MERT's whole-file targets: the pretrained presets segment only past what GPU memory holds
-    assert agree[0] == pytest.approx(0.9870, abs=0.005)
+    measured = [0.98698, 0.99258, 0.99349, 0.99328, 0.99423, 0.9939, 0.99341, 0.99415]
+    assert agree == pytest.approx(measured, abs=0.005)

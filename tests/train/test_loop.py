@@ -225,7 +225,7 @@ def test_a_real_state_passes_the_content_check_and_resumes(data_dirs, tiny_cfg, 
 def test_a_second_train_of_a_run_folder_is_refused_while_the_first_runs(data_dirs, tiny_cfg, tmp_path, other):
     """While one train holds results/runs/<run> (here: its lock, as a running train does), another train of
     the folder, with the same or other settings, is refused before it writes anything."""
-    from acoustic_mlm.utils import folder_lock
+    from acoustic_mlm.folder_lock import folder_lock
 
     out = tmp_path / "prenorm_clip1"
     tiny_cfg["train"].update(other)

@@ -183,6 +183,17 @@ def _check_data(cfg: dict, source: str) -> None:
         raise ConfigError(f"{source}: 'data.source' is url: set 'data.url' and 'data.known_hash' (sha256:<hex>)")
     if d["source"] == "folder" and not d["folder"]:
         raise ConfigError(f"{source}: 'data.source' is folder: set 'data.folder'")
+    if d["source"] == "tones":  # one tone per EnCodec frame of 320 samples at 24 kHz (data/tones.py)
+        syn = d["synthetic"]
+        if syn["sample_rate"] != encodec.SAMPLE_RATE:
+            raise ConfigError(
+                f"{source}: 'data.synthetic.sample_rate' must be {encodec.SAMPLE_RATE} for data.source tones"
+            )
+        frames = syn["clip_seconds"] * encodec.FRAME_RATE
+        if abs(frames - round(frames)) > 1e-6:
+            raise ConfigError(
+                f"{source}: 'data.synthetic.clip_seconds' is not a whole number of EnCodec frames (data.source tones)"
+            )
 
 
 def _check_arms(cfg: dict, source: str) -> None:
@@ -280,8 +291,13 @@ def _check_crop(cfg: dict, source: str) -> None:
 
 
 def _check_tokenizer(cfg: dict, source: str) -> None:
-    """A calibrated tokenizer sees at least one frame per code it fits."""
+    """A calibrated tokenizer sees at least one frame per code it fits; the pitch tokenizer reads the tone corpus."""
     tok, size = cfg["tokenizer"], cfg["model"]["codebook_size"]
+    if tok["mode"] == "pitch" and cfg["data"]["source"] != "tones":
+        raise ConfigError(
+            f"{source}: 'tokenizer.mode' is pitch, the tone corpus's oracle: it reads only 'data.source' tones "
+            f"(not {cfg['data']['source']})"
+        )
     if tok["mode"] == "calibrated" and tok["calibration_frames"] < size:
         raise ConfigError(f"{source}: 'tokenizer.calibration_frames' must be at least 'model.codebook_size' ({size})")
 

@@ -89,6 +89,18 @@ def opt(*flags: str, help: str, rule: str | dict | None = None, needs: str | Non
     return Option(flags, help, keywords, rule, needs)
 
 
+def count(*flags: str, help: str, least: int = 1, **keywords) -> Option:
+    """A whole-number option of at least `least` (metavar N unless given)."""
+    keywords.setdefault("metavar", "N")
+    return opt(*flags, type=int, rule={"minimum": least}, help=help, **keywords)
+
+
+def amount(*flags: str, help: str, above: float | None = None, least: float | None = None, **keywords) -> Option:
+    """A real-number option above `above` (exclusive) or of at least `least`."""
+    rule = {"exclusiveMinimum": above} if above is not None else {"minimum": least}
+    return opt(*flags, type=float, rule=rule, help=help, **keywords)
+
+
 @dataclass(frozen=True)
 class Steps:
     """One step of a sharded stage (Snakemake runs them as separate jobs); none: every step in turn."""
@@ -129,8 +141,8 @@ QUIET = opt("-q", "--quiet", action="store_true", help="warnings and errors only
 class Command:
     """One subcommand: `options` are its own options in help order (rows: an `Option`, a `Steps`
     group, or a key of SHARED), after --config, --threads and -v; `entry(args, cfg)` runs it with the
-    validated configuration and returns its exit status (None: 0). `folders` and `files` name the
-    options (argparse attributes) that are output paths."""
+    validated configuration (None where the command reads none) and returns its exit status (None: 0).
+    `folders` and `files` name the options (argparse attributes) that are output paths."""
 
     name: str
     help: str
@@ -138,6 +150,7 @@ class Command:
     options: tuple[Option | Steps | str, ...]
     entry: Callable[..., int | None]
     threads: bool = False  # --threads: the stages whose torch threads it sets (train, preflight)
+    reads_config: bool = True  # --config: False for a command whose input names its own (a round's base)
     folders: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
 
@@ -162,7 +175,8 @@ class Command:
 
     def rows(self) -> list[Option | Steps]:
         """Every option row of the command, in help order: --config, --threads, -v, then its own."""
-        rows = (CONFIG, *([THREADS] if self.threads else []), VERBOSE, QUIET, *self.options)
+        config = [CONFIG] if self.reads_config else []
+        rows = (*config, *([THREADS] if self.threads else []), VERBOSE, QUIET, *self.options)
         return [SHARED[row] if isinstance(row, str) else row for row in rows]
 
 

@@ -29,6 +29,7 @@ LOGGERS = ("csv", "tensorboard", "wandb")  # train.loggers (train/trackers.py)
 SEED_SPREADS = ("range", "2std")  # claims.seed_spread
 DATA_SOURCES = (  # data.source (data/fetch.py's SOURCES; tests/data/test_fetch.py holds them equal)
     "synthetic",
+    "tones",
     "folder",
     "url",
     "librosa",
@@ -44,6 +45,8 @@ DATA_SOURCES = (  # data.source (data/fetch.py's SOURCES; tests/data/test_fetch.
     "librispeech-train-clean-360",
     "librispeech-train-other-500",
 )
+# tokenizer.mode: EnCodec calibrated offline, EnCodec's official weights, or the tone corpus's oracle (data.tones)
+TOKENIZER_MODES = ("calibrated", "pretrained", "pitch")
 # `sweep:` as the file holds it (a mapping of dotted keys to lists of values), not as SweepGrid types it
 SWEEP_SCHEMA = {
     "type": "array",
@@ -83,7 +86,8 @@ def _typed(cls, mapping: dict, **replace):
 
 @dataclass(frozen=True)
 class SyntheticConfig:
-    """`data.synthetic`: the generated corpus."""
+    """`data.synthetic`: the generated corpus (data.source synthetic, or tones: the tone corpus of the rounds,
+    at 24000 Hz in whole EnCodec frames)."""
 
     n_clips: int = setting(minimum=2)
     clip_seconds: float = setting(exclusiveMinimum=0)
@@ -110,6 +114,11 @@ class DataConfig:
     max_compression_ratio: float = setting(
         minimum=1, doc="archives: refuse a member (or a whole tar) that expands more than this many times"
     )
+    remove_archive: bool = setting(
+        doc="fma_*: remove the archive from the downloads folder once prepare has prepared every member (it reads "
+        "them straight from the zip); a later fetch writes data/raw again from the record left beside it, without "
+        "downloading; preparing again needs the archive (delete the record and rerun fetch)"
+    )
     sample_rate: int = setting(const=encodec.SAMPLE_RATE)
     sample_format: str = setting(  # float32 | int16: the prepared audio's samples on disk
         enum=("float32", "int16"),
@@ -125,7 +134,7 @@ class DataConfig:
 class TokenizerConfig:
     """The `tokenizer:` section."""
 
-    mode: str = setting(enum=("calibrated", "pretrained"))  # calibrated | pretrained
+    mode: str = setting(enum=TOKENIZER_MODES)  # calibrated | pretrained | pitch (the tone corpus's oracle)
     bandwidth: float = setting(enum=(1.5, 3.0, 6.0, 12.0, 24.0))
     checkpoint: str | None = setting()
     seed: int = setting(minimum=0)

@@ -17,9 +17,17 @@ from acoustic_mlm.config.sections import get
 # how fast or where a step runs, not what it writes.
 STEP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # cpu_kernels: the pinned (avx2) or native kernels compute different bits (acoustic_mlm.kernels)
+    # data.remove_archive: no step's outputs depend on it (prepare removes the archive after its outputs are whole)
     "fetch": (
         ("data", "cpu_kernels"),
-        ("data.shard_files", "data.sample_rate", "data.sample_format", "data.valid_fraction", "data.split_seed"),
+        (
+            "data.shard_files",
+            "data.sample_rate",
+            "data.sample_format",
+            "data.valid_fraction",
+            "data.split_seed",
+            "data.remove_archive",
+        ),
     ),
     "plan": (("data.shard_files",), ()),
     # clips shorter than a crop are rejected

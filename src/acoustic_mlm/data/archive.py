@@ -21,10 +21,16 @@ Then it writes only the regular-file members that `keep(name)` selects, itself (
 `tarfile.extract` or `zipfile.extract`): links, devices and FIFOs are never created, so no
 later member can be written through one. Links that stay inside the archive are skipped (they
 would only duplicate a file the archive already holds) and counted.
+
+`survey(archive, keep, limits)` makes the same checks and the same counts without writing anything, and
+`ZipMembers(archive, limits)` reads a zip's regular-file members one at a time into memory, every member
+checked first and each read held to its header and the limits as `extract` holds its writes: the prepare
+stage decodes FMA's MP3s straight from the zip, with no extracted copy on disk.
 """
 
 from __future__ import annotations
 
+import io
 import lzma
 import re
 import stat
@@ -299,6 +305,40 @@ def list_members(archive: Path) -> list[Member]:
     return members
 
 
+def _select(members: list[Member], keep: Callable[[str], bool]) -> tuple[Extracted, list[Member]]:
+    """Every member in exactly one count of an `Extracted` (its `files` and `bytes` left for the caller), and
+    the regular files that `keep(relative path)` selects, in archive order."""
+    done, chosen = Extracted(), []
+    for m in members:
+        if m.kind == "dir":
+            done.dirs += 1
+        elif m.kind in ("symlink", "hardlink"):
+            done.links_skipped += 1
+        elif m.kind != "file":
+            done.other_skipped += 1
+        elif not keep(m.path.as_posix()):
+            done.not_kept.append(m.path.as_posix())
+        else:
+            chosen.append(m)
+    return done, chosen
+
+
+def survey(
+    archive: Path, keep: Callable[[str], bool] = lambda name: True, limits: ExtractLimits | None = None
+) -> Extracted:
+    """What `extract` would write, without writing or decompressing anything: every member checked
+    (list_members, check_limits) and counted as `extract` counts it; `files` and `bytes` (from the headers) are
+    the regular files `keep` selects. The bytes really decompressed are checked when a member is read
+    (`ZipMembers.read`)."""
+    archive = Path(archive)
+    members = list_members(archive)
+    check_limits(members, archive, limits if limits is not None else ExtractLimits())
+    done, chosen = _select(members, keep)
+    done.files = [m.path.as_posix() for m in chosen]
+    done.bytes = sum(m.size for m in chosen)
+    return done
+
+
 def extract(
     archive: Path, dest: Path, keep: Callable[[str], bool] = lambda name: True, limits: ExtractLimits | None = None
 ) -> Extracted:
@@ -312,25 +352,13 @@ def extract(
     members = list_members(archive)  # every member checked before anything is written
     check_limits(members, archive, limits)
     budget = _Budget(archive, limits)
-    done = Extracted()
+    done, chosen = _select(members, keep)
     root = dest.resolve()
     kind = archive_kind(archive)
     opener = zipfile.ZipFile(archive) if kind == "zip" else tarfile.open(archive)
     with opener as handle:
-        for m in members:
-            if m.kind == "dir":
-                done.dirs += 1
-                continue
-            if m.kind in ("symlink", "hardlink"):
-                done.links_skipped += 1
-                continue
-            if m.kind != "file":
-                done.other_skipped += 1
-                continue
+        for m in chosen:
             rel = m.path.as_posix()
-            if not keep(rel):
-                done.not_kept.append(rel)
-                continue
             target = dest / m.path
             if root not in target.resolve().parents:  # defence in depth; check_members already ensured it
                 raise UnsafeArchiveError(f"refusing {archive.name}: member {m.name!r} resolves outside {dest}")
@@ -352,11 +380,60 @@ def extract(
     return done
 
 
+class ZipMembers:
+    """The regular-file members of a zip, read one at a time into memory and never written to disk.
+
+    Opening it checks every member as `extract` does before it writes anything (list_members: names, links,
+    conflicts, lengths; check_limits: the total and each member's ratio from the headers); `read` counts the
+    bytes really decompressed against the member's header and the limits (`_Budget`, as `extract`), and
+    zipfile checks the member's CRC-32 at its end. Memory: one member's bytes at a time (an MP3 is smaller
+    than the audio it decodes to). Use it as a context manager (it holds the zip open).
+    """
+
+    def __init__(self, archive: Path, limits: ExtractLimits | None = None):
+        self.archive = Path(archive)
+        limits = limits if limits is not None else ExtractLimits()
+        if archive_kind(self.archive) != "zip":
+            raise ArchiveError(f"{self.archive.name}: not a zip archive (its members are read in place from zips only)")
+        members = list_members(self.archive)  # every member checked before any is read
+        check_limits(members, self.archive, limits)
+        self.files = {m.path.as_posix(): m for m in members if m.kind == "file"}
+        self._budget = _Budget(self.archive, limits, stopped="reading stopped")
+        try:
+            self._zip = zipfile.ZipFile(self.archive)
+        except _READ_ERRORS as exc:
+            raise ArchiveError(f"{self.archive.name}: unreadable zip archive ({one_line(exc)})") from None
+
+    def read(self, rel: str) -> bytes:
+        """The bytes of the regular-file member at relative path `rel` (as `survey` lists it)."""
+        m = self.files.get(rel)
+        if m is None:
+            raise ArchiveError(f"{self.archive.name}: no regular-file member {rel!r}")
+        buf = io.BytesIO()
+        try:
+            with self._zip.open(m.ref) as src:
+                self._budget.copy(src, buf, m)
+        except UnsafeArchiveError:
+            raise
+        except _READ_ERRORS as exc:
+            raise ArchiveError(f"{self.archive.name}: cannot read member {m.name!r} ({one_line(exc)})") from None
+        return buf.getvalue()
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self) -> "ZipMembers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class _Budget:
     """Counts the bytes really decompressed, against each member's header size and the limits."""
 
-    def __init__(self, archive: Path, limits: ExtractLimits):
-        self.archive, self.limits, self.total = archive, limits, 0
+    def __init__(self, archive: Path, limits: ExtractLimits, stopped: str = "extraction stopped"):
+        self.archive, self.limits, self.total, self.stopped = archive, limits, 0, stopped
         self.stored = archive.stat().st_size
 
     def copy(self, src, out, m: Member) -> None:
@@ -372,5 +449,5 @@ class _Budget:
             elif written >= RATIO_MIN_BYTES and written > self.limits.max_ratio * max(m.compressed or self.stored, 1):
                 why = f"expands over data.max_compression_ratio ({self.limits.max_ratio:g})"
             if why:
-                raise UnsafeArchiveError(f"refusing {self.archive.name}: member {m.name!r} {why}; extraction stopped")
+                raise UnsafeArchiveError(f"refusing {self.archive.name}: member {m.name!r} {why}; {self.stopped}")
             out.write(block)

@@ -20,9 +20,10 @@ from acoustic_mlm.config.cli_options import Steps, command, opt
 def fetch_command(args, cfg) -> None:
     """make or download the raw audio
 
-    Write the corpus chosen by data.source into --out: synthetic (generated music, offline), folder (a local
-    folder), url (a zip or tar(.gz) with its hash), fma_small/medium/large/full, librispeech-<subset>. Downloads are
-    checksummed, resumable, kept in --downloads and extracted safely.
+    Write the corpus chosen by data.source into --out: synthetic (generated music, offline), tones (the tone
+    corpus of the rounds, offline), folder (a local folder), url (a zip or tar(.gz) with its hash),
+    fma_small/medium/large/full, librispeech-<subset>. Downloads are checksummed, resumable, kept in --downloads
+    and extracted safely.
     """
     from acoustic_mlm.data import fetch
 
@@ -46,7 +47,8 @@ def prepare_command(args, cfg) -> None:
 
     Decode every audio file under --raw with soundfile, mix to mono, resample to 24 kHz, trim to whole EnCodec
     frames, in shards of data.shard_files files; split train/valid deterministically; write shard-<k>/audio.npy,
-    manifest.csv and rejects.csv. Without a step option, all steps run in turn.
+    manifest.csv and rejects.csv. Without a step option, all steps run in turn. FMA's members are read straight
+    from the zip in data/downloads (nothing extracted); data.remove_archive removes it once the corpus is complete.
     """
     from acoustic_mlm.data import prepare
 
@@ -56,5 +58,6 @@ def prepare_command(args, cfg) -> None:
         prepare.prepare_shard(cfg, args.raw, args.out, args.shard)
     elif args.merge:
         prepare.merge(cfg, args.out)
+        prepare.remove_archive(cfg, args.raw, args.out)  # data.remove_archive: once the manifest is written
     else:
         prepare.run(cfg, args.raw, args.out)

@@ -4,11 +4,13 @@ EnCodec frames, or `Unusable` with the reason prepare writes to rejects.csv.
 Files are decoded by content (libsndfile), whatever their name, in blocks mixed to mono; a header's
 own frame count (`header_frames`) catches WAV, AIFF, AU and Wave64 files holding less than they
 declare; resampling is torchaudio's (`_resample`: rates whose ratio would take minutes are taken as
-the nearest multiple of 50 Hz). The thresholds below say what counts as unusable.
+the nearest multiple of 50 Hz). The thresholds below say what counts as unusable. A file is a path, or
+its bytes in memory (an archive member read by archive.ZipMembers): both decode to the same samples.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from pathlib import Path
@@ -24,13 +26,14 @@ class Unusable(Exception):
     """A file prepare cannot use; the message is the reason written to rejects.csv."""
 
 
-def _mono_blocks(path: Path, block: int = 1 << 20) -> tuple[np.ndarray, int, int, int]:
+def _mono_blocks(path: Path | bytes, block: int = 1 << 20) -> tuple[np.ndarray, int, int, int]:
     """Decode in blocks (memory follows what decodes, not what a header claims), mixed to mono.
 
     Returns (mono float32, sample rate, channels, frames the header declares).
     """
     parts = []
-    with sf.SoundFile(str(path)) as f, np.errstate(invalid="ignore"):  # inf - inf: NaN, caught by the caller
+    src = io.BytesIO(path) if isinstance(path, bytes) else str(path)  # libsndfile's virtual I/O for bytes
+    with sf.SoundFile(src) as f, np.errstate(invalid="ignore"):  # inf - inf: NaN, caught by the caller
         sr, channels, declared = int(f.samplerate), int(f.channels), int(f.frames)
         # f.read, not f.blocks: blocks() yields its whole buffer even when the decoder stops
         # early, so a truncated file would come back padded with uninitialised memory.
@@ -44,8 +47,9 @@ _W64_FMT = bytes.fromhex("666d7420f3acd3118cd100c04f8edb8a")  # Sony Wave64 chun
 _W64_DATA = bytes.fromhex("64617461f3acd3118cd100c04f8edb8a")
 
 
-def header_frames(path: Path) -> int:
-    """The frames a WAV, AIFF, AU or Wave64 header declares (0: unknown or another format).
+def header_frames(path: Path | bytes) -> int:
+    """The frames a WAV, AIFF, AU or Wave64 header declares (0: unknown or another format); `path` may be
+    the file's bytes.
 
     libsndfile reports the frames a file holds, not what its header declares: a WAV whose header
     says 4 s but whose data stops at 1.24 s decodes as a clean 1.24 s clip. The header's own count
@@ -53,11 +57,14 @@ def header_frames(path: Path) -> int:
     """
     import struct
 
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 16)
-    except OSError:
-        return 0
+    if isinstance(path, bytes):
+        head = path[: 1 << 16]
+    else:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(1 << 16)
+        except OSError:
+            return 0
     try:
         if head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
             end = "<" if head[:4] == b"RIFF" else ">"
@@ -124,8 +131,9 @@ MAX_ABS_SAMPLE = 1000.0
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 4_000, 384_000
 
 
-def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, int, int]:
-    """One file -> (mono float32 at sample_rate in whole EnCodec frames, orig rate, orig channels).
+def decode(path: Path | bytes, sample_rate: int, min_samples: int) -> tuple[np.ndarray, int, int]:
+    """One file (a path, or its bytes) -> (mono float32 at sample_rate in whole EnCodec frames, orig rate,
+    orig channels).
 
     Raises Unusable(reason) for: an empty file, one soundfile cannot open or decode (not audio,
     corrupt, truncated FLAC), a sample rate outside MIN_SAMPLE_RATE..MAX_SAMPLE_RATE, a truncated
@@ -134,7 +142,7 @@ def decode(path: Path, sample_rate: int, min_samples: int) -> tuple[np.ndarray, 
     training crop) once resampled and trimmed to whole frames.
     """
     try:
-        size = path.stat().st_size
+        size = len(path) if isinstance(path, bytes) else path.stat().st_size
     except OSError as exc:
         raise Unusable(f"cannot read: {one_line(exc)}") from None
     if size == 0:

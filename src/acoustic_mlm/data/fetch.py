@@ -5,6 +5,9 @@ which lands in `SOURCE.json` next to the audio. The folder appears at `out_dir` 
 complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or nothing.
 
 - `synthetic`: procedural music (acoustic_mlm.data.synth), offline.
+- `tones`: the tone corpus of the small-scale rounds (acoustic_mlm.data.tones), offline: float32 WAV files,
+  the samples exactly as generated, from `data.synthetic`'s n_clips, clip_seconds (whole EnCodec frames)
+  and seed.
 - `fma_*`, `librispeech-*`, `url`: an archive (sources.py says where, with which hash) is
   downloaded through pooch into the downloads folder (`data/downloads/` by default, next to
   `out_dir`, so that DVC can version it), checked against its hash, and kept: a later fetch
@@ -12,7 +15,13 @@ complete (utils.atomic_dir), so a failed fetch leaves the previous corpus, or no
   with HTTP Range requests (data/download.py); a hash mismatch is final unless the bytes
   came partly from an earlier transfer (then the file is downloaded once more from the start). Extraction
   (archive.extract) checks every member first and writes only audio files (wav, flac, ogg,
-  mp3); FMA's known-corrupt tracks are never extracted.
+  mp3); FMA's known-corrupt tracks are never extracted. FMA's zips (`sources.reads_in_place`) are not
+  extracted at all: fetch checks every member the same way (archive.survey) and lists the audio members
+  in SOURCE.json (`read_in_place`, `members`, `archive_path` relative to `out_dir`), and prepare decodes
+  them straight from the zip. Where prepare removed such an archive once every member was prepared
+  (`data.remove_archive`), the record it left beside it (`<archive>.removed.json`) holds this SOURCE.json:
+  fetch writes it again without downloading (so that a rerun of fetch, which DVC makes when the removal
+  changed data/downloads, leaves data/raw as it was); deleting the record makes fetch download the archive.
 - `librosa`: librosa's example recordings, file by file from `data.base_url`, each checked
   against its sha256 (sources.LIBROSA_SHA256) and kept in `downloads/librosa/`.
 - `folder`: every audio file under `data.folder` (recursive; audio by name, else by content:
@@ -45,7 +54,8 @@ import soundfile as sf
 
 from acoustic_mlm import __version__
 from acoustic_mlm import config as C
-from acoustic_mlm.data import archive, sources, synth
+from acoustic_mlm.artifacts.checked import Advice, read_json
+from acoustic_mlm.data import archive, sources, synth, tones
 from acoustic_mlm.data.download import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, download
 from acoustic_mlm.data.sources import AUDIO_SUFFIXES
 from acoustic_mlm.errors import UserError
@@ -86,6 +96,24 @@ def _fetch_synthetic(cfg: C.Config, out: Path, ctx: Context) -> dict:
     }
 
 
+def _fetch_tones(cfg: C.Config, out: Path, ctx: Context) -> dict:
+    """The tone corpus (acoustic_mlm.data.tones): offline, identical for a seed, the samples exactly as drawn."""
+    p = cfg.data.synthetic
+    frames = tones.frames_in(p.clip_seconds)
+    log.info("fetch: generating %d tone clips of %d frames (%.2f s) at %d Hz (seed %d)", p.n_clips, frames,
+             p.clip_seconds, tones.RATE, p.seed)  # fmt: skip
+    paths = tones.write_clips(out, p.n_clips, frames, p.seed)
+    return {
+        "params": {k: getattr(p, k) for k in ("n_clips", "clip_seconds", "sample_rate", "seed")},
+        "frames_per_clip": frames,
+        "held_out": tones.clip_name(p.n_clips - 1, p.n_clips),
+        "format": " ".join(tones.FORMAT),
+        "generator": f"acoustic_mlm.data.tones {__version__}",
+        "files": len(paths),
+        "total_seconds": round(len(paths) * frames * tones.HOP / tones.RATE, 3),
+    }
+
+
 def _archive_skipped(path: Path, done: archive.Extracted, src: sources.ArchiveSource) -> list[dict]:
     """Every archive member not extracted (but folders), with its reason, for SOURCE.json and the rejects."""
 
@@ -120,16 +148,29 @@ def _archive_skipped(path: Path, done: archive.Extracted, src: sources.ArchiveSo
 
 
 def _fetch_archive(cfg: C.Config, out: Path, ctx: Context) -> dict:
-    """fma_*, librispeech-*, url: download (or reuse) the archive, extract its audio files."""
+    """fma_*, librispeech-*, url: download (or reuse) the archive, extract its audio files, or, for a zip prepare
+    reads in place (FMA's), check and list them."""
     src = sources.archive_for(cfg.data)
+    in_place = sources.reads_in_place(cfg.data)
+    if in_place and (again := _removed_record(cfg, src, ctx)) is not None:
+        return again
     path = download(src, ctx.downloads_dir, ctx.retries, ctx.timeout)
-    log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
-    done = archive.extract(
-        path,
-        out,
-        keep=lambda rel: sources.is_audio_name(rel) and not src.excluded(rel),
-        limits=archive.ExtractLimits.from_config(cfg.data),
-    )
+    limits = archive.ExtractLimits.from_config(cfg.data)
+
+    def keep(rel: str) -> bool:
+        return sources.is_audio_name(rel) and not src.excluded(rel)
+
+    if in_place:
+        log.info(
+            "fetch: checking and listing the audio members of %s (%.1f MB); prepare reads them from the zip, "
+            "nothing is extracted",
+            path.name,
+            path.stat().st_size / 1e6,
+        )
+        done = archive.survey(path, keep=keep, limits=limits)
+    else:
+        log.info("fetch: extracting the audio files of %s (%.1f MB)", path.name, path.stat().st_size / 1e6)
+        done = archive.extract(path, out, keep=keep, limits=limits)
     excluded = sorted(r for r in done.not_kept if sources.is_audio_name(r))
     if not done.files:
         raise UserError(
@@ -154,7 +195,7 @@ def _fetch_archive(cfg: C.Config, out: Path, ctx: Context) -> dict:
         log.info("fetch: left out %d known-corrupt tracks: %s", len(excluded), ", ".join(excluded))
     skipped = _archive_skipped(path, done, src)
     _log_skipped(skipped, path.name)
-    return {
+    info = {
         "url": src.url,
         "known_hash": src.known_hash,
         "archive": path.name,
@@ -168,6 +209,44 @@ def _fetch_archive(cfg: C.Config, out: Path, ctx: Context) -> dict:
         "off_layout": len(off_layout),
         "skipped": skipped,  # every member not extracted (but folders): prepare lists them in rejects.csv
     }
+    if in_place:  # prepare reads these members from the archive at archive_path (relative to the raw folder)
+        info.update(read_in_place=True, archive_path=_relative(path, ctx.out_dir), members=sorted(done.files))
+        marker = sources.removed_marker(path)
+        if marker.is_file():  # the archive is back: the record of its removal no longer holds
+            marker.unlink()
+            log.info("fetch: %s is here again; removed %s, the record of its removal", path.name, marker.name)
+    return info
+
+
+def _relative(path: Path, folder: Path) -> str:
+    """`path` relative to `folder` (both resolved; '..' where needed), as prepare finds it from the raw folder."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(folder).resolve())).as_posix()
+
+
+def _removed_record(cfg: C.Config, src: sources.ArchiveSource, ctx: Context) -> dict | None:
+    """What fetch wrote for `src` before prepare removed its archive (data.remove_archive), from the record prepare
+    left beside it, when the archive is gone and the record is for this very archive; else None (download it)."""
+    kept = ctx.downloads_dir / src.filename
+    marker = sources.removed_marker(kept)
+    if kept.exists() or not marker.is_file():
+        return None
+    advice = Advice(f"delete it and rerun the fetch stage (it downloads {src.filename} again)")
+    was = read_json(marker, "the record of a removed archive", advice, required={"source_record": dict})
+    was = was["source_record"]
+    same = (was.get("source"), was.get("url"), was.get("known_hash"), was.get("archive"))
+    if same != (cfg.data.source, src.url, src.known_hash, src.filename) or was.get("read_in_place") is not True:
+        log.info("fetch: %s records the removal of another archive than %s's; downloading it", marker, src.name)
+        return None
+    info = {k: v for k, v in was.items() if k != "source"}
+    info["archive_path"] = _relative(kept, ctx.out_dir)
+    log.info(
+        "fetch: %s was removed once prepared (data.remove_archive); %s written again from %s, nothing downloaded "
+        "(preparing again needs the archive: delete that record and rerun fetch)",
+        src.filename,
+        sources.SOURCE_RECORD,
+        marker,
+    )
+    return info
 
 
 def _log_skipped(skipped: list[dict], where: str) -> None:
@@ -273,6 +352,7 @@ def _fetch_file_set(cfg: C.Config, out: Path, ctx: Context) -> dict:
 # data.source -> function(cfg, temporary out folder, context) -> description for SOURCE.json
 SOURCES: dict[str, Callable[[C.Config, Path, Context], dict]] = {
     "synthetic": _fetch_synthetic,
+    "tones": _fetch_tones,
     "folder": _fetch_folder,
     "url": _fetch_archive,
     **{name: _fetch_archive for name in sources.ARCHIVES},
@@ -281,29 +361,31 @@ SOURCES: dict[str, Callable[[C.Config, Path, Context], dict]] = {
 
 
 def check_disk(cfg: C.Config, out_dir: Path, downloads_dir: Path) -> None:
-    """Refuse, in one line naming both numbers, a named corpus whose peak on disk (archive, extracted members,
-    prepared audio, codes: sources.disk_plan) does not fit the free space where the data goes; an archive
-    already downloaded counts as there. Sources of unknown size pass."""
+    """Refuse, in one line naming both numbers, a named corpus whose peak on disk (archive, extracted members or
+    none where prepare reads the zip in place, prepared audio, codes, the archive removed after prepare with
+    data.remove_archive: sources.disk_plan) does not fit the free space where the data goes; an archive already
+    downloaded counts as there. Sources of unknown size pass, and so does an archive prepare removed once prepared
+    (nothing is downloaded: fetch writes its record again)."""
     from acoustic_mlm import encodec
 
     d = cfg.data
     known = sources.KNOWN_CORPORA.get(d.source)
     if known is None:
         return
+    kept = downloads_dir / sources.archive_for(d).filename
+    if not kept.exists() and sources.removed_marker(kept).is_file():
+        return
     k = encodec.codebooks(float(cfg.tokenizer.bandwidth))
     plan = sources.disk_plan(
         known.hours * 3600.0, known.download_gib * sources.GIB / sources.GB, d.sample_rate, d.sample_format, k,
-        encodec.FRAME_RATE,
+        encodec.FRAME_RATE, in_place=sources.reads_in_place(d), remove_archive=d.remove_archive,
     )  # fmt: skip
-    kept = downloads_dir / sources.archive_for(d).filename
     have = kept.stat().st_size / sources.GB if kept.is_file() else 0.0
-    free, where = sources.free_gb(out_dir)
-    if plan.peak_gb - have > free:
-        raise UserError(
-            f"fetch: {d.source} needs {plan.peak_gb:,.0f} GB at its peak ({plan.parts(d.sample_format)}), "
-            f"{plan.peak_gb - have:,.0f} GB more than is here, and {where} has {free:,.1f} GB free: free space or "
-            "run from a larger disk (amlm preflight shows the plan)"
-        )
+    needs = (
+        f"fetch: {d.source} needs {plan.peak_gb:,.0f} GB at its peak ({plan.parts(d.sample_format)}), "
+        f"{plan.peak_gb - have:,.0f} GB more than is here"
+    )
+    free, where = sources.check_room(needs, plan.peak_gb - have, out_dir)
     log.info("fetch: %s needs %.0f GB at its peak; %s has %.0f GB free", d.source, plan.peak_gb, where, free)
 
 

@@ -1,12 +1,14 @@
 """The corpora `data.source` can name: where each archive lives, its hash, what it should hold.
 
-Nothing here touches the network; `fetch` downloads and extracts what `archive_for` resolves.
+Nothing here touches the network; `fetch` downloads and extracts what `archive_for` resolves (FMA's zips it only
+checks and lists: prepare reads their members in place, `reads_in_place`). The disk each named corpus takes
+through the data stages (`disk_plan`) and the one-line refusal when it does not fit (`check_room`) are here too.
 
 - `fma_small | fma_medium | fma_large | fma_full`: the Free Music Archive (Defferrard et al., ISMIR 2017,
   github.com/mdeff/fma), MP3s laid out as `fma_<size>/<3-digit folder>/<6-digit track id>.mp3`: 30 s
   clips, except fma_full's untrimmed tracks (the same 106,574 tracks as fma_large, whole).
   URLs and sha1 sums from the FMA README. The zips use Deflate64 (read with zipfile-deflate64).
-  Six tracks are known to be corrupt and are never extracted (`FMA_CORRUPT_TRACKS`).
+  Six tracks are known to be corrupt and are never extracted nor read (`FMA_CORRUPT_TRACKS`).
 - `librispeech-<subset>`: LibriSpeech (Panayotov et al., ICASSP 2015, OpenSLR SLR12), 16 kHz
   FLAC speech, `LibriSpeech/<subset>/<speaker>/<chapter>/<speaker>-<chapter>-<utterance>.flac`.
   sha256 sums copied from torchaudio 2.9.1, `torchaudio/datasets/librispeech.py` (`_CHECKSUMS`).
@@ -15,6 +17,9 @@ Nothing here touches the network; `fetch` downloads and extracts what `archive_f
   sounds, each with its licence .txt), downloaded file by file from `data.base_url` (null: the
   published https://librosa.org/data/audio/), each checked against its sha256 from librosa's
   registry (librosa/util/example_data/registry.txt).
+
+The corpora generated offline are not here: `synthetic` (acoustic_mlm.data.synth) and `tones`
+(acoustic_mlm.data.tones), written by fetch; `folder` is a local folder.
 
 `AUDIO_SUFFIXES` and `find_audio` say what counts as audio, for fetch and prepare alike.
 """
@@ -387,38 +392,57 @@ KNOWN_CORPORA = {
 
 @dataclass(frozen=True)
 class DiskPlan:
-    """GB (decimal) each data stage leaves on disk. Nothing is removed along the way today: the archive is kept
-    (a later fetch reuses it by hash), its audio members are extracted beside it, then prepared, then encoded."""
+    """GB (decimal) each data stage leaves on disk. The archive is kept (a later fetch reuses it by hash) unless
+    `data.remove_archive` removes it once prepared; a zip read in place (`reads_in_place`: FMA's) has nothing
+    extracted, another archive's audio members are extracted beside it; then the prepared audio, then the codes."""
 
     download_gb: float  # the archive
-    extracted_gb: float  # its members (MP3s in a zip are stored as they are)
+    extracted_gb: float  # its members on disk (0 for a zip read in place; MP3s in a zip are stored as they are)
     prepared_gb: float  # data.sample_format at data.sample_rate
     codes_gb: float  # int16, codebooks x frame rate
+    archive_removed: bool = False  # data.remove_archive on a zip read in place: removed once every member is prepared
 
     @property
     def peak_gb(self) -> float:
+        """The most on disk at once: everything, or, when the archive goes after prepare, the larger of prepare's
+        end (archive + prepared audio) and tokenize's (prepared audio + codes)."""
+        if self.archive_removed:
+            return self.extracted_gb + self.prepared_gb + max(self.download_gb, self.codes_gb)
         return self.download_gb + self.extracted_gb + self.prepared_gb + self.codes_gb
 
     @property
     def final_gb(self) -> float:
-        return self.peak_gb  # nothing is cleaned up
+        kept = 0.0 if self.archive_removed else self.download_gb
+        return kept + self.extracted_gb + self.prepared_gb + self.codes_gb
 
     def parts(self, sample_format: str) -> str:
-        return (
-            f"archive {self.download_gb:,.1f} + extracted {self.extracted_gb:,.1f} + prepared audio "
-            f"{self.prepared_gb:,.1f} ({sample_format}) + codes {self.codes_gb:,.1f}"
-        )
+        archive = f"archive {self.download_gb:,.1f}"
+        if self.extracted_gb:
+            archive += f" + extracted {self.extracted_gb:,.1f}"
+        else:
+            archive += f" read in place{', removed once prepared' if self.archive_removed else ''}"
+        return f"{archive} + prepared audio {self.prepared_gb:,.1f} ({sample_format}) + codes {self.codes_gb:,.1f}"
 
 
 def disk_plan(
-    seconds: float, download_gb: float, sample_rate: int, sample_format: str, codebooks: int, frame_rate: float
+    seconds: float,
+    download_gb: float,
+    sample_rate: int,
+    sample_format: str,
+    codebooks: int,
+    frame_rate: float,
+    in_place: bool = False,
+    remove_archive: bool = False,
 ) -> DiskPlan:
-    """The disk of `seconds` of audio from an archive of `download_gb` through prepare and tokenize."""
+    """The disk of `seconds` of audio from an archive of `download_gb` through prepare and tokenize: its members
+    extracted beside it, or read in place (`in_place`, `reads_in_place`), and then removed (`remove_archive`,
+    data.remove_archive: only an archive read in place is removed)."""
     return DiskPlan(
         download_gb=download_gb,
-        extracted_gb=download_gb,
+        extracted_gb=0.0 if in_place else download_gb,
         prepared_gb=seconds * sample_rate * SAMPLE_BYTES[sample_format] / GB,
         codes_gb=seconds * frame_rate * codebooks * CODE_BYTES / GB,
+        archive_removed=in_place and remove_archive,
     )
 
 
@@ -428,3 +452,40 @@ def free_gb(path: Path) -> tuple[float, str]:
     while not p.exists() and p != p.parent:
         p = p.parent
     return shutil.disk_usage(p).free / GB, str(p)
+
+
+def check_room(needs: str, needed_gb: float, path: Path) -> tuple[float, str]:
+    """Refuse in one line, before any work, `needed_gb` more than the free space where `path` goes: `needs` (the
+    stage and what it needs, both numbers), then the free space and the folder. Returns (free GB, folder)."""
+    free, where = free_gb(path)
+    if needed_gb > free:
+        raise UserError(
+            f"{needs}, and {where} has {gb_text(free)} GB free: free space or run from a larger disk "
+            "(amlm preflight shows the plan)"
+        )
+    return free, where
+
+
+def gb_text(x: float) -> str:
+    """GB for a message: one decimal from 1 GB, three significant digits below (a small corpus is not 0.0 GB)."""
+    return f"{x:,.1f}" if x >= 1 else f"{x:.3g}"
+
+
+# ------------------------------------------------------------------------------------------
+# Archives read in place, and removed once prepared
+
+REMOVED_SUFFIX = ".removed.json"  # beside a removed archive: what prepare removed, and fetch's record to write again
+
+
+def reads_in_place(data: DataConfig) -> bool:
+    """Whether prepare reads `data.source`'s audio straight from its archive (nothing extracted): the named
+    corpora whose archive is a zip, FMA's (stored MP3s, random access). Tar archives (LibriSpeech) and `url`
+    sources are extracted by fetch."""
+    src = ARCHIVES.get(data.source)
+    return src is not None and src.filename.endswith(".zip")
+
+
+def removed_marker(archive: Path) -> Path:
+    """The record prepare writes beside an archive it removed (data.remove_archive): `<archive>.removed.json`."""
+    archive = Path(archive)
+    return archive.with_name(archive.name + REMOVED_SUFFIX)

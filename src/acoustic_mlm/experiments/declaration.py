@@ -29,9 +29,17 @@ from pathlib import Path
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
 
-RULES = ("pairs", "fp16_gains", "pilot", "sizing", "decisive", "range")
-OUTCOMES = ("trained", "trained_through", "verdict")
-TESTS = ("fisher", "rules")  # rules: the round's own rule decides (the decisive map, the fp16 range)
+RULES = ("pairs", "fp16_gains", "pilot", "sizing", "decisive", "range", "dose_response", "equivalence")
+OUTCOMES = ("trained", "trained_through", "verdict", "final_loss")
+TESTS = (
+    "fisher",
+    "rules",
+    "exact_shift",
+    "equivalence",
+)  # rules: the round's own rule decides (the decisive map, the fp16 range);
+# exact_shift: a dose-response's exact conditional test, the rates as strata (experiments.dose);
+# equivalence: the Welch interval of a difference in final loss against a margin (rules.judge_equivalence)
+ROLES = ("confirmatory", "calibration", "secondary", "control")  # control: a positive control (a planted difference)
 SIDES = ("greater",)
 CONTROLS = ("holm",)
 NORMS, ATTENTIONS = ("pre", "post", "deepnorm"), ("softmax", "pb_relax", "unfused", "qk_norm")
@@ -61,6 +69,7 @@ PROMISE = {
     "favoured": str,
     "against": str,
     "cell": str,
+    "cell_against": str,
     "seeds": str,
     "seeds_against": str,
     "outcome": str,
@@ -71,7 +80,7 @@ PROMISE = {
     "role": str,
 }
 ARM = {"norm": str, "attention": str, "clip": float}
-CELL = {"lr": float, "gain": float, "overrides": dict}
+CELL = {"lr": float, "rates": list, "gain": float, "overrides": dict}
 FAMILY = {"alpha": float, "control": str, "members": list}
 SENSITIVITY = {"cell": str, "arms": list, "rates": list, "seed": int}
 REFERENCE = {"tables": str, "size": str, "arm": str, "lr": float, "seed": int}
@@ -86,12 +95,13 @@ class Promise:
     cell: str
     seeds: tuple[int, ...]
     seeds_against: tuple[int, ...]
+    cell_against: str = ""  # the against arm's cell where it differs (a dose-response across widths)
     outcome: str = "trained"
     test: str = "fisher"
     sided: str = "greater"
     alpha: float = 0.025
     family: str | None = None
-    role: str = "confirmatory"  # or "calibration" (an A/A pair): never in a family
+    role: str = "confirmatory"  # calibration (A/A), secondary (estimated, no verdict), control: never in a family
 
 
 @dataclass(frozen=True)
@@ -205,6 +215,16 @@ def load(path: str | Path) -> Round:
             _check_overrides(path, f"cells.{name}.overrides", base, c["overrides"])
         if "lr" in c and not c["lr"] > 0:
             raise _fail(path, f"cells.{name}.lr", "must be a positive rate")
+        if "rates" in c:
+            if "lr" in c:
+                raise _fail(path, f"cells.{name}.rates", "is given with 'lr'; a cell has one rate or a list of rates")
+            rates = [_kind(path, f"cells.{name}.rates", r, float) for r in c["rates"]]
+            if len(rates) < 2 or len(set(rates)) != len(rates) or min(rates) <= 0 or rates != sorted(rates):
+                raise _fail(path, f"cells.{name}.rates", "must list two or more positive rates, rising, none twice")
+            c["rates"] = rates
+        if (rules == "dose_response") != ("rates" in c):
+            need = "a list of 'rates'" if rules == "dose_response" else "one 'lr' (rates: belong to a dose_response)"
+            raise _fail(path, f"cells.{name}", f"needs {need}")
         cells[name] = c
     seeds = {name: seed_list(path, f"seeds.{name}", v) for name, v in d.get("seeds", {}).items()}
     families = {}
@@ -272,20 +292,25 @@ def _promise(path, i, raw, arms, cells, seeds, families, rnd_name) -> Promise:
     for k in ("favoured", "against"):
         if p[k] not in arms:
             raise _fail(path, f"{where}.{k}", f"names {p[k]!r}, not an arm of the round")
-    if p["cell"] not in cells:
-        raise _fail(path, f"{where}.cell", f"names {p['cell']!r}, not a cell of the round")
+    for k in ("cell", "cell_against"):
+        if k in p and p[k] not in cells:
+            raise _fail(path, f"{where}.{k}", f"names {p[k]!r}, not a cell of the round")
     for k in ("seeds", "seeds_against"):
         if k in p and p[k] not in seeds:
             raise _fail(path, f"{where}.{k}", f"names {p[k]!r}, not a seed list of the round")
-    role = _choice(path, f"{where}.role", p.get("role", "confirmatory"), ("confirmatory", "calibration"))
-    if p["favoured"] == p["against"] and role != "calibration":
+    role = _choice(path, f"{where}.role", p.get("role", "confirmatory"), ROLES)
+    same_cell = p.get("cell_against", p["cell"]) == p["cell"]
+    if p["favoured"] == p["against"] and same_cell and role != "calibration":
         raise _fail(path, f"{where}.against", "is the favoured arm itself; an A/A pair is role: calibration")
+    test = _choice(path, f"{where}.test", p.get("test", "fisher"), TESTS)
+    if (test == "exact_shift") != ("rates" in cells[p["cell"]]):
+        raise _fail(path, f"{where}.test", "is exact_shift exactly where the promise's cell lists rates")
     alpha = p.get("alpha", 0.025)
     _alpha(path, f"{where}.alpha", alpha)
     family = p.get("family")
     if family is not None:
-        if role == "calibration":
-            raise _fail(path, f"{where}.family", "is set for a calibration pair; an A/A pair is no confirmatory test")
+        if role != "confirmatory":
+            raise _fail(path, f"{where}.family", f"is set for a {role} promise; a family holds confirmatory tests")
         if family not in families:
             raise _fail(path, f"{where}.family", f"names {family!r}, not a family of the round")
         fam = families[family]
@@ -301,8 +326,9 @@ def _promise(path, i, raw, arms, cells, seeds, families, rnd_name) -> Promise:
         cell=p["cell"],
         seeds=seeds[p["seeds"]],
         seeds_against=seeds[p.get("seeds_against", p["seeds"])],
+        cell_against=p.get("cell_against", p["cell"]),
         outcome=_choice(path, f"{where}.outcome", p.get("outcome", "trained"), OUTCOMES),
-        test=_choice(path, f"{where}.test", p.get("test", "fisher"), TESTS),
+        test=test,
         sided=_choice(path, f"{where}.sided", p.get("sided", "greater"), SIDES),
         alpha=alpha,
         family=family,

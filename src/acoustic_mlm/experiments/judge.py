@@ -8,6 +8,8 @@ the plan), applies the round's rules (experiments.rules) and writes, under --out
     family_<name>.json    for a round with promises in a family: every member's raw and Holm-adjusted p
                           at the family's alpha, with its estimate and 95 % Newcombe interval
     sensitivity.csv       with a sensitivity grid: each arm's final losses and LR sensitivity
+    gradients.json        with a blocks.csv beside the runs: where each outcome's gradients vanish
+                          (experiments.gradients)
     (decisive rules)      runs.csv, cells.csv, decisive.json, decisive.md as `amlm decide` writes them
 
 A family's members may belong to other rounds: each is judged from its own declaration (beside this
@@ -26,8 +28,8 @@ import pandas as pd
 
 from acoustic_mlm.errors import UserError
 from acoustic_mlm.experiments import declaration as D
+from acoustic_mlm.experiments import gradients, rules
 from acoustic_mlm.experiments import record as R
-from acoustic_mlm.experiments import rules
 from acoustic_mlm.experiments.stats import holm
 from acoustic_mlm.utils import atomic_path
 
@@ -43,7 +45,7 @@ def write_verdict(path: Path, obj: dict) -> None:
 def plan(rnd: D.Round) -> list[tuple[str, str, float, int]]:
     """Every (cell, arm, rate, seed) the round declares (for the sizing procedure: every run it may train)."""
     by = {"pairs": rules.pairs_plan, "fp16_gains": rules.fp16_plan, "pilot": rules.pilot_plan}
-    by["sizing"] = rules.sizing_plan
+    by["sizing"], by["dose_response"], by["equivalence"] = rules.sizing_plan, rules.dose_plan, rules.pairs_plan
     return by[rnd.rules](rnd) if rnd.rules in by else []
 
 
@@ -52,15 +54,24 @@ def read_round(rnd: D.Round, partial: bool) -> pd.DataFrame:
     path = rnd.tables / "runs.csv"
     runs = R.read_runs(path, fp16=rnd.rules in ("fp16_gains", "pilot"))
     mine = runs[runs["round"] == rnd.number]
-    # the sizing procedure is adaptive: its plan bounds what may run, a finished round holds a subset
+    # the sizing procedure is adaptive: its plan bounds what may run, a finished round holds a subset;
+    # it reads the earlier sizing rounds' runs with its own (a later round's are not its)
     R.check_plan(path, mine, plan(rnd), partial=partial or rnd.rules == "sizing")
-    return runs if rnd.rules == "sizing" else mine
+    return runs[runs["round"] <= rnd.number] if rnd.rules == "sizing" else mine
 
 
 def counts(rnd: D.Round, runs: pd.DataFrame) -> dict[str, dict]:
     """Each confirmatory promise's raw p and trained counts (k_a, n_a, k_b, n_b), once finished."""
     if rnd.rules == "pairs":
         return {x["id"]: x for x in rules.judge_pairs(rnd, runs)["verdicts"]}
+    if rnd.rules == "dose_response":
+        out = {}
+        for x in rules.judge_dose(rnd, runs)["verdicts"]:
+            if x["role"] != "confirmatory":
+                continue
+            estimate = {k: x[k] for k in ("shift_log_rate", "shift_interval_95", "interval_open") if k in x}
+            out[x["id"]] = {"finished": x["finished"], "p_for": x.get("p_for"), "estimate": estimate}
+        return out
     if rnd.rules == "fp16_gains":
         v = rules.judge_fp16(rnd, runs)
         (p,) = rnd.promises
@@ -101,7 +112,8 @@ def family_statement(rnd: D.Round, name: str, partial: bool = False) -> dict:
         row = {"member": member, "finished": bool(c["finished"])}
         if c["finished"]:
             raw[member] = c["p_for"]
-            row |= {"p": c["p_for"], **rules.interval(c["trained_a"], c["n_a"], c["trained_b"], c["n_b"])}
+            estimate = c.get("estimate") or rules.interval(c["trained_a"], c["n_a"], c["trained_b"], c["n_b"])
+            row |= {"p": c["p_for"], **estimate}
         members.append(row)
     finished = all(m["finished"] for m in members)
     adjusted = holm(raw) if finished else {}
@@ -129,7 +141,8 @@ def judge(path: Path, out: Path | None = None, partial: bool = False, figure: Pa
         return {"verdict": result, "written": [str(out / rnd.verdict)]}
     runs = read_round(rnd, partial)
     by = {"pairs": rules.judge_pairs, "fp16_gains": rules.judge_fp16, "pilot": rules.judge_pilot}
-    by["sizing"] = rules.judge_sizing
+    by["sizing"], by["dose_response"] = rules.judge_sizing, rules.judge_dose
+    by["equivalence"] = rules.judge_equivalence
     result = by[rnd.rules](rnd, runs)
     write_verdict(out / rnd.verdict, result)
     written = [str(out / rnd.verdict)]
@@ -137,6 +150,10 @@ def judge(path: Path, out: Path | None = None, partial: bool = False, figure: Pa
         statement = family_statement(rnd, name, partial)
         write_verdict(out / f"family_{name}.json", statement)
         written.append(str(out / f"family_{name}.json"))
+    if (rnd.tables / gradients.BLOCKS).exists():  # rounds from 6 on: where the gradients vanish
+        summary = gradients.vanishing(gradients.read_blocks(rnd.tables / gradients.BLOCKS), runs)
+        write_verdict(out / "gradients.json", summary)
+        written.append(str(out / "gradients.json"))
     if rnd.sensitivity:
         with atomic_path(out / "sensitivity.csv") as tmp:
             rules.sensitivity(rnd, runs).to_csv(tmp, index=False)

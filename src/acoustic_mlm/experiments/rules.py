@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm.artifacts.checked import ReadError, read_csv_table
+from acoustic_mlm.errors import UserError
 from acoustic_mlm.experiments import record as R
 from acoustic_mlm.experiments.declaration import Promise, Round
 from acoustic_mlm.experiments.stats import fisher_greater, newcombe
@@ -36,10 +37,19 @@ def interval(k_a: int, n_a: int, k_b: int, n_b: int) -> dict:
     return {"difference": round(d["estimate"], 4), "interval_95": [round(d["low"], 4), round(d["high"], 4)]}
 
 
+def decide(p_for: float, p_against: float, alpha: float) -> str:
+    """A one-sided promise's verdict: supported when its test's p is below alpha, contradicted when the
+    reverse test's is, else undecided."""
+    if p_for < alpha:
+        return "supported"
+    return "contradicted" if p_against < alpha else "undecided"
+
+
 # ----------------------------------------------------------------------------- pairs
 
 
 def _select(runs: pd.DataFrame, rnd: Round, arm: str, cell: str, seeds) -> pd.DataFrame:
+    """A promise side's runs: one arm in one cell (at the cell's rate), the given seeds."""
     lr = rnd.cells[cell]["lr"]
     return runs[
         (runs["size"] == cell) & (runs["arm"] == arm) & np.isclose(runs["lr"], lr) & runs["seed"].isin(list(seeds))
@@ -47,11 +57,12 @@ def _select(runs: pd.DataFrame, rnd: Round, arm: str, cell: str, seeds) -> pd.Da
 
 
 def pairs_plan(rnd: Round) -> list[tuple[str, str, float, int]]:
-    """Every run of a pairs round: each promise's two arms with their seeds, and the sensitivity grid."""
+    """Every run of a pairs or an equivalence round: each promise's two sides (the against arm in its own
+    cell where the promise names one) with their seeds, in declaration order, and the sensitivity grid."""
     plan = []
     for p in rnd.promises:
-        lr = rnd.cells[p.cell]["lr"]
-        plan += [(p.cell, p.favoured, lr, s) for s in p.seeds] + [(p.cell, p.against, lr, s) for s in p.seeds_against]
+        plan += [(p.cell, p.favoured, rnd.cells[p.cell]["lr"], s) for s in p.seeds]
+        plan += [(p.cell_against, p.against, rnd.cells[p.cell_against]["lr"], s) for s in p.seeds_against]
     if rnd.sensitivity:
         sv = rnd.sensitivity
         plan += [(sv["cell"], arm, float(lr), sv["seed"]) for arm in sv["arms"] for lr in sv["rates"]]
@@ -77,9 +88,10 @@ def reference_run(rnd: Round) -> tuple[float, float]:
 def compare_pair(runs: pd.DataFrame, rnd: Round, p: Promise, flags: pd.Series) -> dict:
     """One promise (or the A/A pair) by the round's rules; `finished` False until every run is in."""
     a = _select(runs, rnd, p.favoured, p.cell, p.seeds)
-    b = _select(runs, rnd, p.against, p.cell, p.seeds_against)
+    b = _select(runs, rnd, p.against, p.cell_against, p.seeds_against)
     out = {"id": p.id, "promise": p.says, "size": p.cell, "lr": rnd.cells[p.cell]["lr"], "a": p.favoured}
-    out |= {"b": p.against, "n_a": len(a), "n_b": len(b)}
+    out |= {"size_b": p.cell_against} if p.cell_against != p.cell else {}  # the against arm in another cell
+    out |= {"b": p.against, "n_a": len(a), "n_b": len(b)} | ({"role": p.role} if p.role == "secondary" else {})
     out["finished"] = bool(len(a) == len(p.seeds) and len(b) == len(p.seeds_against))
     if not out["finished"]:
         return {**out, "verdict": "not finished"}
@@ -87,12 +99,10 @@ def compare_pair(runs: pd.DataFrame, rnd: Round, p: Promise, flags: pd.Series) -
     p_for, p_against = fisher_greater(ta, len(a), tb, len(b)), fisher_greater(tb, len(b), ta, len(a))
     out |= {"trained_a": ta, "trained_b": tb, "unstable_a": int(flags[a.index].sum())}
     out |= {"unstable_b": int(flags[b.index].sum()), "p_for": p_for, "p_against": p_against}
-    if p_for < p.alpha:
-        verdict = "supported"
-    elif p_against < p.alpha:
-        verdict = "contradicted"
-    else:
-        verdict = "undecided"
+    if p.role == "secondary":
+        return {**out, **interval(ta, len(a), tb, len(b)), "verdict": "estimated (secondary: no verdict)"}
+    verdict = decide(p_for, p_against, p.alpha)
+    if verdict == "undecided":
         out |= interval(ta, len(a), tb, len(b))
     return {**out, "verdict": verdict}
 
@@ -104,6 +114,8 @@ def judge_pairs(rnd: Round, runs: pd.DataFrame) -> dict:
     alphas = {p.alpha for p in confirm}
     result = {"round": rnd.number, "alpha": alphas.pop() if len(alphas) == 1 else sorted(alphas)}
     result["verdicts"] = [compare_pair(runs, rnd, p, flags) for p in confirm]
+    secondary = [compare_pair(runs, rnd, p, flags) for p in rnd.promises if p.role == "secondary"]
+    result |= {"secondary": secondary} if secondary else {}
     for p in rnd.promises:
         if p.role != "calibration":
             continue
@@ -272,50 +284,128 @@ def sizing_plan(rnd: Round) -> list[tuple[str, str, float, int]]:
     return [(c, a, lr, s) for c in rnd.cells for a in rnd.arms for lr in rates for s in rnd.seeds["procedure"]]
 
 
+def sizing_params(rnd: Round) -> dict:
+    """A sizing round's params, checked against its declaration: the size it judges (a cell), the rules
+    (1: every spike counts; 2: late spikes only, the stabilized arm must train), the baseline and the
+    pairs (unstabilized, stabilized: arms of the round), the rates (rising), the procedure's seeds (the
+    first scans, the others repeat), the budget of run seconds and (c)'s limit. A fault is one UserError
+    line naming the key."""
+    par = rnd.params
+
+    def need(key: str, ok: bool, what: str) -> None:
+        if not ok:
+            raise UserError(f"{rnd.path}: 'params.{key}' is {par.get(key)!r}: {what}")
+
+    for key in ("size", "rules", "baseline", "rates", "pairs", "budget_s", "c_limit_s"):
+        need(key, key in par, "missing; a sizing round names it")
+    need("size", par["size"] in rnd.cells, "not a cell of the round")
+    need("rules", par["rules"] in (1, 2), "not 1 or 2 (the sizing rules of round 1 or round 2)")
+    need("baseline", par["baseline"] in rnd.arms, "not an arm of the round")
+    pairs = par["pairs"] if isinstance(par["pairs"], list) else []
+    ok = bool(pairs) and all(isinstance(x, list) and len(x) == 2 and set(x) <= set(rnd.arms) for x in pairs)
+    need("pairs", ok, "not a list of [unstabilized arm, stabilized arm] pairs of the round's arms")
+    rates = par["rates"] if isinstance(par["rates"], list) else []
+    ok = len(rates) > 1 and all(isinstance(x, (int, float)) and x > 0 for x in rates)
+    need("rates", ok, "not a list of two or more positive rates")
+    for key in ("budget_s", "c_limit_s"):
+        need(key, isinstance(par[key], (int, float)) and par[key] > 0, "not a positive number of seconds")
+    seeds = rnd.seeds.get("procedure", ())
+    if len(seeds) < 2:
+        raise UserError(f"{rnd.path}: 'seeds.procedure' is {list(seeds)}: the procedure needs two seeds or more")
+    return {
+        "size": par["size"],
+        "rules": int(par["rules"]),
+        "baseline": par["baseline"],
+        "pairs": [tuple(x) for x in pairs],
+        "rates": sorted(float(x) for x in rates),
+        "seeds": tuple(seeds),
+        "budget_s": float(par["budget_s"]),
+        "c_limit_s": float(par["c_limit_s"]),
+    }
+
+
+def best_rate(runs: pd.DataFrame, par: dict) -> float | None:
+    """The baseline's best rate at the size: the rate of the lowest final loss of its first seed's runs (the
+    lower rate within 0.02 bits); None while it has no finite final loss."""
+    first = runs[(runs["size"] == par["size"]) & (runs["arm"] == par["baseline"]) & (runs["seed"] == par["seeds"][0])]
+    first = first[np.isfinite(first["final_loss"].to_numpy(dtype=float))].sort_values("lr")
+    if first.empty:
+        return None
+    return float(first[first["final_loss"] <= first["final_loss"].min() + 0.02]["lr"].iloc[0])
+
+
+def rates_above(par: dict, best: float) -> list[float]:
+    """The scan's rates above the best one, rising: where (b) looks."""
+    return [lr for lr in par["rates"] if lr > best * 1.0001]
+
+
+def at_rate(runs: pd.DataFrame, par: dict, arm: str, lr: float) -> pd.Series:
+    """The rows of one arm at one rate of the size."""
+    return (runs["size"] == par["size"]) & (runs["arm"] == arm) & np.isclose(runs["lr"], lr)
+
+
+def baseline_learns(runs: pd.DataFrame, par: dict, best: float) -> bool:
+    """(a): the baseline at its best rate ran on every procedure seed and trained on each."""
+    at_best = runs[at_rate(runs, par, par["baseline"], best)]
+    return bool(len(at_best) == len(par["seeds"]) and at_best["trained"].all())
+
+
+def sizing_flags(runs: pd.DataFrame, par: dict, best: float) -> pd.Series:
+    """Each run's instability (record.unstable), (iv)'s reference the baseline's best-rate run of the same
+    seed; by rules 1 every spike counts, by rules 2 only late ones."""
+    base = runs[at_rate(runs, par, par["baseline"], best)].set_index("seed")
+    ref_logit, ref_loss = runs["seed"].map(base["attn_logit_final"]), runs["seed"].map(base["final_loss"])
+    return R.unstable(runs, ref_logit, ref_loss, late_only=par["rules"] > 1)
+
+
+def prevents(runs: pd.DataFrame, flags: pd.Series, par: dict, bad: str, good: str, lr: float) -> dict | None:
+    """(b) at one rate and pair: `bad` (without the stabilizer) unstable in at least 2 of the procedure's
+    seeds, `good` (with it) in none and, by rules 2, trained in all; each arm run on every seed. The pair's
+    entry of the verdict, or None."""
+    n = len(par["seeds"])
+    b_rows, g_rows = at_rate(runs, par, bad, lr), at_rate(runs, par, good, lr)
+    if b_rows.sum() < n or g_rows.sum() < n:
+        return None
+    learned = par["rules"] == 1 or bool(runs.loc[g_rows, "trained"].all())
+    if int(flags[b_rows].sum()) >= 2 and not bool(flags[g_rows].any()) and learned:
+        return {"lr": lr, "without": bad, "with": good, "unstable_without": int(flags[b_rows].sum())}
+    return None
+
+
+def spent_s(runs: pd.DataFrame, number: int) -> float:
+    """The round's run time so far: the wall seconds of its own runs, every size."""
+    return float(runs.loc[runs["round"] == number, "wall_time_s"].sum())
+
+
 def judge_sizing(rnd: Round, runs: pd.DataFrame) -> dict:
     """docs/stability.md's sizing procedure re-read from its runs at one size: the baseline's best rate
-    (seed 1, lowest final loss, the lower rate within 0.02 bits), (a) the baseline trained in 3 of 3 seeds
-    there, (b) the first rate above it and pair where the stabilizer prevents an instability (the
-    unstabilized arm unstable in at least 2 of 3 seeds, the stabilized in none and, by rules 2, trained in
-    all 3), (c) the longest run within params.c_limit_s seconds."""
-    par = rnd.params
-    size = par["size"]
-    rules, baseline = int(par["rules"]), par["baseline"]
-    pairs = [tuple(x) for x in par["pairs"]]
-    rates = sorted(float(x) for x in par["rates"])
-    runs = runs[(runs["round"] <= rnd.number) & (runs["size"] == size)]
+    (best_rate), (a) the baseline trained on every procedure seed there, (b) the first rate above it and
+    pair where the stabilizer prevents an instability (prevents), whether the round's run time passed its
+    budget without (b), (c) the longest run within params.c_limit_s seconds."""
+    par = sizing_params(rnd)
+    size, rules = par["size"], par["rules"]
+    runs = runs[runs["round"] <= rnd.number]
+    spent = spent_s(runs, rnd.number)
+    runs = runs[runs["size"] == size]
     verdict: dict = {"size": size} | ({"rules": rules} if rules > 1 else {})
-    seed1 = runs[(runs["arm"] == baseline) & (runs["seed"] == 1)].sort_values("lr")
-    seed1 = seed1[np.isfinite(seed1["final_loss"])]
-    best = float(seed1[seed1["final_loss"] <= seed1["final_loss"].min() + 0.02]["lr"].iloc[0])
+    best = best_rate(runs, par)
     verdict["best_rate"] = best
-    at_best = runs[(runs["arm"] == baseline) & np.isclose(runs["lr"], best)]
+    at_best = runs[at_rate(runs, par, par["baseline"], best)] if best is not None else runs.iloc[:0]
     verdict["a_trained"] = f"{int(at_best['trained'].sum())} of {len(at_best)}"
-    verdict["a"] = bool(len(at_best) == 3 and at_best["trained"].all())
+    verdict["a"] = best is not None and baseline_learns(runs, par, best)
     if not verdict["a"]:
         return verdict
-    base = at_best.set_index("seed")
-    flags = R.unstable(
-        runs, runs["seed"].map(base["attn_logit_final"]), runs["seed"].map(base["final_loss"]), late_only=rules > 1
-    )
+    flags = sizing_flags(runs, par, best)
     prevented = []
-    for lr in [x for x in rates if x > best * 1.0001]:
-        here = np.isclose(runs["lr"], lr)
-        for bad, good in pairs:
-            if prevented:
-                break
-            b_rows, g_rows = here & (runs["arm"] == bad), here & (runs["arm"] == good)
-            if b_rows.sum() < 3 or g_rows.sum() < 3:
-                continue
-            learned = rules == 1 or bool(runs.loc[g_rows, "trained"].all())
-            if int(flags[b_rows].sum()) >= 2 and not bool(flags[g_rows].any()) and learned:
-                prevented.append({"lr": lr, "without": bad, "with": good, "unstable_without": int(flags[b_rows].sum())})
+    for lr in rates_above(par, best):
+        for bad, good in par["pairs"]:
+            entry = None if prevented else prevents(runs, flags, par, bad, good, lr)
+            prevented += [entry] if entry else []
     verdict["b_prevented"] = prevented
     verdict["b"] = bool(prevented)
-    spent = float(runs.loc[runs["round"] == rnd.number, "wall_time_s"].sum())
-    verdict["stopped_at_budget"] = bool(not prevented and spent > float(par["budget_s"]))
+    verdict["stopped_at_budget"] = bool(not prevented and spent > par["budget_s"])
     verdict["c_longest_run_s"] = float(runs["wall_time_s"].max())
-    verdict["c"] = bool(runs["wall_time_s"].max() <= float(par["c_limit_s"]))
+    verdict["c"] = bool(runs["wall_time_s"].max() <= par["c_limit_s"])
     return verdict
 
 
@@ -361,3 +451,143 @@ def judge_range(rnd: Round) -> dict:
         "range_forward_only": forward,
         "verdict": "supported" if (relax or 0) > (unfused or 0) else "not supported",
     }
+
+
+# ----------------------------------------------------------------------------- the dose-response
+
+
+def dose_plan(rnd: Round) -> list[tuple[str, str, float, int]]:
+    """Every run of a dose-response round, promise by promise in declaration order (the primary first);
+    within a promise seed by seed, each seed at every rate in both arms, so that a round stopped midway
+    holds whole seeds of both arms."""
+    plan = []
+    for p in rnd.promises:
+        for s_fav, s_against in zip(p.seeds, p.seeds_against):
+            for lr in rnd.cells[p.cell]["rates"]:
+                plan.append((p.cell, p.favoured, lr, s_fav))
+            for lr in rnd.cells[p.cell_against]["rates"]:
+                plan.append((p.cell_against, p.against, lr, s_against))
+    return list(dict.fromkeys(plan))
+
+
+def _dose_rows(runs: pd.DataFrame, rnd: Round, arm: str, cell: str, seeds) -> pd.DataFrame:
+    rates = rnd.cells[cell]["rates"]
+    at = np.isclose(runs["lr"].to_numpy(dtype=float)[:, None], np.array(rates)[None, :]).any(axis=1)
+    return runs[(runs["size"] == cell) & (runs["arm"] == arm) & at & runs["seed"].isin(list(seeds))]
+
+
+def compare_dose(runs: pd.DataFrame, rnd: Round, p: Promise) -> dict:
+    """One dose-response promise: the favoured arm's breakdown rate against the other's (experiments.dose).
+    The decision is the exact conditional test, one-sided at the promise's alpha (a secondary promise is
+    estimated, not decided); the estimate is the fitted shift in log rate with its 95 % profile interval,
+    and each arm's breakdown rate (where half its runs train)."""
+    from acoustic_mlm.experiments import dose
+
+    a = _dose_rows(runs, rnd, p.favoured, p.cell, p.seeds)
+    b = _dose_rows(runs, rnd, p.against, p.cell_against, p.seeds_against)
+    n_a = len(p.seeds) * len(rnd.cells[p.cell]["rates"])
+    n_b = len(p.seeds_against) * len(rnd.cells[p.cell_against]["rates"])
+    out = {"id": p.id, "promise": p.says, "role": p.role, "a": f"{p.favoured} ({p.cell})"}
+    out |= {"b": f"{p.against} ({p.cell_against})", "n_a": len(a), "n_b": len(b)}
+    out |= {"seeds_per_rate": len(p.seeds), "finished": bool(len(a) == n_a and len(b) == n_b)}
+    if not out["finished"]:
+        return {**out, "verdict": "not finished"}
+    both = pd.concat([a.assign(favoured=1), b.assign(favoured=0)])
+    x, g, y = np.log(both["lr"].to_numpy(dtype=float)), both["favoured"].to_numpy(), R.trained(both).to_numpy()
+    table = []
+    for lr in sorted(set(rnd.cells[p.cell]["rates"]) | set(rnd.cells[p.cell_against]["rates"])):
+        at = np.isclose(both["lr"], lr)
+        table.append(
+            {
+                "lr": lr,
+                "trained_a": int(y[at & (g == 1)].sum()),
+                "n_a": int((at & (g == 1)).sum()),
+                "trained_b": int(y[at & (g == 0)].sum()),
+                "n_b": int((at & (g == 0)).sum()),
+            }
+        )
+    strata = [(t["trained_a"], t["n_a"], t["trained_b"], t["n_b"]) for t in table if t["n_a"] and t["n_b"]]
+    reverse = [(kb, nb, ka, na) for ka, na, kb, nb in strata]
+    p_for, p_against = dose.exact_shift_p(strata), dose.exact_shift_p(reverse)
+    best = dose.fit(x, g, y)
+    out |= {"by_rate": table, "p_for": p_for, "p_against": p_against}
+    out |= {"trained_a": int(y[g == 1].sum()), "trained_b": int(y[g == 0].sum())}
+    if best["separated"]:
+        out |= {"shift_log_rate": None, "reading": "an arm's runs are separated by rate: no curve is estimable"}
+    else:
+        ci = dose.shift_interval(x, g, y, best)
+        out |= {
+            "shift_log_rate": round(best["shift"], 4),
+            "shift_interval_95": [round(ci["low"], 4), round(ci["high"], 4)],
+            "interval_open": [ci["low_open"], ci["high_open"]],
+            "breakdown_rate_ratio": round(math.exp(best["shift"]), 4),
+            "breakdown_rate_a": round(math.exp(best["midpoint"] + best["shift"]), 5),
+            "breakdown_rate_b": round(math.exp(best["midpoint"]), 5),
+            "slope": round(best["slope"], 3),
+        }
+    if p.role == "secondary":
+        return {**out, "verdict": "estimated (secondary: no verdict)"}
+    return {**out, "alpha": p.alpha, "verdict": decide(p_for, p_against, p.alpha)}
+
+
+def judge_dose(rnd: Round, runs: pd.DataFrame) -> dict:
+    """A dose-response round: each promise compared (compare_dose), the primary ones first."""
+    return {"round": rnd.number, "verdicts": [compare_dose(runs, rnd, p) for p in rnd.promises]}
+
+
+# ----------------------------------------------------------------------------- equivalence (an A/A that can fail)
+
+
+def welch_interval(a, b, level: float) -> dict:
+    """mean(a) - mean(b) with its Welch t interval at `level` (scipy.stats.ttest_ind, unequal variances)."""
+    from scipy.stats import ttest_ind
+
+    ci = ttest_ind(a, b, equal_var=False).confidence_interval(confidence_level=level)
+    return {"difference": float(np.mean(a) - np.mean(b)), "low": float(ci.low), "high": float(ci.high)}
+
+
+def judge_equivalence(rnd: Round, runs: pd.DataFrame) -> dict:
+    """An A/A pair that can fail, with its positive control. The outcome is each run's final codebook-0
+    loss (bits); each promise's statistic is the difference of its sides' means with its Welch interval at
+    params.level (0.90: two one-sided tests at 0.05, Schuirmann 1987). The A/A pair (role calibration) is
+    *equivalent* when its whole interval lies within (-margin, margin), else the round is not calibrated;
+    the positive control (role control: the same arm at a planted difference) is *detected* when its whole
+    interval lies outside [-margin, margin], else the test could not see a difference of that size and the
+    A/A's equivalence calibrates nothing. The verdict: calibrated only when both hold."""
+    margin, level = float(rnd.params["margin"]), float(rnd.params["level"])
+    out: dict = {"round": rnd.number, "outcome": "final_loss", "margin_bits": margin, "level": level, "pairs": []}
+    state = {}
+    for p in rnd.promises:
+        a = _select(runs, rnd, p.favoured, p.cell, p.seeds)
+        b = _select(runs, rnd, p.against, p.cell_against, p.seeds_against)
+        row = {"id": p.id, "promise": p.says, "role": p.role, "a": f"{p.favoured} ({p.cell})"}
+        row |= {"b": f"{p.against} ({p.cell_against})", "n_a": len(a), "n_b": len(b)}
+        finished = len(a) == len(p.seeds) and len(b) == len(p.seeds_against)
+        if not finished:
+            out["pairs"].append({**row, "reading": "not finished"})
+            state[p.role] = None
+            continue
+        w = welch_interval(a["final_loss"].to_numpy(float), b["final_loss"].to_numpy(float), level)
+        row |= {"mean_a": float(a["final_loss"].mean()), "mean_b": float(b["final_loss"].mean())}
+        row |= {"sd_a": float(a["final_loss"].std(ddof=1)), "sd_b": float(b["final_loss"].std(ddof=1))}
+        row |= {
+            "difference": round(w["difference"], 5),
+            f"interval_{round(level * 100)}": [round(w["low"], 5), round(w["high"], 5)],
+        }
+        if p.role == "calibration":
+            held = bool(-margin < w["low"] and w["high"] < margin)
+            row["reading"] = "equivalent within the margin" if held else "not shown equivalent: the A/A pair failed"
+        else:
+            held = bool(w["low"] > margin or w["high"] < -margin)
+            row["reading"] = "detected: outside the margin" if held else "not detected: the test cannot see it"
+        state[p.role] = held
+        out["pairs"].append(row)
+    if None in state.values():
+        out["verdict"] = "not finished"
+    elif state.get("calibration") and state.get("control"):
+        out["verdict"] = "calibrated: the A/A pair is equivalent and the planted difference is detected"
+    elif not state.get("calibration"):
+        out["verdict"] = "not calibrated: the A/A pair is not shown equivalent"
+    else:
+        out["verdict"] = "uninformative: the A/A pair is equivalent but the planted difference is not detected"
+    return out

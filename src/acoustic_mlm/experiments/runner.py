@@ -31,7 +31,7 @@ from acoustic_mlm.errors import UserError
 from acoustic_mlm.experiments import declaration as D
 from acoustic_mlm.experiments import judge as J
 from acoustic_mlm.experiments import record as R
-from acoustic_mlm.experiments import rules, tone_corpus
+from acoustic_mlm.experiments import rules, sizing, tone_corpus
 from acoustic_mlm.report import decisive
 from acoustic_mlm.utils import atomic_path
 
@@ -40,6 +40,9 @@ CURVE_COLUMNS = ["size", "arm", "lr", "seed", "step", "train_loss_cb0", "valid_l
 CURVE_COLUMNS += ["grad_norm"]
 SPIKE_COLUMNS = ["size", "arm", "lr", "seed", "onset_step", "peak_step", "peak_bits", "base_bits", "height_bits"]
 SPIKE_COLUMNS += ["recovery_step"]
+BLOCK_COLUMNS = ["size", "arm", "lr", "seed", "step", "block", "grad_norm", "update_ratio"]
+BLOCKS_FROM = 6  # rounds from 6 on also write blocks.csv (the published rounds 1-5 kept three tables)
+TRAINED_HERE = ("pairs", "fp16_gains", "pilot", "dose_response", "equivalence")  # the rules whose runs `run` trains
 
 
 @contextlib.contextmanager
@@ -57,6 +60,15 @@ def append(path: Path, rows: pd.DataFrame, columns: list[str]) -> None:
         new.to_csv(tmp, index=False)
 
 
+def late_spikes(steps, loss, log_interval: int, warmup: int) -> list[dict]:
+    """The spikes rules 2 count: on the averaged rows only (multiples of the log interval), onset after
+    the warm-up (curves.detect_spikes, as every spike)."""
+    steps, loss = np.asarray(steps, dtype=float), np.asarray(loss, dtype=float)
+    averaged = np.isfinite(loss) & (steps % log_interval == 0)
+    found = curves.detect_spikes(steps[averaged], loss[averaged], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
+    return [s for s in found if s["onset_step"] > warmup]
+
+
 def record_of(rnd: D.Round, cfg, size: str, arm: str, lr: float, seed: int, folder: Path, plateau: float, wall: float):
     """A finished run folder as the round's record: its runs.csv row, its curve rows and its spikes."""
     [row] = decisive.read_run(folder, plateau)
@@ -64,9 +76,7 @@ def record_of(rnd: D.Round, cfg, size: str, arm: str, lr: float, seed: int, fold
     steps, loss = m["step"].to_numpy(), m["train_loss_cb0"].to_numpy()
     finite = np.isfinite(loss)
     found = curves.detect_spikes(steps[finite], loss[finite], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
-    averaged = finite & (steps % cfg.train.log_interval == 0)  # late spikes: averaged rows after warm-up
-    late = curves.detect_spikes(steps[averaged], loss[averaged], decisive.SPIKE_THRESHOLD, decisive.SPIKE_RECOVERY)
-    late = [s for s in late if s["onset_step"] > cfg.train.warmup_steps]
+    late = late_spikes(steps, loss, cfg.train.log_interval, cfg.train.warmup_steps)
     below = np.flatnonzero(loss[finite] <= plateau - decisive.PLATEAU_MARGIN)
     crossed = int(steps[finite][below[0]]) if len(below) else None
     model = cfg.model_for(arm)
@@ -114,6 +124,21 @@ def record_of(rnd: D.Round, cfg, size: str, arm: str, lr: float, seed: int, fold
     return run, curve, spikes
 
 
+def block_rows(folder: Path, size: str, arm: str, lr: float, seed: int, layers: int) -> pd.DataFrame:
+    """Each metrics row's per-block gradient norm (before clipping) and update ratio ||dW|| / ||W||
+    (train.diagnostics), one row per step and block, the blocks in model order."""
+    m = pd.read_csv(folder / M.METRICS)
+    parts = []
+    for block in M.model_blocks(layers):
+        g, u = M.grad_norm_column(block), M.update_ratio_column(block)
+        if g not in m or u not in m:
+            raise UserError(f"{folder / M.METRICS}: no '{g}' or '{u}' column: the round needs train.diagnostics on")
+        part = pd.DataFrame({"step": m["step"], "block": block, "grad_norm": m[g], "update_ratio": m[u]})
+        parts.append(part)
+    rows = pd.concat(parts, ignore_index=True).sort_values(["step"], kind="stable")
+    return rows.assign(size=size, arm=arm, lr=lr, seed=seed)[BLOCK_COLUMNS]
+
+
 def fp16(rnd: D.Round) -> bool:
     return rnd.rules in ("fp16_gains", "pilot")
 
@@ -143,48 +168,103 @@ def remaining(rnd: D.Round) -> list[tuple[str, str, float, int]]:
     return [(s, a, lr, seed) for s, a, lr, seed in J.plan(rnd) if (s, a, f"{lr:.12g}", seed) not in have]
 
 
-def run_round(path: Path, work: Path, limit: int | None = None) -> list[dict]:
-    """Train the round's planned runs that its tables lack (at most `limit`), in plan order; each run's
-    record appended as it finishes. Returns the rows written."""
-    from acoustic_mlm.train import loop as train
+def planned_run(rnd: D.Round, key: str) -> tuple[str, str, float, int]:
+    """The planned run a key CELL/ARM/LR/SEED names (as run_name writes it), or one UserError line."""
+    for run in J.plan(rnd):
+        if run_key(*run) == key:
+            return run
+    raise UserError(f"{rnd.path}: --only {key!r} is not a run of the round's plan (amlm experiment plan lists them)")
 
-    rnd = D.load(path)
-    if rnd.base is None or rnd.rules not in ("pairs", "fp16_gains", "pilot"):
-        raise UserError(
-            f"{path}: 'rules' is {rnd.rules}: its runs are chosen by its own procedure or trained elsewhere "
-            "(the declaration says which); amlm experiment run trains the rounds of pairs, fp16 gains and pilots"
-        )
-    todo = remaining(rnd)[:limit]
-    if not todo:
-        return []
-    work = Path(work)
-    data = work / "data"
-    with locked(work):  # rounds side by side share one corpus
+
+def run_key(cell: str, arm: str, lr: float, seed: int) -> str:
+    """A planned run as --only names it: CELL/ARM/LR/SEED."""
+    return f"{cell}/{arm}/{lr:.12g}/{seed}"
+
+
+def run_name(cell: str, arm: str, lr: float, seed: int) -> str:
+    """A planned run's name: its folder under the work folder, and its Snakemake job's marker."""
+    return f"{cell}__{arm}__lr-{lr:g}__seed-{seed}"
+
+
+def tone_data(work: Path) -> tuple[Path, Path, float]:
+    """The tone corpus under work/data, written once and shared by rounds side by side: its prepared
+    clips, its codes and its plateau (the codes' unigram entropy)."""
+    data = Path(work) / "data"
+    with locked(Path(work)):
         if not (data / "codes" / "tokenizer.json").exists():
             shutil.rmtree(data, ignore_errors=True)
-            tone_corpus.write_corpus(data, clips=tone_corpus.CLIPS, frames=tone_corpus.FRAMES, seed=0)
-    prepared, codes = data / "prepared", data / "codes"
-    plateau = decisive.plateau_bits(codes)
+            tone_corpus.stage_corpus(data, clips=tone_corpus.CLIPS, frames=tone_corpus.FRAMES, seed=0)
+    return data / "prepared", data / "codes", decisive.plateau_bits(data / "codes")
+
+
+def train_one(rnd: D.Round, run: tuple[str, str, float, int], work: Path):
+    """Train one planned run (`train.loop.run`) in work/runs/<its name>, started over if a run was cut
+    there midway: its record (record_of) and its configuration."""
+    from acoustic_mlm.train import loop as train
+
+    size, arm, lr, seed = run
+    prepared, codes, plateau = tone_data(work)
+    cell = J.cell_of(rnd, size)
+    # a cell whose gain its pilot gives (fp16 rounds' low cell) trains at the pilot's gain
+    gain = rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None
+    cfg = D.settings(rnd, arm, cell, seed, lr=lr, gain=gain)
+    folder = Path(work) / "runs" / run_name(*run)
+    shutil.rmtree(folder, ignore_errors=True)  # a run killed midway starts over: its row was never written
+    t0 = time.perf_counter()
+    train.run(cfg, arm, prepared, codes, folder, threads=cfg.train.threads)
+    return record_of(rnd, cfg, size, arm, lr, seed, folder, plateau, time.perf_counter() - t0), folder
+
+
+def train_missing(rnd: D.Round, run: tuple[str, str, float, int], work: Path) -> dict | None:
+    """One planned run, unless the round's tables hold it: trained, its record appended to the tables.
+    Its runs.csv row, or None when the tables held it (another runner may have trained it meanwhile)."""
+    with locked(rnd.tables):
+        if run not in remaining(rnd):
+            return None
+    (row, curve, spikes), folder = train_one(rnd, run, work)
     tables = rnd.tables
-    written = []
-    for size, arm, lr, seed in todo:
-        with locked(tables):  # another runner of the round may have trained it meanwhile
-            if (size, arm, lr, seed) not in remaining(rnd):
-                continue
-        cell = J.cell_of(rnd, size)
-        # a cell whose gain its pilot gives (fp16 rounds' low cell) trains at the pilot's gain
-        gain = rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None
-        cfg = D.settings(rnd, arm, cell, seed, lr=lr, gain=gain)
-        folder = work / "runs" / f"{size}__{arm}__lr-{lr:g}__seed-{seed}"
-        shutil.rmtree(folder, ignore_errors=True)  # a run killed midway starts over: its row was never written
-        t0 = time.perf_counter()
-        train.run(cfg, arm, prepared, codes, folder, threads=cfg.train.threads)
-        run, curve, spikes = record_of(rnd, cfg, size, arm, lr, seed, folder, plateau, time.perf_counter() - t0)
-        with locked(tables):
-            cols = [c.name for c in R.columns(fp16(rnd))]
-            append(tables / "runs.csv", pd.DataFrame([run]), cols)
-            append(tables / "curves.csv", curve, CURVE_COLUMNS + (["loss_scale"] if fp16(rnd) else []))
-            append(tables / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
-        log.info("%s %s lr %g seed %d: final %.3f, trained %s", size, arm, lr, seed, run["final_loss"], run["trained"])
-        written.append(run)
-    return written
+    with locked(tables):
+        append(tables / "runs.csv", pd.DataFrame([row]), [c.name for c in R.columns(fp16(rnd))])
+        append(tables / "curves.csv", curve, CURVE_COLUMNS + (["loss_scale"] if fp16(rnd) else []))
+        append(tables / "spikes.csv", pd.DataFrame(spikes, columns=SPIKE_COLUMNS), SPIKE_COLUMNS)
+        if rnd.number >= BLOCKS_FROM:
+            append(tables / "blocks.csv", block_rows(folder, *run, int(row["layers"])), BLOCK_COLUMNS)
+    log.info("%s %s lr %g seed %d: final %.3f, trained %s", *run, row["final_loss"], row["trained"])
+    return row
+
+
+def run_round(
+    path: Path,
+    work: Path,
+    limit: int | None = None,
+    shard: tuple[int, int] | None = None,
+    only: str | None = None,
+) -> list[dict]:
+    """Train the round's planned runs that its tables lack (at most `limit`), in plan order; each run's
+    record appended as it finishes. With `shard` (k, n) only the planned runs whose place in the plan is
+    k modulo n: n runners side by side, one per shard, never train one run twice. Returns the rows
+    written. With `only` (CELL/ARM/LR/SEED), that one planned run (Snakemake's route: one job a run).
+    A sizing round runs its procedure (experiments.sizing), which picks each run from the runs before it.
+    """
+    rnd = D.load(path)
+    if rnd.rules == "sizing" and rnd.base is not None:
+        if shard is not None or only is not None:
+            raise UserError(
+                f"{path}: 'rules' is sizing: its procedure picks each run from the runs before it, so "
+                "--shard and --only do not apply; run it whole (amlm experiment run, --limit to stop early)"
+            )
+        return sizing.procedure(rnd, lambda run: train_missing(rnd, run, Path(work)), limit)
+    if rnd.base is None or rnd.rules not in TRAINED_HERE:
+        raise UserError(
+            f"{path}: 'rules' is {rnd.rules}: its runs are trained elsewhere (the declaration says where); "
+            "amlm experiment run trains the rounds of " + ", ".join(TRAINED_HERE) + " and runs the sizing procedure"
+        )
+    todo = remaining(rnd)
+    if only is not None:
+        todo = [run for run in todo if run == planned_run(rnd, only)]
+    if shard is not None:
+        k, n = shard
+        place = {run: i for i, run in enumerate(J.plan(rnd))}
+        todo = [run for run in todo if place[run] % n == k]
+    written = [train_missing(rnd, run, Path(work)) for run in todo[:limit]]
+    return [row for row in written if row is not None]

@@ -6,6 +6,8 @@ interval of a difference of shares.
                      raw p-values times (m - k + 1), made monotone, capped at 1
     newcombe         the difference of two shares with its Newcombe hybrid-score interval (Newcombe 1998,
                      method 10: the Wilson score intervals of each share, scipy.stats.binomtest's)
+    equivalence_power  the chances that an equivalence round's Welch interval lies within or outside its
+                     margin, by simulation (rules.judge_equivalence's readings)
 
 An undecided comparison is reported by its estimate and interval: the interval says which differences
 the data leave open, which the power a test had against some difference does not.
@@ -48,3 +50,25 @@ def newcombe(k_a: int, n_a: int, k_b: int, n_b: int, level: float = 0.95) -> dic
     low = d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2)
     high = d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
     return {"estimate": d, "low": max(-1.0, low), "high": min(1.0, high), "level": level}
+
+
+def equivalence_power(
+    difference: float, sd: float, n: int, margin: float, level: float = 0.9, draws: int = 20000, seed: int = 0
+) -> dict[str, float]:
+    """The chances of an equivalence round's two readings (rules.judge_equivalence), by simulation: n normal
+    final losses a side with the same sd, the sides' means `difference` apart; each draw's Welch interval
+    at `level`. `equivalent`: the interval lies within (-margin, margin); `detected`: it lies outside
+    [-margin, margin]."""
+    import numpy as np
+    from scipy.stats import t
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(difference, sd, (draws, n)), rng.normal(0.0, sd, (draws, n))
+    va, vb = a.var(axis=1, ddof=1) / n, b.var(axis=1, ddof=1) / n
+    df = (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (n - 1))  # Welch-Satterthwaite
+    half = t.ppf(0.5 + level / 2, df) * np.sqrt(va + vb)
+    d = a.mean(axis=1) - b.mean(axis=1)
+    low, high = d - half, d + half
+    inside = (low > -margin) & (high < margin)
+    outside = (low > margin) | (high < -margin)
+    return {"equivalent": float(inside.mean()), "detected": float(outside.mean())}

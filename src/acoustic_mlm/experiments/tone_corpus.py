@@ -5,11 +5,17 @@ Each clip is a run of pure tones: codebook 0's code is the tone's pitch (CODES c
 RUN_FRAMES frames), the deeper codebooks fixed functions of it; the last clip is held out. The codes'
 unigram entropy (the plateau) is about 4 bits; a perfect reader of the visible frames scores about 1.16
 bits on masked frames. tokenizer.json is written by the tokenize stage's own merge.
+
+The corpus is defined once, in acoustic_mlm.data.tones (the clips, their names, their codes): the
+package's own stages make the same corpus from config/tones.yaml (fetch's `tones` source, prepare,
+tokenize's `pitch` mode; `stage_corpus`), whose prepared audio.npy and codes.npy are byte for byte
+`write_corpus`'s (tests/tokenizer/test_pitch.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,33 +25,30 @@ from acoustic_mlm import config as C
 from acoustic_mlm import encodec
 from acoustic_mlm.artifacts.codes import LOUDNESS_TABLE, MODEL_DIR
 from acoustic_mlm.artifacts.prepared import MANIFEST_COLUMNS, shard_name
+from acoustic_mlm.data import tones
 from acoustic_mlm.tokenizer.stage import merge
 
 ROOT = Path(__file__).resolve().parents[3]
 HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE
-CODES = 16  # distinct codes per codebook in the corpus
-RUN_FRAMES = 12  # mean length of a run of one code
+CODES = tones.CODES  # distinct codes per codebook in the corpus
+RUN_FRAMES = tones.RUN_FRAMES  # mean length of a run of one code
 CLIPS, FRAMES = 24, 600  # the rounds' corpus: 23 training clips of 8 s and one held out
+PRESET = ROOT / "config" / "tones.yaml"  # the same corpus through the package's stages (stage_corpus)
 
 
 def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -> tuple[Path, Path]:
     """A prepared corpus and its codes in the package's layout (one shard, the last clip held out)."""
-    rng = np.random.default_rng(seed)
     prepared, codes_dir = Path(root) / "prepared", Path(root) / "codes"
     for d in (prepared / shard_name(0), codes_dir / shard_name(0), codes_dir / MODEL_DIR):
         d.mkdir(parents=True, exist_ok=True)
-    t = np.arange(HOP) / RATE
     audio, codes, rows = [], [], []
-    for i in range(clips):
-        runs = rng.geometric(1 / RUN_FRAMES, size=frames)  # run lengths, more than enough
-        c0 = np.repeat(rng.integers(0, CODES, size=frames), runs)[:frames]
-        tone = np.sin(2 * np.pi * (150.0 + 90.0 * c0[:, None]) * t[None, :])  # (frames, HOP): pitch = code
-        audio.append((0.3 * tone + 0.01 * rng.standard_normal(tone.shape)).reshape(-1).astype(np.float32))
-        codes.append(np.stack([(c0 * (2 * k + 1) + k) % CODES for k in range(8)]).astype(np.int16))  # (8, frames)
+    for i, (clip, c0) in enumerate(tones.clips(clips, frames, seed)):
+        audio.append(clip)
+        codes.append(tones.codes_of(c0, 8))  # (8, frames)
         rows.append(
             {
-                "clip_id": f"tone{i}",
-                "path": f"tone{i}.wav",
+                "clip_id": tones.clip_name(i, clips),
+                "path": f"{tones.clip_name(i, clips)}.wav",
                 "shard": 0,
                 "split": "valid" if i == clips - 1 else "train",
                 "offset": i * frames * HOP,
@@ -76,3 +79,50 @@ def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -
     smoke["tokenizer"]["batch_size"] = 1
     merge(C.from_mapping(smoke, "smoke.yaml"), prepared, codes_dir)  # tokenizer.json, as the stage writes it
     return prepared, codes_dir
+
+
+def stage_config(clips: int = 8, frames: int = 300, seed: int = 0) -> dict:
+    """config/tones.yaml's mapping for `clips` clips of `frames` frames under `seed`, in one shard as
+    `write_corpus`'s."""
+    m = C.read_yaml(PRESET)
+    m["data"]["synthetic"].update(n_clips=int(clips), clip_seconds=int(frames) * HOP / RATE, seed=int(seed))
+    m["data"]["shard_files"] = max(int(clips), m["data"]["shard_files"])
+    C.from_mapping(m, f"{PRESET} ({clips} clips of {frames} frames, seed {seed})")  # refused here, in one line
+    return m
+
+
+def stage_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -> tuple[Path, Path]:
+    """The same corpus made by the package's own stages, as a user runs them: `amlm fetch`, `amlm prepare`,
+    `amlm tokenize --config root/tones.yaml` (config/tones.yaml with `stage_config`'s sizes: the `tones` source
+    into root/raw, prepare into root/prepared, the `pitch` tokenizer into root/codes), each in a process of its
+    own (this process's threads and allocator stay as they were). `clips` clips of `frames` frames (at least
+    one training crop each: prepare rejects shorter clips) under `seed`. Its audio.npy, codes.npy and manifest
+    are `write_corpus`'s, byte for byte; its records (fit.json, encode.json, loudness.csv, files.csv,
+    tokenizer.json) are the stages' own. A stage that fails is one UserError line: its last line."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    import acoustic_mlm
+    from acoustic_mlm.errors import UserError
+    from acoustic_mlm.utils import atomic_path
+
+    root = Path(root).resolve()  # the stages run with root as their working folder
+    env = dict(os.environ, PYTHONPATH=str(Path(acoustic_mlm.__file__).parents[1]))  # this process's package
+    config = root / "tones.yaml"
+    mapping = stage_config(clips, frames, seed)
+    with atomic_path(config) as tmp:
+        tmp.write_text(yaml.safe_dump(mapping, sort_keys=False, width=120))
+    raw, prepared, codes = root / "raw", root / "prepared", root / "codes"
+    for step in (
+        ["fetch", "--out", raw, "--downloads", root / "downloads"],
+        ["prepare", "--raw", raw, "--out", prepared],
+        ["tokenize", "--prepared", prepared, "--out", codes],
+    ):
+        cmd = [sys.executable, "-m", "acoustic_mlm", *map(str, step), "--config", str(config), "-q"]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env)  # nothing written elsewhere
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise UserError(f"{config}: amlm {step[0]} failed: {last}")
+    return prepared, codes

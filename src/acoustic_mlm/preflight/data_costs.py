@@ -20,6 +20,7 @@ from acoustic_mlm.data.sources import (  # noqa: F401  (SAMPLE_BYTES, KnownCorpu
     KnownCorpus,
     disk_plan,
     free_gb,
+    reads_in_place,
 )
 
 # Measured on one CPU core (AMD EPYC, torch 2.9.1), benchmarks/data_throughput.py on 30 s clips of real
@@ -76,24 +77,30 @@ def data_costs(cfg: C.Config, cores: int, corpus_hours: float | None = None, dat
     hours = seconds / 3600.0
     k = encodec.codebooks(float(cfg.tokenizer.bandwidth))
     download = known.download_gib * GIB / GB if known else 0.0
-    plan = disk_plan(seconds, download, d.sample_rate, d.sample_format, k, encodec.FRAME_RATE)
+    # FMA's zips: prepare reads the members in place (nothing extracted); data.remove_archive removes the archive
+    # once prepared, before tokenize writes the codes
+    plan = disk_plan(
+        seconds, download, d.sample_rate, d.sample_format, k, encodec.FRAME_RATE,
+        in_place=reads_in_place(d), remove_archive=d.remove_archive,
+    )  # fmt: skip
     prepared, codes = plan.prepared_gb, plan.codes_gb
     prepare_ch = hours * PREPARE_CORE_HOURS_PER_AUDIO_HOUR
     tokenize_ch = hours * TOKENIZE_CORE_HOURS_PER_AUDIO_HOUR
     free, where = free_gb(data_dir)
-    peak = plan.peak_gb  # nothing is removed: the archive, its members, prepared audio, codes
+    peak = plan.peak_gb  # the archive (and its members, where extracted), prepared audio, codes; sources.DiskPlan
     from acoustic_mlm.preflight.flops import encodec_flops_per_second  # builds EnCodec's architecture: only here
 
     tok_flops = encodec_flops_per_second(float(cfg.tokenizer.bandwidth))
     out.update(
         download_gb=download,
-        extracted_gb=download,  # MP3s in a zip: stored as they are; fetch keeps the archive beside them
+        extracted_gb=plan.extracted_gb,  # 0 where prepare reads the zip in place (FMA's)
         prepared_gb=prepared,
         codes_gb=codes,
+        archive_removed=plan.archive_removed,
         disk_gb=peak,
         peak_disk_gb=peak,
         final_disk_gb=plan.final_gb,
-        disk_parts="archive + extracted members + prepared audio + codes, all kept",
+        disk_parts=plan.parts(d.sample_format),
         free_gb=free,
         free_where=where,
         disk_fits=peak <= free,
@@ -116,6 +123,17 @@ def _n(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
+def _archive_part(r: dict) -> str:
+    """The archive's share of the disk, then ' + ': its members extracted beside it, or read in place, kept or
+    removed; nothing without an archive."""
+    if not r["download_gb"]:
+        return ""
+    if r["extracted_gb"]:
+        return f"archive {_n(r['download_gb'])} + extracted {_n(r['extracted_gb'])} + "
+    kept = "removed once prepared (data.remove_archive)" if r["archive_removed"] else "kept"
+    return f"archive {_n(r['download_gb'])}, read in place and {kept}, + "
+
+
 def lines(r: dict) -> list[str]:
     """preflight.md's paragraph on the data."""
     if r.get("note"):
@@ -123,9 +141,9 @@ def lines(r: dict) -> list[str]:
     return [
         f"**Data** ({r['source']}, {r['corpus_hours']:,.0f} h of audio; {r['corpus_source'] or 'generated'}): "
         f"download {_n(r['download_gb'])} GB, disk {_n(r['peak_disk_gb'])} GB at the peak and "
-        f"{_n(r['final_disk_gb'])} GB when done (archive {_n(r['download_gb'])} + "
-        f"extracted {_n(r['extracted_gb'])} + prepared audio {_n(r['prepared_gb'])} ({r['sample_format']}, 24 kHz) "
-        f"+ codes {_n(r['codes_gb'])}); free where the data goes ({r['free_where']}): {_n(r['free_gb'])} GB"
+        f"{_n(r['final_disk_gb'])} GB when done ({_archive_part(r)}prepared audio {_n(r['prepared_gb'])} "
+        f"({r['sample_format']}, 24 kHz) + codes {_n(r['codes_gb'])}); free where the data goes "
+        f"({r['free_where']}): {_n(r['free_gb'])} GB"
         f"{'' if r['disk_fits'] else ' (**the peak does not fit**)'}; prepare {_n(r['prepare_core_hours'])} CPU "
         f"core-hours ({_n(r['prepare_hours'])} h on {r['cores']} cores), tokenize ({r['tokenizer']}) "
         f"{_n(r['tokenize_core_hours'])} CPU core-hours ({_n(r['tokenize_hours'])} h on {r['cores']} cores; on one "

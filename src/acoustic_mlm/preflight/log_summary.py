@@ -74,22 +74,14 @@ def log_summary(result: dict, out_dir: Path) -> None:
             share(best),
             out_dir / "preflight.md",
         )
-    elif result["cpu_times"]:  # a CPU preset: process-hours on this CPU, no GPU involved
-        log.info(
-            "preflight: the figure takes %s on this CPU (%d process(es) per run, %s of processes); results in %s",
-            hours(figure["wall_hours"]),
-            figure["processes"],
-            hours(figure["gpu_hours"]),
-            out_dir / "preflight.md",
-        )
+        return
+    if result["cpu_times"]:  # a CPU preset: process-hours on this CPU, no GPU involved
+        where = f"on this CPU ({figure['processes']} process(es) per run, {hours(figure['gpu_hours'])} of processes)"
     else:
-        log.info(
-            "preflight: the figure takes %s on %d GPU(s) (%s GPU-hours, measured here); results in %s",
-            hours(figure["wall_hours"]),
-            figure["gpus"],
-            number(figure["gpu_hours"]),
-            out_dir / "preflight.md",
-        )
+        where = f"on {figure['gpus']} GPU(s) ({number(figure['gpu_hours'])} GPU-hours, measured here)"
+    log.info(
+        "preflight: the figure takes %s %s; results in %s", hours(figure["wall_hours"]), where, out_dir / "preflight.md"
+    )
 
 
 def share(row: dict) -> str:

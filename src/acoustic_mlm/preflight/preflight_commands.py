@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from acoustic_mlm import config as C
-from acoustic_mlm.config.cli_options import command, opt, torch_threads
+from acoustic_mlm.config.cli_options import amount, command, count, opt, torch_threads
 
 _PROJECTION = (
-    opt(
-        "--peak-tflops",
-        type=float,
-        rule={"exclusiveMinimum": 0},
-        help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)",
+    amount(
+        "--peak-tflops", above=0, help="the device's peak for MFU (default: from a table of known GPUs; none on CPU)"
     ),
     opt(
         "--every-model",
@@ -27,17 +24,15 @@ _PROJECTION = (
         help="share of a GPU's peak when projecting a CUDA preset measured on CPU (default: the MFU a GPU measured for "
         "the preset's shape, acoustic_mlm.preflight.measured, else 0.35)",
     ),
-    opt(
+    amount(
         "--intra-node-gb-s",
-        type=float,
-        rule={"exclusiveMinimum": 0},
+        above=0,
         metavar="GB_S",
         help="all-reduce bandwidth per GPU within a node, GB/s (default: 450, NVLink of an H100/H200 SXM)",
     ),
-    opt(
+    amount(
         "--inter-node-gb-s",
-        type=float,
-        rule={"exclusiveMinimum": 0},
+        above=0,
         metavar="GB_S",
         help="all-reduce bandwidth per GPU across nodes, GB/s (default: 50, one 400 Gb/s InfiniBand port)",
     ),
@@ -53,10 +48,9 @@ _PROJECTION = (
         rule="train.processes",
         help="GPUs per node for the projection (default: the GPUs visible here; on CPU train.processes)",
     ),
-    opt(
+    amount(
         "--corpus-hours",
-        type=float,
-        rule={"exclusiveMinimum": 0},
+        above=0,
         help="hours of audio, for the disk estimate of a source whose size is unknown before fetching",
     ),
 )
@@ -65,33 +59,18 @@ _PROJECTION = (
 @command(
     "preflight",
     opt("--out", default=Path("results"), help="folder for preflight.json and preflight.md (default: results)"),
-    opt(
+    count(
         "--micro-batch",
-        type=int,
-        rule={"minimum": 1},
-        metavar="N",
         help="crops per measured micro-batch (default: train.batch_size / train.processes; 1 for a CUDA "
         "preset measured on CPU)",
     ),
-    opt(
-        "--micro-batches",
-        type=int,
-        rule={"minimum": 1},
-        metavar="N",
-        help="timed micro-batches per model (default: 4; 1 for a CUDA preset measured on CPU)",
+    count("--micro-batches", help="timed micro-batches per model (default: 4; 1 for a CUDA preset measured on CPU)"),
+    count(
+        "--optimizer-steps", help="timed optimizer steps per model (default: 2; 1 for a CUDA preset measured on CPU)"
     ),
-    opt(
-        "--optimizer-steps",
-        type=int,
-        rule={"minimum": 1},
-        metavar="N",
-        help="timed optimizer steps per model (default: 2; 1 for a CUDA preset measured on CPU)",
-    ),
-    opt(
+    count(
         "--warmup",
-        type=int,
-        rule={"minimum": 0},
-        metavar="N",
+        least=0,
         help="untimed updates of one micro-batch first: compilation, kernels, Adam state (default: 1; 0 "
         "for a CUDA preset measured on CPU)",
     ),

@@ -331,11 +331,18 @@ def fisher_one_sided(trained_a: int, n_a: int, trained_b: int, n_b: int) -> tupl
     return float(fisher_exact(table, alternative="greater")[1]), float(fisher_exact(table, alternative="less")[1])
 
 
+def mean_of_known(values) -> float:
+    """np.nanmean without its warning: the mean of the values that are not nan; nan when none is (a seed with
+    no finite loss has no late fall)."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    return float(x.mean()) if len(x) else math.nan
+
+
 def catch_up_void(gap: float, late_fall_a, late_fall_b) -> bool:
     """The catch-up guard: a 'lower' outcome is void when the losing arm's mean late fall is at least
     |gap| (it was still falling by as much as it trails)."""
-    loser = late_fall_b if gap < 0 else late_fall_a
-    fall = float(np.nanmean(np.asarray(loser, dtype=float))) if len(loser) else math.nan
+    fall = mean_of_known(late_fall_b if gap < 0 else late_fall_a)
     return bool(math.isfinite(fall) and fall >= abs(gap))
 
 
@@ -370,24 +377,15 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, aa: float) -> dict:
     for_a = (loss == "A lower" and not void) or survival == "A survives"
     for_b = (loss == "B lower" and not void) or survival == "B survives"
     verdict = SUPPORTED if for_a and not for_b else NOT_SUPPORTED if for_b and not for_a else INCONCLUSIVE
+    sides = {"a": a, "b": b}
     return {
-        "n_a": len(a),
-        "n_b": len(b),
-        "mean_a": float(a["capped_loss"].mean()),
-        "mean_b": float(b["capped_loss"].mean()),
-        "gap": gap,
-        "se": se,
-        "aa": aa,
-        "resolution": r,
-        "loss_outcome": loss,
-        "loser_late_fall": float(np.nanmean((b if gap < 0 else a)["late_fall"])),
+        **{f"n_{k}": len(s) for k, s in sides.items()},
+        **{f"mean_{k}": float(s["capped_loss"].mean()) for k, s in sides.items()},
+        **{"gap": gap, "se": se, "aa": aa, "resolution": r, "loss_outcome": loss},
+        "loser_late_fall": mean_of_known((b if gap < 0 else a)["late_fall"]),
         "void": void,
-        "trained_a": int(a["trained"].sum()),
-        "trained_b": int(b["trained"].sum()),
-        "p_a": p_a,
-        "p_b": p_b,
-        "survival": survival,
-        "verdict": verdict,
+        **{f"trained_{k}": int(s["trained"].sum()) for k, s in sides.items()},
+        **{"p_a": p_a, "p_b": p_b, "survival": survival, "verdict": verdict},
         "run_seconds": float(pd.concat([a, b])["wall_time_s"].mean()) if "wall_time_s" in a else math.nan,
         **(
             seeds_to_decide(a, b, aa)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acoustic_mlm.config.cli_options import command, opt
+from acoustic_mlm.config.cli_options import amount, command, count, opt
 from acoustic_mlm.errors import UserError
 
 
@@ -212,10 +212,9 @@ def decide_command(args, cfg) -> None:
 @command(
     "status",
     "runs_dir",
-    opt(
+    amount(
         "--stale-after",
-        type=float,
-        rule={"exclusiveMinimum": 0},
+        above=0,
         default=30.0,
         metavar="MINUTES",
         help="a seed without a new metrics row or state for this long is stopped (default: 30)",
@@ -249,10 +248,9 @@ def status_command(args, cfg) -> None:
         default=Path("results/figures/reference_check.png"),
         help="figure of both runs' curves (default: results/figures/reference_check.png)",
     ),
-    opt(
+    amount(
         "--tolerance",
-        type=float,
-        rule={"minimum": 0},
+        least=0,
         metavar="BITS",
         help="largest difference allowed (default: 0 bits for the exact check, else the reference's measured "
         "tolerance)",
@@ -262,26 +260,22 @@ def status_command(args, cfg) -> None:
         metavar="DIR",
         help="write a reference of --runs-dir into DIR (tolerance: --tolerance) instead of comparing",
     ),
-    opt(
+    count(
         "--until-step",
-        type=int,
-        rule={"minimum": 1},
         needs="--record",
         metavar="STEP",
         help="with --record: --tolerance holds up to this step, --late-tolerance after it (docs/reference_run.md)",
     ),
-    opt(
+    amount(
         "--late-tolerance",
-        type=float,
-        rule={"minimum": 0},
+        least=0,
         needs="--until-step",
         metavar="BITS",
         help="with --record and --until-step: the median difference allowed after that step",
     ),
-    opt(
+    amount(
         "--native-tolerance",
-        type=float,
-        rule={"minimum": 0},
+        least=0,
         needs="--until-step",
         metavar="BITS",
         help="with --record and --until-step: the median difference allowed up to that step for a run "

@@ -34,8 +34,8 @@ from acoustic_mlm.artifacts.run_summary import (
     whole,
 )
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.folder_lock import folder_busy
 from acoustic_mlm.train.state import STATE_DIR
-from acoustic_mlm.utils import folder_busy
 
 SEEDS_DIR = "seeds"  # a run folder's per-seed folders
 

@@ -1,7 +1,8 @@
 """EnCodec 24 kHz as the tokenizer uses it: built untrained under a seed, or loaded with the official
 or the calibrated weights, at a bandwidth.
 
-Two modes, one per `tokenizer.mode`:
+Two modes of EnCodec, one per `tokenizer.mode` (the third, `pitch`, is the tone corpus's oracle,
+tokenizer.pitch, no EnCodec):
 
 - `pretrained`: the official EnCodec weights (`encodec_24khz-d7cc33bc.th`, Defossez et al. 2022,
   arXiv 2210.13438), as MERT used them. They cannot be downloaded on offline machines; when they
@@ -56,7 +57,10 @@ def build_encodec(bandwidth: float = 6.0, seed: int = 0):
 
 
 def n_codebooks(model) -> int:
-    """RVQ levels in use at the model's bandwidth (6 kbps: 8)."""
+    """RVQ levels in use at the model's bandwidth (6 kbps: 8); the pitch tokenizer (tokenizer.pitch) states its own."""
+    own = getattr(model, "n_codebooks", None)
+    if own is not None:
+        return int(own)
     return model.quantizer.get_num_quantizers_for_bandwidth(model.frame_rate, model.bandwidth)
 
 

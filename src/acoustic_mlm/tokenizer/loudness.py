@@ -137,7 +137,8 @@ def loudness_of(tc: TokenizerConfig) -> dict:
     typed `tokenizer:` section (`Config.tokenizer`).
 
     Pretrained mode: EnCodec 24 kHz as released, which does not normalise its input
-    (`audio_normalize=False` in encodec/model.py; only the 48 kHz model does): always none.
+    (`audio_normalize=False` in encodec/model.py; only the 48 kHz model does): always none. Pitch mode (the
+    tone corpus's oracle reads a frame's pitch, whatever its level): none too.
     """
     method = tc.loudness if tc.mode == "calibrated" else "none"
     return loudness_record(method, float(tc.loudness_target) if method != "none" else None)

@@ -8,7 +8,8 @@ Three steps over the prepared shards (Snakemake: one job per shard; `run` does a
 process for DVC and by hand), each written atomically into the stage's output folder:
 
 1. `fit` -> `model/`: `fit.json` (mode, bandwidth, seed, loudness normalisation, calibration
-   statistics or the pretrained checkpoint's sha256) and, in calibrated mode, `tokenizer.pt`: the
+   statistics, the pretrained checkpoint's sha256, or in pitch mode the oracle's tones: `pitch.record`)
+   and, in calibrated mode, `tokenizer.pt`: the
    calibrated model's state_dict (torch.load with weights_only=True; `codec.load_calibrated`
    rebuilds the exact tokenizer from it; the fit is the same at 1 and 2 threads, the encoding is
    not, hence `tokenizer.threads`). Calibration draws on the
@@ -28,6 +29,9 @@ process for DVC and by hand), each written atomically into the stage's output fo
 
 The files' names, writers and readers are acoustic_mlm.artifacts.codes's (training reads the
 codes through it); the prepared corpus is read through acoustic_mlm.artifacts.prepared.
+
+In pitch mode (`tokenizer.mode: pitch`, the tone corpus's oracle: acoustic_mlm.tokenizer.pitch) the
+oracle stands where EnCodec stands: the same three steps and files, its codes read from each frame's pitch.
 
 Tensor axes: K codebooks (RVQ levels), T frames.
 """
@@ -81,6 +85,8 @@ from acoustic_mlm.tokenizer.codec import (
 )  # fmt: skip
 from acoustic_mlm.tokenizer.encode import EncodeSettings, encode_clips
 from acoustic_mlm.tokenizer.loudness import clip_loudness, loudness_of, loudness_record
+from acoustic_mlm.tokenizer.pitch import PitchTokenizer
+from acoustic_mlm.tokenizer.pitch import record as pitch_record
 from acoustic_mlm.utils import (
     atomic_dir,
     file_sha256,
@@ -104,8 +110,10 @@ def _check_config(cfg: C.Config) -> None:
     sr = cfg.data.sample_rate
     if sr != encodec.SAMPLE_RATE:
         raise TokenizerError(f"config: 'data.sample_rate' is {sr}; EnCodec 24 kHz needs {encodec.SAMPLE_RATE}")
-    if cfg.tokenizer.mode not in ("calibrated", "pretrained"):
-        raise TokenizerError(f"config: 'tokenizer.mode' must be calibrated or pretrained, got {cfg.tokenizer.mode!r}")
+    if cfg.tokenizer.mode not in C.TOKENIZER_MODES:
+        raise TokenizerError(
+            f"config: 'tokenizer.mode' must be {' or '.join(C.TOKENIZER_MODES)}, got {cfg.tokenizer.mode!r}"
+        )
     loudness_of(cfg.tokenizer)  # a known loudness method
 
 
@@ -113,7 +121,8 @@ def fit(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> d
     """The tokenizer for the corpus, into out_dir/model/ (atomically): fit.json, and tokenizer.pt
     in calibrated mode (codebooks fitted on the train split of every shard).
 
-    In pretrained mode it checks the checkpoint (downloading it if needed) and records its sha256.
+    In pretrained mode it checks the checkpoint (downloading it if needed) and records its sha256; in
+    pitch mode it records the oracle (`pitch.record`): nothing is fitted.
     `cfg`: a `Config` (`config.load`), as for every step.
     """
     set_threads(threads)
@@ -156,6 +165,8 @@ def fit(cfg: C.Config, prepared_dir: Path, out_dir: Path, threads: int = 1) -> d
                 calibration_iters=int(tc.calibration_iters),
             )
             torch.save(model.state_dict(), tmp / "tokenizer.pt")
+        elif mode == "pitch":
+            info["pitch"] = pitch_record()
         else:
             load_pretrained(tc.checkpoint, bandwidth)
             path = Path(tc.checkpoint).expanduser() if tc.checkpoint else hub_checkpoint_path()
@@ -184,7 +195,8 @@ def check_fit(cfg: C.Config, path: Path) -> None:
 
 
 def load_tokenizer(cfg: C.Config, out_dir: Path):
-    """The model `fit` made for this corpus (calibrated: out_dir/model/tokenizer.pt; pretrained: the checkpoint)."""
+    """The model `fit` made for this corpus (calibrated: out_dir/model/tokenizer.pt; pretrained: the checkpoint;
+    pitch: the oracle at the bandwidth's codebooks)."""
     tc = cfg.tokenizer
     folder = Path(out_dir) / MODEL_DIR
     if not (folder / FIT).is_file():
@@ -200,6 +212,8 @@ def load_tokenizer(cfg: C.Config, out_dir: Path):
         )
     if tc.mode == "calibrated":
         return load_calibrated(folder / "tokenizer.pt", float(tc.bandwidth))
+    if tc.mode == "pitch":
+        return PitchTokenizer(encodec.codebooks(float(tc.bandwidth)))
     return load_pretrained(tc.checkpoint, float(tc.bandwidth))
 
 
@@ -225,6 +239,7 @@ def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, t
     except ValueError as exc:
         raise TokenizerError(f"config: {exc}") from None
     model = load_tokenizer(cfg, out_dir).to(device)
+    settings = EncodeSettings.from_config(tc, device)
     measured, frame_gain = clip_loudness(audio, clips, loudness_of(tc))
     with atomic_dir(Path(out_dir) / shard_name(shard)) as tmp:
         write_loudness(tmp, measured)
@@ -234,13 +249,14 @@ def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, t
             model,
             audio,
             clips,
-            EncodeSettings.from_config(tc, device),
+            settings,
             frame_gain=frame_gain,
             out=codes,
             label=f"tokenize {shard_name(shard)}",
         )
         seconds = time.perf_counter() - t0
         codes.flush()
+        segment = settings.segment_frames
         del codes  # close the memory map before the folder is renamed into place
         audio_s = float(clips["num_samples"].sum()) / encodec.SAMPLE_RATE
         info = {
@@ -252,6 +268,8 @@ def encode_shard(cfg: C.Config, prepared_dir: Path, out_dir: Path, shard: int, t
             "batch_size": int(tc.batch_size),
             "segment_seconds": tc.segment_seconds,
             "context_seconds": tc.context_seconds,
+            # clips longer than segment_seconds, encoded in segments: their codes are not whole-file codes
+            "segmented_clips": int((clips["num_frames"] > segment).sum()) if segment > 0 else 0,
             "device": str(device),
             "threads": int(threads),
             "codes_sha256": file_sha256(tmp / CODES),  # a resumed run checks the codes against it
@@ -317,6 +335,10 @@ def merge(cfg: C.Config, prepared_dir: Path, out_dir: Path) -> dict:
         "real_time_factor": round(encode_s / max(audio_s, 1e-9), 5),  # encode seconds per audio second
         "x_real_time": round(audio_s / max(encode_s, 1e-9), 2),  # audio seconds per encode second
         "batch_size": int(cfg.tokenizer.batch_size),
+        # clips encoded in segments (longer than tokenizer.segment_seconds); None: a shard did not record it
+        "segmented_clips": (
+            sum(s["segmented_clips"] for s in shards) if all("segmented_clips" in s for s in shards) else None
+        ),
         "versions": {"torch": torch.__version__, "encodec": _encodec_version()},
     }
     files = pd.concat(tables, ignore_index=True).sort_values("path", kind="stable")
@@ -334,6 +356,14 @@ def merge(cfg: C.Config, prepared_dir: Path, out_dir: Path) -> dict:
             round(100 * TOP_CODE_WARNING),
             ", ".join(crowded),
             out_dir / FILES,
+        )
+    if meta["segmented_clips"]:
+        log.warning(
+            "tokenize: %d clip(s) longer than tokenizer.segment_seconds (%g s) were encoded in segments with "
+            "%g s of left context: their codes are not the whole-file codes MERT encodes",
+            meta["segmented_clips"],
+            cfg.tokenizer.segment_seconds,
+            cfg.tokenizer.context_seconds,
         )
     write_tokenizer_summary(out_dir, meta)
     log.info(

@@ -23,7 +23,7 @@ from acoustic_mlm.utils import log
     ),
     Steps(
         "--fit",
-        "only fit (calibrated) or check (pretrained) the tokenizer: model/",
+        "only fit (calibrated), check (pretrained) or record (pitch) the tokenizer: model/",
         "encode",
         "only summarise the shards' codes: tokenizer.json",
     ),
@@ -33,8 +33,9 @@ def tokenize_command(args, cfg) -> None:
     """EnCodec 24 kHz codes, frame-aligned with the audio
 
     Encode the prepared audio with EnCodec 24 kHz at tokenizer.bandwidth (6 kbps: 8 codebooks of 1024 codes at 75
-    Hz), pretrained or calibrated (own k-means RVQ), shard by shard in padded batches; write model/,
-    shard-<k>/codes.npy and tokenizer.json. Without a step option, all steps run in turn.
+    Hz), pretrained or calibrated (own k-means RVQ), or read the tone corpus's codes from its pitch (pitch), shard by
+    shard in padded batches; write model/, shard-<k>/codes.npy and tokenizer.json. Without a step option, all steps
+    run in turn.
     """
     from acoustic_mlm.tokenizer import stage as tokenizer
 

@@ -40,6 +40,7 @@ from acoustic_mlm.artifacts.prepared import load_prepared
 from acoustic_mlm.artifacts.run_summary import SUMMARY, write_summary
 from acoustic_mlm.devices import pick_device
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.folder_lock import folder_lock
 from acoustic_mlm.train import diagnostics
 from acoustic_mlm.train.crops import CropData, batches, check_codes
 from acoustic_mlm.train.distributed import init_distributed
@@ -58,7 +59,7 @@ from acoustic_mlm.train.state import (
 from acoustic_mlm.train.summary import Accumulator, summarize, summarize_arm
 from acoustic_mlm.train.trackers import Trackers, check_available
 from acoustic_mlm.train.update import Trainer, build_trainer, evaluate, update
-from acoustic_mlm.utils import Progress, folder_lock, log, set_threads
+from acoustic_mlm.utils import Progress, log, set_threads
 
 VALID_SEED = 20230601  # fixed: every arm is scored on the same crops and masks
 
