@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.experiments import corpus, runner
 from acoustic_mlm.experiments import declaration as D
-from acoustic_mlm.experiments import runner
 
 
 def cpu_seconds() -> float:
@@ -49,7 +49,7 @@ def retime(rnd: D.Round, key: str, work: Path) -> dict:
     ]
     if mine.empty:
         raise UserError(f"{rnd.tables / 'curves.csv'}: no published curve of {key}: nothing to compare with")
-    runner.tone_data(work)
+    corpus.data_for(rnd.corpus, work)  # made before the clock starts
     cpu, t0 = cpu_seconds(), time.perf_counter()
     (row, curve, _), _ = runner.train_one(rnd, run, work)
     return {

@@ -28,10 +28,10 @@ import pandas as pd
 from acoustic_mlm import curves
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.errors import UserError
+from acoustic_mlm.experiments import corpus, rules, sizing
 from acoustic_mlm.experiments import declaration as D
 from acoustic_mlm.experiments import judge as J
 from acoustic_mlm.experiments import record as R
-from acoustic_mlm.experiments import rules, sizing, tone_corpus
 from acoustic_mlm.report import decisive
 from acoustic_mlm.utils import atomic_path
 
@@ -186,24 +186,13 @@ def run_name(cell: str, arm: str, lr: float, seed: int) -> str:
     return f"{cell}__{arm}__lr-{lr:g}__seed-{seed}"
 
 
-def tone_data(work: Path) -> tuple[Path, Path, float]:
-    """The tone corpus under work/data, written once and shared by rounds side by side: its prepared
-    clips, its codes and its plateau (the codes' unigram entropy)."""
-    data = Path(work) / "data"
-    with locked(Path(work)):
-        if not (data / "codes" / "tokenizer.json").exists():
-            shutil.rmtree(data, ignore_errors=True)
-            tone_corpus.stage_corpus(data, clips=tone_corpus.CLIPS, frames=tone_corpus.FRAMES, seed=0)
-    return data / "prepared", data / "codes", decisive.plateau_bits(data / "codes")
-
-
 def train_one(rnd: D.Round, run: tuple[str, str, float, int], work: Path):
     """Train one planned run (`train.loop.run`) in work/runs/<its name>, started over if a run was cut
     there midway: its record (record_of) and its configuration."""
     from acoustic_mlm.train import loop as train
 
     size, arm, lr, seed = run
-    prepared, codes, plateau = tone_data(work)
+    prepared, codes, plateau = corpus.data_for(rnd.corpus, work)
     cell = J.cell_of(rnd, size)
     # a cell whose gain its pilot gives (fp16 rounds' low cell) trains at the pilot's gain
     gain = rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None

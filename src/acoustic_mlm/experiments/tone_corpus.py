@@ -15,7 +15,6 @@ tokenize's `pitch` mode; `stage_corpus`), whose prepared audio.npy and codes.npy
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -99,30 +98,15 @@ def stage_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -
     one training crop each: prepare rejects shorter clips) under `seed`. Its audio.npy, codes.npy and manifest
     are `write_corpus`'s, byte for byte; its records (fit.json, encode.json, loudness.csv, files.csv,
     tokenizer.json) are the stages' own. A stage that fails is one UserError line: its last line."""
-    import subprocess
-    import sys
-
     import yaml
 
-    import acoustic_mlm
-    from acoustic_mlm.errors import UserError
+    from acoustic_mlm.experiments import corpus
     from acoustic_mlm.utils import atomic_path
 
-    root = Path(root).resolve()  # the stages run with root as their working folder
-    env = dict(os.environ, PYTHONPATH=str(Path(acoustic_mlm.__file__).parents[1]))  # this process's package
+    root = Path(root).resolve()  # the stages run with root as their working folder: nothing written elsewhere
+    root.mkdir(parents=True, exist_ok=True)
     config = root / "tones.yaml"
     mapping = stage_config(clips, frames, seed)
     with atomic_path(config) as tmp:
         tmp.write_text(yaml.safe_dump(mapping, sort_keys=False, width=120))
-    raw, prepared, codes = root / "raw", root / "prepared", root / "codes"
-    for step in (
-        ["fetch", "--out", raw, "--downloads", root / "downloads"],
-        ["prepare", "--raw", raw, "--out", prepared],
-        ["tokenize", "--prepared", prepared, "--out", codes],
-    ):
-        cmd = [sys.executable, "-m", "acoustic_mlm", *map(str, step), "--config", str(config), "-q"]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env)  # nothing written elsewhere
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-            raise UserError(f"{config}: amlm {step[0]} failed: {last}")
-    return prepared, codes
+    return corpus.stage(root, config, cwd=root)
