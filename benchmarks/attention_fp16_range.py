@@ -14,23 +14,24 @@ whose logits are float16 numbers has it. This script asks the range question fai
                 error of the float64 backward taken through those rounded probabilities
 
 A path **holds** at a logit when, in every instance, its output and its gradients of q, k and v are
-finite and its relative errors (Frobenius) are at most 2 times the baseline's of that instance (plus
-1e-6, for instances whose baseline error is 0). Its **range** is the largest tested logit up to which
-it holds at every tested logit. PB-Relax's range promise is *supported* when its range is larger
-than the unfused order's, *not supported* otherwise. Beside it, without a verdict, each path's range
-on the forward alone (output finite and within the same tolerance). The gradients' relative errors
-are large for every path, the baseline's too, once the softmax is nearly one-hot (from about 6e4):
-the exact gradients are then tiny, so the finite counts say more than those ratios.
+finite and its relative errors (Frobenius) are at most `tolerance` times the baseline's of that instance
+(plus `floor`, for instances whose baseline error is 0): the round's rule, whose two numbers are
+config/experiments/pb_relax_range.yaml's params, read from there. This script measures (the `holds`
+column of each instance and range.csv's counts per path and logit); the verdict (each path's range, the
+largest tested logit up to which it holds at every tested logit, and PB-Relax's promise) is
+`amlm experiment judge`'s, from instances.csv alone (experiments.rules.judge_range). The gradients'
+relative errors are large for every path, the baseline's too, once the softmax is nearly one-hot (from
+about 6e4): the exact gradients are then tiny, so the finite counts say more than those ratios.
 
     python benchmarks/attention_fp16_range.py --out data/reference/pb_relax_range
-        # instances.csv: one row per path, logit and instance; range.csv: one row per path and logit;
+        # instances.csv: one row per path, logit and instance; range.csv: one row per path and logit
+    amlm experiment judge config/experiments/pb_relax_range.yaml --out data/reference/pb_relax_range
         # verdict.json: each path's range and the verdict
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -42,12 +43,19 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from acoustic_mlm.experiments import declaration as D  # noqa: E402
 from acoustic_mlm.experiments import fp16_attention as fa  # noqa: E402
 from acoustic_mlm.utils import atomic_path  # noqa: E402
 
 LOGITS = [1e2, 1e3, 1e4, 3e4, 6e4, 1e5, 2e5, 5e5, 1e6, 2e6]
 INSTANCES = 20
-TOLERANCE, FLOOR = 2.0, 1e-6
+ROUND = Path(__file__).resolve().parents[1] / "config" / "experiments" / "pb_relax_range.yaml"
+
+
+def rule() -> tuple[float, float]:
+    """The round's tolerance and floor (its declaration's params): what `holds` is measured against."""
+    params = D.load(ROUND).params
+    return float(params["tolerance"]), float(params["floor"])
 
 
 def round_mantissa(x: torch.Tensor, bits: int = 11) -> torch.Tensor:
@@ -70,6 +78,7 @@ def baseline(q, k, v, g) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 def measure(logits=LOGITS, instances: int = INSTANCES, shape=(2, 4, 128, 64)) -> pd.DataFrame:
+    tolerance, floor = rule()
     rows = []
     for seed in range(instances):
         gen = torch.Generator().manual_seed(seed)
@@ -95,8 +104,8 @@ def measure(logits=LOGITS, instances: int = INSTANCES, shape=(2, 4, 128, 64)) ->
                 holds = (
                     finite_out
                     and finite_grad
-                    and err <= TOLERANCE * b_err + FLOOR
-                    and grad_err <= TOLERANCE * b_grad_err + FLOOR
+                    and err <= tolerance * b_err + floor
+                    and grad_err <= tolerance * b_grad_err + floor
                 )
                 rows.append(
                     {
@@ -115,10 +124,13 @@ def measure(logits=LOGITS, instances: int = INSTANCES, shape=(2, 4, 128, 64)) ->
     return pd.DataFrame(rows)
 
 
-def summarise(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """range.csv's rows (per path and logit) and the verdict."""
-    per = (
-        table.groupby(["path", "logit_max"], sort=True)
+def per_logit(table: pd.DataFrame) -> pd.DataFrame:
+    """range.csv: per path and logit, the instances, how many were finite and held, and the errors."""
+    tolerance, floor = rule()
+    forward = table["finite_output"] & (table["rel_error"] <= tolerance * table["baseline_rel_error"] + floor)
+    return (
+        table.assign(holds_forward=forward)
+        .groupby(["path", "logit_max"], sort=True)
         .agg(
             instances=("instance", "size"),
             finite_output=("finite_output", "sum"),
@@ -130,30 +142,10 @@ def summarise(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
             grad_rel_error_median=("grad_rel_error", "median"),
             grad_rel_error_max=("grad_rel_error", "max"),
             baseline_grad_rel_error_median=("baseline_grad_rel_error", "median"),
+            holds_forward=("holds_forward", "sum"),
         )
         .reset_index()
     )
-    table = table.assign(
-        holds_forward=table["finite_output"] & (table["rel_error"] <= TOLERANCE * table["baseline_rel_error"] + FLOOR)
-    )
-    per = per.merge(table.groupby(["path", "logit_max"])["holds_forward"].sum().reset_index(), on=["path", "logit_max"])
-    ranges, forward = {}, {}
-    for path, rows in per.groupby("path"):
-        rows = rows.sort_values("logit_max")
-        for out, column in ((ranges, "holds"), (forward, "holds_forward")):
-            held = (rows[column] == rows["instances"]).to_numpy()
-            upto = held.argmin() if not held.all() else len(held)  # first logit where it does not hold
-            out[path] = float(rows["logit_max"].iloc[upto - 1]) if upto > 0 else None
-    relax, unfused = ranges.get("pb_relax"), ranges.get("unfused")
-    verdict = "supported" if (relax or 0) > (unfused or 0) else "not supported"
-    return per, {
-        "instances": int(table["instance"].nunique()),
-        "logits": sorted(float(x) for x in table["logit_max"].unique()),
-        "tolerance": f"<= {TOLERANCE} x the float16-mantissa baseline's error + {FLOOR}",
-        "range": ranges,
-        "range_forward_only": forward,
-        "verdict": verdict,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,16 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/pb_relax_range"))
     args = ap.parse_args(argv)
     table = measure(instances=args.instances)
-    per, verdict = summarise(table)
+    per = per_logit(table)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, frame in (("instances.csv", table), ("range.csv", per)):
         with atomic_path(args.out / name) as tmp:
             frame.to_csv(tmp, index=False)
-    with atomic_path(args.out / "verdict.json") as tmp:
-        tmp.write_text(json.dumps(verdict, indent=2) + "\n")
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(per.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    print(json.dumps(verdict))
+    print(f"-> {args.out}; the verdict: amlm experiment judge {ROUND.relative_to(ROUND.parents[2])} --out {args.out}")
     return 0
 
 

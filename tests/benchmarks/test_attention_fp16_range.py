@@ -1,5 +1,6 @@
-"""benchmarks/attention_fp16_range.py: the float16-mantissa baseline and the range rule, on hand-made
-tables (the full measurement is a benchmark, its table in data/reference/pb_relax_range/)."""
+"""benchmarks/attention_fp16_range.py: the float16-mantissa baseline and its measurement summary, and the
+range rule (experiments.rules.judge_range) on hand-made tables (the full measurement is a benchmark, its
+tables in data/reference/pb_relax_range/)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import yaml
 from helpers import load_benchmark
+
+from acoustic_mlm.experiments import declaration as D
+from acoustic_mlm.experiments import rules
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,10 +51,9 @@ def test_the_baseline_matches_float64_attention_up_to_the_rounding():
     assert (r.baseline(q8, k8, v, g)[0] - ref.detach()).norm() / ref.norm() < 1e-3
 
 
-def test_the_range_is_the_last_logit_held_at_every_instance_up_to_it():
-    r = load_benchmark("attention_fp16_range")
+def _instances(holds_by_path: dict) -> pd.DataFrame:
     rows = []
-    for path, holds in {"unfused": [1, 1, 0, 0], "pb_relax": [1, 1, 1, 0], "fused": [1, 0, 1, 1]}.items():
+    for path, holds in holds_by_path.items():
         for logit, h in zip([1e2, 1e4, 1e5, 2e6], holds):
             for instance in range(2):
                 ok = bool(h) or instance == 0  # one instance failing is enough to break the range
@@ -67,13 +71,41 @@ def test_the_range_is_the_last_logit_held_at_every_instance_up_to_it():
                         "holds": ok,
                     }
                 )
-    per, verdict = r.summarise(pd.DataFrame(rows))
-    assert verdict["range"] == {"unfused": 1e4, "pb_relax": 1e5, "fused": 1e2}  # fused: not past its first failure
-    assert verdict["verdict"] == "supported"
+    return pd.DataFrame(rows)
+
+
+def _judge(tmp_path: Path, table: pd.DataFrame) -> dict:
+    """The range round judged (amlm experiment judge's rule) from this instances.csv."""
+    doc = yaml.safe_load((ROOT / "config" / "experiments" / "pb_relax_range.yaml").read_text())
+    doc["tables"] = str(tmp_path)
+    decl = tmp_path / "pb_relax_range.yaml"
+    decl.write_text(yaml.safe_dump(doc, sort_keys=False))
+    table.to_csv(tmp_path / "instances.csv", index=False)
+    return rules.judge_range(D.load(decl))
+
+
+def test_the_range_is_the_last_logit_held_at_every_instance_up_to_it(tmp_path):
+    """The benchmark measures (range.csv's counts); the verdict is the experiments stage's, from the
+    instances alone."""
+    r = load_benchmark("attention_fp16_range")
+    table = _instances({"unfused": [1, 1, 0, 0], "pb_relax": [1, 1, 1, 0], "fused": [1, 0, 1, 1]})
+    per = r.per_logit(table)
     assert per.loc[(per["path"] == "unfused") & (per["logit_max"] == 1e5), "holds"].item() == 1
-    table = pd.DataFrame(rows)
+    verdict = _judge(tmp_path, table)
+    assert verdict["range"] == {"fused": 1e2, "pb_relax": 1e5, "unfused": 1e4}  # fused: not past its first failure
+    assert verdict["verdict"] == "supported"
     table.loc[table["path"] == "pb_relax", "holds"] = table.loc[table["path"] == "unfused", "holds"].to_numpy()
-    assert r.summarise(table)[1]["verdict"] == "not supported"
+    assert _judge(tmp_path, table)["verdict"] == "not supported"
     # the forward-only range ignores the gradients
-    table = pd.DataFrame(rows).assign(finite_grads=False, holds=False)
-    assert r.summarise(table)[1]["range_forward_only"]["pb_relax"] == pytest.approx(1e5)
+    table = _instances({"unfused": [1, 1, 0, 0], "pb_relax": [1, 1, 1, 0]}).assign(finite_grads=False, holds=False)
+    assert _judge(tmp_path, table)["range_forward_only"]["pb_relax"] == pytest.approx(1e5)
+
+
+def test_the_published_range_table_is_the_measurements_summary_and_holds_uses_the_rounds_rule():
+    """range.csv recomputes from the published instances.csv, and the benchmark's tolerance is the
+    round's declared one (one place for the rule)."""
+    r = load_benchmark("attention_fp16_range")
+    published = ROOT / "data" / "reference" / "pb_relax_range"
+    per = r.per_logit(pd.read_csv(published / "instances.csv"))
+    pd.testing.assert_frame_equal(per, pd.read_csv(published / "range.csv"), check_dtype=False)
+    assert r.rule() == (2.0, 1e-6)
