@@ -237,15 +237,20 @@ def _interval(pid: str) -> tuple[float, float, float]:
     return restated.newcombe(v["trained_a"], v["n_a"], v["trained_b"], v["n_b"])
 
 
+def _counts_p_interval(pid: str, p_scale: float) -> tuple:
+    """A promise of the confirmatory round as the README quotes it: both trained counts, p times
+    `p_scale` (its mantissa where the text writes e-5 or e-7), the difference and its interval."""
+    v = _confirm(pid)
+    return (v["trained_a"], v["trained_b"], v["p_for"] * p_scale, *_interval(pid))
+
+
 QUOTES += [
     Quote(
         "the confirmatory round's P1",
         r"(\d+) of 12 against (\d+) of 12 trained, p = (\d\.\d)e-5 \(Fisher one-sided, α = 0\.025\); difference "
         r"([\d.]+), 95 % interval "
         r"\[([\d.]+), ([\d.]+)\]",
-        lambda: (
-            (_confirm("P1")["trained_a"], _confirm("P1")["trained_b"], _confirm("P1")["p_for"] * 1e5) + _interval("P1")
-        ),
+        lambda: _counts_p_interval("P1", 1e5),
     ),
     Quote(
         "the confirmatory round's P2, by its interval and its planned power",
@@ -263,9 +268,7 @@ QUOTES += [
         "the confirmatory round's P3",
         r"a positive control\) \| supported \| (\d+) of 12 against (\d+) of 12, p = (\d\.\d)e-7; difference "
         r"([\d.]+), 95 % interval \[([\d.]+), ([\d.]+)\]",
-        lambda: (
-            (_confirm("P3")["trained_a"], _confirm("P3")["trained_b"], _confirm("P3")["p_for"] * 1e7) + _interval("P3")
-        ),
+        lambda: _counts_p_interval("P3", 1e7),
     ),
     Quote(
         "the A/A pair's chance of failing",
