@@ -256,13 +256,7 @@ QUOTES += [
         "the confirmatory round's P2, by its interval and its planned power",
         r"\| undecided \| (\d+) of 12 against (\d+) of 12, p = ([\d.]+) \(difference ([\d.]+), 95 % interval "
         r"\[([\d.]+), ([\d.]+)\]\); planned with about ([\d.]+) % power \|",
-        lambda: (
-            _confirm("P2")["trained_a"],
-            _confirm("P2")["trained_b"],
-            _confirm("P2")["p_for"],
-            *_interval("P2"),
-            100 * restated.fisher_power(0.8, 2 / 3, 12),  # the pilot's planned shares
-        ),
+        lambda: (*_counts_p_interval("P2", 1), 100 * restated.fisher_power(0.8, 2 / 3, 12)),  # the pilot's shares
     ),
     Quote(
         "the confirmatory round's P3",
@@ -281,9 +275,7 @@ QUOTES += [
         r"with width \(Wortsman et al.\) is not shown: shifts ([\d.]+) \[(-?[\d.]+), ([\d.]+)\] \(clip 10\) and "
         r"([\d.]+) \[(-?[\d.]+), ([\d.]+)\] \(clip 1\)",
         lambda: (
-            _dose("D3")["trained_a"],
-            _dose("D3")["trained_b"],
-            _dose("D3")["breakdown_rate_ratio"],
+            *(_dose("D3")[k] for k in ("trained_a", "trained_b", "breakdown_rate_ratio")),
             *(x for d in ("D4", "D5") for x in (_dose(d)["shift_log_rate"], *_dose(d)["shift_interval_95"])),
         ),
     ),
