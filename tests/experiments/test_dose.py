@@ -97,6 +97,23 @@ def test_the_dose_response_verdicts():
     assert same["verdict"] == "undecided" and same["shift_interval_95"][0] < 0 < same["shift_interval_95"][1]
 
 
+def test_runs_separated_by_rate_give_the_shares_difference_and_its_interval_in_place_of_a_shift():
+    """No curve exists where an arm trains at no rate (round 12's clip 10): the verdict still decides by the
+    exact test and reports the difference of the shares trained over every rate with its Newcombe interval."""
+    rows = [
+        _row("S1", arm, lr, seed, arm == "prenorm_clip1" and lr == 0.04 and i < 2)
+        for arm in ("prenorm_clip1", "prenorm_clip10")
+        for lr in ROUND6.cells["S1"]["rates"]
+        for i, seed in enumerate(ROUND6.seeds["main"])
+    ]
+    d1 = rules.judge_dose(ROUND6, pd.DataFrame(rows))["verdicts"][0]
+    assert (d1["trained_a"], d1["trained_b"], d1["shift_log_rate"]) == (2, 0, None) and "separated" in d1["reading"]
+    assert d1["verdict"] == "undecided" and d1["p_for"] == pytest.approx(
+        21 / 91
+    )  # both trained of 14 at 4e-2: C(7,2)/C(14,2)
+    assert d1["difference"] == pytest.approx(2 / 28, abs=1e-4) and d1["interval_95"][0] < 0 < d1["interval_95"][1]
+
+
 def _aa_runs(aa_sd: float, planted: float, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []

@@ -69,7 +69,8 @@ def counts(rnd: D.Round, runs: pd.DataFrame) -> dict[str, dict]:
         for x in rules.judge_dose(rnd, runs)["verdicts"]:
             if x["role"] != "confirmatory":
                 continue
-            estimate = {k: x[k] for k in ("shift_log_rate", "shift_interval_95", "interval_open") if k in x}
+            keys = ("shift_log_rate", "shift_interval_95", "interval_open", "difference", "interval_95")
+            estimate = {k: x[k] for k in keys if k in x}
             out[x["id"]] = {"finished": x["finished"], "p_for": x.get("p_for"), "estimate": estimate}
         return out
     if rnd.rules == "fp16_gains":

@@ -512,8 +512,10 @@ def compare_dose(runs: pd.DataFrame, rnd: Round, p: Promise) -> dict:
     best = dose.fit(x, g, y)
     out |= {"by_rate": table, "p_for": p_for, "p_against": p_against}
     out |= {"trained_a": int(y[g == 1].sum()), "trained_b": int(y[g == 0].sum())}
-    if best["separated"]:
-        out |= {"shift_log_rate": None, "reading": "an arm's runs are separated by rate: no curve is estimable"}
+    if best["separated"]:  # no shift to estimate: the shares trained over every rate, with their interval
+        reading = "an arm's runs are separated by rate: no curve is estimable; the difference of the shares trained"
+        out |= {"shift_log_rate": None, "reading": reading + " over every rate instead"}
+        out |= interval(out["trained_a"], len(a), out["trained_b"], len(b))
     else:
         ci = dose.shift_interval(x, g, y, best)
         out |= {
