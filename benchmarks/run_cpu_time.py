@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus, runner
+from acoustic_mlm.experiments import corpora, runner
 from acoustic_mlm.experiments import declaration as D
 
 
@@ -49,7 +49,7 @@ def retime(rnd: D.Round, key: str, work: Path) -> dict:
     ]
     if mine.empty:
         raise UserError(f"{rnd.tables / 'curves.csv'}: no published curve of {key}: nothing to compare with")
-    corpus.data_for(rnd.corpus, work)  # made before the clock starts
+    corpora.data_for(rnd.corpus, work)  # made before the clock starts
     cpu, t0 = cpu_seconds(), time.perf_counter()
     (row, curve, _), _ = runner.train_one(rnd, run, work)
     return {

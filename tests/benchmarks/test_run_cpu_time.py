@@ -10,7 +10,7 @@ import pytest
 from helpers import load_benchmark
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus, runner
+from acoustic_mlm.experiments import corpora, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 DECL = ROOT / "config" / "experiments" / "proxy_sizing.yaml"
@@ -34,7 +34,7 @@ def trained(monkeypatch):
         return ({"final_loss": 1.1164439042409262}, curve, []), Path(work)
 
     monkeypatch.setattr(runner, "train_one", fake)
-    monkeypatch.setattr(corpus, "data_for", lambda name, work: None)
+    monkeypatch.setattr(corpora, "data_for", lambda name, work: None)
     monkeypatch.chdir(ROOT)
     return state
 

@@ -19,7 +19,7 @@ from helpers import make_config
 from acoustic_mlm import config as C
 from acoustic_mlm.data import tones
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import tone_corpus
+from acoustic_mlm.experiments import corpora, tone_corpus
 from acoustic_mlm.tokenizer import pitch
 from acoustic_mlm.tokenizer.codec import TokenizerError, n_codebooks
 
@@ -83,12 +83,12 @@ def test_pitch_mode_reads_only_the_tone_corpus(root):
 
 
 def test_the_stages_make_write_corpus_s_corpus_whatever_its_size(tmp_path, monkeypatch):
-    """stage_corpus (fetch, prepare, tokenize from config/tones.yaml) at another size and seed than the rounds':
+    """corpora.stage_tones (fetch, prepare, tokenize from config/tones.yaml) at another size and seed than the rounds':
     the same bytes as write_corpus's; the records are the stages' own. Its folder given relative to the working
     folder, as the runner's default work folder is (the stages run in that folder: it was read twice relative)."""
     ref = tone_corpus.write_corpus(tmp_path / "ref", clips=5, frames=90, seed=3)
     monkeypatch.chdir(tmp_path)
-    made = tone_corpus.stage_corpus(Path("made"), clips=5, frames=90, seed=3)
+    made = corpora.stage_tones(Path("made"), clips=5, frames=90, seed=3)
     assert made == (tmp_path.resolve() / "made" / "prepared", tmp_path.resolve() / "made" / "codes")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["made", "ref"]
     assert sorted(p.name for p in (tmp_path / "made").iterdir()) == [
@@ -158,7 +158,7 @@ def test_a_pitch_fit_is_not_taken_for_another_mode(tmp_path):
 def test_a_stage_that_fails_is_one_line_naming_the_stage(tmp_path):
     """Clips shorter than a training crop (10 frames against 75): prepare rejects them all."""
     with pytest.raises(UserError) as exc:
-        tone_corpus.stage_corpus(tmp_path, clips=3, frames=10)
+        corpora.stage_tones(tmp_path, clips=3, frames=10)
     msg = str(exc.value)
     assert msg.startswith(f"{tmp_path / 'tones.yaml'}: amlm prepare failed: ") and "\n" not in msg
     assert "no usable audio" in msg and not (tmp_path / "codes").exists()

@@ -4,7 +4,7 @@
     rules: pairs                     # which of the rules (experiments.rules) judge it
     base: config/proxy.yaml          # the preset every run starts from ...
     size: {model.dim: 32, ...}       # ... with these overrides (keys the preset has)
-    corpus: tones                    # what it trains on: tones, or a preset that makes it (experiments.corpus)
+    corpus: tones                    # what it trains on: tones, or a preset that makes it (experiments.corpora)
     tables: data/reference/confirm_round   # runs.csv (and curves, spikes) of its runs
     verdict: verdicts_restated.json  # the file judge writes beside them
     arms: {prenorm_clip1: {norm: pre, attention: softmax, clip: 1.0}, ...}
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from acoustic_mlm import config as C
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus
+from acoustic_mlm.experiments import corpora
 
 RULES = ("pairs", "fp16_gains", "pilot", "sizing", "decisive", "range", "dose_response", "equivalence")
 OUTCOMES = ("trained", "trained_through", "verdict", "final_loss")
@@ -263,7 +263,7 @@ def load(path: str | Path) -> Round:
         says=d.get("says", ""),
         base=base,
         size=size,
-        corpus=corpus.check(path, d.get("corpus", "")),
+        corpus=corpora.check(path, d.get("corpus", "")),
         arms=arms,
         cells=cells,
         seeds=seeds,

@@ -28,7 +28,7 @@ import pandas as pd
 from acoustic_mlm import curves
 from acoustic_mlm.artifacts import metrics as M
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus, rules, sizing
+from acoustic_mlm.experiments import corpora, rules, sizing
 from acoustic_mlm.experiments import declaration as D
 from acoustic_mlm.experiments import judge as J
 from acoustic_mlm.experiments import record as R
@@ -192,7 +192,7 @@ def train_one(rnd: D.Round, run: tuple[str, str, float, int], work: Path):
     from acoustic_mlm.train import loop as train
 
     size, arm, lr, seed = run
-    prepared, codes, plateau = corpus.data_for(rnd.corpus, work)
+    prepared, codes, plateau = corpora.data_for(rnd.corpus, work)
     cell = J.cell_of(rnd, size)
     # a cell whose gain its pilot gives (fp16 rounds' low cell) trains at the pilot's gain
     gain = rules.gains(rnd)[0] if fp16(rnd) and "gain" not in rnd.cells[cell] else None

@@ -8,7 +8,7 @@ bits on masked frames. tokenizer.json is written by the tokenize stage's own mer
 
 The corpus is defined once, in acoustic_mlm.data.tones (the clips, their names, their codes): the
 package's own stages make the same corpus from config/tones.yaml (fetch's `tones` source, prepare,
-tokenize's `pitch` mode; `stage_corpus`), whose prepared audio.npy and codes.npy are byte for byte
+tokenize's `pitch` mode; experiments.corpora.stage_tones), whose prepared audio.npy and codes.npy are byte for byte
 `write_corpus`'s (tests/tokenizer/test_pitch.py).
 """
 
@@ -32,7 +32,7 @@ HOP, RATE = encodec.HOP, encodec.SAMPLE_RATE
 CODES = tones.CODES  # distinct codes per codebook in the corpus
 RUN_FRAMES = tones.RUN_FRAMES  # mean length of a run of one code
 CLIPS, FRAMES = 24, 600  # the rounds' corpus: 23 training clips of 8 s and one held out
-PRESET = ROOT / "config" / "tones.yaml"  # the same corpus through the package's stages (stage_corpus)
+PRESET = ROOT / "config" / "tones.yaml"  # the same corpus through the package's stages (corpora.stage_tones)
 
 
 def write_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -> tuple[Path, Path]:
@@ -88,25 +88,3 @@ def stage_config(clips: int = 8, frames: int = 300, seed: int = 0) -> dict:
     m["data"]["shard_files"] = max(int(clips), m["data"]["shard_files"])
     C.from_mapping(m, f"{PRESET} ({clips} clips of {frames} frames, seed {seed})")  # refused here, in one line
     return m
-
-
-def stage_corpus(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -> tuple[Path, Path]:
-    """The same corpus made by the package's own stages, as a user runs them: `amlm fetch`, `amlm prepare`,
-    `amlm tokenize --config root/tones.yaml` (config/tones.yaml with `stage_config`'s sizes: the `tones` source
-    into root/raw, prepare into root/prepared, the `pitch` tokenizer into root/codes), each in a process of its
-    own (this process's threads and allocator stay as they were). `clips` clips of `frames` frames (at least
-    one training crop each: prepare rejects shorter clips) under `seed`. Its audio.npy, codes.npy and manifest
-    are `write_corpus`'s, byte for byte; its records (fit.json, encode.json, loudness.csv, files.csv,
-    tokenizer.json) are the stages' own. A stage that fails is one UserError line: its last line."""
-    import yaml
-
-    from acoustic_mlm.experiments import corpus
-    from acoustic_mlm.utils import atomic_path
-
-    root = Path(root).resolve()  # the stages run with root as their working folder: nothing written elsewhere
-    root.mkdir(parents=True, exist_ok=True)
-    config = root / "tones.yaml"
-    mapping = stage_config(clips, frames, seed)
-    with atomic_path(config) as tmp:
-        tmp.write_text(yaml.safe_dump(mapping, sort_keys=False, width=120))
-    return corpus.stage(root, config, cwd=root)

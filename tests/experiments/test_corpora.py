@@ -1,4 +1,4 @@
-"""experiments.corpus: a round's corpus named, checked, placed and made by the package's own stages."""
+"""experiments.corpora: a round's corpus named, checked, placed and made by the package's own stages."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from acoustic_mlm.errors import UserError
-from acoustic_mlm.experiments import corpus
+from acoustic_mlm.experiments import corpora
 from acoustic_mlm.experiments import declaration as D
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,15 +27,15 @@ def _preset(tmp_path: Path, name: str = "mine.yaml", **data) -> Path:
 
 def test_a_corpus_is_tones_or_a_valid_preset_and_anything_else_is_one_line(tmp_path):
     decl = tmp_path / "round.yaml"
-    assert corpus.check(decl, "tones") == "tones" and corpus.check(decl, "") == ""
-    assert corpus.check(decl, "config/smoke.yaml") == "config/smoke.yaml"
+    assert corpora.check(decl, "tones") == "tones" and corpora.check(decl, "") == ""
+    assert corpora.check(decl, "config/smoke.yaml") == "config/smoke.yaml"
     with pytest.raises(UserError, match=r"round\.yaml: 'corpus' is 'synthetic', not 'tones' or a preset's \.yaml"):
-        corpus.check(decl, "synthetic")
+        corpora.check(decl, "synthetic")
     with pytest.raises(UserError, match=r"'corpus' names a preset that is not valid: .*nothere\.yaml"):
-        corpus.check(decl, str(tmp_path / "nothere.yaml"))
+        corpora.check(decl, str(tmp_path / "nothere.yaml"))
     broken = _preset(tmp_path, n_clips=-3)
     with pytest.raises(UserError, match=r"'corpus' names a preset that is not valid: .*n_clips") as err:
-        corpus.check(decl, str(broken))
+        corpora.check(decl, str(broken))
     assert "\n" not in str(err.value)
 
 
@@ -50,10 +50,10 @@ def test_a_declaration_with_an_unknown_corpus_is_refused_before_anything_runs(tm
 
 def test_each_corpus_has_its_folder_and_only_its_data_decides_it(tmp_path):
     work = tmp_path / "work"
-    assert corpus.folder_of(work, "tones") == work / "data"  # where the published rounds' runs trained
-    a = corpus.folder_of(work, str(_preset(tmp_path, "a.yaml")))
+    assert corpora.folder_of(work, "tones") == work / "data"  # where the published rounds' runs trained
+    a = corpora.folder_of(work, str(_preset(tmp_path, "a.yaml")))
     assert a.parent == work / "corpora" and a.name.startswith("a-") and len(a.name) == len("a-") + 12
-    other_seed = corpus.folder_of(work, str(_preset(tmp_path, "a.yaml", seed=7)))
+    other_seed = corpora.folder_of(work, str(_preset(tmp_path, "a.yaml", seed=7)))
     assert other_seed != a  # another corpus, another folder
     mapping = yaml.safe_load((tmp_path / "a.yaml").read_text())
     mapping["data"]["synthetic"]["seed"] = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())["data"][
@@ -61,7 +61,7 @@ def test_each_corpus_has_its_folder_and_only_its_data_decides_it(tmp_path):
     ]["seed"]
     mapping["model"]["dim"] = 48  # the model is not the corpus
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(mapping, sort_keys=False))
-    assert corpus.folder_of(work, str(tmp_path / "a.yaml")) == a
+    assert corpora.folder_of(work, str(tmp_path / "a.yaml")) == a
 
 
 @pytest.mark.slow
@@ -70,19 +70,19 @@ def test_a_presets_corpus_is_made_once_by_the_stages_and_read_back(tmp_path, mon
     the tokenizer's unigram entropy; asked again, it is read, not made; a folder cut short is made again."""
     preset = _preset(tmp_path, n_clips=6, clip_seconds=4.0)  # 1,024 train frames: the calibrated tokenizer's least
     work = tmp_path / "work"
-    prepared, codes, plateau = corpus.data_for(str(preset), work)
+    prepared, codes, plateau = corpora.data_for(str(preset), work)
     summary = json.loads((codes / "tokenizer.json").read_text())
     assert plateau == pytest.approx(summary["unigram_entropy_bits"][0]) and 0 < plateau < 10.01  # codebook 0's
     assert (prepared / "manifest.csv").exists() and np.load(next(codes.glob("shard-*/codes.npy"))).shape[0] == 8
     made = (codes / "tokenizer.json").stat().st_mtime_ns
-    monkeypatch.setattr(corpus, "stage", lambda *a, **k: pytest.fail("a complete corpus was made again"))
-    assert corpus.data_for(str(preset), work)[2] == plateau and (codes / "tokenizer.json").stat().st_mtime_ns == made
+    monkeypatch.setattr(corpora, "stage", lambda *a, **k: pytest.fail("a complete corpus was made again"))
+    assert corpora.data_for(str(preset), work)[2] == plateau and (codes / "tokenizer.json").stat().st_mtime_ns == made
     (codes / "tokenizer.json").unlink()  # as a maker killed before its last file leaves it
     calls = []
-    monkeypatch.setattr(corpus, "stage", lambda root, config, cwd=None: calls.append(root) or (root, root))
+    monkeypatch.setattr(corpora, "stage", lambda root, config, cwd=None: calls.append(root) or (root, root))
     with pytest.raises(Exception):  # noqa: B017 - the stub makes nothing: only that it was asked matters here
-        corpus.data_for(str(preset), work)
-    assert calls == [corpus.folder_of(work, str(preset))] and not (prepared / "manifest.csv").exists()
+        corpora.data_for(str(preset), work)
+    assert calls == [corpora.folder_of(work, str(preset))] and not (prepared / "manifest.csv").exists()
 
 
 def test_a_stage_that_fails_is_one_line_naming_the_preset_and_the_stage(tmp_path):
@@ -92,5 +92,5 @@ def test_a_stage_that_fails_is_one_line_naming_the_preset_and_the_stage(tmp_path
     mapping["data"]["folder"] = str(tmp_path / "no-such-folder")
     preset.write_text(yaml.safe_dump(mapping, sort_keys=False))
     with pytest.raises(UserError, match=r"mine\.yaml: amlm fetch failed: ") as err:
-        corpus.stage(tmp_path / "c", preset)
+        corpora.stage(tmp_path / "c", preset)
     assert "\n" not in str(err.value)
