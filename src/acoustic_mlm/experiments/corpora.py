@@ -85,11 +85,12 @@ def stage(root: Path, config: Path, cwd: Path | None = None) -> tuple[Path, Path
 def stage_tones(root: Path, clips: int = 8, frames: int = 300, seed: int = 0) -> tuple[Path, Path]:
     """The tone corpus made by the package's own stages, as a user runs them: `amlm fetch`, `amlm prepare`,
     `amlm tokenize --config root/tones.yaml` (config/tones.yaml with tone_corpus.stage_config's sizes: the
-    `tones` source into root/raw, prepare into root/prepared, the `pitch` tokenizer into root/codes), each in a
-    process of its own (this process's threads and allocator stay as they were). `clips` clips of `frames` frames (at least
-    one training crop each: prepare rejects shorter clips) under `seed`. Its audio.npy, codes.npy and manifest
-    are tone_corpus.write_corpus's, byte for byte; its records (fit.json, encode.json, loudness.csv, files.csv,
-    tokenizer.json) are the stages' own. A stage that fails is one UserError line: its last line."""
+    `tones` source into root/raw, prepare into root/prepared, the `pitch` tokenizer into root/codes), each in
+    a process of its own (this process's threads and allocator stay as they were). `clips` clips of `frames`
+    frames (at least one training crop each: prepare rejects shorter clips) under `seed`. Its audio.npy,
+    codes.npy and manifest are tone_corpus.write_corpus's, byte for byte; its records (fit.json, encode.json,
+    loudness.csv, files.csv, tokenizer.json) are the stages' own. A stage that fails is one UserError line:
+    its last line."""
     import yaml
 
     from acoustic_mlm.utils import atomic_path
