@@ -315,6 +315,30 @@ def _pb_relax_round5() -> tuple[dict, list[dict]]:
 A, B = "prenorm_attnrelax_clip1", "prenorm_unfused_clip1"  # PB-Relax, fairseq's unfused order
 
 
+def _verdict(name: str) -> dict:
+    """The one promise of a dose round on synthetic music (data/reference/<name>/verdicts.json)."""
+    (v,) = json.loads(_text(f"data/reference/{name}/verdicts.json"))["verdicts"]
+    return v
+
+
+QUOTES.append(
+    Quote(
+        "rounds 12 and 13 on synthetic music",
+        r"round 12 at [\d.e-]+ to [\d.e-]+ missed: (\d+) of 28 against (\d+) of 28 trained, p = ([\d.]+) \(difference "
+        r"([\d.]+) \[(-?[\d.]+), ([\d.]+)\]\); round 13 one octave lower, [\d.e-]+ to [\d.e-]+: (\d+) of 28 against "
+        r"(\d+) of 28, p = ([\d.]+) against α = ([\d.]+) .*?breakdown rate ([\d.]+) times clip 10's, 95 % interval "
+        r"\[([\d.]+), ([\d.]+)\]",
+        lambda: (
+            *(_verdict("synth_dose")[k] for k in ("trained_a", "trained_b", "p_for", "difference")),
+            *_verdict("synth_dose")["interval_95"],
+            *(_verdict("synth_dose_low")[k] for k in ("trained_a", "trained_b", "p_for", "alpha")),
+            _verdict("synth_dose_low")["breakdown_rate_ratio"],
+            *(math.exp(x) for x in _verdict("synth_dose_low")["shift_interval_95"]),
+        ),
+    )
+)
+
+
 def _round5(gain: float, arm: str, column: str) -> list[float]:
     return [float(r[column]) for r in _pb_relax_round5()[1] if float(r["qk_gain"]) == gain and r["arm"] == arm]
 
