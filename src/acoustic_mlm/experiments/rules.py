@@ -412,29 +412,42 @@ def judge_sizing(rnd: Round, runs: pd.DataFrame) -> dict:
 # ----------------------------------------------------------------------------- the fp16 range
 
 
+def range_holds(table: pd.DataFrame, tolerance: float, floor: float, forward_only: bool = False) -> pd.Series:
+    """The range round's rule, per instance: the output finite and its relative error within `tolerance`
+    times the float16-mantissa baseline's + `floor`; unless `forward_only`, the gradients too (finite, and
+    their largest relative error within the same bound of the baseline's gradient error)."""
+    ok = table["finite_output"].astype(bool) & (table["rel_error"] <= tolerance * table["baseline_rel_error"] + floor)
+    if forward_only:
+        return ok
+    grads = table["grad_rel_error"] <= tolerance * table["baseline_grad_rel_error"] + floor
+    return ok & table["finite_grads"].astype(bool) & grads
+
+
 def judge_range(rnd: Round) -> dict:
-    """PB-Relax's range promise from its instances: a path holds at a logit when every instance is finite
-    (output and gradients) within `tolerance` times the float16-mantissa baseline's error + `floor`
-    (the `holds` column); its range is the largest logit up to which it holds at every tested logit."""
+    """PB-Relax's range promise from its measured instances: a path holds at a logit when every instance
+    holds by `range_holds` (the rule, applied here from the measured errors); its range is the largest logit
+    up to which it holds at every tested logit."""
     path = rnd.tables / "instances.csv"
     cols = ["path", "logit_max", "instance", "finite_output", "finite_grads", "rel_error", "baseline_rel_error"]
+    cols += ["grad_rel_error", "baseline_grad_rel_error"]
     table = read_csv_table(
         path,
         "the range's instances",
         "benchmarks/attention_fp16_range.py",
-        [*cols, "holds"],
+        cols,
         ints=["instance"],
         finite=["logit_max"],
-        numbers=["rel_error", "baseline_rel_error"],
-        choices={c: R.BOOLS for c in ("finite_output", "finite_grads", "holds")},
+        numbers=["rel_error", "baseline_rel_error", "grad_rel_error", "baseline_grad_rel_error"],
+        choices={c: R.BOOLS for c in ("finite_output", "finite_grads")},
     )
-    for c in ("finite_output", "finite_grads", "holds"):
+    for c in ("finite_output", "finite_grads"):
         table[c] = table[c] == "True"
     if table.duplicated(["path", "logit_max", "instance"]).any():
         i = int(np.flatnonzero(table.duplicated(["path", "logit_max", "instance"]).to_numpy())[0])
         raise ReadError(f"{path}: row {i + 2} repeats a path, logit and instance; each is measured once")
     tol, floor = float(rnd.params["tolerance"]), float(rnd.params["floor"])
-    table["holds_forward"] = table["finite_output"] & (table["rel_error"] <= tol * table["baseline_rel_error"] + floor)
+    table["holds"] = range_holds(table, tol, floor)
+    table["holds_forward"] = range_holds(table, tol, floor, forward_only=True)
     ranges, forward = {}, {}
     for name, rows in table.groupby("path"):
         per = rows.groupby("logit_max").agg(n=("instance", "size"), h=("holds", "sum"), f=("holds_forward", "sum"))
